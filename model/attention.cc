@@ -1,0 +1,87 @@
+#include "model/attention.h"
+
+#include <cmath>
+
+#include "model/cost_model.h"
+
+namespace ts {
+
+TaylorShiftAttentionImpl::TaylorShiftAttentionImpl(const TaylorShiftAttentionOptions& options)
+    : options_(options) {
+  TORCH_CHECK_VALUE(options_.dim() > 0 && options_.heads() > 0 &&
+                        options_.dim() % options_.heads() == 0,
+                    "attention: heads (", options_.heads(), ") must divide dim (", options_.dim(),
+                    ")");
+  CheckTaylorCoefficients(options_.a(), options_.b(), options_.c());
+  TORCH_CHECK_VALUE(options_.crossover_tokens() >= 0, "attention: crossover_tokens must be >= 0");
+  reset();
+}
+
+void TaylorShiftAttentionImpl::reset() {
+  qkv = register_module(
+      "qkv", torch::nn::Linear(torch::nn::LinearOptions(options_.dim(), 3 * options_.dim())
+                                   .bias(options_.qkv_bias())));
+  proj = register_module("proj", torch::nn::Linear(options_.dim(), options_.dim()));
+  if (options_.input_normalize()) {
+    temperature = register_parameter("temperature", torch::ones({1, options_.heads(), 1, 1}));
+  }
+  kernel_options_.a = options_.a();
+  kernel_options_.b = options_.b();
+  kernel_options_.c = options_.c();
+  kernel_options_.output_normalize = options_.output_normalize();
+  kernel_options_.direct_block_elements = options_.direct_block_elements();
+  kernel_options_.efficient_chunk_tokens = options_.efficient_chunk_tokens();
+}
+
+void TaylorShiftAttentionImpl::reset_parameters() {
+  qkv->reset_parameters();
+  proj->reset_parameters();
+  if (temperature.defined()) {
+    torch::NoGradGuard no_grad;
+    temperature.fill_(1.0);
+  }
+}
+
+std::int64_t TaylorShiftAttentionImpl::crossover_tokens() const {
+  return options_.crossover_tokens() > 0 ? options_.crossover_tokens()
+                                         : SpeedCrossoverN0(head_dim());
+}
+
+AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path,
+                                                    std::int64_t tokens) const {
+  if (path != AttentionPath::kAuto) return path;
+  return tokens > crossover_tokens() ? AttentionPath::kEfficient : AttentionPath::kDirect;
+}
+
+torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
+                                                const torch::Tensor& key_padding_mask,
+                                                AttentionPath path) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.dim(), "attention: x must be [B, N, ",
+              options_.dim(), "], got ", x.sizes());
+  const std::int64_t batch = x.size(0), tokens = x.size(1), dim = options_.dim();
+  const std::int64_t heads = options_.heads(), d = head_dim();
+  const auto qkv_heads = qkv(x).reshape({batch, tokens, 3, heads, d}).permute({2, 0, 3, 1, 4});
+  auto q = qkv_heads[0];
+  auto k = qkv_heads[1];
+  const auto v = qkv_heads[2];
+  const AttentionPath concrete = ResolvePath(path, tokens);
+  if (concrete != AttentionPath::kSoftmax) {
+    if (options_.input_normalize()) {
+      std::tie(q, k) = NormalizeQueryKey(q, k, temperature);
+    } else {
+      // The reference scales q by C^-½ before the Taylor polynomial.
+      q = q * (1.0 / std::sqrt(static_cast<double>(dim)));
+    }
+  }
+  auto y = RunAttentionPath(concrete, q, k, v, key_padding_mask, kernel_options_);
+  if (options_.attn_drop() > 0) {
+    y = torch::dropout(y, options_.attn_drop(), is_training());
+  }
+  y = proj(y.transpose(1, 2).reshape({batch, tokens, dim}));
+  if (options_.proj_drop() > 0) {
+    y = torch::dropout(y, options_.proj_drop(), is_training());
+  }
+  return y;
+}
+
+}  // namespace ts

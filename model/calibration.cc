@@ -1,0 +1,264 @@
+#include "model/calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "model/taylor_attention.h"
+#include "model/torch_compat.h"
+#include "model/torch_status.h"
+
+namespace ts {
+namespace {
+
+constexpr char kHeader[] = "taylorshift-calibration 1";
+
+double MedianSeconds(const std::function<void()>& run, const torch::Device& device, int repeats) {
+  run();  // warm-up: allocator, thread pool, caches
+  compat::Synchronize(device);
+  std::vector<double> seconds;
+  for (int i = 0; i < std::max(1, repeats); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    compat::Synchronize(device);
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
+  const torch::Device device(options.device);
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("calibration: device ", options.device, " requested but CUDA is absent"));
+  }
+  torch::NoGradGuard no_grad;
+  TaylorKernelOptions kernel;
+  kernel.a = options.a;
+  kernel.b = options.b;
+  kernel.c = options.c;
+  kernel.direct_block_elements = options.direct_block_elements;
+  kernel.efficient_chunk_tokens = options.efficient_chunk_tokens;
+
+  CalibrationResult result;
+  result.head_dim = options.head_dim;
+  result.heads = options.heads;
+  result.batch = options.batch;
+  result.device = options.device;
+  result.threads = at::get_num_threads();
+  torch::manual_seed(0);
+  int consecutive_wins = 0;
+  for (double n = static_cast<double>(options.min_tokens);
+       n <= static_cast<double>(options.max_tokens) * 1.0001; n *= std::sqrt(2.0)) {
+    const auto tokens = static_cast<std::int64_t>(std::llround(n));
+    const auto make = [&] {
+      return torch::randn({options.batch, options.heads, tokens, options.head_dim},
+                          torch::TensorOptions().device(device));
+    };
+    auto [q, k] = NormalizeQueryKey(make(), make(), {});
+    const auto v = make();
+    CalibrationPoint point;
+    point.tokens = tokens;
+    point.direct_seconds = MedianSeconds([&] { TaylorDirect(q, k, v, {}, kernel); }, device,
+                                         options.repeats);
+    point.efficient_seconds = MedianSeconds([&] { TaylorEfficient(q, k, v, {}, kernel); },
+                                            device, options.repeats);
+    result.points.push_back(point);
+    consecutive_wins = point.efficient_seconds < point.direct_seconds ? consecutive_wins + 1 : 0;
+    if (consecutive_wins >= 2) break;
+  }
+  // The crossover lies between the last point direct won and the first of the final run of
+  // efficient wins; interpolate where log(t_direct/t_efficient) changes sign.
+  const auto& points = result.points;
+  result.crossover_tokens = options.max_tokens;
+  std::size_t first_win = points.size();
+  for (std::size_t i = points.size(); i-- > 0;) {
+    if (points[i].efficient_seconds < points[i].direct_seconds) {
+      first_win = i;
+    } else {
+      break;
+    }
+  }
+  if (first_win < points.size()) {
+    result.crossed = true;
+    if (first_win == 0) {
+      result.crossover_tokens = points[0].tokens;
+    } else {
+      const auto& lo = points[first_win - 1];
+      const auto& hi = points[first_win];
+      const double r_lo = std::log(lo.direct_seconds / lo.efficient_seconds);  // ≤ 0
+      const double r_hi = std::log(hi.direct_seconds / hi.efficient_seconds);  // > 0
+      const double t = r_hi - r_lo > 0 ? -r_lo / (r_hi - r_lo) : 0.5;
+      const double log_n = std::log(static_cast<double>(lo.tokens)) +
+                           t * (std::log(static_cast<double>(hi.tokens)) -
+                                std::log(static_cast<double>(lo.tokens)));
+      result.crossover_tokens = static_cast<std::int64_t>(std::llround(std::exp(log_n)));
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ParseFields(
+    const std::vector<std::string>& words, const std::string& where) {
+  std::map<std::string, std::string> fields;
+  for (std::size_t i = 1; i < words.size(); ++i) {
+    const auto eq = words[i].find('=');
+    if (eq == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": expected key=value, got '",
+                                                     words[i], "'"));
+    }
+    fields[std::string(words[i].substr(0, eq))] = std::string(words[i].substr(eq + 1));
+  }
+  return fields;
+}
+
+}  // namespace
+
+absl::StatusOr<CalibrationResult> CalibrateCrossover(const CalibrationOptions& options) {
+  if (options.head_dim <= 0 || options.heads <= 0 || options.batch <= 0 ||
+      options.min_tokens <= 0 || options.max_tokens < options.min_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration: need head_dim, heads, batch, min_tokens > 0 and max_tokens >= "
+        "min_tokens; got head_dim=",
+        options.head_dim, " heads=", options.heads, " batch=", options.batch,
+        " min_tokens=", options.min_tokens, " max_tokens=", options.max_tokens));
+  }
+  try {
+    return Calibrate(options);
+  } catch (const std::exception& e) {
+    return StatusFromException(e, "calibration");
+  }
+}
+
+absl::Status SaveCalibration(const std::string& path,
+                             const std::vector<CalibrationResult>& results) {
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
+    out << kHeader << "\n";
+    out.precision(9);
+    for (const auto& r : results) {
+      const std::string key = absl::StrCat("head_dim=", r.head_dim, " heads=", r.heads,
+                                           " batch=", r.batch);
+      out << "crossover " << key << " tokens=" << r.crossover_tokens
+          << " crossed=" << (r.crossed ? 1 : 0) << " device=" << r.device
+          << " threads=" << r.threads << "\n";
+      for (const auto& p : r.points) {
+        out << "point " << key << " tokens=" << p.tokens << " direct_s=" << p.direct_seconds
+            << " efficient_s=" << p.efficient_seconds << "\n";
+      }
+    }
+    if (!out.flush()) return absl::DataLossError(absl::StrCat("write failed: ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CalibrationResult>> LoadCalibration(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("calibration file not found: ", path));
+  std::string line;
+  if (!std::getline(in, line) || line != kHeader) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a calibration file (first line must be '", kHeader, "')"));
+  }
+  std::vector<CalibrationResult> results;
+  int line_number = 1;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (line.empty() || line[0] == '#') continue;
+    const std::string where = absl::StrCat(path, ":", line_number);
+    const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    auto fields = ParseFields(words, where);
+    if (!fields.ok()) return fields.status();
+    const auto integer = [&](const std::string& key) -> absl::StatusOr<std::int64_t> {
+      std::int64_t value = 0;
+      const auto it = fields->find(key);
+      if (it == fields->end() || !absl::SimpleAtoi(it->second, &value) || value < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": missing or invalid non-negative integer '", key, "'"));
+      }
+      return value;
+    };
+    const auto real = [&](const std::string& key) -> absl::StatusOr<double> {
+      double value = 0;
+      const auto it = fields->find(key);
+      if (it == fields->end() || !absl::SimpleAtod(it->second, &value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": missing or invalid number '", key, "'"));
+      }
+      return value;
+    };
+    auto head_dim = integer("head_dim");
+    auto heads = integer("heads");
+    auto batch = integer("batch");
+    auto tokens = integer("tokens");
+    for (const auto* s : {&head_dim, &heads, &batch, &tokens}) {
+      if (!s->ok()) return s->status();
+    }
+    if (words[0] == "crossover") {
+      for (const auto& [key, value] : *fields) {
+        if (key != "head_dim" && key != "heads" && key != "batch" && key != "tokens" &&
+            key != "crossed" && key != "device" && key != "threads") {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", key, "'"));
+        }
+      }
+      CalibrationResult r;
+      r.head_dim = *head_dim;
+      r.heads = *heads;
+      r.batch = *batch;
+      r.crossover_tokens = *tokens;
+      r.crossed = (*fields)["crossed"] == "1";
+      r.device = (*fields)["device"];
+      std::int64_t threads = 0;
+      absl::SimpleAtoi((*fields)["threads"], &threads);
+      r.threads = static_cast<int>(threads);
+      results.push_back(std::move(r));
+    } else if (words[0] == "point") {
+      if (results.empty() || results.back().head_dim != *head_dim ||
+          results.back().heads != *heads || results.back().batch != *batch) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": point line without a matching crossover line before it"));
+      }
+      auto direct = real("direct_s");
+      auto efficient = real("efficient_s");
+      if (!direct.ok()) return direct.status();
+      if (!efficient.ok()) return efficient.status();
+      results.back().points.push_back({*tokens, *direct, *efficient});
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown record '", words[0], "' (expected crossover or point)"));
+    }
+  }
+  return results;
+}
+
+std::optional<std::int64_t> LookupCrossover(const std::vector<CalibrationResult>& results,
+                                            std::int64_t head_dim, std::int64_t heads,
+                                            std::int64_t batch) {
+  const CalibrationResult* best = nullptr;
+  for (const auto& r : results) {
+    if (r.head_dim != head_dim || r.heads != heads) continue;
+    if (best == nullptr || std::llabs(r.batch - batch) < std::llabs(best->batch - batch)) {
+      best = &r;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  return best->crossover_tokens;
+}
+
+}  // namespace ts

@@ -1,0 +1,471 @@
+#include "model/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <utility>
+
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "model/torch_compat.h"
+#include "model/torch_status.h"
+
+namespace ts {
+namespace {
+
+constexpr std::array<char, 8> kMagic = {'T', 'S', 'C', 'K', 'P', 'T', '\0', '\1'};
+constexpr std::size_t kHeaderBytes = kMagic.size() + sizeof(std::uint32_t) + sizeof(std::uint64_t);
+constexpr std::size_t kTrailerBytes = sizeof(std::uint32_t);
+
+void AppendLittleEndian(std::vector<char>& out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+std::uint64_t ReadLittleEndian(const char* data, int bytes) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) {
+    value |= static_cast<std::uint64_t>(static_cast<unsigned char>(data[i])) << (8 * i);
+  }
+  return value;
+}
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+// Writes all of `data` to `path` through a temporary file in the same directory, fsynced and
+// renamed over `path`.
+absl::Status WriteFileAtomically(const std::string& path, const std::vector<char>& data) {
+  const std::string temp = absl::StrCat(path, ".tmp-", ::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp, ": ", ErrnoText()));
+  }
+  const auto fail = [&](absl::string_view what) {
+    const std::string message = absl::StrCat(what, " ", temp, ": ", ErrnoText());
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return absl::InternalError(message);
+  };
+  std::size_t written = 0;
+  while (written < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("cannot write");
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) return fail("cannot fsync");
+  if (::close(fd) != 0) {
+    const std::string message = absl::StrCat("cannot close ", temp, ": ", ErrnoText());
+    ::unlink(temp.c_str());
+    return absl::InternalError(message);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string message =
+        absl::StrCat("cannot rename ", temp, " to ", path, ": ", ErrnoText());
+    ::unlink(temp.c_str());
+    return absl::InternalError(message);
+  }
+  // Make the rename itself durable.
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<char>> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    struct stat info;
+    if (::stat(path.c_str(), &info) != 0 && errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat("cannot open ", path, ": ", ErrnoText()));
+  }
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  return bytes;
+}
+
+std::string ShapeText(c10::IntArrayRef sizes) {
+  return absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
+}
+
+// The entries of a pickled Dict[str, T] as a std::map.
+absl::StatusOr<std::map<std::string, c10::IValue>> StringKeyedDict(const c10::IValue& value,
+                                                                   absl::string_view what) {
+  if (!value.isGenericDict()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be a dict, got ", value.tagKind()));
+  }
+  std::map<std::string, c10::IValue> entries;
+  for (const auto& entry : value.toGenericDict()) {
+    if (!entry.key().isString()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has a non-string key"));
+    }
+    entries.emplace(entry.key().toStringRef(), entry.value());
+  }
+  return entries;
+}
+
+absl::StatusOr<c10::IValue> Require(const std::map<std::string, c10::IValue>& dict,
+                                    const std::string& key, absl::string_view what) {
+  const auto it = dict.find(key);
+  if (it == dict.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has no '", key, "' entry"));
+  }
+  return it->second;
+}
+
+c10::IValue EncodePayload(const TaylorShiftEncoderOptions& options,
+                          const CheckpointMetadata& metadata,
+                          const std::map<std::string, torch::Tensor>& state) {
+  c10::Dict<std::string, c10::IValue> architecture;
+  for (const auto& [name, value] : EncoderOptionsToFields(options)) {
+    std::visit([&, &field = name](const auto& v) { architecture.insert(field, c10::IValue(v)); },
+               value);
+  }
+  c10::List<std::string> labels;
+  for (const auto& label : metadata.labels) labels.push_back(label);
+  c10::Dict<std::string, std::string> provenance;
+  for (const auto& [key, value] : metadata.provenance) provenance.insert(key, value);
+  c10::Dict<std::string, c10::IValue> meta;
+  meta.insert("modality", metadata.modality);
+  meta.insert("labels", labels);
+  meta.insert("provenance", provenance);
+  c10::Dict<std::string, torch::Tensor> tensors;
+  for (const auto& [name, tensor] : state) tensors.insert(name, tensor);
+  c10::Dict<std::string, c10::IValue> payload;
+  payload.insert("architecture", architecture);
+  payload.insert("metadata", meta);
+  payload.insert("state", tensors);
+  return payload;
+}
+
+absl::StatusOr<TaylorShiftEncoderOptions> DecodeArchitecture(const c10::IValue& value) {
+  auto entries = StringKeyedDict(value, "checkpoint architecture");
+  if (!entries.ok()) return entries.status();
+  EncoderOptionFields fields;
+  for (const auto& [name, field] : *entries) {
+    if (field.isBool()) {
+      fields.emplace_back(name, field.toBool());
+    } else if (field.isInt()) {
+      fields.emplace_back(name, field.toInt());
+    } else if (field.isDouble()) {
+      fields.emplace_back(name, field.toDouble());
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint architecture field '", name, "' has unsupported type ", field.tagKind()));
+    }
+  }
+  return EncoderOptionsFromFields(fields);
+}
+
+absl::StatusOr<CheckpointMetadata> DecodeMetadata(const c10::IValue& value) {
+  auto entries = StringKeyedDict(value, "checkpoint metadata");
+  if (!entries.ok()) return entries.status();
+  CheckpointMetadata metadata;
+  auto modality = Require(*entries, "modality", "checkpoint metadata");
+  if (!modality.ok()) return modality.status();
+  if (!modality->isString()) {
+    return absl::InvalidArgumentError("checkpoint metadata 'modality' must be a string");
+  }
+  metadata.modality = modality->toStringRef();
+  auto labels = Require(*entries, "labels", "checkpoint metadata");
+  if (!labels.ok()) return labels.status();
+  if (!labels->isList()) {
+    return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
+  }
+  for (const auto& label : labels->toListRef()) {
+    if (!label.isString()) {
+      return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
+    }
+    metadata.labels.push_back(label.toStringRef());
+  }
+  auto provenance_value = Require(*entries, "provenance", "checkpoint metadata");
+  if (!provenance_value.ok()) return provenance_value.status();
+  auto provenance = StringKeyedDict(*provenance_value, "checkpoint provenance");
+  if (!provenance.ok()) return provenance.status();
+  for (const auto& [key, text] : *provenance) {
+    if (!text.isString()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint provenance '", key, "' must be a string"));
+    }
+    metadata.provenance.emplace(key, text.toStringRef());
+  }
+  return metadata;
+}
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> DecodeState(const c10::IValue& value) {
+  auto entries = StringKeyedDict(value, "checkpoint state");
+  if (!entries.ok()) return entries.status();
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& [name, tensor] : *entries) {
+    if (!tensor.isTensor()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint state '", name, "' is not a tensor"));
+    }
+    state.emplace(name, tensor.toTensor());
+  }
+  return state;
+}
+
+// The fields that determine parameter shapes must agree between `options` and the model.
+absl::Status CheckOptionsDescribeModel(const TaylorShiftEncoderOptions& options,
+                                       const TaylorShiftEncoderOptions& model) {
+  const auto given = EncoderOptionsToFields(options);
+  const auto actual = EncoderOptionsToFields(model);
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    static constexpr absl::string_view kShapeFields[] = {
+        "vocab_size", "embed_dim", "depth", "heads", "mlp_hidden", "max_length",
+        "num_classes", "qkv_bias", "conv_embed", "input_normalize"};
+    bool shape_field = false;
+    for (auto name : kShapeFields) shape_field |= given[i].first == name;
+    if (shape_field && given[i].second != actual[i].second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options do not describe the model: ", given[i].first, " differs (options: ",
+          DescribeEncoderOptions(options), "; model: ", DescribeEncoderOptions(model), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::uint32_t Crc32(const void* data, std::size_t size) {
+  static const auto kTable = [] {
+    std::array<std::uint32_t, 256> table{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      table[i] = c;
+    }
+    return table;
+  }();
+  std::uint32_t crc = 0xFFFFFFFFu;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < size; ++i) crc = kTable[(crc ^ bytes[i]) & 0xff] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+std::string UtcTimestampNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buffer;
+}
+
+absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& metadata,
+                                        std::int64_t num_classes) {
+  if (metadata.modality != "bytes" && metadata.modality != "pixels") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "modality must be 'bytes' or 'pixels', got '", metadata.modality, "'"));
+  }
+  if (static_cast<std::int64_t>(metadata.labels.size()) != num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat("the model has ", num_classes,
+                                                   " classes but ", metadata.labels.size(),
+                                                   " labels were given"));
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, torch::Tensor> StateDict(TaylorShiftEncoder& model) {
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
+    state.emplace(item.key(), item.value().detach().cpu().contiguous());
+  }
+  for (const auto& item : model->named_buffers(/*recurse=*/true)) {
+    state.emplace(item.key(), item.value().detach().cpu().contiguous());
+  }
+  return state;
+}
+
+absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
+                           TaylorShiftEncoder& model) {
+  std::map<std::string, torch::Tensor> expected;
+  for (const auto& item : model->named_parameters(true)) expected.emplace(item.key(), item.value());
+  for (const auto& item : model->named_buffers(true)) expected.emplace(item.key(), item.value());
+
+  std::vector<std::string> missing;
+  std::vector<std::string> unexpected;
+  for (const auto& [name, tensor] : expected) {
+    if (state.count(name) == 0) {
+      missing.push_back(absl::StrCat(name, " ", ShapeText(tensor.sizes())));
+    }
+  }
+  for (const auto& [name, tensor] : state) {
+    if (expected.count(name) == 0) unexpected.push_back(name);
+  }
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state dict is missing ", absl::StrJoin(missing, ", ")));
+  }
+  if (!unexpected.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("state dict has unexpected keys ",
+                                                   absl::StrJoin(unexpected, ", ")));
+  }
+  std::optional<std::pair<std::string, c10::ScalarType>> dtype;
+  for (const auto& [name, tensor] : state) {
+    const auto& target = expected.at(name);
+    if (!tensor.defined()) {
+      return absl::InvalidArgumentError(absl::StrCat("state dict entry ", name, " is undefined"));
+    }
+    if (tensor.sizes() != target.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat("state dict entry ", name, " has shape ",
+                                                     ShapeText(tensor.sizes()), ", expected ",
+                                                     ShapeText(target.sizes())));
+    }
+    if (!tensor.is_floating_point()) {
+      return absl::InvalidArgumentError(absl::StrCat("state dict entry ", name, " has dtype ",
+                                                     c10::toString(tensor.scalar_type()),
+                                                     ", expected a floating-point dtype"));
+    }
+    if (!dtype) {
+      dtype.emplace(name, tensor.scalar_type());
+    } else if (dtype->second != tensor.scalar_type()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state dict entry ", name, " has dtype ", c10::toString(tensor.scalar_type()),
+          ", expected ", c10::toString(dtype->second), " (the dtype of ", dtype->first, ")"));
+    }
+  }
+  auto copied = CatchTorch("loading state dict", [&] {
+    torch::NoGradGuard no_grad;
+    if (dtype) model->to(dtype->second);
+    for (const auto& item : model->named_parameters(true)) {
+      item.value().copy_(state.at(item.key()));
+    }
+    for (const auto& item : model->named_buffers(true)) {
+      item.value().copy_(state.at(item.key()));
+    }
+    return true;
+  });
+  return copied.status();
+}
+
+absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOptions& options,
+                            const CheckpointMetadata& metadata, TaylorShiftEncoder& model) {
+  if (model.is_empty()) return absl::InvalidArgumentError("SaveCheckpoint: model is null");
+  if (auto status = ValidateEncoderOptions(options); !status.ok()) return status;
+  if (auto status = CheckOptionsDescribeModel(options, model->options()); !status.ok()) {
+    return status;
+  }
+  if (auto status = ValidateCheckpointMetadata(metadata, options.num_classes()); !status.ok()) {
+    return status;
+  }
+  CheckpointMetadata stamped = metadata;
+  stamped.provenance.try_emplace("created_at", UtcTimestampNow());
+  stamped.provenance.try_emplace("libtorch_version", compat::TorchVersion());
+
+  auto payload = CatchTorch("saving checkpoint", [&] {
+    return torch::pickle_save(EncodePayload(options, stamped, StateDict(model)));
+  });
+  if (!payload.ok()) return payload.status();
+
+  std::vector<char> file;
+  file.reserve(kHeaderBytes + payload->size() + kTrailerBytes);
+  file.insert(file.end(), kMagic.begin(), kMagic.end());
+  AppendLittleEndian(file, kCheckpointFormatVersion, 4);
+  AppendLittleEndian(file, payload->size(), 8);
+  file.insert(file.end(), payload->begin(), payload->end());
+  AppendLittleEndian(file, Crc32(payload->data(), payload->size()), 4);
+  return WriteFileAtomically(path, file);
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::Device device) {
+  auto bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  const std::vector<char>& file = *bytes;
+  if (file.size() < kMagic.size() || !std::equal(kMagic.begin(), kMagic.end(), file.begin())) {
+    return absl::DataLossError(
+        absl::StrCat(path, " is not a TaylorShift checkpoint (bad magic)"));
+  }
+  if (file.size() < kHeaderBytes) {
+    return absl::DataLossError(absl::StrCat(path, " is truncated: ", file.size(),
+                                            " bytes, shorter than the ", kHeaderBytes,
+                                            "-byte header"));
+  }
+  const auto version = static_cast<std::uint32_t>(ReadLittleEndian(file.data() + 8, 4));
+  if (version != kCheckpointFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " has checkpoint format version ",
+                                                   version, "; this build reads version ",
+                                                   kCheckpointFormatVersion));
+  }
+  const std::uint64_t payload_bytes = ReadLittleEndian(file.data() + 12, 8);
+  const std::uint64_t available = file.size() - kHeaderBytes;
+  if (available < kTrailerBytes || payload_bytes > available - kTrailerBytes) {
+    return absl::DataLossError(absl::StrCat(
+        path, " is truncated: header promises ", payload_bytes, " payload bytes + 4 CRC bytes, ",
+        available, " bytes follow the header"));
+  }
+  if (payload_bytes != available - kTrailerBytes) {
+    return absl::DataLossError(absl::StrCat(path, " has ",
+                                            available - kTrailerBytes - payload_bytes,
+                                            " unexpected trailing bytes"));
+  }
+  const char* payload = file.data() + kHeaderBytes;
+  const auto stored_crc =
+      static_cast<std::uint32_t>(ReadLittleEndian(payload + payload_bytes, 4));
+  const std::uint32_t actual_crc = Crc32(payload, payload_bytes);
+  if (stored_crc != actual_crc) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s is corrupted: CRC-32 of the payload is %08x, the file says %08x", path, actual_crc,
+        stored_crc));
+  }
+
+  auto root_value = CatchTorch(absl::StrCat("unpickling ", path), [&] {
+    return torch::pickle_load(std::vector<char>(payload, payload + payload_bytes));
+  });
+  if (!root_value.ok()) return root_value.status();
+  auto root = StringKeyedDict(*root_value, "checkpoint payload");
+  if (!root.ok()) return root.status();
+  auto architecture_value = Require(*root, "architecture", "checkpoint payload");
+  if (!architecture_value.ok()) return architecture_value.status();
+  auto metadata_value = Require(*root, "metadata", "checkpoint payload");
+  if (!metadata_value.ok()) return metadata_value.status();
+  auto state_value = Require(*root, "state", "checkpoint payload");
+  if (!state_value.ok()) return state_value.status();
+
+  auto options = DecodeArchitecture(*architecture_value);
+  if (!options.ok()) return options.status();
+  auto metadata = DecodeMetadata(*metadata_value);
+  if (!metadata.ok()) return metadata.status();
+  metadata->format_version = static_cast<int>(version);
+  if (auto status = ValidateCheckpointMetadata(*metadata, options->num_classes()); !status.ok()) {
+    return status;
+  }
+  auto state = DecodeState(*state_value);
+  if (!state.ok()) return state.status();
+
+  auto model = CatchTorch("building model", [&] { return TaylorShiftEncoder(*options); });
+  if (!model.ok()) return model.status();
+  if (auto status = LoadStateDict(*state, *model); !status.ok()) {
+    return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+  }
+  auto moved = CatchTorch("moving model to device", [&] {
+    (*model)->to(device);
+    (*model)->eval();
+    return true;
+  });
+  if (!moved.ok()) return moved.status();
+  return LoadedCheckpoint{*options, *std::move(metadata), *std::move(model)};
+}
+
+}  // namespace ts

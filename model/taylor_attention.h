@@ -1,0 +1,73 @@
+// TaylorShift attention on prepared heads: the math of DESIGN.md, on every path.
+//
+// All functions take q, k, v of shape [B, H, N, d] (float32 or float64, any device) and an
+// optional key-padding mask [B, N] (bool, true = padded). Padded keys contribute nothing, and N
+// in the normalisations is each sequence's own number of real tokens, so a sequence's output
+// does not depend on the batch it is computed in. Rows of padded queries are finite but
+// meaningless. All functions are differentiable when autograd is on; when it is off they use
+// in-place kernels that keep at most one block of scores (direct) or one chunk of features
+// (efficient) alive. Errors are thrown as c10::Error (callers at the model boundary convert).
+#pragma once
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+#include "model/attention_path.h"
+
+namespace ts {
+
+struct TaylorKernelOptions {
+  // Taylor-softmax polynomial a·x² + b·x + c; needs a > 0 and c ≥ b²/4a (A ≥ 0 everywhere).
+  double a = 0.5;
+  double b = 1.0;
+  double c = 1.0;
+  // Multiply the output by sqrt(N/d) (output normalisation of the paper).
+  bool output_normalize = true;
+  // Direct path: at most this many score entries (B·H·rows·N) exist at once.
+  std::int64_t direct_block_elements = std::int64_t{1} << 22;
+  // Efficient path: tokens per chunk when building the d(d+1)/2 features.
+  std::int64_t efficient_chunk_tokens = 512;
+};
+
+// Throws c10::Error with a clear message unless a > 0 and c ≥ b²/(4a).
+void CheckTaylorCoefficients(double a, double b, double c);
+
+// q̂ = τ·q/‖q‖₂ and k̂ = k/‖k‖₂ (τ is [1, H, 1, 1] or undefined for τ = 1).
+std::pair<torch::Tensor, torch::Tensor> NormalizeQueryKey(const torch::Tensor& q,
+                                                          const torch::Tensor& k,
+                                                          const torch::Tensor& temperature);
+
+// Y = P·V (·sqrt(N/d)) with P = A / rowsum(A), A = a·S⊙S + b·S + c, S = q kᵀ.
+torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           const torch::Tensor& key_padding_mask,
+                           const TaylorKernelOptions& options);
+
+// Same result in O(N·d³) from the d(d+1)/2 symmetric features of q⊠q, chunked over N.
+torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& key_padding_mask,
+                              const TaylorKernelOptions& options);
+
+// Straight ports of the reference algorithms (unfused; full d² features, unchunked).
+// For tests and benchmarks only.
+torch::Tensor TaylorDirectReference(const torch::Tensor& q, const torch::Tensor& k,
+                                    const torch::Tensor& v, const torch::Tensor& key_padding_mask,
+                                    const TaylorKernelOptions& options);
+torch::Tensor TaylorEfficientReference(const torch::Tensor& q, const torch::Tensor& k,
+                                       const torch::Tensor& v,
+                                       const torch::Tensor& key_padding_mask,
+                                       const TaylorKernelOptions& options);
+
+// Standard softmax(q kᵀ/√d) v on the raw (un-normalised) q, k; blocked over queries like the
+// direct path.
+torch::Tensor SoftmaxAttention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& key_padding_mask,
+                               const TaylorKernelOptions& options);
+
+// Dispatches on a concrete path (kAuto is resolved by the caller). q and k must already be
+// normalised for the Taylor paths; the softmax path uses them as given.
+torch::Tensor RunAttentionPath(AttentionPath path, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& key_padding_mask,
+                               const TaylorKernelOptions& options);
+
+}  // namespace ts

@@ -1,0 +1,78 @@
+#include "model/torch_compat.h"
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+#if defined(TS_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace ts::compat {
+
+void SetThreads(int intra_op_threads) {
+  const int threads = std::max(1, intra_op_threads);
+  at::set_num_threads(threads);
+  // Inter-op threads can only be set once per process and before first use.
+  static std::atomic<bool> interop_set{false};
+  if (!interop_set.exchange(true)) {
+    try {
+      at::set_num_interop_threads(threads);
+    } catch (const std::exception&) {
+      // Already started by an earlier parallel call: keep its value.
+    }
+  }
+}
+
+torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                        const torch::Tensor& v, const torch::Tensor& key_keep) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (key_keep.defined()) {
+    return at::scaled_dot_product_attention(q, k, v, key_keep);
+  }
+  return at::scaled_dot_product_attention(q, k, v);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)).mul_(scale);
+  if (key_keep.defined()) {
+    scores.masked_fill_(key_keep.logical_not(), -std::numeric_limits<float>::infinity());
+  }
+  return torch::matmul(torch::softmax(scores, -1), v);
+#endif
+}
+
+DeviceMemory GetDeviceMemory(const torch::Device& device) {
+  DeviceMemory memory;
+#if defined(TS_WITH_CUDA)
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    // Index 0 is StatType::AGGREGATE in every LibTorch version.
+    memory.allocated_bytes = stats.allocated_bytes[0].current;
+    memory.reserved_bytes = stats.reserved_bytes[0].current;
+    memory.peak_allocated_bytes = stats.allocated_bytes[0].peak;
+  }
+#else
+  (void)device;
+#endif
+  return memory;
+}
+
+void ResetPeakDeviceMemory(const torch::Device& device) {
+#if defined(TS_WITH_CUDA)
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#else
+  (void)device;
+#endif
+}
+
+std::string TorchVersion() { return TORCH_VERSION; }
+
+}  // namespace ts::compat
+
+namespace ts::compat {
+void Synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+}  // namespace ts::compat

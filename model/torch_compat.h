@@ -1,0 +1,37 @@
+// The one place for calls whose spelling differs between LibTorch 1.13 (Debian, CPU) and
+// LibTorch 2.x (CUDA builds). Everything else uses the stable API.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace ts::compat {
+
+// Sets intra-op threads (and inter-op threads once, before any parallel work starts).
+void SetThreads(int intra_op_threads);
+
+// softmax(q kᵀ / sqrt(d)) v with padded keys excluded. `key_keep` is [B, 1, 1, N] bool
+// (true = real key) or undefined. Uses the fused kernel where the LibTorch version has one.
+torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                        const torch::Tensor& v, const torch::Tensor& key_keep);
+
+// Device memory of `device` (CUDA only; zeros elsewhere).
+struct DeviceMemory {
+  std::int64_t allocated_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+  std::int64_t peak_allocated_bytes = 0;
+};
+DeviceMemory GetDeviceMemory(const torch::Device& device);
+void ResetPeakDeviceMemory(const torch::Device& device);
+
+// "1.13.0" / "2.3.1": the LibTorch version this binary was compiled against.
+std::string TorchVersion();
+
+}  // namespace ts::compat
+
+namespace ts::compat {
+// Waits for queued work on `device` (no-op on CPU), so wall-clock timings are real.
+void Synchronize(const torch::Device& device);
+}  // namespace ts::compat

@@ -1,0 +1,260 @@
+// Numerical tests of the attention paths against an independent float64 evaluation of the
+// formula of DESIGN.md (each sequence alone, no mask logic), gradients, and the module.
+#include "model/attention.h"
+
+#include <cmath>
+#include <tuple>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/cost_model.h"
+#include "model/taylor_attention.h"
+
+namespace ts {
+namespace {
+
+using torch::indexing::Slice;
+
+// Plain float64 TaylorShift of one sequence: q, k, v are [H, n, d], tau is [H].
+torch::Tensor PlainTaylor(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor tau,
+                          double a = 0.5, double b = 1.0, double c = 1.0) {
+  q = q.to(torch::kFloat64);
+  k = k.to(torch::kFloat64);
+  v = v.to(torch::kFloat64);
+  const double n = static_cast<double>(q.size(1));
+  const double d = static_cast<double>(q.size(2));
+  const auto q_hat = q / q.norm(2, -1, true) * tau.to(torch::kFloat64).view({-1, 1, 1});
+  const auto k_hat = k / k.norm(2, -1, true);
+  const auto s = torch::matmul(q_hat, k_hat.transpose(1, 2));
+  const auto attn = a * s * s + b * s + c;
+  const auto p = attn / attn.sum(-1, true);
+  return torch::matmul(p, v) * std::sqrt(n / d);
+}
+
+double RelativeError(const torch::Tensor& actual, const torch::Tensor& expected) {
+  const auto e = expected.to(torch::kFloat64);
+  const double scale = e.abs().max().item<double>();
+  return (actual.to(torch::kFloat64) - e).abs().max().item<double>() / std::max(scale, 1e-300);
+}
+
+
+class TaylorPathsTest : public ::testing::TestWithParam<std::tuple<int, int, bool, bool>> {};
+
+TEST_P(TaylorPathsTest, AllPathsMatchFloat64Formula) {
+  const auto [d, n, padded, fp64] = GetParam();
+  const auto dtype = fp64 ? torch::kFloat64 : torch::kFloat32;
+  torch::manual_seed(1000 * d + n + (padded ? 7 : 0));
+  const std::int64_t batch = 2, heads = 2;
+  // Padded batches hold a shorter second sequence and extra padding after the first.
+  const std::int64_t total = padded ? n + 5 : n;
+  const std::vector<std::int64_t> lengths = {n, padded ? std::max<std::int64_t>(1, n / 3) : n};
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto q = torch::randn({batch, heads, total, d}, opts);
+  const auto k = torch::randn({batch, heads, total, d}, opts);
+  const auto v = torch::randn({batch, heads, total, d}, opts);
+  const auto tau = torch::rand({heads}, opts) * 2.5 + 0.5;
+  torch::Tensor mask;
+  if (padded) {
+    mask = torch::arange(total).unsqueeze(0).ge(
+        torch::tensor(lengths, torch::kInt64).unsqueeze(1));
+  }
+  const auto [q_hat, k_hat] =
+      NormalizeQueryKey(q.to(dtype), k.to(dtype), tau.view({1, heads, 1, 1}).to(dtype));
+  TaylorKernelOptions options;
+  options.efficient_chunk_tokens = 128;      // several chunks at N = 300 and 2000
+  options.direct_block_elements = 1 << 16;   // several query blocks at N = 300 and 2000
+  const double tolerance = fp64 ? 1e-12 : 1e-5;
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient,
+                          AttentionPath::kDirectReference, AttentionPath::kEfficientReference}) {
+    torch::NoGradGuard no_grad;
+    const auto y = RunAttentionPath(path, q_hat, k_hat, v.to(dtype), mask, options);
+    ASSERT_EQ(y.scalar_type(), dtype);
+    for (std::int64_t i = 0; i < batch; ++i) {
+      const auto len = lengths[i];
+      const auto own = Slice(0, len);
+      const auto expected = PlainTaylor(q[i].index({Slice(), own}), k[i].index({Slice(), own}),
+                                        v[i].index({Slice(), own}), tau);
+      const auto actual = y[i].index({Slice(), own});
+      ASSERT_TRUE(torch::isfinite(actual).all().item<bool>()) << AttentionPathName(path);
+      EXPECT_LE(RelativeError(actual, expected), tolerance)
+          << AttentionPathName(path) << " d=" << d << " n=" << n << " seq=" << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, TaylorPathsTest,
+                         ::testing::Combine(::testing::Values(4, 8, 16, 32, 64),
+                                            ::testing::Values(1, 2, 17, 300, 2000),
+                                            ::testing::Bool(), ::testing::Bool()));
+
+TEST(TaylorEfficientTest, LongSequenceFp32StaysFiniteAndAccurate) {
+  torch::manual_seed(7);
+  const std::int64_t n = 100000, d = 16;
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto q = torch::randn({1, 1, n, d}, opts);
+  const auto k = torch::randn({1, 1, n, d}, opts);
+  const auto v = torch::randn({1, 1, n, d}, opts);
+  torch::NoGradGuard no_grad;
+  const auto [q32, k32] = NormalizeQueryKey(q.to(torch::kFloat32), k.to(torch::kFloat32),
+                                            torch::full({1, 1, 1, 1}, 2.0f));
+  const auto y = TaylorEfficient(q32, k32, v.to(torch::kFloat32), {}, {});
+  ASSERT_TRUE(torch::isfinite(y).all().item<bool>());
+  // Exact float64 rows for a sample of queries (all N keys): O(rows·N), no N×N matrix.
+  const auto rows = torch::randint(0, n, {32}, torch::kInt64);
+  const auto q_hat = q[0][0].index_select(0, rows) / q[0][0].index_select(0, rows).norm(2, -1, true) * 2.0;
+  const auto k_hat = k[0][0] / k[0][0].norm(2, -1, true);
+  const auto s = torch::matmul(q_hat, k_hat.t());
+  const auto attn = 0.5 * s * s + s + 1.0;
+  const auto expected = torch::matmul(attn / attn.sum(-1, true), v[0][0]) * std::sqrt(double(n) / d);
+  EXPECT_LE(RelativeError(y[0][0].index_select(0, rows), expected), 1e-4);
+}
+
+TEST(TaylorGradientTest, DirectAndEfficientGradientsAgreeAndMatchFiniteDifferences) {
+  torch::manual_seed(3);
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const std::int64_t batch = 2, heads = 2, n = 9, d = 4;
+  const auto mask = torch::arange(n).unsqueeze(0).ge(torch::tensor({9, 5}).unsqueeze(1));
+  const auto q0 = torch::randn({batch, heads, n, d}, opts);
+  const auto k0 = torch::randn({batch, heads, n, d}, opts);
+  const auto v0 = torch::randn({batch, heads, n, d}, opts);
+  const auto weight = torch::randn({batch, heads, n, d}, opts) *
+                      mask.logical_not().view({batch, 1, n, 1}).to(torch::kFloat64);
+  TaylorKernelOptions options;
+  options.efficient_chunk_tokens = 4;
+  options.direct_block_elements = 16;
+  const auto loss_of = [&](AttentionPath path, const torch::Tensor& q, const torch::Tensor& k,
+                           const torch::Tensor& v) {
+    const auto [qh, kh] = NormalizeQueryKey(q, k, {});
+    return (RunAttentionPath(path, qh, kh, v, mask, options) * weight).sum();
+  };
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient,
+                          AttentionPath::kDirectReference}) {
+    auto q = q0.clone().requires_grad_(true);
+    auto k = k0.clone().requires_grad_(true);
+    auto v = v0.clone().requires_grad_(true);
+    loss_of(path, q, k, v).backward();
+    grads.push_back({q.grad(), k.grad(), v.grad()});
+  }
+  for (std::size_t p = 1; p < grads.size(); ++p) {
+    for (std::size_t t = 0; t < 3; ++t) {
+      EXPECT_LE(RelativeError(grads[p][t], grads[0][t]), 1e-10) << "path " << p << " input " << t;
+    }
+  }
+  // Central finite differences on a sample of coordinates of q, k and v.
+  torch::NoGradGuard no_grad;
+  const double eps = 1e-6;
+  for (std::size_t t = 0; t < 3; ++t) {
+    for (int sample = 0; sample < 12; ++sample) {
+      const std::int64_t flat = (sample * 37 + 11 * t) % q0.numel();
+      std::vector<torch::Tensor> plus = {q0.clone(), k0.clone(), v0.clone()};
+      std::vector<torch::Tensor> minus = {q0.clone(), k0.clone(), v0.clone()};
+      plus[t].view(-1)[flat] += eps;
+      minus[t].view(-1)[flat] -= eps;
+      for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+        const double numeric = (loss_of(path, plus[0], plus[1], plus[2]).item<double>() -
+                                loss_of(path, minus[0], minus[1], minus[2]).item<double>()) /
+                               (2 * eps);
+        const double analytic = grads[0][t].view(-1)[flat].item<double>();
+        EXPECT_NEAR(numeric, analytic, 1e-6 * std::max(1.0, std::abs(analytic)))
+            << AttentionPathName(path) << " input " << t << " index " << flat;
+      }
+    }
+  }
+}
+
+TEST(TaylorCoefficientsTest, RejectsPolynomialsThatCanBeNegative) {
+  EXPECT_NO_THROW(CheckTaylorCoefficients(0.5, 1.0, 0.5));
+  try {
+    CheckTaylorCoefficients(0.5, 1.0, 0.4);
+    FAIL() << "c < b^2/4a must be rejected";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("c >= b^2/(4a)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(CheckTaylorCoefficients(0.0, 0.0, 1.0), c10::Error);
+  EXPECT_THROW(TaylorShiftAttention(TaylorShiftAttentionOptions(16, 2).a(-1.0)), c10::Error);
+  EXPECT_THROW(TaylorShiftAttention(TaylorShiftAttentionOptions(16, 3)), c10::Error);
+}
+
+TEST(TaylorShiftAttentionTest, SequenceOutputDoesNotDependOnItsBatch) {
+  torch::manual_seed(5);
+  for (const bool fp64 : {false, true}) {
+    TaylorShiftAttention attention(TaylorShiftAttentionOptions(32, 4));
+    if (fp64) attention->to(torch::kFloat64);
+    {
+      torch::NoGradGuard no_grad;
+      attention->temperature.uniform_(0.5, 2.0);
+    }
+    attention->eval();
+    const auto dtype = fp64 ? torch::kFloat64 : torch::kFloat32;
+    const std::int64_t long_n = 70, short_n = 23;
+    const auto x = torch::randn({2, long_n, 32}, torch::TensorOptions().dtype(dtype));
+    const auto mask = torch::arange(long_n).unsqueeze(0).ge(
+        torch::tensor({long_n, short_n}).unsqueeze(1));
+    for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient,
+                            AttentionPath::kSoftmax}) {
+      torch::NoGradGuard no_grad;
+      const auto batched = attention->forward(x, mask, path);
+      const auto alone = attention->forward(x.index({Slice(1, 2), Slice(0, short_n)}), {}, path);
+      EXPECT_LE(RelativeError(batched.index({Slice(1, 2), Slice(0, short_n)}), alone), 1e-5)
+          << AttentionPathName(path) << (fp64 ? " fp64" : " fp32");
+      const auto first_alone = attention->forward(x.index({Slice(0, 1)}), {}, path);
+      EXPECT_LE(RelativeError(batched.index({Slice(0, 1)}), first_alone), 1e-5);
+    }
+    torch::NoGradGuard no_grad;
+    const auto direct = attention->forward(x, mask, AttentionPath::kDirect);
+    const auto efficient = attention->forward(x, mask, AttentionPath::kEfficient);
+    EXPECT_LE(RelativeError(direct.index({Slice(1, 2), Slice(0, short_n)}),
+                            efficient.index({Slice(1, 2), Slice(0, short_n)})),
+              fp64 ? 1e-12 : 1e-5);
+  }
+}
+
+TEST(TaylorShiftAttentionTest, AutoPicksDirectUpToCrossoverThenEfficient) {
+  TaylorShiftAttention attention(TaylorShiftAttentionOptions(64, 4));  // d = 16, N0 = 273
+  EXPECT_EQ(attention->crossover_tokens(), SpeedCrossoverN0(16));
+  EXPECT_EQ(attention->ResolvePath(AttentionPath::kAuto, 273), AttentionPath::kDirect);
+  EXPECT_EQ(attention->ResolvePath(AttentionPath::kAuto, 274), AttentionPath::kEfficient);
+  EXPECT_EQ(attention->ResolvePath(AttentionPath::kSoftmax, 10), AttentionPath::kSoftmax);
+  attention->set_crossover_tokens(100);
+  EXPECT_EQ(attention->ResolvePath(AttentionPath::kAuto, 101), AttentionPath::kEfficient);
+  EXPECT_EQ(attention->ResolvePath(AttentionPath::kAuto, 100), AttentionPath::kDirect);
+}
+
+TEST(TaylorShiftAttentionTest, ParameterNamesFollowTheReference) {
+  TaylorShiftAttention attention(TaylorShiftAttentionOptions(32, 4));
+  const auto params = attention->named_parameters();
+  ASSERT_TRUE(params.contains("qkv.weight"));
+  EXPECT_EQ(params["qkv.weight"].sizes(), torch::IntArrayRef({96, 32}));
+  EXPECT_EQ(params["qkv.bias"].sizes(), torch::IntArrayRef({96}));
+  EXPECT_EQ(params["temperature"].sizes(), torch::IntArrayRef({1, 4, 1, 1}));
+  EXPECT_EQ(params["proj.weight"].sizes(), torch::IntArrayRef({32, 32}));
+  TaylorShiftAttention plain(TaylorShiftAttentionOptions(32, 4).input_normalize(false).qkv_bias(false));
+  EXPECT_FALSE(plain->named_parameters().contains("temperature"));
+  EXPECT_FALSE(plain->named_parameters().contains("qkv.bias"));
+}
+
+TEST(TaylorAttentionCudaTest, CudaMatchesCpu) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device on this machine";
+  }
+  torch::manual_seed(11);
+  const auto q = torch::randn({2, 4, 600, 32}, torch::kFloat64);
+  const auto k = torch::randn({2, 4, 600, 32}, torch::kFloat64);
+  const auto v = torch::randn({2, 4, 600, 32}, torch::kFloat64);
+  const auto mask = torch::arange(600).unsqueeze(0).ge(torch::tensor({600, 333}).unsqueeze(1));
+  torch::NoGradGuard no_grad;
+  const auto [qh, kh] = NormalizeQueryKey(q, k, {});
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    for (const auto dtype : {torch::kFloat32, torch::kFloat64}) {
+      const auto cpu = RunAttentionPath(path, qh.to(dtype), kh.to(dtype), v.to(dtype), mask, {});
+      const auto gpu = RunAttentionPath(path, qh.to(torch::kCUDA, dtype), kh.to(torch::kCUDA, dtype),
+                                        v.to(torch::kCUDA, dtype), mask.to(torch::kCUDA), {});
+      EXPECT_LE(RelativeError(gpu.cpu(), cpu), dtype == torch::kFloat64 ? 1e-12 : 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ts

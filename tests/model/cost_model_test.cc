@@ -1,0 +1,103 @@
+#include "model/cost_model.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "model/calibration.h"
+
+namespace ts {
+namespace {
+
+TEST(CostModelTest, ReproducesThePapersCrossoverTable) {
+  const std::vector<std::int64_t> dims = {8, 16, 32, 64, 128};
+  const std::vector<std::int64_t> n0 = {73, 273, 1057, 4161, 16513};
+  const std::vector<std::int64_t> n1 = {47, 159, 574, 2174, 8446};
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    EXPECT_EQ(SpeedCrossoverN0(dims[i]), n0[i]) << "d=" << dims[i];
+    EXPECT_EQ(MemoryCrossoverN1(dims[i]), n1[i]) << "d=" << dims[i];
+  }
+}
+
+TEST(CostModelTest, CrossoversAreWhereTheCostsMeet) {
+  for (const std::int64_t d : {8, 16, 32, 64, 128}) {
+    const double dd = static_cast<double>(d);
+    const auto n0 = static_cast<double>(SpeedCrossoverN0(d));
+    EXPECT_LT(DirectOps(n0 - 1, dd), EfficientOps(n0 - 1, dd));
+    EXPECT_GE(DirectOps(n0, dd), EfficientOps(n0, dd));
+    const auto n1 = static_cast<double>(MemoryCrossoverN1(d));
+    EXPECT_LT(DirectMemoryEntries(n1 - 1, dd), EfficientMemoryEntries(n1 - 1, dd));
+    EXPECT_GE(DirectMemoryEntries(n1, dd), EfficientMemoryEntries(n1, dd));
+  }
+}
+
+class CalibrationFileTest : public ::testing::Test {
+ protected:
+  std::string Path(const std::string& name) {
+    return (std::filesystem::temp_directory_path() /
+            (name + "-" + std::to_string(::getpid()) + ".txt"))
+        .string();
+  }
+};
+
+TEST_F(CalibrationFileTest, RoundTripsAndLooksUpTheNearestBatch) {
+  CalibrationResult small{32, 8, 1, "cpu", 2, 900, true, {{512, 0.01, 0.02}, {1024, 0.04, 0.03}}};
+  CalibrationResult large{32, 8, 16, "cpu", 2, 700, true, {}};
+  const auto path = Path("calibration");
+  ASSERT_TRUE(SaveCalibration(path, {small, large}).ok());
+  const auto loaded = LoadCalibration(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 2u);
+  EXPECT_EQ((*loaded)[0].crossover_tokens, 900);
+  ASSERT_EQ((*loaded)[0].points.size(), 2u);
+  EXPECT_DOUBLE_EQ((*loaded)[0].points[1].efficient_seconds, 0.03);
+  EXPECT_EQ(LookupCrossover(*loaded, 32, 8, 2), 900);
+  EXPECT_EQ(LookupCrossover(*loaded, 32, 8, 12), 700);
+  EXPECT_EQ(LookupCrossover(*loaded, 16, 8, 1), std::nullopt);
+  std::remove(path.c_str());
+}
+
+TEST_F(CalibrationFileTest, MalformedFilesGiveLineNumbers) {
+  const auto path = Path("bad-calibration");
+  {
+    std::ofstream out(path);
+    out << "taylorshift-calibration 1\ncrossover head_dim=32 heads=8 batch=1 tokens=x\n";
+  }
+  auto loaded = LoadCalibration(path);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find(":2: missing or invalid non-negative integer 'tokens'"),
+            std::string::npos)
+      << loaded.status();
+  {
+    std::ofstream out(path);
+    out << "something else\n";
+  }
+  EXPECT_EQ(LoadCalibration(path).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadCalibration(path + ".missing").status().code(), absl::StatusCode::kNotFound);
+  std::remove(path.c_str());
+}
+
+TEST(CalibrationTest, MeasuresBothPathsAndReportsACrossoverInRange) {
+  CalibrationOptions options;
+  options.head_dim = 4;
+  options.heads = 1;
+  options.min_tokens = 16;
+  options.max_tokens = 2048;
+  options.repeats = 1;
+  const auto result = CalibrateCrossover(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_FALSE(result->points.empty());
+  for (const auto& p : result->points) {
+    EXPECT_GT(p.direct_seconds, 0);
+    EXPECT_GT(p.efficient_seconds, 0);
+  }
+  EXPECT_GE(result->crossover_tokens, options.min_tokens);
+  EXPECT_LE(result->crossover_tokens, options.max_tokens);
+  options.max_tokens = 1;
+  EXPECT_EQ(CalibrateCrossover(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ts
