@@ -27,7 +27,7 @@ struct TaylorShiftAttentionOptions {
   TORCH_ARG(double, proj_drop) = 0.0;
   // Tokens above which kAuto takes the efficient path; 0 = the formula N0(d).
   TORCH_ARG(std::int64_t, crossover_tokens) = 0;
-  TORCH_ARG(std::int64_t, direct_block_elements) = std::int64_t{1} << 22;
+  TORCH_ARG(std::int64_t, direct_block_elements) = std::int64_t{1} << 19;
   TORCH_ARG(std::int64_t, efficient_chunk_tokens) = 512;
 };
 

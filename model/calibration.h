@@ -24,7 +24,7 @@ struct CalibrationOptions {
   std::int64_t max_tokens = 16384;
   int repeats = 3;  // timed runs per point (after one warm-up); the median counts
   double a = 0.5, b = 1.0, c = 1.0;
-  std::int64_t direct_block_elements = std::int64_t{1} << 22;
+  std::int64_t direct_block_elements = std::int64_t{1} << 19;
   std::int64_t efficient_chunk_tokens = 512;
 };
 

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <vector>
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
 #include "model/torch_compat.h"
 
 namespace ts {
@@ -72,18 +75,51 @@ std::int64_t BlockRows(const Shape& shape, std::int64_t budget_elements) {
   return std::max<std::int64_t>(1, std::min(shape.tokens, budget_elements / per_row));
 }
 
-// Upper-triangle products x_i·x_j (i ≤ j) of the last dimension: [..., n, d] → [..., n,
-// d(d+1)/2], ordered row by row (i = 0: j = 0..d-1, i = 1: j = 1..d-1, ...).
-torch::Tensor SymmetricFeatures(const torch::Tensor& x, bool differentiable) {
+// Feature map of the efficient path: [x_i·x_j for i ≤ j (row by row) | x | 1], so that
+// ⟨φ(q), ψ(k)⟩ covers the S², S and constant terms with one GEMM per side. [..., n, d] →
+// [..., n, d(d+1)/2 + d + 1]. The coefficients (a, 2a off the diagonal, b·α², c·α⁴) are folded
+// into the key-side sums afterwards, so queries and keys share this map.
+std::int64_t FeatureCount(std::int64_t d) { return d * (d + 1) / 2 + d + 1; }
+
+template <typename T>
+void FillFeatures(const T* __restrict x, T* __restrict out, std::int64_t rows, std::int64_t d) {
+  const std::int64_t width = FeatureCount(d);
+  at::parallel_for(0, rows, 64, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const T* __restrict xr = x + r * d;
+      T* __restrict o = out + r * width;
+      for (std::int64_t i = 0; i < d; ++i) {
+        const T xi = xr[i];
+        for (std::int64_t j = i; j < d; ++j) *o++ = xi * xr[j];
+      }
+      for (std::int64_t i = 0; i < d; ++i) *o++ = xr[i];
+      *o = T(1);
+    }
+  });
+}
+
+torch::Tensor Features(const torch::Tensor& x, bool differentiable) {
   const std::int64_t d = x.size(-1);
-  const std::int64_t features = d * (d + 1) / 2;
   if (differentiable) {
     const auto idx = torch::triu_indices(d, d, 0, torch::TensorOptions().device(x.device()));
-    return x.index_select(-1, idx[0]) * x.index_select(-1, idx[1]);
+    auto sizes = x.sizes().vec();
+    sizes.back() = 1;
+    return torch::cat({x.index_select(-1, idx[0]) * x.index_select(-1, idx[1]), x,
+                       torch::ones(sizes, x.options())},
+                      -1);
   }
   auto sizes = x.sizes().vec();
-  sizes.back() = features;
+  sizes.back() = FeatureCount(d);
   auto out = torch::empty(sizes, x.options());
+  if (x.device().is_cpu()) {
+    const auto xc = x.contiguous();
+    const std::int64_t rows = xc.numel() / std::max<std::int64_t>(d, 1);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "TaylorFeatures", [&] {
+      FillFeatures<scalar_t>(xc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), rows, d);
+    });
+    return out;
+  }
+  // Other devices: d strided products, then the linear and constant parts.
   std::int64_t offset = 0;
   for (std::int64_t i = 0; i < d; ++i) {
     const std::int64_t len = d - i;
@@ -91,18 +127,83 @@ torch::Tensor SymmetricFeatures(const torch::Tensor& x, bool differentiable) {
     at::mul_out(slot, x.narrow(-1, i, 1), x.narrow(-1, i, len));
     offset += len;
   }
+  out.narrow(-1, offset, d).copy_(x);
+  out.narrow(-1, offset + d, 1).fill_(1);
   return out;
 }
 
-// Weights of the symmetric features: 1 on the diagonal (i = j), 2 off it (x_i x_j = x_j x_i).
-torch::Tensor SymmetricWeights(std::int64_t d, const torch::TensorOptions& options) {
+// Per-feature coefficients: a on the diagonal squares, 2a off it (x_i x_j = x_j x_i), b·α² on
+// the linear features and c·α⁴ on the constant one.
+torch::Tensor FeatureCoefficients(std::int64_t d, double a, double b_alpha2, double c_alpha4,
+                                  const torch::TensorOptions& options) {
   std::vector<double> values;
-  values.reserve(d * (d + 1) / 2);
+  values.reserve(FeatureCount(d));
   for (std::int64_t i = 0; i < d; ++i) {
-    for (std::int64_t j = i; j < d; ++j) values.push_back(i == j ? 1.0 : 2.0);
+    for (std::int64_t j = i; j < d; ++j) values.push_back(i == j ? a : 2 * a);
   }
+  for (std::int64_t i = 0; i < d; ++i) values.push_back(b_alpha2);
+  values.push_back(c_alpha4);
   return torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64))
       .to(options.device(), options.dtype().toScalarType());
+}
+
+// CPU inference kernels. Each task owns one head (efficient) or one block of query rows of one
+// head (direct) and runs single-threaded GEMMs inside at::parallel_for: many small multi-threaded
+// BLAS calls cost far more in thread hand-offs than they compute on a few cores, while
+// independent heads keep every core busy with cache-resident blocks.
+void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t,
+               const torch::Tensor& v_aug, const torch::Tensor& constant, torch::Tensor& y,
+               std::int64_t block_elements) {
+  const std::int64_t bh = q_aug.size(0), tokens = q_aug.size(1), d = y.size(2);
+  const std::int64_t threads = std::max(1, at::get_num_threads());
+  const std::int64_t rows =
+      std::max<std::int64_t>(1, std::min(tokens, block_elements / (threads * tokens)));
+  const std::int64_t blocks = (tokens + rows - 1) / rows;
+  at::parallel_for(0, bh * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t h = task / blocks;
+      const std::int64_t start = (task % blocks) * rows;
+      const std::int64_t n = std::min(rows, tokens - start);
+      auto scores = torch::mm(q_aug[h].narrow(0, start, n), k_aug_t[h]);
+      scores.square_();
+      const auto nom = torch::addmm(constant[h].expand({n, d + 1}), scores, v_aug[h]);
+      auto out = y[h].narrow(0, start, n);
+      at::div_out(out, nom.narrow(1, 0, d), nom.narrow(1, d, 1));
+    }
+  });
+}
+
+void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torch::Tensor& v_p,
+                  const torch::Tensor& coefficients, torch::Tensor& y, std::int64_t chunk) {
+  const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
+  const std::int64_t features = FeatureCount(d);
+  at::parallel_for(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
+    auto buffer = torch::empty({std::min(chunk, tokens), features}, q_s.options());
+    for (std::int64_t h = begin; h < end; ++h) {
+      auto kv = torch::zeros({features, d + 1}, q_s.options());
+      for (std::int64_t start = 0; start < tokens; start += chunk) {
+        const std::int64_t n = std::min(chunk, tokens - start);
+        auto psi = buffer.narrow(0, 0, n);
+        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatures", [&] {
+          FillFeatures<scalar_t>(k_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
+                                 psi.data_ptr<scalar_t>(), n, d);
+        });
+        kv.addmm_(psi.t(), v_p[h].narrow(0, start, n));
+      }
+      kv.mul_(coefficients);
+      for (std::int64_t start = 0; start < tokens; start += chunk) {
+        const std::int64_t n = std::min(chunk, tokens - start);
+        auto phi = buffer.narrow(0, 0, n);
+        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatures", [&] {
+          FillFeatures<scalar_t>(q_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
+                                 phi.data_ptr<scalar_t>(), n, d);
+        });
+        const auto nom = torch::mm(phi, kv);
+        auto out = y[h].narrow(0, start, n);
+        at::div_out(out, nom.narrow(1, 1, d), nom.narrow(1, 0, 1));
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -147,6 +248,14 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   v_aug = v_aug.reshape({bh, s.tokens, s.head_dim + 1});
   const auto constant = (v_aug.sum(1, /*keepdim=*/true) * gamma);
 
+  if (!grad && q.device().is_cpu()) {
+    auto y = torch::empty({bh, s.tokens, s.head_dim}, q.options());
+    DirectCpu(q_aug.contiguous(), k_aug_t, v_aug.contiguous(), constant, y,
+              options.direct_block_elements);
+    return OutputNormalize(y.view({s.batch, s.heads, s.tokens, s.head_dim}),
+                           TokenCounts(key_padding_mask, s, q), s, options.output_normalize,
+                           /*inplace=*/true);
+  }
   const std::int64_t rows = BlockRows(s, options.direct_block_elements);
   std::vector<torch::Tensor> blocks;
   blocks.reserve((s.tokens + rows - 1) / rows);
@@ -172,7 +281,7 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   const bool grad = NeedsGrad(q, k, v);
   const std::int64_t bh = s.batch * s.heads;
   const std::int64_t d = s.head_dim;
-  const std::int64_t features = d * (d + 1) / 2;
+  const std::int64_t features = FeatureCount(d);
   // Algorithm 1 of the paper: q, k scaled by α = d^¼ and v' = [√(d/N) | v] / N keep every
   // intermediate O(1); the common factor α⁴ of all three terms cancels in the ratio.
   const double alpha = std::pow(static_cast<double>(d), 0.25);
@@ -188,39 +297,42 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   v_p = v_p.reshape({bh, s.tokens, d + 1});
 
   const std::int64_t chunk = options.efficient_chunk_tokens;
-  // Σ_j ψ(k_j) v'_jᵀ for the three feature groups (squares, linear, constant).
-  torch::Tensor kv2 = torch::zeros({bh, features, d + 1}, q.options());
-  torch::Tensor kv1 = torch::zeros({bh, d, d + 1}, q.options());
+  const auto coefficients =
+      FeatureCoefficients(d, options.a, options.b * alpha * alpha,
+                          options.c * alpha * alpha * alpha * alpha, q.options())
+          .view({features, 1});
+  if (!grad && q.device().is_cpu()) {
+    auto y = torch::empty({bh, s.tokens, d}, q.options());
+    EfficientCpu(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, y, chunk);
+    return y.view({s.batch, s.heads, s.tokens, d});
+  }
+  // KV = Σ_j ψ(k_j) v'_jᵀ, accumulated chunk by chunk: no N×d² tensor ever exists.
+  torch::Tensor kv = torch::zeros({bh, features, d + 1}, q.options());
   for (std::int64_t start = 0; start < s.tokens; start += chunk) {
     const std::int64_t n = std::min(chunk, s.tokens - start);
-    const auto k_c = k_s.narrow(1, start, n);
+    const auto psi = Features(k_s.narrow(1, start, n), grad);
     const auto v_c = v_p.narrow(1, start, n);
-    const auto psi = SymmetricFeatures(k_c, grad);
+    kv = grad ? kv.baddbmm(psi.transpose(1, 2), v_c) : kv.baddbmm_(psi.transpose(1, 2), v_c);
+  }
+  kv = grad ? kv * coefficients : kv.mul_(coefficients);
+
+  auto y = torch::empty({bh, s.tokens, d}, q.options());
+  std::vector<torch::Tensor> outputs;
+  torch::Tensor nom;
+  for (std::int64_t start = 0; start < s.tokens; start += chunk) {
+    const std::int64_t n = std::min(chunk, s.tokens - start);
+    const auto phi = Features(q_s.narrow(1, start, n), grad);
     if (grad) {
-      kv2 = kv2.baddbmm(psi.transpose(1, 2), v_c);
-      kv1 = kv1.baddbmm(k_c.transpose(1, 2), v_c);
+      nom = torch::bmm(phi, kv);
+      outputs.push_back(nom.narrow(-1, 1, d) / nom.narrow(-1, 0, 1));
     } else {
-      kv2.baddbmm_(psi.transpose(1, 2), v_c);
-      kv1.baddbmm_(k_c.transpose(1, 2), v_c);
+      if (!nom.defined() || nom.size(1) != n) nom = torch::empty({bh, n, d + 1}, q.options());
+      at::bmm_out(nom, phi, kv);
+      auto y_c = y.narrow(1, start, n);
+      at::div_out(y_c, nom.narrow(-1, 1, d), nom.narrow(-1, 0, 1));
     }
   }
-  // Fold the Taylor coefficients (and the factor 2 of off-diagonal features) into the sums.
-  const auto weights = SymmetricWeights(d, q.options()).mul_(options.a).view({1, features, 1});
-  kv2 = grad ? kv2 * weights : kv2.mul_(weights);
-  kv1 = kv1 * (options.b * alpha * alpha);
-  const auto kv0 = v_p.sum(1, /*keepdim=*/true) * (options.c * alpha * alpha * alpha * alpha);
-
-  std::vector<torch::Tensor> outputs;
-  outputs.reserve((s.tokens + chunk - 1) / chunk);
-  for (std::int64_t start = 0; start < s.tokens; start += chunk) {
-    const std::int64_t n = std::min(chunk, s.tokens - start);
-    const auto q_c = q_s.narrow(1, start, n);
-    const auto phi = SymmetricFeatures(q_c, grad);
-    auto nom = torch::baddbmm(kv0.expand({bh, n, d + 1}), phi, kv2);
-    nom = grad ? nom.baddbmm(q_c, kv1) : nom.baddbmm_(q_c, kv1);
-    outputs.push_back(nom.narrow(-1, 1, d) / nom.narrow(-1, 0, 1));
-  }
-  auto y = outputs.size() == 1 ? outputs.front() : torch::cat(outputs, 1);
+  if (grad) y = outputs.size() == 1 ? outputs.front() : torch::cat(outputs, 1);
   return y.view({s.batch, s.heads, s.tokens, d});
 }
 

@@ -25,7 +25,7 @@ struct TaylorKernelOptions {
   // Multiply the output by sqrt(N/d) (output normalisation of the paper).
   bool output_normalize = true;
   // Direct path: at most this many score entries (B·H·rows·N) exist at once.
-  std::int64_t direct_block_elements = std::int64_t{1} << 22;
+  std::int64_t direct_block_elements = std::int64_t{1} << 19;
   // Efficient path: tokens per chunk when building the d(d+1)/2 features.
   std::int64_t efficient_chunk_tokens = 512;
 };
