@@ -1,5 +1,5 @@
-// Peak memory of a piece of work: device allocator peak on CUDA, the resident-set high-water
-// mark (VmHWM, reset through /proc/self/clear_refs) on CPU.
+// Peak tensor memory of a piece of work: the CUDA caching allocator's peak on CUDA, a counting
+// wrapper around LibTorch's CPU allocator on CPU (what tensors hold, not the malloc cache).
 #pragma once
 
 #include <cstdint>

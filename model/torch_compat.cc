@@ -5,6 +5,7 @@
 #include <limits>
 
 #include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/version.h>
 #if defined(TS_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -75,4 +76,72 @@ namespace ts::compat {
 void Synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
+}  // namespace ts::compat
+
+namespace ts::compat {
+namespace {
+
+// LibTorch 2.3 made Allocator::allocate non-const and added the pure virtual copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define TS_ALLOCATE_QUALIFIER
+#define TS_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define TS_ALLOCATE_QUALIFIER const
+#define TS_ALLOCATOR_HAS_COPY_DATA 0
+#endif
+
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
+
+  c10::DataPtr allocate(std::size_t bytes) TS_ALLOCATE_QUALIFIER override {
+    auto* context = new Context{base_->allocate(bytes), static_cast<std::int64_t>(bytes), this};
+    const auto now = current_.fetch_add(context->bytes) + context->bytes;
+    auto peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    return {context->inner.get(), context, &Release, c10::Device(c10::DeviceType::CPU)};
+  }
+#if TS_ALLOCATOR_HAS_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
+
+  CpuAllocationCounts Counts() const { return {current_.load(), peak_.load()}; }
+  void ResetPeak() { peak_.store(current_.load()); }
+
+ private:
+  struct Context {
+    c10::DataPtr inner;
+    std::int64_t bytes;
+    const CountingCpuAllocator* owner;
+  };
+  static void Release(void* raw) {
+    auto* context = static_cast<Context*>(raw);
+    context->owner->current_.fetch_sub(context->bytes);
+    delete context;
+  }
+
+  c10::Allocator* base_;
+  mutable std::atomic<std::int64_t> current_{0};
+  mutable std::atomic<std::int64_t> peak_{0};
+};
+
+CountingCpuAllocator* Counter() {
+  // Process lifetime: tensors counted by it may outlive any scope.
+  static auto* counter = [] {
+    auto* allocator = new CountingCpuAllocator(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(allocator, /*priority=*/100);
+    return allocator;
+  }();
+  return counter;
+}
+
+}  // namespace
+
+void CountCpuAllocations() { Counter(); }
+CpuAllocationCounts GetCpuAllocationCounts() { return Counter()->Counts(); }
+void ResetPeakCpuAllocations() { Counter()->ResetPeak(); }
+
 }  // namespace ts::compat

@@ -35,3 +35,15 @@ namespace ts::compat {
 // Waits for queued work on `device` (no-op on CPU), so wall-clock timings are real.
 void Synchronize(const torch::Device& device);
 }  // namespace ts::compat
+
+namespace ts::compat {
+// Bytes held by CPU tensors, counted by a wrapper around LibTorch's CPU allocator. Counting
+// starts with the first call of CountCpuAllocations() (tensors allocated earlier are not seen).
+struct CpuAllocationCounts {
+  std::int64_t current_bytes = 0;
+  std::int64_t peak_bytes = 0;
+};
+void CountCpuAllocations();
+CpuAllocationCounts GetCpuAllocationCounts();
+void ResetPeakCpuAllocations();
+}  // namespace ts::compat
