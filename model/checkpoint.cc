@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,8 +15,6 @@
 #include <iterator>
 #include <optional>
 #include <utility>
-
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -111,8 +110,7 @@ std::string ShapeText(c10::IntArrayRef sizes) {
 absl::StatusOr<std::map<std::string, c10::IValue>> StringKeyedDict(const c10::IValue& value,
                                                                    absl::string_view what) {
   if (!value.isGenericDict()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " must be a dict, got ", value.tagKind()));
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be a dict, got ", value.tagKind()));
   }
   std::map<std::string, c10::IValue> entries;
   for (const auto& entry : value.toGenericDict()) {
@@ -136,25 +134,26 @@ absl::StatusOr<c10::IValue> Require(const std::map<std::string, c10::IValue>& di
 c10::IValue EncodePayload(const TaylorShiftEncoderOptions& options,
                           const CheckpointMetadata& metadata,
                           const std::map<std::string, torch::Tensor>& state) {
-  c10::Dict<std::string, c10::IValue> architecture;
+  c10::impl::GenericDict architecture(c10::StringType::get(), c10::AnyType::get());
   for (const auto& [name, value] : EncoderOptionsToFields(options)) {
-    std::visit([&, &field = name](const auto& v) { architecture.insert(field, c10::IValue(v)); },
+    std::visit([&, &field = name](
+                   const auto& v) { architecture.insert(c10::IValue(field), c10::IValue(v)); },
                value);
   }
   c10::List<std::string> labels;
   for (const auto& label : metadata.labels) labels.push_back(label);
   c10::Dict<std::string, std::string> provenance;
   for (const auto& [key, value] : metadata.provenance) provenance.insert(key, value);
-  c10::Dict<std::string, c10::IValue> meta;
-  meta.insert("modality", metadata.modality);
-  meta.insert("labels", labels);
-  meta.insert("provenance", provenance);
+  c10::impl::GenericDict meta(c10::StringType::get(), c10::AnyType::get());
+  meta.insert(c10::IValue("modality"), c10::IValue(metadata.modality));
+  meta.insert(c10::IValue("labels"), c10::IValue(labels));
+  meta.insert(c10::IValue("provenance"), c10::IValue(provenance));
   c10::Dict<std::string, torch::Tensor> tensors;
   for (const auto& [name, tensor] : state) tensors.insert(name, tensor);
-  c10::Dict<std::string, c10::IValue> payload;
-  payload.insert("architecture", architecture);
-  payload.insert("metadata", meta);
-  payload.insert("state", tensors);
+  c10::impl::GenericDict payload(c10::StringType::get(), c10::AnyType::get());
+  payload.insert(c10::IValue("architecture"), c10::IValue(architecture));
+  payload.insert(c10::IValue("metadata"), c10::IValue(meta));
+  payload.insert(c10::IValue("state"), c10::IValue(tensors));
   return payload;
 }
 
@@ -170,8 +169,8 @@ absl::StatusOr<TaylorShiftEncoderOptions> DecodeArchitecture(const c10::IValue& 
     } else if (field.isDouble()) {
       fields.emplace_back(name, field.toDouble());
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint architecture field '", name, "' has unsupported type ", field.tagKind()));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint architecture field '", name,
+                                                     "' has unsupported type ", field.tagKind()));
     }
   }
   return EncoderOptionsFromFields(fields);
@@ -233,8 +232,8 @@ absl::Status CheckOptionsDescribeModel(const TaylorShiftEncoderOptions& options,
   const auto actual = EncoderOptionsToFields(model);
   for (std::size_t i = 0; i < given.size(); ++i) {
     static constexpr absl::string_view kShapeFields[] = {
-        "vocab_size", "embed_dim", "depth", "heads", "mlp_hidden", "max_length",
-        "num_classes", "qkv_bias", "conv_embed", "input_normalize"};
+        "vocab_size", "embed_dim",   "depth",    "heads",      "mlp_hidden",
+        "max_length", "num_classes", "qkv_bias", "conv_embed", "input_normalize"};
     bool shape_field = false;
     for (auto name : kShapeFields) shape_field |= given[i].first == name;
     if (shape_field && given[i].second != actual[i].second) {
@@ -276,13 +275,12 @@ std::string UtcTimestampNow() {
 absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& metadata,
                                         std::int64_t num_classes) {
   if (metadata.modality != "bytes" && metadata.modality != "pixels") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "modality must be 'bytes' or 'pixels', got '", metadata.modality, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("modality must be 'bytes' or 'pixels', got '", metadata.modality, "'"));
   }
   if (static_cast<std::int64_t>(metadata.labels.size()) != num_classes) {
-    return absl::InvalidArgumentError(absl::StrCat("the model has ", num_classes,
-                                                   " classes but ", metadata.labels.size(),
-                                                   " labels were given"));
+    return absl::InvalidArgumentError(absl::StrCat("the model has ", num_classes, " classes but ",
+                                                   metadata.labels.size(), " labels were given"));
   }
   return absl::OkStatus();
 }
@@ -319,8 +317,8 @@ absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
         absl::StrCat("state dict is missing ", absl::StrJoin(missing, ", ")));
   }
   if (!unexpected.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("state dict has unexpected keys ",
-                                                   absl::StrJoin(unexpected, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("state dict has unexpected keys ", absl::StrJoin(unexpected, ", ")));
   }
   std::optional<std::pair<std::string, c10::ScalarType>> dtype;
   for (const auto& [name, tensor] : state) {
@@ -394,8 +392,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::
   if (!bytes.ok()) return bytes.status();
   const std::vector<char>& file = *bytes;
   if (file.size() < kMagic.size() || !std::equal(kMagic.begin(), kMagic.end(), file.begin())) {
-    return absl::DataLossError(
-        absl::StrCat(path, " is not a TaylorShift checkpoint (bad magic)"));
+    return absl::DataLossError(absl::StrCat(path, " is not a TaylorShift checkpoint (bad magic)"));
   }
   if (file.size() < kHeaderBytes) {
     return absl::DataLossError(absl::StrCat(path, " is truncated: ", file.size(),
@@ -404,30 +401,28 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::
   }
   const auto version = static_cast<std::uint32_t>(ReadLittleEndian(file.data() + 8, 4));
   if (version != kCheckpointFormatVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " has checkpoint format version ",
-                                                   version, "; this build reads version ",
+    return absl::InvalidArgumentError(absl::StrCat(path, " has checkpoint format version ", version,
+                                                   "; this build reads version ",
                                                    kCheckpointFormatVersion));
   }
   const std::uint64_t payload_bytes = ReadLittleEndian(file.data() + 12, 8);
   const std::uint64_t available = file.size() - kHeaderBytes;
   if (available < kTrailerBytes || payload_bytes > available - kTrailerBytes) {
-    return absl::DataLossError(absl::StrCat(
-        path, " is truncated: header promises ", payload_bytes, " payload bytes + 4 CRC bytes, ",
-        available, " bytes follow the header"));
+    return absl::DataLossError(absl::StrCat(path, " is truncated: header promises ", payload_bytes,
+                                            " payload bytes + 4 CRC bytes, ", available,
+                                            " bytes follow the header"));
   }
   if (payload_bytes != available - kTrailerBytes) {
-    return absl::DataLossError(absl::StrCat(path, " has ",
-                                            available - kTrailerBytes - payload_bytes,
-                                            " unexpected trailing bytes"));
+    return absl::DataLossError(absl::StrCat(
+        path, " has ", available - kTrailerBytes - payload_bytes, " unexpected trailing bytes"));
   }
   const char* payload = file.data() + kHeaderBytes;
-  const auto stored_crc =
-      static_cast<std::uint32_t>(ReadLittleEndian(payload + payload_bytes, 4));
+  const auto stored_crc = static_cast<std::uint32_t>(ReadLittleEndian(payload + payload_bytes, 4));
   const std::uint32_t actual_crc = Crc32(payload, payload_bytes);
   if (stored_crc != actual_crc) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s is corrupted: CRC-32 of the payload is %08x, the file says %08x", path, actual_crc,
-        stored_crc));
+    return absl::DataLossError(
+        absl::StrFormat("%s is corrupted: CRC-32 of the payload is %08x, the file says %08x", path,
+                        actual_crc, stored_crc));
   }
 
   auto root_value = CatchTorch(absl::StrCat("unpickling ", path), [&] {

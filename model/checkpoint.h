@@ -14,12 +14,12 @@
 // missing/mismatched tensors all come back as a Status that names the problem.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -1,8 +1,8 @@
 #include "model/encoder.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -77,15 +77,24 @@ struct FieldSpec {
 };
 
 constexpr FieldSpec kFieldSpecs[] = {
-    {"vocab_size", FieldKind::kInt, true},         {"embed_dim", FieldKind::kInt, true},
-    {"depth", FieldKind::kInt, true},              {"heads", FieldKind::kInt, true},
-    {"mlp_hidden", FieldKind::kInt, true},         {"max_length", FieldKind::kInt, true},
-    {"num_classes", FieldKind::kInt, true},        {"qkv_bias", FieldKind::kBool, true},
-    {"conv_embed", FieldKind::kBool, true},        {"a", FieldKind::kDouble, true},
-    {"b", FieldKind::kDouble, true},               {"c", FieldKind::kDouble, true},
-    {"input_normalize", FieldKind::kBool, true},   {"output_normalize", FieldKind::kBool, true},
-    {"drop_rate", FieldKind::kDouble, false},      {"attn_drop", FieldKind::kDouble, false},
-    {"drop_path", FieldKind::kDouble, false},      {"crossover_tokens", FieldKind::kInt, false},
+    {"vocab_size", FieldKind::kInt, true},
+    {"embed_dim", FieldKind::kInt, true},
+    {"depth", FieldKind::kInt, true},
+    {"heads", FieldKind::kInt, true},
+    {"mlp_hidden", FieldKind::kInt, true},
+    {"max_length", FieldKind::kInt, true},
+    {"num_classes", FieldKind::kInt, true},
+    {"qkv_bias", FieldKind::kBool, true},
+    {"conv_embed", FieldKind::kBool, true},
+    {"a", FieldKind::kDouble, true},
+    {"b", FieldKind::kDouble, true},
+    {"c", FieldKind::kDouble, true},
+    {"input_normalize", FieldKind::kBool, true},
+    {"output_normalize", FieldKind::kBool, true},
+    {"drop_rate", FieldKind::kDouble, false},
+    {"attn_drop", FieldKind::kDouble, false},
+    {"drop_path", FieldKind::kDouble, false},
+    {"crossover_tokens", FieldKind::kInt, false},
 };
 
 const FieldSpec* FindFieldSpec(std::string_view name) {
@@ -102,8 +111,7 @@ absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options) {
     if (value > 0) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(name, " must be positive, got ", value));
   };
-  for (const auto& [name, value] :
-       std::initializer_list<std::pair<const char*, std::int64_t>>{
+  for (const auto& [name, value] : std::initializer_list<std::pair<const char*, std::int64_t>>{
            {"vocab_size", options.vocab_size()},
            {"embed_dim", options.embed_dim()},
            {"depth", options.depth()},
@@ -113,9 +121,8 @@ absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options) {
     if (auto status = positive(name, value); !status.ok()) return status;
   }
   if (options.mlp_hidden() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mlp_hidden must be positive (or 0 for 4·embed_dim), got ",
-                     options.mlp_hidden()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mlp_hidden must be positive (or 0 for 4·embed_dim), got ", options.mlp_hidden()));
   }
   if (options.embed_dim() % 2 != 0) {
     return absl::InvalidArgumentError(
@@ -123,25 +130,23 @@ absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options) {
   }
   if (options.embed_dim() % options.heads() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("embed_dim ", options.embed_dim(),
-                                                   " is not divisible by heads ",
-                                                   options.heads()));
+                                                   " is not divisible by heads ", options.heads()));
   }
   if (options.conv_embed() && options.embed_dim() % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "conv_embed needs embed_dim divisible by 4, got ", options.embed_dim()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("conv_embed needs embed_dim divisible by 4, got ", options.embed_dim()));
   }
   if (!(options.a() > 0.0) || !(options.c() >= options.b() * options.b() / (4.0 * options.a()))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Taylor coefficients need a > 0 and c >= b^2/(4a), got a=", options.a(),
-        " b=", options.b(), " c=", options.c()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Taylor coefficients need a > 0 and c >= b^2/(4a), got a=", options.a(),
+                     " b=", options.b(), " c=", options.c()));
   }
-  for (const auto& [name, value] : std::initializer_list<std::pair<const char*, double>>{
-           {"drop_rate", options.drop_rate()},
-           {"attn_drop", options.attn_drop()},
-           {"drop_path", options.drop_path()}}) {
+  for (const auto& [name, value] :
+       std::initializer_list<std::pair<const char*, double>>{{"drop_rate", options.drop_rate()},
+                                                             {"attn_drop", options.attn_drop()},
+                                                             {"drop_path", options.drop_path()}}) {
     if (!(value >= 0.0 && value < 1.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be in [0, 1), got ", value));
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be in [0, 1), got ", value));
     }
   }
   if (options.crossover_tokens() < 0) {
@@ -230,9 +235,8 @@ absl::StatusOr<TaylorShiftEncoderOptions> EncoderOptionsFromFields(
       .drop_path(get_double("drop_path", 0.0))
       .crossover_tokens(get_int("crossover_tokens", 0));
   if (options.mlp_hidden() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("architecture field 'mlp_hidden' must be positive, got ",
-                     options.mlp_hidden()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "architecture field 'mlp_hidden' must be positive, got ", options.mlp_hidden()));
   }
   if (auto status = ValidateEncoderOptions(options); !status.ok()) return status;
   return options;
@@ -248,7 +252,9 @@ std::string DescribeEncoderOptions(const TaylorShiftEncoderOptions& options) {
 
 absl::StatusOr<TaylorShiftEncoderOptions> ParseEncoderOptions(std::string_view description) {
   EncoderOptionFields fields;
-  for (absl::string_view part : absl::StrSplit(absl::string_view(description.data(), description.size()), ' ', absl::SkipWhitespace())) {
+  for (absl::string_view part :
+       absl::StrSplit(absl::string_view(description.data(), description.size()), ' ',
+                      absl::SkipWhitespace())) {
     const auto eq = part.find('=');
     if (eq == absl::string_view::npos) {
       return absl::InvalidArgumentError(
@@ -294,8 +300,9 @@ torch::Tensor SinusoidalPositions(std::int64_t max_length, std::int64_t embed_di
   auto pe = torch::zeros({max_length, embed_dim}, f32);
   const auto pos = torch::arange(0, max_length, f32).unsqueeze(1);
   // Same operation order as the reference: arange(0, C, 2) * (-ln(10000) / C), then exp.
-  const auto div = torch::exp(torch::arange(0, embed_dim, 2, f32) *
-                              (-torch::log(torch::tensor(10000.0f)) / static_cast<float>(embed_dim)));
+  const auto div =
+      torch::exp(torch::arange(0, embed_dim, 2, f32) *
+                 (-torch::log(torch::tensor(10000.0f)) / static_cast<float>(embed_dim)));
   const auto angles = pos * div;
   using torch::indexing::None;
   using torch::indexing::Slice;
@@ -311,9 +318,7 @@ TaylorShiftMlpImpl::TaylorShiftMlpImpl(std::int64_t dim, std::int64_t hidden) {
   fc2 = register_module("fc2", torch::nn::Linear(hidden, dim));
 }
 
-torch::Tensor TaylorShiftMlpImpl::forward(const torch::Tensor& x) {
-  return fc2(F::gelu(fc1(x)));
-}
+torch::Tensor TaylorShiftMlpImpl::forward(const torch::Tensor& x) { return fc2(F::gelu(fc1(x))); }
 
 TaylorShiftBlockImpl::TaylorShiftBlockImpl(const TaylorShiftAttentionOptions& attention,
                                            std::int64_t mlp_hidden, double drop_path)
@@ -354,17 +359,14 @@ torch::Tensor TextConvEmbedImpl::forward(const torch::Tensor& tokens, const torc
   const std::int64_t out_dim = convs_.back()->options.out_channels();
   if (length == 0) return torch::zeros({batch, 0, out_dim}, convs_.back()->weight.options());
   const auto invalid = valid.logical_not();
-  const auto flat = tokens.reshape({-1});
-  // Conv over one-hot input = sum over taps k of W[:, token[t + k - 1], k] (zero outside [0, len)).
+  // Conv over one-hot input = sum over taps k of W[:, token[t + k - 1], k] (zero outside [0, len)):
+  // one gather of all three taps from W laid out as [V, 3, C1].
   const auto& w0 = convs_[0]->weight;  // [C1, V, 3]
-  std::vector<torch::Tensor> taps;
-  for (int k = 0; k < 3; ++k) {
-    taps.push_back(w0.select(2, k)
-                       .t()
-                       .index_select(0, flat)
-                       .view({batch, length, -1})
-                       .masked_fill(invalid.unsqueeze(-1), 0));
-  }
+  const auto table = w0.permute({1, 2, 0}).reshape({w0.size(1), -1});
+  const auto gathered = torch::embedding(table, tokens)
+                            .masked_fill(invalid.unsqueeze(-1), 0)
+                            .view({batch, length, 3, w0.size(0)});
+  const std::vector<torch::Tensor> taps = gathered.unbind(2);
   auto x = taps[1];
   if (length > 1) {
     x = x + torch::constant_pad_nd(taps[0].narrow(1, 0, length - 1), {0, 0, 1, 0}) +
@@ -394,8 +396,7 @@ TaylorShiftEncoderImpl::TaylorShiftEncoderImpl(const TaylorShiftEncoderOptions& 
 void TaylorShiftEncoderImpl::reset() {
   const std::int64_t dim = options_.embed_dim();
   if (options_.conv_embed()) {
-    patch_embed_conv =
-        register_module("patch_embed", TextConvEmbed(options_.vocab_size(), dim));
+    patch_embed_conv = register_module("patch_embed", TextConvEmbed(options_.vocab_size(), dim));
   } else {
     patch_embed = register_module("patch_embed", torch::nn::Linear(options_.vocab_size(), dim));
   }
@@ -404,10 +405,9 @@ void TaylorShiftEncoderImpl::reset() {
   pos_drop_ = register_module("pos_drop", torch::nn::Dropout(options_.drop_rate()));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < options_.depth(); ++i) {
-    const double drop_path =
-        options_.depth() > 1
-            ? options_.drop_path() * static_cast<double>(i) / static_cast<double>(options_.depth() - 1)
-            : 0.0;
+    const double drop_path = options_.depth() > 1 ? options_.drop_path() * static_cast<double>(i) /
+                                                        static_cast<double>(options_.depth() - 1)
+                                                  : 0.0;
     const auto attention = TaylorShiftAttentionOptions(dim, options_.heads())
                                .qkv_bias(options_.qkv_bias())
                                .input_normalize(options_.input_normalize())
@@ -451,19 +451,16 @@ torch::Tensor TaylorShiftEncoderImpl::Embed(const torch::Tensor& tokens,
                                             const torch::Tensor& valid) {
   if (options_.conv_embed()) return patch_embed_conv(tokens, valid);
   // Linear on one-hot tokens = the token's column of the weight, plus the bias.
-  const auto& weight = patch_embed->weight;  // [C, V]
-  return weight.t()
-             .index_select(0, tokens.reshape({-1}))
-             .view({tokens.size(0), tokens.size(1), weight.size(0)}) +
-         patch_embed->bias;
+  // The [V, C] copy is small next to the batch and makes the gather contiguous.
+  return torch::embedding(patch_embed->weight.t().contiguous(), tokens) + patch_embed->bias;
 }
 
 torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
                                               const torch::Tensor& lengths, AttentionPath path) {
   TORCH_CHECK_VALUE(tokens.dim() == 2, "tokens must be [batch, length], got ", tokens.sizes());
-  TORCH_CHECK_TYPE(!tokens.is_floating_point() && !tokens.is_complex() &&
-                       tokens.scalar_type() != torch::kBool,
-                   "tokens must be integer ids, got ", tokens.scalar_type());
+  TORCH_CHECK_TYPE(
+      !tokens.is_floating_point() && !tokens.is_complex() && tokens.scalar_type() != torch::kBool,
+      "tokens must be integer ids, got ", tokens.scalar_type());
   const std::int64_t batch = tokens.size(0);
   const std::int64_t length = tokens.size(1);
   TORCH_CHECK_VALUE(length <= options_.max_length(), "sequence of ", length,
@@ -473,14 +470,13 @@ torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
   if (ids.numel() > 0) {
     const std::int64_t lowest = ids.min().item<std::int64_t>();
     const std::int64_t highest = ids.max().item<std::int64_t>();
-    TORCH_CHECK_VALUE(lowest >= 0 && highest < options_.vocab_size(),
-                      "token ids must be in [0, ", options_.vocab_size(), "), got ",
-                      lowest < 0 ? lowest : highest);
+    TORCH_CHECK_VALUE(lowest >= 0 && highest < options_.vocab_size(), "token ids must be in [0, ",
+                      options_.vocab_size(), "), got ", lowest < 0 ? lowest : highest);
   }
   torch::Tensor lens;
   if (lengths.defined()) {
-    TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == batch,
-                      "lengths must be [batch] = [", batch, "], got ", lengths.sizes());
+    TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == batch, "lengths must be [batch] = [",
+                      batch, "], got ", lengths.sizes());
     lens = lengths.to(device, torch::kLong);
     if (batch > 0) {
       const std::int64_t shortest = lens.min().item<std::int64_t>();
@@ -501,8 +497,8 @@ torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
   // Padded keys are excluded; without padding the mask is left out (nothing to exclude).
   torch::Tensor key_padding_mask;
   if (batch > 0 && lens.min().item<std::int64_t>() < length) {
-    key_padding_mask = torch::cat(
-        {torch::zeros({batch, 1}, valid.options()), valid.logical_not()}, 1);
+    key_padding_mask =
+        torch::cat({torch::zeros({batch, 1}, valid.options()), valid.logical_not()}, 1);
   }
   const AttentionPath resolved = ResolvePath(path, length + 1);
   for (auto& block : block_list_) x = block(x, key_padding_mask, resolved);

@@ -11,14 +11,14 @@
 // mutation; concurrent `forward` calls in eval mode under NoGradGuard are safe.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -172,11 +172,11 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   // Options with mlp_hidden resolved.
   const TaylorShiftEncoderOptions& options() const { return options_; }
 
-  torch::nn::Linear patch_embed{nullptr};         // linear embedding (conv_embed == false)
-  TextConvEmbed patch_embed_conv{nullptr};        // conv embedding (conv_embed == true)
-  torch::Tensor cls_token;                        // [1, 1, C]
-  torch::Tensor pe;                               // [1, max_length, C] buffer
-  torch::nn::ModuleList blocks{nullptr};          // TaylorShiftBlock × depth
+  torch::nn::Linear patch_embed{nullptr};   // linear embedding (conv_embed == false)
+  TextConvEmbed patch_embed_conv{nullptr};  // conv embedding (conv_embed == true)
+  torch::Tensor cls_token;                  // [1, 1, C]
+  torch::Tensor pe;                         // [1, max_length, C] buffer
+  torch::nn::ModuleList blocks{nullptr};    // TaylorShiftBlock × depth
   torch::nn::LayerNorm norm{nullptr};
   torch::nn::Linear head{nullptr};
 

@@ -1,11 +1,11 @@
 #include "model/reference_import.h"
 
+#include <torch/csrc/jit/serialization/pickle.h>
+
 #include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <utility>
-
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -43,9 +43,8 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadStateDict(const std::st
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
 
-  auto loaded = CatchTorch(absl::StrCat("cannot unpickle ", path), [&] {
-    return torch::pickle_load(bytes);
-  });
+  auto loaded =
+      CatchTorch(absl::StrCat("cannot unpickle ", path), [&] { return torch::pickle_load(bytes); });
   if (!loaded.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         loaded.status().message(),
@@ -53,10 +52,9 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadStateDict(const std::st
         "cannot read the OrderedDict that torch.save(model.state_dict()) writes)"));
   }
   if (!loaded->isGenericDict()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " holds a ", loaded->tagKind(),
-                     ", expected a dict of tensors written by "
-                     "torch.save(dict(model.state_dict()), path)"));
+    return absl::InvalidArgumentError(absl::StrCat(path, " holds a ", loaded->tagKind(),
+                                                   ", expected a dict of tensors written by "
+                                                   "torch.save(dict(model.state_dict()), path)"));
   }
   std::map<std::string, torch::Tensor> state;
   for (const auto& entry : loaded->toGenericDict()) {
@@ -147,9 +145,9 @@ absl::StatusOr<TaylorShiftEncoderOptions> InferReferenceArchitecture(
       .b(options.b)
       .c(options.c);
   if (auto status = ValidateEncoderOptions(inferred); !status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reference state dict describes an invalid model (", DescribeEncoderOptions(inferred),
-        "): ", status.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reference state dict describes an invalid model (",
+                     DescribeEncoderOptions(inferred), "): ", status.message()));
   }
   return inferred;
 }

@@ -9,12 +9,12 @@
 // ReferenceImportOptions. Never throws; every problem is a Status naming the key.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "model/checkpoint.h"
@@ -43,8 +43,8 @@ struct ReferenceImportOptions {
 // ready for SaveCheckpoint.
 using ImportedModel = LoadedCheckpoint;
 
-absl::StatusOr<ImportedModel> ImportReferenceStateDict(
-    const std::string& path, const ReferenceImportOptions& options = {});
+absl::StatusOr<ImportedModel> ImportReferenceStateDict(const std::string& path,
+                                                       const ReferenceImportOptions& options = {});
 
 // Same, from tensors already in memory (name → tensor).
 absl::StatusOr<ImportedModel> ImportReferenceState(

@@ -1,0 +1,284 @@
+#include "model/checkpoint.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "tests/testing/encoder_testing.h"
+
+namespace ts {
+namespace {
+
+TaylorShiftEncoderOptions SmallOptions() {
+  return TaylorShiftEncoderOptions(16, 2, 4, 24, 3).mlp_hidden(32);
+}
+
+CheckpointMetadata SmallMetadata() {
+  CheckpointMetadata metadata;
+  metadata.modality = "bytes";
+  metadata.labels = {"negative", "neutral", "positive"};
+  metadata.provenance = {{"created_by", "checkpoint_test"}, {"source", "unit test"}};
+  return metadata;
+}
+
+std::vector<char> ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void WriteAll(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* entry = ::readdir(d)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    ::closedir(d);
+  }
+  return names;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeScratchDir();
+    path_ = dir_ + "/model.ckpt";
+  }
+
+  // Saves a randomized model and returns it.
+  TaylorShiftEncoder SaveSmall(const TaylorShiftEncoderOptions& options) {
+    TaylorShiftEncoder model(options);
+    testing::RandomizeParameters(model, 17);
+    const auto status = SaveCheckpoint(path_, options, SmallMetadata(), model);
+    EXPECT_TRUE(status.ok()) << status;
+    return model;
+  }
+
+  std::string dir_;
+  std::string path_;
+};
+
+void ExpectSameState(TaylorShiftEncoder& saved, TaylorShiftEncoder& loaded) {
+  const auto expected = StateDict(saved);
+  const auto actual = StateDict(loaded);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (const auto& [name, tensor] : expected) {
+    ASSERT_EQ(actual.count(name), 1u) << name;
+    EXPECT_EQ(actual.at(name).scalar_type(), tensor.scalar_type()) << name;
+    EXPECT_TRUE(torch::equal(actual.at(name), tensor)) << name;
+  }
+}
+
+TEST_F(CheckpointTest, RoundTripIsBitExact) {
+  auto saved = SaveSmall(SmallOptions().crossover_tokens(40).a(0.75));
+  auto loaded = LoadCheckpoint(path_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectSameState(saved, loaded->model);
+  EXPECT_EQ(DescribeEncoderOptions(loaded->options),
+            DescribeEncoderOptions(SmallOptions().crossover_tokens(40).a(0.75)));
+  EXPECT_EQ(loaded->model->crossover_tokens(), 40);
+  EXPECT_FALSE(loaded->model->is_training());
+  EXPECT_EQ(loaded->metadata.format_version, 1);
+  EXPECT_EQ(loaded->metadata.modality, "bytes");
+  EXPECT_EQ(loaded->metadata.labels, SmallMetadata().labels);
+  EXPECT_EQ(loaded->metadata.provenance.at("created_by"), "checkpoint_test");
+  EXPECT_EQ(loaded->metadata.provenance.at("source"), "unit test");
+  // created_at is filled in as UTC ISO-8601.
+  const std::string created_at = loaded->metadata.provenance.at("created_at");
+  ASSERT_EQ(created_at.size(), 20u);
+  EXPECT_EQ(created_at[10], 'T');
+  EXPECT_EQ(created_at.back(), 'Z');
+
+  saved->eval();
+  torch::NoGradGuard no_grad;
+  const auto tokens = torch::randint(0, 256, {2, 10}, torch::kLong);
+  EXPECT_TRUE(torch::equal(saved->forward(tokens), loaded->model->forward(tokens)));
+}
+
+TEST_F(CheckpointTest, RoundTripKeepsDoubleAndConvEmbed) {
+  const auto options = SmallOptions().conv_embed(true).qkv_bias(false).input_normalize(false);
+  TaylorShiftEncoder model(options);
+  testing::RandomizeParameters(model, 23);
+  model->to(torch::kDouble);
+  ASSERT_TRUE(SaveCheckpoint(path_, options, SmallMetadata(), model).ok());
+  auto loaded = LoadCheckpoint(path_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->model->cls_token.scalar_type(), torch::kDouble);
+  EXPECT_TRUE(loaded->options.conv_embed());
+  EXPECT_FALSE(loaded->options.input_normalize());
+  ExpectSameState(model, loaded->model);
+}
+
+TEST_F(CheckpointTest, TruncatedFilesAreDataLossNotCrashes) {
+  SaveSmall(SmallOptions());
+  const auto bytes = ReadAll(path_);
+  ASSERT_GT(bytes.size(), 100u);
+  const std::string cut_path = dir_ + "/cut.ckpt";
+  for (const std::size_t cut : {std::size_t{0}, std::size_t{5}, std::size_t{8}, std::size_t{12},
+                                std::size_t{19}, std::size_t{20}, std::size_t{64}, bytes.size() / 2,
+                                bytes.size() - 5, bytes.size() - 4, bytes.size() - 1}) {
+    WriteAll(cut_path, std::vector<char>(bytes.begin(), bytes.begin() + cut));
+    const auto loaded = LoadCheckpoint(cut_path);
+    ASSERT_FALSE(loaded.ok()) << "cut at " << cut;
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << loaded.status();
+    if (cut >= 8) {
+      EXPECT_NE(loaded.status().message().find("truncated"), std::string::npos) << loaded.status();
+    }
+  }
+  // Trailing garbage is also refused.
+  auto longer = bytes;
+  longer.push_back('x');
+  WriteAll(cut_path, longer);
+  EXPECT_EQ(LoadCheckpoint(cut_path).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointTest, FlippedPayloadByteFailsTheCrc) {
+  SaveSmall(SmallOptions());
+  auto bytes = ReadAll(path_);
+  for (const std::size_t offset : {std::size_t{20}, bytes.size() / 2, bytes.size() - 5}) {
+    auto corrupted = bytes;
+    corrupted[offset] ^= 0x10;
+    WriteAll(path_, corrupted);
+    const auto loaded = LoadCheckpoint(path_);
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(loaded.status().message().find("CRC"), std::string::npos) << loaded.status();
+  }
+}
+
+TEST_F(CheckpointTest, WrongMagicAndVersionAreRefused) {
+  SaveSmall(SmallOptions());
+  auto bytes = ReadAll(path_);
+  auto bad_magic = bytes;
+  bad_magic[0] = 'X';
+  WriteAll(path_, bad_magic);
+  auto loaded = LoadCheckpoint(path_);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(loaded.status().message().find("bad magic"), std::string::npos);
+
+  auto bad_version = bytes;
+  bad_version[8] = 7;
+  WriteAll(path_, bad_version);
+  loaded = LoadCheckpoint(path_);
+  EXPECT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("version 7"), std::string::npos) << loaded.status();
+
+  EXPECT_EQ(LoadCheckpoint(dir_ + "/absent.ckpt").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointTest, LabelCountMustMatchClasses) {
+  TaylorShiftEncoder model(SmallOptions());
+  auto metadata = SmallMetadata();
+  metadata.labels.pop_back();
+  const auto status = SaveCheckpoint(path_, SmallOptions(), metadata, model);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("3 classes but 2 labels"), std::string::npos) << status;
+  metadata = SmallMetadata();
+  metadata.modality = "audio";
+  EXPECT_FALSE(SaveCheckpoint(path_, SmallOptions(), metadata, model).ok());
+  EXPECT_TRUE(ListDir(dir_).empty());
+}
+
+TEST_F(CheckpointTest, OptionsMustDescribeTheModel) {
+  TaylorShiftEncoder model(SmallOptions());
+  const auto status = SaveCheckpoint(path_, SmallOptions().depth(3), SmallMetadata(), model);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("depth"), std::string::npos) << status;
+}
+
+TEST_F(CheckpointTest, AtomicWriteLeavesOnlyTheCheckpoint) {
+  SaveSmall(SmallOptions());
+  SaveSmall(SmallOptions().crossover_tokens(5));  // overwrite in place
+  EXPECT_EQ(ListDir(dir_), std::vector<std::string>{"model.ckpt"});
+  auto loaded = LoadCheckpoint(path_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->options.crossover_tokens(), 5);
+  // An unwritable destination is an error, not a crash, and leaves nothing behind.
+  TaylorShiftEncoder model(SmallOptions());
+  EXPECT_FALSE(
+      SaveCheckpoint(dir_ + "/missing/dir/model.ckpt", SmallOptions(), SmallMetadata(), model)
+          .ok());
+}
+
+// Rewrites the checkpoint with `edit` applied to its state dict (valid header and CRC), so the
+// content checks behind the integrity checks are exercised.
+void RewriteState(const std::string& path,
+                  const std::function<void(c10::impl::GenericDict&)>& edit) {
+  auto bytes = ReadAll(path);
+  const std::vector<char> payload(bytes.begin() + 20, bytes.end() - 4);
+  auto root = torch::pickle_load(payload).toGenericDict();
+  auto state = root.at(c10::IValue("state")).toGenericDict();
+  edit(state);
+  root.insert_or_assign(c10::IValue("state"), c10::IValue(state));
+  const auto rewritten = torch::pickle_save(c10::IValue(root));
+  std::vector<char> file(bytes.begin(), bytes.begin() + 12);
+  for (int i = 0; i < 8; ++i)
+    file.push_back(static_cast<char>((rewritten.size() >> (8 * i)) & 0xff));
+  file.insert(file.end(), rewritten.begin(), rewritten.end());
+  const std::uint32_t crc = Crc32(rewritten.data(), rewritten.size());
+  for (int i = 0; i < 4; ++i) file.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  WriteAll(path, file);
+}
+
+TEST_F(CheckpointTest, MissingOrMisshapenTensorsNameTheKey) {
+  SaveSmall(SmallOptions());
+  const auto original = ReadAll(path_);
+
+  RewriteState(path_, [](c10::impl::GenericDict& state) {
+    ASSERT_EQ(state.erase(c10::IValue("blocks.1.mlp.fc1.weight")), 1u);
+  });
+  auto loaded = LoadCheckpoint(path_);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("blocks.1.mlp.fc1.weight [32, 16]"), std::string::npos)
+      << loaded.status();
+
+  WriteAll(path_, original);
+  RewriteState(path_, [](c10::impl::GenericDict& state) {
+    state.insert_or_assign(c10::IValue("head.weight"), c10::IValue(torch::zeros({4, 16})));
+  });
+  loaded = LoadCheckpoint(path_);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("head.weight has shape [4, 16], expected [3, 16]"),
+            std::string::npos)
+      << loaded.status();
+
+  WriteAll(path_, original);
+  RewriteState(path_, [](c10::impl::GenericDict& state) {
+    state.insert_or_assign(c10::IValue("norm.bias"),
+                           c10::IValue(torch::zeros({16}, torch::kDouble)));
+  });
+  loaded = LoadCheckpoint(path_);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("norm.bias has dtype Double"), std::string::npos)
+      << loaded.status();
+
+  WriteAll(path_, original);
+  RewriteState(path_, [](c10::impl::GenericDict& state) {
+    state.insert(c10::IValue("blocks.0.ls1.gamma"), c10::IValue(torch::zeros({16})));
+  });
+  loaded = LoadCheckpoint(path_);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("unexpected keys blocks.0.ls1.gamma"), std::string::npos)
+      << loaded.status();
+}
+
+TEST(Crc32Test, MatchesTheStandardCheckValue) {
+  const std::string text = "123456789";
+  EXPECT_EQ(Crc32(text.data(), text.size()), 0xCBF43926u);
+  EXPECT_EQ(Crc32(nullptr, 0), 0u);
+}
+
+}  // namespace
+}  // namespace ts

@@ -1,0 +1,183 @@
+// Runs the real `tsmodel` binary (path from TS_TSMODEL_BINARY) against the PyTorch fixture.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/testing/encoder_testing.h"
+
+namespace ts {
+namespace {
+
+struct ToolRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The numbers of the JSON array that follows "key": in `line`.
+std::vector<double> JsonArray(const std::string& line, const std::string& key) {
+  std::vector<double> values;
+  const auto start = line.find("\"" + key + "\":[");
+  if (start == std::string::npos) return values;
+  std::istringstream in(line.substr(start + key.size() + 4));
+  double value;
+  char separator = ',';
+  while (separator == ',' && in >> value) {
+    values.push_back(value);
+    in >> separator;
+  }
+  return values;
+}
+
+class TsmodelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeScratchDir();
+    checkpoint_ = dir_ + "/tiny.ckpt";
+  }
+
+  ToolRun Tsmodel(const std::string& arguments) {
+    const std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
+    const std::string command =
+        std::string(TS_TSMODEL_BINARY) + " " + arguments + " >" + out + " 2>" + err;
+    const int status = std::system(command.c_str());
+    ToolRun run;
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run.out = ReadText(out);
+    run.err = ReadText(err);
+    return run;
+  }
+
+  void Import() {
+    const ToolRun run =
+        Tsmodel("import-reference " + testing::SourcePath("tests/fixtures/reference_tiny.pt") +
+                " --out " + checkpoint_ + " --labels neg,neu,pos --threads 1");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+  }
+
+  std::string dir_;
+  std::string checkpoint_;
+};
+
+TEST_F(TsmodelTest, ImportThenInfo) {
+  Import();
+  const ToolRun run = Tsmodel("info " + checkpoint_);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const char* expected :
+       {"embed_dim=32 depth=2 heads=4 mlp_hidden=64", "modality: bytes", "labels: neg,neu,pos",
+        "layer 1: heads=4 d=8 N0=73 N1=47", "crossover_tokens: 73 (formula N0)",
+        "provenance.created_by: tsmodel import-reference"}) {
+    EXPECT_NE(run.out.find(expected), std::string::npos) << expected << " in\n" << run.out;
+  }
+}
+
+TEST_F(TsmodelTest, PredictPrintsOneJsonLinePerFileInInputOrder) {
+  Import();
+  // The long file first, so sorting by length for batching must not reorder the output.
+  const std::string long_file = dir_ + "/long \"quoted\".txt";
+  const std::string short_file = dir_ + "/short.txt";
+  WriteText(long_file, "Linear attention, \xff" + std::string(1, '\0') +
+                           "\x80 and back: O(N d^3) vs O(N^2 d)");
+  WriteText(short_file, "TaylorShift");
+  const std::string oversized = dir_ + "/oversized.bin";
+  WriteText(oversized, std::string(100, 'z'));
+  const ToolRun run =
+      Tsmodel("predict --checkpoint " + checkpoint_ + " --batch-size 2 --path direct '" +
+              long_file + "' " + short_file + " " + oversized);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto lines = Lines(run.out);
+  ASSERT_EQ(lines.size(), 3u) << run.out;
+  EXPECT_NE(lines[0].find(R"(long \"quoted\".txt")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("short.txt"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find(R"("tokens":64,"truncated":true)"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[1].find(R"("tokens":11,"truncated":false)"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find(R"("path":"direct")"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find(R"("label":"neg")"), std::string::npos) << lines[1];
+
+  // PyTorch's logits for these inputs (tests/fixtures/reference_tiny_logits.txt).
+  const std::vector<std::vector<double>> expected = {
+      {0.86190204062706877, -1.1819365285923862, 0.20493422210991707},
+      {0.97810009328205627, -0.63480907249062679, 0.57213076889539805}};
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto logits = JsonArray(lines[i], "logits");
+    const auto probabilities = JsonArray(lines[i], "probabilities");
+    ASSERT_EQ(logits.size(), 3u) << lines[i];
+    ASSERT_EQ(probabilities.size(), 3u) << lines[i];
+    double sum = 0;
+    for (double p : probabilities) sum += p;
+    EXPECT_NEAR(sum, 1.0, 1e-12) << lines[i];
+    if (i < expected.size()) {
+      for (std::size_t k = 0; k < 3; ++k) EXPECT_NEAR(logits[k], expected[i][k], 1e-4);
+    }
+  }
+}
+
+TEST_F(TsmodelTest, CalibrateThenUseTheCalibration) {
+  Import();
+  const std::string calibration = dir_ + "/calibration.txt";
+  ToolRun run =
+      Tsmodel("calibrate " + checkpoint_ + " --out " + calibration + " --repeats 1 --threads 1");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("crossover_tokens="), std::string::npos) << run.out;
+  run = Tsmodel("info " + checkpoint_ + " --calibration " + calibration);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("(calibrated)"), std::string::npos) << run.out;
+}
+
+TEST_F(TsmodelTest, ErrorsExitOneAndUsageErrorsExitTwo) {
+  ToolRun run = Tsmodel("predict --checkpoint " + dir_ + "/absent.ckpt " + dir_ + "/x.txt");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("absent.ckpt does not exist"), std::string::npos) << run.err;
+
+  WriteText(dir_ + "/broken.ckpt", "TSCKPT");
+  run = Tsmodel("info " + dir_ + "/broken.ckpt");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("broken.ckpt"), std::string::npos) << run.err;
+
+  run = Tsmodel("import-reference " +
+                testing::SourcePath("tests/fixtures/reference_tiny_ordereddict.pt") + " --out " +
+                dir_ + "/x.ckpt");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("OrderedDict"), std::string::npos) << run.err;
+
+  Import();
+  run = Tsmodel("predict --checkpoint " + checkpoint_ + " " + dir_ + "/missing.txt");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("missing.txt"), std::string::npos) << run.err;
+
+  EXPECT_EQ(Tsmodel("predict " + dir_ + "/x.txt").exit_code, 2);
+  EXPECT_EQ(Tsmodel("predict --checkpoint " + checkpoint_ + " --path fastest x").exit_code, 2);
+  EXPECT_EQ(Tsmodel("predict --checkpoint " + checkpoint_ + " --threads 0 x").exit_code, 2);
+  EXPECT_EQ(Tsmodel("info " + checkpoint_ + " --colour blue").exit_code, 2);
+  EXPECT_EQ(Tsmodel("transmogrify").exit_code, 2);
+  EXPECT_EQ(Tsmodel("").exit_code, 2);
+  run = Tsmodel("--help");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_NE(run.out.find("import-reference"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ts
