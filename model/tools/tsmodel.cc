@@ -12,6 +12,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,7 +54,7 @@ commands:
       Measure direct vs efficient attention for this model's heads on this machine and write
       the crossover to FILE (the --calibration input of predict/info and the server).
 
-every command: --threads N (intra-op threads), --help
+every command: --threads N (intra-op threads; default: every core), --help
 )";
 
 // A usage error (exit 2) as opposed to a failure while doing the work (exit 1).
@@ -121,7 +122,9 @@ std::string StringFlag(const Args& args, const std::string& name, const std::str
 absl::Status ApplyThreads(const Args& args) {
   auto threads = IntFlag(args, "threads", 0, 1);
   if (!threads.ok()) return threads.status();
-  if (*threads > 0) compat::SetThreads(static_cast<int>(*threads));
+  // LibTorch would start with one intra-op thread here; default to every core instead.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  compat::SetThreads(*threads > 0 ? static_cast<int>(*threads) : cores);
   return absl::OkStatus();
 }
 
