@@ -6,13 +6,12 @@
 //                   [--max_tokens=N] [--efficient_chunk_tokens=N] [--direct_block_elements=N]
 //                   [benchmark flags, e.g. --benchmark_out=FILE --benchmark_out_format=json]
 #include <benchmark/benchmark.h>
+#include <torch/torch.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "bench/peak_memory.h"
 #include "model/cost_model.h"
@@ -70,8 +69,8 @@ void BM_Sgemm(benchmark::State& state, std::int64_t n, const torch::Device& devi
     compat::Synchronize(device);
     benchmark::DoNotOptimize(c.data_ptr());
   }
-  state.counters["FLOP/s"] = benchmark::Counter(2.0 * n * n * n,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 Flags ParseFlags(int* argc, char** argv) {
@@ -119,16 +118,15 @@ void RegisterAll(const Flags& flags) {
   for (const std::int64_t d : {16, 32, 64}) {
     for (const auto path : paths) {
       for (std::int64_t n = 256; n <= flags.max_tokens; n *= 2) {
-        const bool reference = path == AttentionPath::kDirectReference ||
-                               path == AttentionPath::kEfficientReference;
+        const bool reference =
+            path == AttentionPath::kDirectReference || path == AttentionPath::kEfficientReference;
         if (reference && n > flags.max_reference_tokens) continue;
         const std::string name = "BM_Attention_" + std::string(AttentionPathName(path)) +
                                  "/N:" + std::to_string(n) + "/d:" + std::to_string(d) +
                                  "/H:" + std::to_string(kHeads);
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [=](benchmark::State& s) {
-                                       BM_Attention(s, path, n, d, kHeads, device, flags.kernel);
-                                     })
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [=](benchmark::State& s) { BM_Attention(s, path, n, d, kHeads, device, flags.kernel); })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime()
             ->MinTime(0.2);

@@ -2,10 +2,10 @@
 // wrapper around LibTorch's CPU allocator on CPU (what tensors hold, not the malloc cache).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <functional>
-
-#include <torch/torch.h>
 
 namespace ts::bench {
 

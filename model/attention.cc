@@ -8,10 +8,9 @@ namespace ts {
 
 TaylorShiftAttentionImpl::TaylorShiftAttentionImpl(const TaylorShiftAttentionOptions& options)
     : options_(options) {
-  TORCH_CHECK_VALUE(options_.dim() > 0 && options_.heads() > 0 &&
-                        options_.dim() % options_.heads() == 0,
-                    "attention: heads (", options_.heads(), ") must divide dim (", options_.dim(),
-                    ")");
+  TORCH_CHECK_VALUE(
+      options_.dim() > 0 && options_.heads() > 0 && options_.dim() % options_.heads() == 0,
+      "attention: heads (", options_.heads(), ") must divide dim (", options_.dim(), ")");
   CheckTaylorCoefficients(options_.a(), options_.b(), options_.c());
   TORCH_CHECK_VALUE(options_.crossover_tokens() >= 0, "attention: crossover_tokens must be >= 0");
   reset();
@@ -19,8 +18,9 @@ TaylorShiftAttentionImpl::TaylorShiftAttentionImpl(const TaylorShiftAttentionOpt
 
 void TaylorShiftAttentionImpl::reset() {
   qkv = register_module(
-      "qkv", torch::nn::Linear(torch::nn::LinearOptions(options_.dim(), 3 * options_.dim())
-                                   .bias(options_.qkv_bias())));
+      "qkv",
+      torch::nn::Linear(
+          torch::nn::LinearOptions(options_.dim(), 3 * options_.dim()).bias(options_.qkv_bias())));
   proj = register_module("proj", torch::nn::Linear(options_.dim(), options_.dim()));
   if (options_.input_normalize()) {
     temperature = register_parameter("temperature", torch::ones({1, options_.heads(), 1, 1}));
@@ -47,8 +47,7 @@ std::int64_t TaylorShiftAttentionImpl::crossover_tokens() const {
                                          : SpeedCrossoverN0(head_dim());
 }
 
-AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path,
-                                                    std::int64_t tokens) const {
+AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path, std::int64_t tokens) const {
   if (path != AttentionPath::kAuto) return path;
   return tokens > crossover_tokens() ? AttentionPath::kEfficient : AttentionPath::kDirect;
 }

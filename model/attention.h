@@ -3,9 +3,9 @@
 // reference implementation: qkv.{weight,bias}, temperature [1,H,1,1], proj.{weight,bias}.
 #pragma once
 
-#include <cstdint>
-
 #include <torch/torch.h>
+
+#include <cstdint>
 
 #include "model/attention_path.h"
 #include "model/taylor_attention.h"

@@ -1,5 +1,7 @@
 #include "model/calibration.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,8 +9,6 @@
 #include <functional>
 #include <map>
 #include <sstream>
-
-#include <torch/torch.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -70,10 +70,10 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
     const auto v = make();
     CalibrationPoint point;
     point.tokens = tokens;
-    point.direct_seconds = MedianSeconds([&] { TaylorDirect(q, k, v, {}, kernel); }, device,
-                                         options.repeats);
-    point.efficient_seconds = MedianSeconds([&] { TaylorEfficient(q, k, v, {}, kernel); },
-                                            device, options.repeats);
+    point.direct_seconds =
+        MedianSeconds([&] { TaylorDirect(q, k, v, {}, kernel); }, device, options.repeats);
+    point.efficient_seconds =
+        MedianSeconds([&] { TaylorEfficient(q, k, v, {}, kernel); }, device, options.repeats);
     result.points.push_back(point);
     consecutive_wins = point.efficient_seconds < point.direct_seconds ? consecutive_wins + 1 : 0;
     if (consecutive_wins >= 2) break;
@@ -100,9 +100,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       const double r_lo = std::log(lo.direct_seconds / lo.efficient_seconds);  // ≤ 0
       const double r_hi = std::log(hi.direct_seconds / hi.efficient_seconds);  // > 0
       const double t = r_hi - r_lo > 0 ? -r_lo / (r_hi - r_lo) : 0.5;
-      const double log_n = std::log(static_cast<double>(lo.tokens)) +
-                           t * (std::log(static_cast<double>(hi.tokens)) -
-                                std::log(static_cast<double>(lo.tokens)));
+      const double log_n =
+          std::log(static_cast<double>(lo.tokens)) +
+          t * (std::log(static_cast<double>(hi.tokens)) - std::log(static_cast<double>(lo.tokens)));
       result.crossover_tokens = static_cast<std::int64_t>(std::llround(std::exp(log_n)));
     }
   }
@@ -115,8 +115,8 @@ absl::StatusOr<std::map<std::string, std::string>> ParseFields(
   for (std::size_t i = 1; i < words.size(); ++i) {
     const auto eq = words[i].find('=');
     if (eq == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": expected key=value, got '",
-                                                     words[i], "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": expected key=value, got '", words[i], "'"));
     }
     fields[std::string(words[i].substr(0, eq))] = std::string(words[i].substr(eq + 1));
   }
@@ -128,11 +128,11 @@ absl::StatusOr<std::map<std::string, std::string>> ParseFields(
 absl::StatusOr<CalibrationResult> CalibrateCrossover(const CalibrationOptions& options) {
   if (options.head_dim <= 0 || options.heads <= 0 || options.batch <= 0 ||
       options.min_tokens <= 0 || options.max_tokens < options.min_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibration: need head_dim, heads, batch, min_tokens > 0 and max_tokens >= "
-        "min_tokens; got head_dim=",
-        options.head_dim, " heads=", options.heads, " batch=", options.batch,
-        " min_tokens=", options.min_tokens, " max_tokens=", options.max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration: need head_dim, heads, batch, min_tokens > 0 and max_tokens >= "
+                     "min_tokens; got head_dim=",
+                     options.head_dim, " heads=", options.heads, " batch=", options.batch,
+                     " min_tokens=", options.min_tokens, " max_tokens=", options.max_tokens));
   }
   try {
     return Calibrate(options);
@@ -150,8 +150,8 @@ absl::Status SaveCalibration(const std::string& path,
     out << kHeader << "\n";
     out.precision(9);
     for (const auto& r : results) {
-      const std::string key = absl::StrCat("head_dim=", r.head_dim, " heads=", r.heads,
-                                           " batch=", r.batch);
+      const std::string key =
+          absl::StrCat("head_dim=", r.head_dim, " heads=", r.heads, " batch=", r.batch);
       out << "crossover " << key << " tokens=" << r.crossover_tokens
           << " crossed=" << (r.crossed ? 1 : 0) << " device=" << r.device
           << " threads=" << r.threads << "\n";

@@ -1,10 +1,10 @@
 #include "model/taylor_attention.h"
 
-#include <cmath>
-#include <vector>
-
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+
+#include <cmath>
+#include <vector>
 
 #include "model/torch_compat.h"
 
@@ -22,8 +22,8 @@ Shape CheckInputs(const torch::Tensor& q, const torch::Tensor& k, const torch::T
                   const torch::Tensor& key_padding_mask) {
   TORCH_CHECK(q.dim() == 4, "attention: q must be [B, H, N, d], got ", q.sizes());
   TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
-              "attention: q, k, v must have the same shape, got ", q.sizes(), ", ", k.sizes(),
-              ", ", v.sizes());
+              "attention: q, k, v must have the same shape, got ", q.sizes(), ", ", k.sizes(), ", ",
+              v.sizes());
   TORCH_CHECK(q.is_floating_point(), "attention: q, k, v must be floating point");
   const Shape shape{q.size(0), q.size(1), q.size(2), q.size(3)};
   if (key_padding_mask.defined()) {
@@ -62,6 +62,21 @@ torch::Tensor OutputNormalize(torch::Tensor y, const torch::Tensor& counts, cons
   if (!output_normalize) return y;
   const auto factor = (counts / static_cast<double>(shape.head_dim)).sqrt();
   return inplace ? y.mul_(factor) : y * factor;
+}
+
+// v' = [√(d/N) | v] / N of Algorithm 1 (constant column 1 without output normalisation), with
+// zero rows for padded keys. [B, H, N, d+1].
+torch::Tensor ScaledValues(const torch::Tensor& v, const torch::Tensor& counts,
+                           const torch::Tensor& key_padding_mask, const Shape& s,
+                           bool output_normalize) {
+  const auto constant_column = output_normalize
+                                   ? (static_cast<double>(s.head_dim) / counts)
+                                         .sqrt()
+                                         .expand({s.batch, s.heads, s.tokens, 1})
+                                   : torch::ones({s.batch, s.heads, s.tokens, 1}, v.options());
+  auto v_p = torch::cat({constant_column, v}, -1) / counts;
+  if (const auto keep = KeyKeep(key_padding_mask, v); keep.defined()) v_p = v_p * keep;
+  return v_p;
 }
 
 bool NeedsGrad(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -151,9 +166,8 @@ torch::Tensor FeatureCoefficients(std::int64_t d, double a, double b_alpha2, dou
 // head (direct) and runs single-threaded GEMMs inside at::parallel_for: many small multi-threaded
 // BLAS calls cost far more in thread hand-offs than they compute on a few cores, while
 // independent heads keep every core busy with cache-resident blocks.
-void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t,
-               const torch::Tensor& v_aug, const torch::Tensor& constant, torch::Tensor& y,
-               std::int64_t block_elements) {
+void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t, const torch::Tensor& v_aug,
+               const torch::Tensor& constant, torch::Tensor& y, std::int64_t block_elements) {
   const std::int64_t bh = q_aug.size(0), tokens = q_aug.size(1), d = y.size(2);
   const std::int64_t threads = std::max(1, at::get_num_threads());
   const std::int64_t rows =
@@ -288,12 +302,7 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   const auto counts = TokenCounts(key_padding_mask, s, q);
   const auto q_s = (q * alpha).reshape({bh, s.tokens, d});
   const auto k_s = (k * alpha).reshape({bh, s.tokens, d});
-  const auto constant_column =
-      options.output_normalize
-          ? (static_cast<double>(d) / counts).sqrt().expand({s.batch, s.heads, s.tokens, 1})
-          : torch::ones({s.batch, s.heads, s.tokens, 1}, q.options());
-  auto v_p = torch::cat({constant_column, v}, -1) / counts;
-  if (const auto keep = KeyKeep(key_padding_mask, v); keep.defined()) v_p = v_p * keep;
+  auto v_p = ScaledValues(v, counts, key_padding_mask, s, options.output_normalize);
   v_p = v_p.reshape({bh, s.tokens, d + 1});
 
   const std::int64_t chunk = options.efficient_chunk_tokens;
@@ -364,21 +373,17 @@ torch::Tensor TaylorEfficientReference(const torch::Tensor& q, const torch::Tens
   const std::int64_t d = s.head_dim;
   const double alpha = std::pow(static_cast<double>(d), 0.25);
   const auto counts = TokenCounts(key_padding_mask, s, q);
-  const auto constant_column =
-      options.output_normalize
-          ? (static_cast<double>(d) / counts).sqrt().expand({s.batch, s.heads, s.tokens, 1})
-          : torch::ones({s.batch, s.heads, s.tokens, 1}, q.options());
-  auto v_p = torch::cat({constant_column, v}, -1) / counts;
-  if (const auto keep = KeyKeep(key_padding_mask, v); keep.defined()) v_p = v_p * keep;
+  auto v_p = ScaledValues(v, counts, key_padding_mask, s, options.output_normalize);
   const auto q_s = q * alpha;
   const auto k_s = k * alpha;
   const auto box = [&](const torch::Tensor& x) {
     return (x.unsqueeze(-1) * x.unsqueeze(-2)).reshape({s.batch, s.heads, s.tokens, d * d});
   };
   const auto kv_mod = torch::matmul(box(k_s).transpose(-1, -2), v_p);
-  const auto y = options.a * torch::matmul(box(q_s), kv_mod) +
-                 (alpha * alpha * options.b) * torch::matmul(q_s, torch::matmul(k_s.transpose(-1, -2), v_p)) +
-                 (std::pow(alpha, 4) * options.c) * v_p.sum(-2, /*keepdim=*/true);
+  const auto y =
+      options.a * torch::matmul(box(q_s), kv_mod) +
+      (alpha * alpha * options.b) * torch::matmul(q_s, torch::matmul(k_s.transpose(-1, -2), v_p)) +
+      (std::pow(alpha, 4) * options.c) * v_p.sum(-2, /*keepdim=*/true);
   return y.narrow(-1, 1, d) / y.narrow(-1, 0, 1);
 }
 

@@ -9,9 +9,9 @@
 // (efficient) alive. Errors are thrown as c10::Error (callers at the model boundary convert).
 #pragma once
 
-#include <cstdint>
-
 #include <torch/torch.h>
+
+#include <cstdint>
 
 #include "model/attention_path.h"
 

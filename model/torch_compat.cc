@@ -1,12 +1,12 @@
 #include "model/torch_compat.h"
 
-#include <algorithm>
-#include <atomic>
-#include <limits>
-
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/version.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
 #if defined(TS_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif

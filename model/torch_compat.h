@@ -2,10 +2,10 @@
 // LibTorch 2.x (CUDA builds). Everything else uses the stable API.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
-
-#include <torch/torch.h>
 
 namespace ts::compat {
 

@@ -1,8 +1,8 @@
 #include "model/torch_status.h"
 
-#include <string>
-
 #include <c10/util/Exception.h>
+
+#include <string>
 
 #include "absl/strings/str_cat.h"
 

@@ -2,11 +2,11 @@
 // formula of DESIGN.md (each sequence alone, no mask logic), gradients, and the module.
 #include "model/attention.h"
 
-#include <cmath>
-#include <tuple>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <cmath>
+#include <tuple>
 
 #include "model/cost_model.h"
 #include "model/taylor_attention.h"
@@ -38,7 +38,6 @@ double RelativeError(const torch::Tensor& actual, const torch::Tensor& expected)
   return (actual.to(torch::kFloat64) - e).abs().max().item<double>() / std::max(scale, 1e-300);
 }
 
-
 class TaylorPathsTest : public ::testing::TestWithParam<std::tuple<int, int, bool, bool>> {};
 
 TEST_P(TaylorPathsTest, AllPathsMatchFloat64Formula) {
@@ -56,14 +55,13 @@ TEST_P(TaylorPathsTest, AllPathsMatchFloat64Formula) {
   const auto tau = torch::rand({heads}, opts) * 2.5 + 0.5;
   torch::Tensor mask;
   if (padded) {
-    mask = torch::arange(total).unsqueeze(0).ge(
-        torch::tensor(lengths, torch::kInt64).unsqueeze(1));
+    mask = torch::arange(total).unsqueeze(0).ge(torch::tensor(lengths, torch::kInt64).unsqueeze(1));
   }
   const auto [q_hat, k_hat] =
       NormalizeQueryKey(q.to(dtype), k.to(dtype), tau.view({1, heads, 1, 1}).to(dtype));
   TaylorKernelOptions options;
-  options.efficient_chunk_tokens = 128;      // several chunks at N = 300 and 2000
-  options.direct_block_elements = 1 << 16;   // several query blocks at N = 300 and 2000
+  options.efficient_chunk_tokens = 128;     // several chunks at N = 300 and 2000
+  options.direct_block_elements = 1 << 16;  // several query blocks at N = 300 and 2000
   const double tolerance = fp64 ? 1e-12 : 1e-5;
   for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient,
                           AttentionPath::kDirectReference, AttentionPath::kEfficientReference}) {
@@ -102,11 +100,13 @@ TEST(TaylorEfficientTest, LongSequenceFp32StaysFiniteAndAccurate) {
   ASSERT_TRUE(torch::isfinite(y).all().item<bool>());
   // Exact float64 rows for a sample of queries (all N keys): O(rows·N), no N×N matrix.
   const auto rows = torch::randint(0, n, {32}, torch::kInt64);
-  const auto q_hat = q[0][0].index_select(0, rows) / q[0][0].index_select(0, rows).norm(2, -1, true) * 2.0;
+  const auto q_hat =
+      q[0][0].index_select(0, rows) / q[0][0].index_select(0, rows).norm(2, -1, true) * 2.0;
   const auto k_hat = k[0][0] / k[0][0].norm(2, -1, true);
   const auto s = torch::matmul(q_hat, k_hat.t());
   const auto attn = 0.5 * s * s + s + 1.0;
-  const auto expected = torch::matmul(attn / attn.sum(-1, true), v[0][0]) * std::sqrt(double(n) / d);
+  const auto expected =
+      torch::matmul(attn / attn.sum(-1, true), v[0][0]) * std::sqrt(double(n) / d);
   EXPECT_LE(RelativeError(y[0][0].index_select(0, rows), expected), 1e-4);
 }
 
@@ -129,8 +129,8 @@ TEST(TaylorGradientTest, DirectAndEfficientGradientsAgreeAndMatchFiniteDifferenc
     return (RunAttentionPath(path, qh, kh, v, mask, options) * weight).sum();
   };
   std::vector<std::vector<torch::Tensor>> grads;
-  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient,
-                          AttentionPath::kDirectReference}) {
+  for (const auto path :
+       {AttentionPath::kDirect, AttentionPath::kEfficient, AttentionPath::kDirectReference}) {
     auto q = q0.clone().requires_grad_(true);
     auto k = k0.clone().requires_grad_(true);
     auto v = v0.clone().requires_grad_(true);
@@ -190,10 +190,10 @@ TEST(TaylorShiftAttentionTest, SequenceOutputDoesNotDependOnItsBatch) {
     const auto dtype = fp64 ? torch::kFloat64 : torch::kFloat32;
     const std::int64_t long_n = 70, short_n = 23;
     const auto x = torch::randn({2, long_n, 32}, torch::TensorOptions().dtype(dtype));
-    const auto mask = torch::arange(long_n).unsqueeze(0).ge(
-        torch::tensor({long_n, short_n}).unsqueeze(1));
-    for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient,
-                            AttentionPath::kSoftmax}) {
+    const auto mask =
+        torch::arange(long_n).unsqueeze(0).ge(torch::tensor({long_n, short_n}).unsqueeze(1));
+    for (const auto path :
+         {AttentionPath::kDirect, AttentionPath::kEfficient, AttentionPath::kSoftmax}) {
       torch::NoGradGuard no_grad;
       const auto batched = attention->forward(x, mask, path);
       const auto alone = attention->forward(x.index({Slice(1, 2), Slice(0, short_n)}), {}, path);
@@ -230,7 +230,8 @@ TEST(TaylorShiftAttentionTest, ParameterNamesFollowTheReference) {
   EXPECT_EQ(params["qkv.bias"].sizes(), torch::IntArrayRef({96}));
   EXPECT_EQ(params["temperature"].sizes(), torch::IntArrayRef({1, 4, 1, 1}));
   EXPECT_EQ(params["proj.weight"].sizes(), torch::IntArrayRef({32, 32}));
-  TaylorShiftAttention plain(TaylorShiftAttentionOptions(32, 4).input_normalize(false).qkv_bias(false));
+  TaylorShiftAttention plain(
+      TaylorShiftAttentionOptions(32, 4).input_normalize(false).qkv_bias(false));
   EXPECT_FALSE(plain->named_parameters().contains("temperature"));
   EXPECT_FALSE(plain->named_parameters().contains("qkv.bias"));
 }
@@ -249,8 +250,9 @@ TEST(TaylorAttentionCudaTest, CudaMatchesCpu) {
   for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
     for (const auto dtype : {torch::kFloat32, torch::kFloat64}) {
       const auto cpu = RunAttentionPath(path, qh.to(dtype), kh.to(dtype), v.to(dtype), mask, {});
-      const auto gpu = RunAttentionPath(path, qh.to(torch::kCUDA, dtype), kh.to(torch::kCUDA, dtype),
-                                        v.to(torch::kCUDA, dtype), mask.to(torch::kCUDA), {});
+      const auto gpu =
+          RunAttentionPath(path, qh.to(torch::kCUDA, dtype), kh.to(torch::kCUDA, dtype),
+                           v.to(torch::kCUDA, dtype), mask.to(torch::kCUDA), {});
       EXPECT_LE(RelativeError(gpu.cpu(), cpu), dtype == torch::kFloat64 ? 1e-12 : 1e-5);
     }
   }

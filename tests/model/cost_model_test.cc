@@ -1,10 +1,10 @@
 #include "model/cost_model.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "model/calibration.h"
 
