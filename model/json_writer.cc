@@ -103,6 +103,11 @@ std::string JsonQuote(std::string_view value) {
 std::string JsonNumber(double value) {
   if (!std::isfinite(value)) return "null";
   char buffer[32];
+  // Whole numbers print as integers ("600", not "6e+02") while they are exact in a double.
+  if (value == std::floor(value) && std::fabs(value) < 9007199254740992.0) {
+    std::snprintf(buffer, sizeof(buffer), "%.0f", value);
+    return buffer;
+  }
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
     if (std::strtod(buffer, nullptr) == value) break;

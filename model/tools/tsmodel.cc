@@ -48,6 +48,10 @@ commands:
           [--device cpu|cuda[:N]] [--calibration FILE] FILE...
       Classify each file (its bytes are the tokens; longer files keep their head). Prints one
       JSON object per file, in input order.
+  init --out CKPT --labels a,b,... [--embed-dim C] [--depth L] [--heads H] [--mlp-ratio R]
+       [--max-length N] [--modality bytes|pixels] [--seed S]
+      Write an UNTRAINED checkpoint (seeded random weights; provenance says so): for smoke
+      tests and as the starting point of training. Its predictions are meaningless.
   info CKPT [--calibration FILE]
       Architecture, parameter count, metadata, per-layer cost-model crossovers.
   calibrate CKPT --out FILE [--batch B] [--device cpu|cuda[:N]] [--max-tokens N] [--repeats R]
@@ -193,6 +197,42 @@ absl::Status ImportReference(const Args& args) {
   std::cout << "wrote " << out << ": " << DescribeEncoderOptions(imported->options) << " ("
             << imported->model->CountParameters() << " parameters, labels "
             << absl::StrJoin(imported->metadata.labels, ",") << ")\n";
+  return absl::OkStatus();
+}
+
+absl::Status Init(const Args& args) {
+  if (!args.positional.empty()) throw UsageError{"init takes no positional arguments"};
+  const std::string out = StringFlag(args, "out", "");
+  if (out.empty()) throw UsageError{"init needs --out CKPT"};
+  const auto labels_flag = args.flags.find("labels");
+  if (labels_flag == args.flags.end()) throw UsageError{"init needs --labels a,b,..."};
+  std::vector<std::string> labels = absl::StrSplit(labels_flag->second, ',');
+  const auto get = [&](const char* name, std::int64_t fallback) {
+    auto value = IntFlag(args, name, fallback, 1);
+    if (!value.ok()) throw UsageError{std::string(value.status().message())};
+    return *value;
+  };
+  const std::int64_t embed_dim = get("embed-dim", 64);
+  const std::int64_t mlp_ratio = get("mlp-ratio", 2);
+  const std::int64_t seed = get("seed", 1);
+  TaylorShiftEncoderOptions options(embed_dim, get("depth", 2), get("heads", 8),
+                                    get("max-length", 2048),
+                                    static_cast<std::int64_t>(labels.size()));
+  options.mlp_hidden(embed_dim * mlp_ratio);
+  if (auto valid = ValidateEncoderOptions(options); !valid.ok()) {
+    throw UsageError{std::string(valid.message())};
+  }
+  CheckpointMetadata metadata;
+  metadata.format_version = kCheckpointFormatVersion;
+  metadata.modality = StringFlag(args, "modality", "bytes");
+  metadata.labels = labels;
+  metadata.provenance["created_by"] = "tsmodel init";
+  metadata.provenance["source"] = absl::StrCat("untrained: random initialisation, seed ", seed);
+  torch::manual_seed(static_cast<std::uint64_t>(seed));
+  TaylorShiftEncoder model(options);
+  if (auto status = SaveCheckpoint(out, options, metadata, model); !status.ok()) return status;
+  std::cout << "wrote " << out << ": " << DescribeEncoderOptions(options) << " (untrained, "
+            << model->CountParameters() << " parameters)\n";
   return absl::OkStatus();
 }
 
@@ -396,6 +436,10 @@ int Main(int argc, char** argv) {
       {"predict",
        Predict,
        {"checkpoint", "path", "threads", "batch-size", "device", "calibration"}},
+      {"init",
+       Init,
+       {"out", "labels", "embed-dim", "depth", "heads", "mlp-ratio", "max-length", "modality",
+        "seed", "threads"}},
       {"info", Info, {"threads", "calibration"}},
       {"calibrate", Calibrate, {"out", "threads", "batch", "device", "max-tokens", "repeats"}},
   };

@@ -69,6 +69,8 @@ TEST(JsonWriterTest, NumbersRoundTripWithShortestText) {
   EXPECT_EQ(JsonNumber(0.1), "0.1");
   EXPECT_EQ(JsonNumber(1e-300), "1e-300");
   EXPECT_EQ(JsonNumber(-3.0), "-3");
+  EXPECT_EQ(JsonNumber(600.0), "600");
+  EXPECT_EQ(JsonNumber(1e15), "1000000000000000");
   for (const double value :
        {1.0 / 3.0, 0.9781001210212708, std::nextafter(1.0, 2.0), std::numeric_limits<double>::max(),
         std::numeric_limits<double>::denorm_min(), -2.5e-8}) {

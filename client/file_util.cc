@@ -1,0 +1,58 @@
+#include "client/file_util.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace ts::client {
+namespace {
+
+absl::Status ErrnoStatus(int error, const std::string& what) {
+  const std::string message = absl::StrCat(what, ": ", std::strerror(error));
+  switch (error) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    case EISDIR:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::UnknownError(message);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
+  struct Closer {
+    void operator()(std::FILE* file) const { std::fclose(file); }
+  };
+  errno = 0;
+  std::unique_ptr<std::FILE, Closer> file(std::fopen(path.c_str(), "rb"));
+  if (file == nullptr) return ErrnoStatus(errno, absl::StrCat("cannot open ", path));
+  std::string bytes;
+  char chunk[1 << 16];
+  while (true) {
+    const std::size_t n = std::fread(chunk, 1, sizeof(chunk), file.get());
+    bytes.append(chunk, n);
+    if (n < sizeof(chunk)) break;
+  }
+  // A directory opens fine and fails on the first read (EISDIR).
+  if (std::ferror(file.get())) return ErrnoStatus(errno, absl::StrCat("cannot read ", path));
+  return bytes;
+}
+
+absl::StatusOr<std::string> ReadStreamBytes(std::istream& in, const std::string& name) {
+  std::ostringstream buffer;
+  if (in.peek() != std::char_traits<char>::eof()) buffer << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error while reading ", name));
+  return std::move(buffer).str();
+}
+
+}  // namespace ts::client

@@ -1,0 +1,163 @@
+#include "client/result_format.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/json_number.h"
+#include "client/proto_names.h"
+#include "model/json_writer.h"
+
+namespace ts::client {
+namespace {
+
+using taylorshift::v1::ClassifyResponse;
+using taylorshift::v1::ModelInfo;
+
+// The probability of the response's label, or -1 when the list does not carry it (a
+// top_k list always starts with it, but do not rely on that).
+double LabelProbability(const ClassifyResponse& response) {
+  for (const auto& entry : response.probabilities()) {
+    if (entry.label() == response.label()) return entry.probability();
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string ModelJson(const ModelInfo& model) {
+  JsonWriter json;
+  json.BeginObject();
+  json.Key("name").String(model.name());
+  json.Key("version").String(model.version());
+  json.Key("modality").String(model.modality());
+  json.Key("labels").BeginArray();
+  for (const std::string& label : model.labels()) json.String(label);
+  json.EndArray();
+  json.Key("max_length").Int(model.max_length());
+  json.Key("embed_dim").Int(model.embed_dim());
+  json.Key("depth").Int(model.depth());
+  json.Key("heads").Int(model.heads());
+  json.Key("head_dim").Int(model.head_dim());
+  json.Key("crossover_tokens").Int(model.crossover_tokens());
+  json.Key("crossover_source").String(model.crossover_source());
+  json.Key("over_length_policy").String(model.over_length_policy());
+  json.Key("device").String(model.device());
+  json.EndObject();
+  return json.str();
+}
+
+std::string ModelTable(const taylorshift::v1::ListModelsResponse& models) {
+  std::vector<std::vector<std::string>> rows = {{"NAME", "VERSION", "MODALITY", "CLASSES",
+                                                 "MAX_LEN", "DIM", "DEPTH", "HEADS", "D",
+                                                 "CROSSOVER", "POLICY", "DEVICE"}};
+  for (const ModelInfo& model : models.models()) {
+    rows.push_back({model.name(), model.version(), model.modality(),
+                    absl::StrCat(model.labels_size()), absl::StrCat(model.max_length()),
+                    absl::StrCat(model.embed_dim()), absl::StrCat(model.depth()),
+                    absl::StrCat(model.heads()), absl::StrCat(model.head_dim()),
+                    absl::StrCat(model.crossover_tokens(), " (", model.crossover_source(), ")"),
+                    model.over_length_policy(), model.device()});
+  }
+  std::vector<std::size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (std::size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      absl::StrAppend(&line, row[i]);
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+    }
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+std::string ModelDetails(const ModelInfo& model) {
+  std::string out;
+  const auto line = [&](absl::string_view key, const std::string& value) {
+    absl::StrAppend(&out, key, ": ", value, "\n");
+  };
+  line("name", model.name());
+  line("version", model.version());
+  line("modality", model.modality());
+  line("labels", absl::StrJoin(model.labels(), ", "));
+  line("max_length", absl::StrCat(model.max_length()));
+  line("embed_dim", absl::StrCat(model.embed_dim()));
+  line("depth", absl::StrCat(model.depth()));
+  line("heads", absl::StrCat(model.heads()));
+  line("head_dim", absl::StrCat(model.head_dim()));
+  line("crossover_tokens", absl::StrCat(model.crossover_tokens()));
+  line("crossover_source", model.crossover_source());
+  line("over_length_policy", model.over_length_policy());
+  line("device", model.device());
+  return out;
+}
+
+std::string ClassifyJson(const std::string& file, const ClassifyResponse& response,
+                         double latency_ms) {
+  JsonWriter json;
+  json.BeginObject();
+  json.Key("file").String(file);
+  json.Key("label").String(response.label());
+  json.Key("probabilities").BeginArray();
+  for (const auto& entry : response.probabilities()) {
+    json.BeginObject();
+    json.Key("label").String(entry.label());
+    json.Key("index").Int(entry.index());
+    WriteFloat(json.Key("probability"), entry.probability());
+    json.EndObject();
+  }
+  json.EndArray();
+  json.Key("path").String(PathName(response.path()));
+  json.Key("batch_size").Int(response.timing().batch_size());
+  json.Key("batch_tokens").Int(response.timing().batch_tokens());
+  json.Key("model_version").String(response.model_version());
+  json.Key("tokens").Int(response.tokens());
+  json.Key("truncated").Bool(response.truncated());
+  json.Key("windows").Int(response.windows());
+  WriteNumber(json.Key("queue_ms"), response.timing().queue_seconds() * 1e3);
+  WriteNumber(json.Key("compute_ms"), response.timing().compute_seconds() * 1e3);
+  WriteNumber(json.Key("latency_ms"), latency_ms);
+  json.Key("request_id").String(response.request_id());
+  json.EndObject();
+  return json.str();
+}
+
+std::string ClassifyErrorJson(const std::string& file, const grpc::Status& status) {
+  JsonWriter json;
+  json.BeginObject();
+  json.Key("file").String(file);
+  json.Key("error").BeginObject();
+  json.Key("code").String(GrpcCodeName(status.error_code()));
+  json.Key("message").String(status.error_message());
+  json.EndObject();
+  json.EndObject();
+  return json.str();
+}
+
+std::string ClassifyText(const std::string& file, const ClassifyResponse& response,
+                         double latency_ms) {
+  const double probability = LabelProbability(response);
+  std::string out = absl::StrCat(file, ": ", response.label());
+  if (probability >= 0) absl::StrAppendFormat(&out, " (p=%.3f)", probability);
+  absl::StrAppendFormat(&out, " path=%s batch=%d tokens=%d", PathName(response.path()),
+                        response.timing().batch_size(), response.tokens());
+  if (response.windows() > 1) absl::StrAppend(&out, " windows=", response.windows());
+  if (response.truncated()) out += " truncated";
+  absl::StrAppendFormat(&out, " queue=%.2fms compute=%.2fms latency=%.2fms version=%s",
+                        response.timing().queue_seconds() * 1e3,
+                        response.timing().compute_seconds() * 1e3, latency_ms,
+                        response.model_version());
+  return out;
+}
+
+std::string ClassifyErrorText(const std::string& file, const grpc::Status& status) {
+  return absl::StrCat(file, ": ", GrpcCodeName(status.error_code()), ": ", status.error_message());
+}
+
+}  // namespace ts::client

@@ -1,0 +1,42 @@
+// How tsctl prints API results: one compact JSON object per line (--json) or aligned text.
+// Stateless and thread-safe.
+//
+// Model JSON (models: one per line; model: one line):
+//   {"name":"imdb","version":"v3","modality":"bytes","labels":["neg","pos"],"max_length":4096,
+//    "embed_dim":64,"depth":2,"heads":4,"head_dim":16,"crossover_tokens":1100,
+//    "crossover_source":"calibration","over_length_policy":"truncate","device":"cuda:0"}
+// Classify result JSON (one per input, in input order):
+//   {"file":"a.txt","label":"pos",
+//    "probabilities":[{"label":"neg","index":0,"probability":0.08},
+//                     {"label":"pos","index":1,"probability":0.92}],
+//    "path":"efficient","batch_size":4,"batch_tokens":2052,"model_version":"v3",
+//    "tokens":513,"truncated":false,"windows":1,"queue_ms":1.2,"compute_ms":3.4,
+//    "latency_ms":5.9,"request_id":"tsctl-0"}
+// `probabilities` is an array in the server's order: every class in class order, or the
+// top_k best when --top-k is set. Classify error JSON:
+//   {"file":"b.txt","error":{"code":"INVALID_ARGUMENT","message":"..."}}
+#pragma once
+
+#include <string>
+
+#include "grpcpp/support/status.h"
+#include "taylorshift/v1/classifier.pb.h"
+
+namespace ts::client {
+
+std::string ModelJson(const taylorshift::v1::ModelInfo& model);
+// A table with a header row and one row per model, ending in a newline.
+std::string ModelTable(const taylorshift::v1::ListModelsResponse& models);
+// "key: value" lines for one model.
+std::string ModelDetails(const taylorshift::v1::ModelInfo& model);
+
+std::string ClassifyJson(const std::string& file, const taylorshift::v1::ClassifyResponse& response,
+                         double latency_ms);
+std::string ClassifyErrorJson(const std::string& file, const grpc::Status& status);
+// "a.txt: pos (p=0.920) path=efficient batch=4 tokens=513 ..." on one line.
+std::string ClassifyText(const std::string& file, const taylorshift::v1::ClassifyResponse& response,
+                         double latency_ms);
+// "a.txt: INVALID_ARGUMENT: message".
+std::string ClassifyErrorText(const std::string& file, const grpc::Status& status);
+
+}  // namespace ts::client

@@ -1,0 +1,21 @@
+#include "server/clock.h"
+
+namespace ts::server {
+namespace {
+
+class RealClockImpl final : public Clock {
+ public:
+  absl::Time Now() override { return absl::Now(); }
+  bool WaitUntil(absl::CondVar& cv, absl::Mutex& mu, absl::Time deadline) override {
+    return cv.WaitWithDeadline(&mu, deadline);
+  }
+};
+
+}  // namespace
+
+Clock* RealClock() {
+  static auto* clock = new RealClockImpl();
+  return clock;
+}
+
+}  // namespace ts::server

@@ -1,0 +1,662 @@
+#include "server/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace ts::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kRoleClassify[] = "classify";
+constexpr char kRoleAdmin[] = "admin";
+
+// ---------------------------------------------------------------------------------------------
+// Value checks shared by the parser and ValidateServerConfig.
+
+bool IsValidModelName(const std::string& name) {
+  if (name.empty()) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+  });
+}
+
+bool IsValidDevice(const std::string& device) {
+  if (device == "auto" || device == "cpu" || device == "cuda") return true;
+  std::string index;
+  if (!absl::StartsWith(device, "cuda:")) return false;
+  index = device.substr(5);
+  if (index.empty() || index.size() > 4) return false;
+  return std::all_of(index.begin(), index.end(),
+                     [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); });
+}
+
+// "host:port" or "[v6]:port" with port 0..65535 (0 = any free port).
+absl::Status CheckHostPort(const std::string& path, const std::string& value) {
+  const auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": must be host:port (e.g. 127.0.0.1:50051), got \"", value, "\"",
+                     why.empty() ? "" : absl::StrCat(" (", why, ")")));
+  };
+  const std::size_t colon = value.rfind(':');
+  if (colon == std::string::npos) return bad("");
+  const std::string host = value.substr(0, colon);
+  const std::string port = value.substr(colon + 1);
+  if (host.empty()) return bad("empty host");
+  if (host.front() == '[') {
+    if (host.back() != ']' || host.size() < 3) return bad("unterminated IPv6 address");
+  } else if (host.find(':') != std::string::npos) {
+    return bad("IPv6 addresses need brackets, e.g. [::1]:50051");
+  }
+  if (host.find_first_of(" \t/") != std::string::npos) return bad("invalid host");
+  int port_number = -1;
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(),
+                   [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); }) ||
+      !absl::SimpleAtoi(port, &port_number) || port_number > 65535) {
+    return bad("port must be 0..65535");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRole(const std::string& path, const std::string& role) {
+  if (role == kRoleClassify || role == kRoleAdmin) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path, ": unknown role \"", role, "\" (expected ",
+                                                 kRoleClassify, " or ", kRoleAdmin, ")"));
+}
+
+template <typename T>
+absl::Status CheckAtLeast(const std::string& path, T value, T minimum) {
+  if (value >= minimum) return absl::OkStatus();
+  if (minimum == 1) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": must be > 0, got ", value));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(path, ": must be >= ", minimum, ", got ", value));
+}
+
+// Merges `roles` into the token's role list (set union, order of first appearance).
+void AddRoles(const std::string& token, const std::vector<std::string>& roles, AuthConfig& auth) {
+  std::vector<std::string>& merged = auth.tokens[token];
+  for (const std::string& role : roles) {
+    if (std::find(merged.begin(), merged.end(), role) == merged.end()) merged.push_back(role);
+  }
+}
+
+std::string ResolvePath(const std::string& base_dir, const std::string& path) {
+  if (path.empty() || base_dir.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(base_dir) / path).lexically_normal().string();
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML reading: every mapping is read through ReadMap, which rejects unknown and duplicate keys,
+// so each Options field has exactly one key and a typo never passes silently.
+
+std::string LineOf(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return "";
+  return absl::StrCat(" (line ", mark.line + 1, ")");
+}
+
+absl::Status NodeError(const YAML::Node& node, const std::string& path, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", why, LineOf(node)));
+}
+
+std::string KindOf(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Scalar:
+      return absl::StrCat("\"", node.Scalar(), "\"");
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+// A key's value handler. Empty values (`key:` with nothing after it) never reach a handler:
+// they mean "use the default", exactly like leaving the key out.
+using FieldReader = std::function<absl::Status(const YAML::Node& value, const std::string& path)>;
+using Fields = std::vector<std::pair<std::string, FieldReader>>;
+
+std::string ChildPath(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : absl::StrCat(parent, ".", key);
+}
+
+absl::Status ReadMap(const YAML::Node& node, const std::string& path, const Fields& fields) {
+  if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap()) {
+    return NodeError(node, path.empty() ? "(top level)" : path,
+                     absl::StrCat("expected a mapping, got ", KindOf(node)));
+  }
+  std::set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const YAML::Node key_node = it->first;  // a handle; it-> yields a temporary
+    if (!key_node.IsScalar()) {
+      return NodeError(key_node, path.empty() ? "(top level)" : path, "keys must be plain strings");
+    }
+    const std::string key = key_node.Scalar();
+    const std::string key_path = ChildPath(path, key);
+    const auto field = std::find_if(fields.begin(), fields.end(),
+                                    [&](const auto& entry) { return entry.first == key; });
+    if (field == fields.end()) {
+      std::vector<std::string> expected;
+      for (const auto& entry : fields) expected.push_back(entry.first);
+      return NodeError(
+          key_node, key_path,
+          absl::StrCat("unknown key (expected one of ", absl::StrJoin(expected, ", "), ")"));
+    }
+    if (!seen.insert(key).second) return NodeError(key_node, key_path, "duplicate key");
+    const YAML::Node value = it->second;
+    if (value.IsNull()) continue;
+    absl::Status status = field->second(value, key_path);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadScalar(const YAML::Node& node, const std::string& path, std::string* out) {
+  if (!node.IsScalar()) {
+    return NodeError(node, path, absl::StrCat("expected a string, got ", KindOf(node)));
+  }
+  *out = node.Scalar();
+  return absl::OkStatus();
+}
+
+absl::Status ReadInt64(const YAML::Node& node, const std::string& path, std::int64_t* out) {
+  std::int64_t value = 0;
+  if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &value)) {
+    return NodeError(node, path, absl::StrCat("expected an integer, got ", KindOf(node)));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out) {
+  std::int64_t value = 0;
+  absl::Status status = ReadInt64(node, path, &value);
+  if (!status.ok()) return status;
+  if (value < INT_MIN || value > INT_MAX) {
+    return NodeError(node, path, absl::StrCat("out of range, got ", value));
+  }
+  *out = static_cast<int>(value);
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const YAML::Node& node, const std::string& path, bool* out) {
+  bool value = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+    return NodeError(node, path, absl::StrCat("expected true or false, got ", KindOf(node)));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+FieldReader String(std::string* out) {
+  return [out](const YAML::Node& node, const std::string& path) {
+    return ReadScalar(node, path, out);
+  };
+}
+FieldReader Int64(std::int64_t* out) {
+  return
+      [out](const YAML::Node& node, const std::string& path) { return ReadInt64(node, path, out); };
+}
+FieldReader Int(int* out) {
+  return
+      [out](const YAML::Node& node, const std::string& path) { return ReadInt(node, path, out); };
+}
+FieldReader Bool(bool* out) {
+  return
+      [out](const YAML::Node& node, const std::string& path) { return ReadBool(node, path, out); };
+}
+// Durations are written as integers in the unit their key names (`_ms`, `_us`).
+FieldReader Duration(absl::Duration* out, absl::Duration unit) {
+  return [out, unit](const YAML::Node& node, const std::string& path) {
+    std::int64_t value = 0;
+    absl::Status status = ReadInt64(node, path, &value);
+    if (!status.ok()) return status;
+    if (value < 0) return NodeError(node, path, absl::StrCat("must be >= 0, got ", value));
+    *out = unit * value;
+    return absl::OkStatus();
+  };
+}
+FieldReader Int64List(std::vector<std::int64_t>* out) {
+  return [out](const YAML::Node& node, const std::string& path) {
+    if (!node.IsSequence()) {
+      return NodeError(node, path, absl::StrCat("expected a list of integers, got ", KindOf(node)));
+    }
+    std::vector<std::int64_t> values;
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      std::int64_t value = 0;
+      absl::Status status = ReadInt64(node[i], absl::StrCat(path, "[", i, "]"), &value);
+      if (!status.ok()) return status;
+      values.push_back(value);
+    }
+    *out = std::move(values);
+    return absl::OkStatus();
+  };
+}
+FieldReader OverLength(OverLengthPolicy* out) {
+  return [out](const YAML::Node& node, const std::string& path) {
+    std::string name;
+    absl::Status status = ReadScalar(node, path, &name);
+    if (!status.ok()) return status;
+    for (OverLengthPolicy policy : {OverLengthPolicy::kTruncate, OverLengthPolicy::kKeepTail,
+                                    OverLengthPolicy::kReject, OverLengthPolicy::kWindow}) {
+      if (name == OverLengthPolicyName(policy)) {
+        *out = policy;
+        return absl::OkStatus();
+      }
+    }
+    return NodeError(
+        node, path,
+        absl::StrCat("must be one of truncate, keep_tail, reject, window; got \"", name, "\""));
+  };
+}
+
+absl::Status ReadBatching(const YAML::Node& node, const std::string& path,
+                          LengthBucketBatcherOptions* batching) {
+  return ReadMap(
+      node, path,
+      {
+          {"bucket_boundaries", Int64List(&batching->bucket_boundaries)},
+          {"max_batch_tokens", Int64(&batching->max_batch_tokens)},
+          {"max_batch_size", Int64(&batching->max_batch_size)},
+          {"max_queue_delay_us", Duration(&batching->max_queue_delay, absl::Microseconds(1))},
+          {"max_queue_size", Int64(&batching->max_queue_size)},
+          {"batch_threads", Int(&batching->batch_threads)},
+      });
+}
+
+absl::Status ReadModel(const YAML::Node& node, const std::string& path, ModelConfig* model) {
+  if (!node.IsMap()) {
+    return NodeError(
+        node, path,
+        absl::StrCat("expected a mapping with name and checkpoint, got ", KindOf(node)));
+  }
+  absl::Status status = ReadMap(node, path,
+                                {
+                                    {"name", String(&model->name)},
+                                    {"checkpoint", String(&model->checkpoint)},
+                                    {"device", String(&model->device)},
+                                    {"max_length", Int64(&model->max_length)},
+                                    {"over_length", OverLength(&model->over_length)},
+                                    {"window_stride", Int64(&model->window_stride)},
+                                    {"max_windows", Int64(&model->max_windows)},
+                                    {"calibration", String(&model->calibration)},
+                                    {"calibrate_at_start", Bool(&model->calibrate_at_start)},
+                                    {"batching",
+                                     [model](const YAML::Node& value, const std::string& key_path) {
+                                       return ReadBatching(value, key_path, &model->batching);
+                                     }},
+                                });
+  if (!status.ok()) return status;
+  for (const char* required : {"name", "checkpoint"}) {
+    if (!node[required].IsDefined() || node[required].IsNull()) {
+      return NodeError(node, ChildPath(path, required), "required");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadTokens(const YAML::Node& node, const std::string& path, AuthConfig* auth) {
+  if (!node.IsMap()) {
+    return NodeError(node, path,
+                     absl::StrCat("expected a mapping TOKEN: [ROLE, ...], got ", KindOf(node)));
+  }
+  int index = 0;
+  for (auto it = node.begin(); it != node.end(); ++it, ++index) {
+    // Tokens are secrets: errors name the entry by position, never by its text.
+    const std::string entry_path = absl::StrCat(path, "[#", index + 1, "]");
+    const YAML::Node token = it->first;  // a handle; it-> yields a temporary
+    if (!token.IsScalar() || token.Scalar().empty()) {
+      return NodeError(token, entry_path, "a token must be a non-empty string");
+    }
+    std::vector<std::string> roles;
+    const YAML::Node value = it->second;
+    if (value.IsScalar()) {
+      roles.push_back(value.Scalar());
+    } else if (value.IsSequence()) {
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        std::string role;
+        absl::Status status = ReadScalar(value[i], absl::StrCat(entry_path, "[", i, "]"), &role);
+        if (!status.ok()) return status;
+        roles.push_back(role);
+      }
+    } else {
+      return NodeError(value, entry_path,
+                       absl::StrCat("expected a list of roles, got ", KindOf(value)));
+    }
+    if (roles.empty()) return NodeError(value, entry_path, "needs at least one role");
+    for (const std::string& role : roles) {
+      absl::Status status = CheckRole(entry_path, role);
+      if (!status.ok()) return status;
+    }
+    AddRoles(token.Scalar(), roles, *auth);
+  }
+  return absl::OkStatus();
+}
+
+// Reads "TOKEN ROLE[,ROLE...]" lines (blank lines and # comments ignored) into `auth`.
+absl::Status ReadTokensFile(const std::string& file, AuthConfig* auth) {
+  std::ifstream in(file);
+  if (!in) {
+    if (!fs::exists(file))
+      return absl::NotFoundError(absl::StrCat("auth.tokens_file: ", file, ": not found"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("auth.tokens_file: ", file, ": cannot be read"));
+  }
+  std::string line;
+  int line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    const std::string where = absl::StrCat("auth.tokens_file (", file, ":", line_number, ")");
+    absl::string_view text = absl::StripAsciiWhitespace(line);
+    if (text.empty() || text.front() == '#') continue;
+    std::vector<std::string> words =
+        absl::StrSplit(text, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (words.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": expected \"TOKEN ROLE[,ROLE...]\""));
+    }
+    std::vector<std::string> roles = absl::StrSplit(words[1], ',', absl::SkipEmpty());
+    if (roles.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": needs at least one role"));
+    }
+    for (const std::string& role : roles) {
+      absl::Status status = CheckRole(where, role);
+      if (!status.ok()) return status;
+    }
+    AddRoles(words[0], roles, *auth);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
+  if (!IsValidModelName(model.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".name: must match [A-Za-z0-9_.-]+, got \"", model.name, "\""));
+  }
+  if (model.checkpoint.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".checkpoint: required"));
+  }
+  if (!IsValidDevice(model.device)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".device: must be auto, cpu, cuda or cuda:N, got \"", model.device, "\""));
+  }
+  std::vector<absl::Status> checks = {
+      CheckAtLeast<std::int64_t>(path + ".max_length", model.max_length, 0),
+      CheckAtLeast<std::int64_t>(path + ".window_stride", model.window_stride, 0),
+      CheckAtLeast<std::int64_t>(path + ".max_windows", model.max_windows, 1),
+  };
+  const LengthBucketBatcherOptions& batching = model.batching;
+  const std::string batching_path = path + ".batching";
+  checks.push_back(CheckAtLeast<std::int64_t>(batching_path + ".max_batch_tokens",
+                                              batching.max_batch_tokens, 1));
+  checks.push_back(
+      CheckAtLeast<std::int64_t>(batching_path + ".max_batch_size", batching.max_batch_size, 1));
+  checks.push_back(
+      CheckAtLeast<std::int64_t>(batching_path + ".max_queue_size", batching.max_queue_size, 1));
+  checks.push_back(CheckAtLeast<int>(batching_path + ".batch_threads", batching.batch_threads, 1));
+  for (const absl::Status& status : checks) {
+    if (!status.ok()) return status;
+  }
+  if (model.max_length > 0 && model.window_stride > model.max_length) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".window_stride: must be <= max_length (",
+                                                   model.max_length, "), got ",
+                                                   model.window_stride));
+  }
+  if (batching.max_queue_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(batching_path, ".max_queue_delay_us: must be >= 0, got ",
+                     absl::ToInt64Microseconds(batching.max_queue_delay)));
+  }
+  if (batching.bucket_boundaries.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(batching_path, ".bucket_boundaries: needs at least one boundary"));
+  }
+  for (std::size_t i = 0; i < batching.bucket_boundaries.size(); ++i) {
+    const std::int64_t boundary = batching.bucket_boundaries[i];
+    const std::string at = absl::StrCat(batching_path, ".bucket_boundaries[", i, "]");
+    if (boundary <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": must be > 0, got ", boundary));
+    }
+    if (i > 0 && boundary <= batching.bucket_boundaries[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": must be ascending, got ", boundary,
+                                                     " after ", batching.bucket_boundaries[i - 1]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string OverLengthPolicyName(OverLengthPolicy policy) {
+  switch (policy) {
+    case OverLengthPolicy::kTruncate:
+      return "truncate";
+    case OverLengthPolicy::kKeepTail:
+      return "keep_tail";
+    case OverLengthPolicy::kReject:
+      return "reject";
+    case OverLengthPolicy::kWindow:
+      return "window";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateServerConfig(const ServerConfig& config) {
+  absl::Status status = CheckHostPort("listen", config.listen);
+  if (!status.ok()) return status;
+  if (!config.metrics_listen.empty()) {
+    status = CheckHostPort("metrics_listen", config.metrics_listen);
+    if (!status.ok()) return status;
+  }
+  const std::vector<absl::Status> checks = {
+      CheckAtLeast(std::string("intra_op_threads"), config.intra_op_threads, 0),
+      CheckAtLeast(std::string("grpc_threads"), config.grpc_threads, 0),
+      CheckAtLeast<std::int64_t>("max_message_bytes", config.max_message_bytes, 1),
+      CheckAtLeast(std::string("max_concurrent_streams"), config.max_concurrent_streams, 1),
+  };
+  for (const absl::Status& check : checks) {
+    if (!check.ok()) return check;
+  }
+  // gRPC takes message limits as int.
+  if (config.max_message_bytes > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("max_message_bytes: must be <= ", INT_MAX,
+                                                   ", got ", config.max_message_bytes));
+  }
+  if (config.shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shutdown_grace_ms: must be >= 0, got ", absl::ToInt64Milliseconds(config.shutdown_grace)));
+  }
+  if (config.state_dir.empty()) {
+    return absl::InvalidArgumentError("state_dir: must not be empty");
+  }
+  if (config.data_root.empty()) {
+    return absl::InvalidArgumentError("data_root: must not be empty");
+  }
+
+  const TlsConfig& tls = config.tls;
+  if (!tls.cert_file.empty() && tls.key_file.empty()) {
+    return absl::InvalidArgumentError("tls.key_file: required when tls.cert_file is set");
+  }
+  if (tls.cert_file.empty() && !tls.key_file.empty()) {
+    return absl::InvalidArgumentError("tls.cert_file: required when tls.key_file is set");
+  }
+  if (tls.cert_file.empty() && !tls.client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls.client_ca_file: requires tls.cert_file and tls.key_file (mTLS needs server TLS)");
+  }
+
+  int index = 0;
+  for (const auto& [token, roles] : config.auth.tokens) {
+    ++index;
+    const std::string path = absl::StrCat("auth.tokens[#", index, "]");
+    if (token.empty() || token.find_first_of(" \t\r\n") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": a token must be non-empty and contain no whitespace"));
+    }
+    if (roles.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": needs at least one role"));
+    }
+    for (const std::string& role : roles) {
+      status = CheckRole(path, role);
+      if (!status.ok()) return status;
+    }
+  }
+
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < config.models.size(); ++i) {
+    const std::string path = absl::StrCat("models[", i, "]");
+    status = ValidateModel(config.models[i], path);
+    if (!status.ok()) return status;
+    if (!names.insert(config.models[i].name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".name: duplicate model name \"", config.models[i].name, "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
+                                               const std::string& base_dir) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid YAML: ", e.what()));
+  }
+
+  ServerConfig config;
+  absl::Status status;
+  try {
+    status = ReadMap(
+        root, "",
+        {
+            {"listen", String(&config.listen)},
+            {"metrics_listen", String(&config.metrics_listen)},
+            {"intra_op_threads", Int(&config.intra_op_threads)},
+            {"grpc_threads", Int(&config.grpc_threads)},
+            {"max_message_bytes", Int64(&config.max_message_bytes)},
+            {"max_concurrent_streams", Int(&config.max_concurrent_streams)},
+            {"shutdown_grace_ms", Duration(&config.shutdown_grace, absl::Milliseconds(1))},
+            {"state_dir", String(&config.state_dir)},
+            {"data_root", String(&config.data_root)},
+            {"tls",
+             [&config](const YAML::Node& node, const std::string& path) {
+               return ReadMap(node, path,
+                              {
+                                  {"cert_file", String(&config.tls.cert_file)},
+                                  {"key_file", String(&config.tls.key_file)},
+                                  {"client_ca_file", String(&config.tls.client_ca_file)},
+                              });
+             }},
+            {"auth",
+             [&config](const YAML::Node& node, const std::string& path) {
+               return ReadMap(node, path,
+                              {
+                                  {"tokens",
+                                   [&config](const YAML::Node& tokens, const std::string& at) {
+                                     return ReadTokens(tokens, at, &config.auth);
+                                   }},
+                                  {"tokens_file", String(&config.auth.tokens_file)},
+                              });
+             }},
+            {"models",
+             [&](const YAML::Node& node, const std::string& path) {
+               if (!node.IsSequence()) {
+                 return NodeError(node, path,
+                                  absl::StrCat("expected a list of models, got ", KindOf(node)));
+               }
+               for (std::size_t i = 0; i < node.size(); ++i) {
+                 ModelConfig model;
+                 absl::Status model_status =
+                     ReadModel(node[i], absl::StrCat(path, "[", i, "]"), &model);
+                 if (!model_status.ok()) return model_status;
+                 config.models.push_back(std::move(model));
+               }
+               return absl::OkStatus();
+             }},
+        });
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid YAML: ", e.what()));
+  }
+  if (!status.ok()) return status;
+
+  config.state_dir = ResolvePath(base_dir, config.state_dir);
+  config.data_root = ResolvePath(base_dir, config.data_root);
+  config.tls.cert_file = ResolvePath(base_dir, config.tls.cert_file);
+  config.tls.key_file = ResolvePath(base_dir, config.tls.key_file);
+  config.tls.client_ca_file = ResolvePath(base_dir, config.tls.client_ca_file);
+  config.auth.tokens_file = ResolvePath(base_dir, config.auth.tokens_file);
+  for (ModelConfig& model : config.models) {
+    model.checkpoint = ResolvePath(base_dir, model.checkpoint);
+    model.calibration = ResolvePath(base_dir, model.calibration);
+    model.batching.model_name = model.name;
+  }
+  if (!config.auth.tokens_file.empty()) {
+    status = ReadTokensFile(config.auth.tokens_file, &config.auth);
+    if (!status.ok()) return status;
+  }
+  status = ValidateServerConfig(config);
+  if (!status.ok()) return status;
+  return config;
+}
+
+absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::error_code error;
+    if (!fs::exists(path, error)) {
+      return absl::NotFoundError(absl::StrCat("config file ", path, ": not found"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat("config file ", path, ": cannot be read"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::error_code error;
+  fs::path base_dir = fs::absolute(fs::path(path), error).parent_path();
+  if (error) base_dir = fs::path(path).parent_path();
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(text.str(), base_dir.string());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+absl::StatusOr<ModelConfig> ParseModelFlag(const std::string& flag) {
+  const std::size_t equals = flag.find('=');
+  if (equals == std::string::npos || equals == 0 || equals + 1 == flag.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model \"", flag, "\": expected NAME=CHECKPOINT"));
+  }
+  ModelConfig model;
+  model.name = flag.substr(0, equals);
+  model.checkpoint = flag.substr(equals + 1);
+  model.batching.model_name = model.name;
+  absl::Status status = ValidateModel(model, "--model");
+  if (!status.ok()) return status;
+  return model;
+}
+
+}  // namespace ts::server

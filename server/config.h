@@ -1,0 +1,73 @@
+// Server configuration: the Options structs that config/default.yaml fills, and the one place
+// that parses YAML (yaml-cpp). Unknown keys and invalid values are rejected with the key's
+// path (e.g. "models[1].batching.max_batch_size") and the reason.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/length_bucket_batcher.h"
+
+namespace ts::server {
+
+enum class OverLengthPolicy { kTruncate, kKeepTail, kReject, kWindow };
+std::string OverLengthPolicyName(OverLengthPolicy policy);
+
+struct ModelConfig {
+  std::string name;                 // required; [A-Za-z0-9_.-]+
+  std::string checkpoint;           // required; path to a .tsckpt
+  std::string device = "auto";      // auto (cuda:0 if present, else cpu), cpu, cuda, cuda:N
+  std::int64_t max_length = 0;      // 0 = the checkpoint's max_length; else ≤ it
+  OverLengthPolicy over_length = OverLengthPolicy::kTruncate;
+  std::int64_t window_stride = 0;   // window policy: 0 = max_length / 2
+  std::int64_t max_windows = 16;    // window policy: more windows → INVALID_ARGUMENT
+  std::string calibration;          // calibration file; empty = none
+  bool calibrate_at_start = false;  // short calibration at start when no file is given
+  LengthBucketBatcherOptions batching;
+};
+
+struct TlsConfig {
+  std::string cert_file;       // server certificate chain (PEM); empty = plaintext
+  std::string key_file;        // private key (PEM)
+  std::string client_ca_file;  // set = mTLS: clients must present a cert signed by this CA
+};
+
+struct AuthConfig {
+  // Bearer tokens and their roles ("classify", "admin"). Empty = no authentication.
+  std::map<std::string, std::vector<std::string>> tokens;
+  // Read tokens from this file too: one "TOKEN ROLE[,ROLE...]" per line (# comments).
+  std::string tokens_file;
+};
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:50051";
+  std::string metrics_listen = "127.0.0.1:9464";  // empty = no metrics endpoint
+  int intra_op_threads = 0;            // 0 = number of cores
+  int grpc_threads = 0;                // callback executor threads hint; 0 = gRPC default
+  std::int64_t max_message_bytes = 64 << 20;
+  int max_concurrent_streams = 256;
+  absl::Duration shutdown_grace = absl::Seconds(30);
+  std::string state_dir = "state";
+  std::string data_root = "data";
+  TlsConfig tls;
+  AuthConfig auth;
+  std::vector<ModelConfig> models;
+};
+
+// Parses YAML text; `base_dir` resolves relative file paths (checkpoint, calibration, TLS files,
+// tokens_file, state_dir, data_root) — normally the config file's directory.
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
+                                               const std::string& base_dir);
+absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path);
+
+// "--model NAME=CHECKPOINT": a model with default settings.
+absl::StatusOr<ModelConfig> ParseModelFlag(const std::string& flag);
+
+// Semantic checks shared by the parser and flag overrides (unique names, limits > 0, ...).
+absl::Status ValidateServerConfig(const ServerConfig& config);
+
+}  // namespace ts::server

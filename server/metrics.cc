@@ -1,0 +1,450 @@
+#include "server/metrics.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "model/torch_compat.h"
+
+namespace ts::server {
+namespace {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+// Latencies: log-spaced 1-2.5-5 steps from 0.5 ms to 60 s.
+Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60};
+}
+
+// Powers of two from `first` to `last` inclusive.
+Histogram::BucketBoundaries PowersOfTwo(double first, double last) {
+  Histogram::BucketBoundaries buckets;
+  for (double bound = first; bound <= last; bound *= 2) buckets.push_back(bound);
+  return buckets;
+}
+
+// Padding ratio: 0.05 … 1 in steps of 0.05.
+Histogram::BucketBoundaries RatioBuckets() {
+  Histogram::BucketBoundaries buckets;
+  for (int i = 1; i <= 20; ++i) buckets.push_back(i / 20.0);
+  return buckets;
+}
+
+Family<Counter>& AddCounter(prometheus::Registry& registry, const std::string& name,
+                            const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+Family<Gauge>& AddGauge(prometheus::Registry& registry, const std::string& name,
+                        const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+Family<Histogram>& AddHistogram(prometheus::Registry& registry, const std::string& name,
+                                const std::string& help) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
+}
+
+// The /metrics HTTP endpoint: one thread that accepts connections and answers them one at a
+// time (a scrape is small, and Prometheus scrapes a target serially). GET or HEAD /metrics →
+// 200 with the text exposition format; other paths → 404; other methods → 405. Every socket
+// read and write is bounded by kIoTimeout, so a stalled client delays a scrape by at most that.
+//
+// Why not prometheus::Exposer: Debian's civetweb starts its threads with a fixed 100 KiB
+// stack, and a process that links LibTorch (OpenBLAS, glog, torch: ~105 KiB of static TLS)
+// cannot create threads that small — pthread_create fails with EINVAL and the exposer throws
+// "null context when constructing CivetServer".
+// Thread safety: constructed and destroyed by one thread; `body` is called from the serving
+// thread and must be thread-safe.
+class HttpEndpoint {
+ public:
+  static absl::StatusOr<std::unique_ptr<HttpEndpoint>> Create(const std::string& listen,
+                                                              std::function<std::string()> body) {
+    const std::size_t colon = listen.rfind(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics endpoint \"", listen, "\": must be host:port"));
+    }
+    std::string host = listen.substr(0, colon);
+    const std::string port = listen.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    addrinfo* addresses = nullptr;
+    const int resolved =
+        getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &addresses);
+    if (resolved != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics endpoint ", listen, ": ", gai_strerror(resolved)));
+    }
+    int fd = -1;
+    std::string error = "no address";
+    for (addrinfo* address = addresses; address != nullptr; address = address->ai_next) {
+      fd = socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol);
+      if (fd < 0) {
+        error = std::strerror(errno);
+        continue;
+      }
+      const int on = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+      if (bind(fd, address->ai_addr, address->ai_addrlen) == 0 && ::listen(fd, kBacklog) == 0)
+        break;
+      error = std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+    freeaddrinfo(addresses);
+    if (fd < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("metrics endpoint ", listen, ": cannot listen: ", error));
+    }
+    sockaddr_storage bound{};
+    socklen_t bound_size = sizeof(bound);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_size);
+    const int bound_port = bound.ss_family == AF_INET6
+                               ? ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port)
+                               : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+    int wake[2];
+    if (pipe2(wake, O_CLOEXEC) != 0) {
+      close(fd);
+      return absl::InternalError(absl::StrCat("metrics endpoint: pipe: ", std::strerror(errno)));
+    }
+    return std::unique_ptr<HttpEndpoint>(
+        new HttpEndpoint(fd, wake[0], wake[1], bound_port, std::move(body)));
+  }
+
+  ~HttpEndpoint() {
+    const char stop = 0;
+    (void)!write(wake_write_fd_, &stop, 1);
+    thread_.join();
+    close(listen_fd_);
+    close(wake_read_fd_);
+    close(wake_write_fd_);
+  }
+
+  int port() const { return port_; }
+
+ private:
+  static constexpr int kBacklog = 16;
+  static constexpr int kIoTimeoutSeconds = 5;
+  static constexpr std::size_t kMaxRequestBytes = 16 << 10;
+
+  HttpEndpoint(int listen_fd, int wake_read_fd, int wake_write_fd, int port,
+               std::function<std::string()> body)
+      : listen_fd_(listen_fd),
+        wake_read_fd_(wake_read_fd),
+        wake_write_fd_(wake_write_fd),
+        port_(port),
+        body_(std::move(body)),
+        thread_([this] { Serve(); }) {}
+
+  void Serve() {
+    while (true) {
+      pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_fd_, POLLIN, 0}};
+      if (poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents != 0) return;
+      if ((fds[0].revents & POLLIN) == 0) continue;
+      const int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      Answer(client);
+      close(client);
+    }
+  }
+
+  void Answer(int client) {
+    timeval timeout{};
+    timeout.tv_sec = kIoTimeoutSeconds;
+    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    std::string request;
+    char buffer[2048];
+    while (request.find("\r\n\r\n") == std::string::npos &&
+           request.find("\n\n") == std::string::npos && request.size() < kMaxRequestBytes) {
+      const ssize_t n = recv(client, buffer, sizeof(buffer), 0);
+      if (n <= 0) return;  // closed, or timed out before a full request
+      request.append(buffer, static_cast<std::size_t>(n));
+    }
+    // Request line: METHOD SP TARGET SP VERSION.
+    const std::string line = request.substr(0, request.find_first_of("\r\n"));
+    const std::size_t first_space = line.find(' ');
+    const std::size_t second_space = line.find(' ', first_space + 1);
+    const std::string method = line.substr(0, first_space);
+    std::string target = first_space == std::string::npos
+                             ? ""
+                             : line.substr(first_space + 1, second_space - first_space - 1);
+    target = target.substr(0, target.find('?'));
+
+    std::string status = "200 OK";
+    std::string content_type = "text/plain; version=0.0.4; charset=utf-8";
+    std::string body;
+    if (method != "GET" && method != "HEAD") {
+      status = "405 Method Not Allowed";
+      content_type = "text/plain; charset=utf-8";
+      body = "only GET and HEAD\n";
+    } else if (target != "/metrics") {
+      status = "404 Not Found";
+      content_type = "text/plain; charset=utf-8";
+      body = "metrics are at /metrics\n";
+    } else {
+      body = body_();
+    }
+    std::string response =
+        absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", content_type,
+                     "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
+    if (method != "HEAD") response += body;
+    std::size_t sent = 0;
+    while (sent < response.size()) {
+      const ssize_t n = send(client, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += static_cast<std::size_t>(n);
+    }
+    shutdown(client, SHUT_WR);
+  }
+
+  const int listen_fd_;
+  const int wake_read_fd_;
+  const int wake_write_fd_;
+  const int port_;
+  const std::function<std::string()> body_;
+  std::thread thread_;  // last: starts after every other member is set
+};
+
+}  // namespace
+
+struct Metrics::Impl {
+  explicit Impl(std::shared_ptr<prometheus::Registry> r)
+      : registry(std::move(r)),
+        requests(AddCounter(*registry, "taylorshift_requests_total",
+                            "Finished Classify RPCs by model and gRPC status code.")),
+        request_duration(
+            AddHistogram(*registry, "taylorshift_request_duration_seconds",
+                         "Time from receiving a request to sending its response, in seconds.")),
+        queue_duration(AddHistogram(
+            *registry, "taylorshift_queue_duration_seconds",
+            "Time a request waited in its model's batcher before its batch started, in seconds.")),
+        compute_duration(AddHistogram(
+            *registry, "taylorshift_compute_duration_seconds",
+            "Forward-pass time of one batch by attention path (direct or efficient), in seconds.")),
+        batch_size(AddHistogram(*registry, "taylorshift_batch_size",
+                                "Requests per computed batch by attention path.")),
+        batch_tokens(AddHistogram(
+            *registry, "taylorshift_batch_tokens",
+            "Padded tokens per computed batch (batch size times bucket length) by attention "
+            "path and length bucket.")),
+        padding_ratio(AddHistogram(
+            *registry, "taylorshift_padding_ratio",
+            "Share of a batch's padded tokens that are padding (1 - real / padded tokens).")),
+        sequence_length(AddHistogram(*registry, "taylorshift_sequence_length",
+                                     "Tokens per request, including CLS, before any truncation "
+                                     "or windowing.")),
+        attention_path(AddCounter(*registry, "taylorshift_attention_path_total",
+                                  "Batches computed by attention path (direct or efficient), as "
+                                  "chosen per batch by the cost model.")),
+        queue_depth(
+            AddGauge(*registry, "taylorshift_queue_depth",
+                     "Requests waiting in a model's batcher, all length buckets together.")),
+        rejected(AddCounter(*registry, "taylorshift_rejected_total",
+                            "Requests finished without computing them, by reason (queue_full, "
+                            "deadline_exceeded, cancelled, invalid_argument, over_length, ...).")),
+        model_info(AddGauge(*registry, "taylorshift_model_info",
+                            "Served model versions (always 1); labels describe the model and the "
+                            "direct/efficient crossover in tokens.")),
+        resident_memory(AddGauge(*registry, "taylorshift_process_resident_memory_bytes",
+                                 "Resident set size of the server process, in bytes.")
+                            .Add({})),
+        virtual_memory(AddGauge(*registry, "taylorshift_process_virtual_memory_bytes",
+                                "Virtual memory size of the server process, in bytes.")
+                           .Add({})),
+        device_allocated(AddGauge(*registry, "taylorshift_device_memory_allocated_bytes",
+                                  "Bytes held by live tensors on a CUDA device (LibTorch caching "
+                                  "allocator).")),
+        device_reserved(AddGauge(*registry, "taylorshift_device_memory_reserved_bytes",
+                                 "Bytes reserved from a CUDA device by LibTorch's caching "
+                                 "allocator, including cached free blocks.")) {}
+
+  void UpdateMemory() {
+    // /proc/self/statm: total program size and resident set size, in pages.
+    std::ifstream statm("/proc/self/statm");
+    long long size_pages = 0;
+    long long resident_pages = 0;
+    if (statm >> size_pages >> resident_pages) {
+      const double page_bytes = static_cast<double>(sysconf(_SC_PAGESIZE));
+      virtual_memory.Set(static_cast<double>(size_pages) * page_bytes);
+      resident_memory.Set(static_cast<double>(resident_pages) * page_bytes);
+    }
+    if (!torch::cuda::is_available()) return;
+    const int devices = static_cast<int>(torch::cuda::device_count());
+    for (int i = 0; i < devices; ++i) {
+      const ts::compat::DeviceMemory memory = ts::compat::GetDeviceMemory(
+          torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i)));
+      const prometheus::Labels labels = {{"device", absl::StrCat("cuda:", i)}};
+      device_allocated.Add(labels).Set(static_cast<double>(memory.allocated_bytes));
+      device_reserved.Add(labels).Set(static_cast<double>(memory.reserved_bytes));
+    }
+  }
+
+  std::shared_ptr<prometheus::Registry> registry;
+  Family<Counter>& requests;
+  Family<Histogram>& request_duration;
+  Family<Histogram>& queue_duration;
+  Family<Histogram>& compute_duration;
+  Family<Histogram>& batch_size;
+  Family<Histogram>& batch_tokens;
+  Family<Histogram>& padding_ratio;
+  Family<Histogram>& sequence_length;
+  Family<Counter>& attention_path;
+  Family<Gauge>& queue_depth;
+  Family<Counter>& rejected;
+  Family<Gauge>& model_info;
+  Gauge& resident_memory;
+  Gauge& virtual_memory;
+  Family<Gauge>& device_allocated;
+  Family<Gauge>& device_reserved;
+
+  absl::Mutex model_info_mu;
+  // (model, version) → its taylorshift_model_info sample, so RemoveModelInfo can find it.
+  std::map<std::pair<std::string, std::string>, Gauge*> model_info_gauges
+      ABSL_GUARDED_BY(model_info_mu);
+
+  std::string bound_address;
+  // Last, so it is destroyed (its thread joined) first: no scrape runs during teardown.
+  std::unique_ptr<HttpEndpoint> endpoint;
+};
+
+Metrics::Metrics() : impl_(std::make_unique<Impl>(std::make_shared<prometheus::Registry>())) {}
+
+Metrics::~Metrics() { impl_->endpoint.reset(); }
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen) {
+  std::unique_ptr<Metrics> metrics(new Metrics());
+  metrics->UpdateMemory();
+  if (listen.empty()) return metrics;
+
+  // Memory gauges are read when scraped (no background thread): each scrape sees current
+  // values, and an idle server does no work for metrics.
+  Impl* impl = metrics->impl_.get();
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint = HttpEndpoint::Create(listen, [impl] {
+    impl->UpdateMemory();
+    return prometheus::TextSerializer().Serialize(impl->registry->Collect());
+  });
+  if (!endpoint.ok()) return endpoint.status();
+  impl->endpoint = std::move(*endpoint);
+  impl->bound_address =
+      absl::StrCat(listen.substr(0, listen.rfind(':')), ":", impl->endpoint->port());
+  return metrics;
+}
+
+void Metrics::RecordRequest(const std::string& model, const std::string& code, double seconds) {
+  impl_->requests.Add({{"model", model}, {"code", code}}).Increment();
+  impl_->request_duration.Add({{"model", model}}, LatencyBuckets()).Observe(seconds);
+}
+
+void Metrics::RecordQueue(const std::string& model, double seconds) {
+  impl_->queue_duration.Add({{"model", model}}, LatencyBuckets()).Observe(seconds);
+}
+
+void Metrics::RecordBatch(const std::string& model, const std::string& path,
+                          const std::string& length_bucket, std::int64_t batch_size,
+                          std::int64_t batch_tokens, std::int64_t real_tokens,
+                          double compute_seconds) {
+  const prometheus::Labels labels = {{"model", model}, {"path", path}};
+  impl_->compute_duration.Add(labels, LatencyBuckets()).Observe(compute_seconds);
+  impl_->batch_size.Add(labels, PowersOfTwo(1, 1024)).Observe(static_cast<double>(batch_size));
+  impl_->batch_tokens
+      .Add({{"model", model}, {"path", path}, {"length_bucket", length_bucket}},
+           PowersOfTwo(16, 1 << 20))
+      .Observe(static_cast<double>(batch_tokens));
+  const double padding =
+      batch_tokens > 0
+          ? std::clamp(1.0 - static_cast<double>(real_tokens) / static_cast<double>(batch_tokens),
+                       0.0, 1.0)
+          : 0.0;
+  impl_->padding_ratio.Add(labels, RatioBuckets()).Observe(padding);
+  impl_->attention_path.Add(labels).Increment();
+}
+
+void Metrics::RecordSequenceLength(const std::string& model, std::int64_t tokens) {
+  impl_->sequence_length.Add({{"model", model}}, PowersOfTwo(16, 1 << 20))
+      .Observe(static_cast<double>(tokens));
+}
+
+void Metrics::SetQueueDepth(const std::string& model, std::int64_t depth) {
+  impl_->queue_depth.Add({{"model", model}}).Set(static_cast<double>(depth));
+}
+
+void Metrics::RecordRejected(const std::string& model, const std::string& reason) {
+  impl_->rejected.Add({{"model", model}, {"reason", reason}}).Increment();
+}
+
+void Metrics::SetModelInfo(const std::string& model, const std::string& version,
+                           const std::string& modality, const std::string& device,
+                           std::int64_t heads, std::int64_t head_dim,
+                           std::int64_t crossover_tokens) {
+  absl::MutexLock lock(&impl_->model_info_mu);
+  Gauge*& gauge = impl_->model_info_gauges[{model, version}];
+  // Replaces an earlier sample of the same version whose other labels differed.
+  if (gauge != nullptr) impl_->model_info.Remove(gauge);
+  gauge = &impl_->model_info.Add({{"model", model},
+                                  {"version", version},
+                                  {"modality", modality},
+                                  {"device", device},
+                                  {"heads", absl::StrCat(heads)},
+                                  {"head_dim", absl::StrCat(head_dim)},
+                                  {"crossover_tokens", absl::StrCat(crossover_tokens)}});
+  gauge->Set(1);
+}
+
+void Metrics::RemoveModelInfo(const std::string& model, const std::string& version) {
+  absl::MutexLock lock(&impl_->model_info_mu);
+  const auto it = impl_->model_info_gauges.find({model, version});
+  if (it == impl_->model_info_gauges.end()) return;
+  impl_->model_info.Remove(it->second);
+  impl_->model_info_gauges.erase(it);
+}
+
+void Metrics::UpdateMemory() { impl_->UpdateMemory(); }
+
+prometheus::Registry& Metrics::registry() { return *impl_->registry; }
+
+std::string Metrics::Serialize() const {
+  // Like a scrape: memory gauges are current.
+  impl_->UpdateMemory();
+  return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
+}
+
+std::string Metrics::bound_address() const { return impl_->bound_address; }
+
+}  // namespace ts::server

@@ -1,0 +1,54 @@
+// Prometheus metrics of the server (prometheus-cpp): the one place that defines metric names,
+// labels and buckets. Every name is prefixed `taylorshift_`; latencies are histograms.
+// Thread safety: all methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace ts::server {
+
+class Metrics {
+ public:
+  // `listen` = "host:port" for the HTTP exposer (/metrics); empty = registry only (tests).
+  static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& listen);
+  ~Metrics();
+
+  // A finished RPC: code is the gRPC status code name ("OK", "NOT_FOUND", ...).
+  void RecordRequest(const std::string& model, const std::string& code, double seconds);
+  void RecordQueue(const std::string& model, double seconds);
+  void RecordBatch(const std::string& model, const std::string& path,
+                   const std::string& length_bucket, std::int64_t batch_size,
+                   std::int64_t batch_tokens, std::int64_t real_tokens, double compute_seconds);
+  void RecordSequenceLength(const std::string& model, std::int64_t tokens);
+  void SetQueueDepth(const std::string& model, std::int64_t depth);
+  // reason: queue_full, deadline_exceeded, cancelled, invalid_argument, over_length, ...
+  void RecordRejected(const std::string& model, const std::string& reason);
+  void SetModelInfo(const std::string& model, const std::string& version,
+                    const std::string& modality, const std::string& device,
+                    std::int64_t heads, std::int64_t head_dim, std::int64_t crossover_tokens);
+  void RemoveModelInfo(const std::string& model, const std::string& version);
+  // Reads /proc/self/statm and (on CUDA) the device allocator; call before each scrape or
+  // periodically.
+  void UpdateMemory();
+
+  prometheus::Registry& registry();
+  // The text exposition of every metric (what /metrics serves).
+  std::string Serialize() const;
+  // "host:port" the exposer actually bound (port 0 in `listen` picks a free one).
+  std::string bound_address() const;
+
+ private:
+  Metrics();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ts::server

@@ -1,0 +1,216 @@
+#include "server/model_registry.h"
+
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "model/batch_classifier.h"
+#include "model/calibration.h"
+#include "model/cost_model.h"
+#include "model/torch_status.h"
+
+namespace ts::server {
+namespace {
+
+LengthPolicy ToLengthPolicy(OverLengthPolicy policy) {
+  switch (policy) {
+    case OverLengthPolicy::kTruncate:
+      return LengthPolicy::kTruncate;
+    case OverLengthPolicy::kKeepTail:
+      return LengthPolicy::kKeepTail;
+    case OverLengthPolicy::kReject:
+      return LengthPolicy::kReject;
+    case OverLengthPolicy::kWindow:
+      return LengthPolicy::kWindow;
+  }
+  return LengthPolicy::kTruncate;
+}
+
+// A content hash of the checkpoint file: the same file is the same version everywhere.
+absl::StatusOr<std::string> FileVersion(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return absl::StrFormat("%08x", Crc32(bytes.data(), bytes.size()));
+}
+
+}  // namespace
+
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& device) {
+  if (device == "auto") {
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
+                                       : torch::Device(torch::kCPU);
+  }
+  try {
+    torch::Device parsed(device);
+    if (parsed.is_cuda() && !torch::cuda::is_available()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device '", device, "' requested but CUDA is not available"));
+    }
+    return parsed;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid device '", device, "'"));
+  }
+}
+
+LengthPolicyOptions ServedModel::length_policy() const {
+  LengthPolicyOptions policy;
+  policy.max_length = max_length_;
+  policy.policy = ToLengthPolicy(config_.over_length);
+  policy.window_stride = config_.window_stride;
+  policy.max_windows = config_.max_windows;
+  return policy;
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig& config,
+                                                               Metrics* metrics, Clock* clock) {
+  const std::string where = absl::StrCat("model '", config.name, "'");
+  auto device = ResolveDevice(config.device);
+  if (!device.ok())
+    return absl::Status(device.status().code(),
+                        absl::StrCat(where, ": ", device.status().message()));
+  auto loaded = LoadCheckpoint(config.checkpoint, *device);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat(where, ": ", loaded.status().message()));
+  }
+  auto version = FileVersion(config.checkpoint);
+  if (!version.ok()) return version.status();
+  std::shared_ptr<ServedModel> model(new ServedModel(config, std::move(*loaded)));
+  model->device_ = *device;
+  model->version_ = *version;
+  model->metrics_ = metrics;
+  model->clock_ = clock;
+  const auto& options = model->options();
+  model->max_length_ = config.max_length > 0 ? config.max_length : options.max_length();
+  if (model->max_length_ > options.max_length()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": max_length ", config.max_length,
+                                                   " exceeds the checkpoint's ",
+                                                   options.max_length()));
+  }
+  const std::int64_t head_dim = options.embed_dim() / options.heads();
+  if (!config.calibration.empty()) {
+    auto calibration = LoadCalibration(config.calibration);
+    if (!calibration.ok()) return calibration.status();
+    const auto crossover = LookupCrossover(*calibration, head_dim, options.heads(), 1);
+    if (!crossover) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": calibration file ", config.calibration,
+                       " has no entry for head_dim=", head_dim, " heads=", options.heads()));
+    }
+    model->crossover_tokens_ = *crossover;
+    model->crossover_source_ = "calibration";
+  } else if (config.calibrate_at_start) {
+    CalibrationOptions calibrate;
+    calibrate.head_dim = head_dim;
+    calibrate.heads = options.heads();
+    calibrate.device = model->device_.str();
+    calibrate.max_tokens = model->max_length_ + 1;
+    calibrate.min_tokens = std::min<std::int64_t>(32, calibrate.max_tokens);
+    calibrate.repeats = 1;
+    auto result = CalibrateCrossover(calibrate);
+    if (!result.ok()) return result.status();
+    model->crossover_tokens_ = result->crossover_tokens;
+    model->crossover_source_ = "startup-calibration";
+  } else {
+    model->crossover_tokens_ = SpeedCrossoverN0(head_dim);
+    model->crossover_source_ = "formula";
+  }
+  model->checkpoint_.model->set_crossover_tokens(model->crossover_tokens_);
+  model->checkpoint_.model->eval();
+
+  LengthBucketBatcher::Observer observer;
+  if (metrics != nullptr) {
+    const std::string name = config.name;
+    observer.on_dropped = [metrics, name](absl::StatusCode code) {
+      metrics->RecordRejected(
+          name, code == absl::StatusCode::kDeadlineExceeded ? "deadline_exceeded" : "cancelled");
+    };
+    observer.on_queue_depth = [metrics, name](std::int64_t depth) {
+      metrics->SetQueueDepth(name, depth);
+    };
+    metrics->SetModelInfo(name, model->version_, model->metadata().modality, model->device_.str(),
+                          options.heads(), head_dim, model->crossover_tokens_);
+  }
+  ServedModel* raw = model.get();
+  auto batcher = LengthBucketBatcher::Create(
+      config.batching, [raw](Batch& batch) { return raw->RunBatch(batch); }, clock, observer);
+  if (!batcher.ok()) {
+    return absl::Status(batcher.status().code(),
+                        absl::StrCat(where, ": ", batcher.status().message()));
+  }
+  model->batcher_ = std::move(*batcher);
+  return model;
+}
+
+absl::Status ServedModel::RunBatch(Batch& batch) {
+  std::vector<ClassifyWork*> works;
+  std::vector<std::string_view> sequences;
+  for (auto& task : batch.tasks) {
+    auto* work = static_cast<ClassifyWork*>(task->payload.get());
+    works.push_back(work);
+    for (const auto& window : work->windows) sequences.push_back(window);
+    work->queue_seconds = absl::ToDoubleSeconds(batch.started - task->enqueued);
+  }
+  const auto requested = static_cast<AttentionPath>(batch.path);
+  const absl::Time start = clock_->Now();
+  auto result = ClassifyBatch(checkpoint_.model, sequences, requested, device_);
+  if (!result.ok()) return result.status();
+  const double compute = absl::ToDoubleSeconds(clock_->Now() - start);
+  std::size_t row = 0;
+  const auto batch_tokens = result->padded_tokens * static_cast<std::int64_t>(sequences.size());
+  for (auto* work : works) {
+    const std::size_t classes = result->probabilities[row].size();
+    work->probabilities.assign(classes, 0.0f);
+    for (std::size_t w = 0; w < work->windows.size(); ++w, ++row) {
+      for (std::size_t c = 0; c < classes; ++c) {
+        work->probabilities[c] +=
+            result->probabilities[row][c] / static_cast<float>(work->windows.size());
+      }
+    }
+    work->path = result->path;
+    work->batch_size = static_cast<std::int64_t>(works.size());
+    work->batch_tokens = batch_tokens;
+    work->compute_seconds = compute;
+  }
+  if (metrics_ != nullptr) {
+    metrics_->RecordBatch(config_.name, std::string(AttentionPathName(result->path)),
+                          std::to_string(batch.padded_tokens),
+                          static_cast<std::int64_t>(works.size()), batch_tokens,
+                          result->real_tokens, compute);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Create(
+    const std::vector<ModelConfig>& configs, Metrics* metrics, Clock* clock) {
+  auto registry = std::make_unique<ModelRegistry>();
+  for (const auto& config : configs) {
+    auto model = ServedModel::Load(config, metrics, clock);
+    if (!model.ok()) return model.status();
+    absl::MutexLock lock(&registry->mu_);
+    registry->models_[config.name] = std::move(*model);
+  }
+  return registry;
+}
+
+std::shared_ptr<ServedModel> ModelRegistry::Find(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = models_.find(name);
+  return it == models_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<ServedModel>> ModelRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<ServedModel>> out;
+  for (const auto& [name, model] : models_) out.push_back(model);
+  return out;
+}
+
+void ModelRegistry::DrainAll(absl::Duration timeout) {
+  for (const auto& model : List()) model->batcher().Drain(timeout);
+}
+
+}  // namespace ts::server

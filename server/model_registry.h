@@ -1,0 +1,92 @@
+// ModelRegistry: the served models, each a loaded checkpoint on its device with its own
+// LengthBucketBatcher. Loading happens in Create (errors name the model and the file).
+// Thread safety: Find/List may be called from any thread; the ServedModel they return stays
+// valid while the caller holds it (shared ownership), so a later hot swap cannot pull a model
+// out from under a request.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "model/attention_path.h"
+#include "model/checkpoint.h"
+#include "model/inputs.h"
+#include "server/clock.h"
+#include "server/config.h"
+#include "server/length_bucket_batcher.h"
+#include "server/metrics.h"
+
+namespace ts::server {
+
+// The payload of one request inside the batcher: its windows in, its result out.
+struct ClassifyWork {
+  std::vector<std::string> windows;
+  AttentionPath requested = AttentionPath::kAuto;
+  // Filled by the batch runner.
+  std::vector<float> probabilities;  // averaged over windows, class order
+  AttentionPath path = AttentionPath::kDirect;
+  std::int64_t batch_size = 0;
+  std::int64_t batch_tokens = 0;
+  double queue_seconds = 0;
+  double compute_seconds = 0;
+};
+
+class ServedModel {
+ public:
+  const std::string& name() const { return config_.name; }
+  const std::string& version() const { return version_; }
+  const ModelConfig& config() const { return config_; }
+  const TaylorShiftEncoderOptions& options() const { return checkpoint_.options; }
+  const CheckpointMetadata& metadata() const { return checkpoint_.metadata; }
+  const torch::Device& device() const { return device_; }
+  std::int64_t max_length() const { return max_length_; }
+  std::int64_t crossover_tokens() const { return crossover_tokens_; }
+  const std::string& crossover_source() const { return crossover_source_; }
+  LengthPolicyOptions length_policy() const;
+  LengthBucketBatcher& batcher() { return *batcher_; }
+
+  static absl::StatusOr<std::shared_ptr<ServedModel>> Load(const ModelConfig& config,
+                                                           Metrics* metrics, Clock* clock);
+
+ private:
+  ServedModel(ModelConfig config, LoadedCheckpoint checkpoint)
+      : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
+  absl::Status RunBatch(Batch& batch);
+
+  ModelConfig config_;
+  LoadedCheckpoint checkpoint_;
+  torch::Device device_ = torch::kCPU;
+  std::string version_;
+  std::int64_t max_length_ = 0;
+  std::int64_t crossover_tokens_ = 0;
+  std::string crossover_source_;
+  Metrics* metrics_ = nullptr;
+  Clock* clock_ = nullptr;
+  std::unique_ptr<LengthBucketBatcher> batcher_;  // last: its threads use the fields above
+};
+
+class ModelRegistry {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelRegistry>> Create(
+      const std::vector<ModelConfig>& configs, Metrics* metrics, Clock* clock);
+
+  std::shared_ptr<ServedModel> Find(const std::string& name) const;
+  std::vector<std::shared_ptr<ServedModel>> List() const;  // by name
+  // Stops every batcher from accepting and finishes what is queued (see LengthBucketBatcher).
+  void DrainAll(absl::Duration timeout);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<ServedModel>> models_ ABSL_GUARDED_BY(mu_);
+};
+
+// "auto" → cuda:0 when CUDA is available, else cpu; otherwise as written.
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& device);
+
+}  // namespace ts::server

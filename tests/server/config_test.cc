@@ -1,0 +1,447 @@
+#include "server/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace ts::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+constexpr char kFullExample[] = R"yaml(
+listen: 0.0.0.0:6000
+metrics_listen: ""
+intra_op_threads: 4
+grpc_threads: 8
+max_message_bytes: 1048576
+max_concurrent_streams: 16
+shutdown_grace_ms: 1500
+state_dir: /var/lib/ts/state
+data_root: datasets
+tls: {cert_file: tls/server.crt, key_file: tls/server.key, client_ca_file: /etc/ca.crt}
+auth: {tokens: {alpha: [classify, admin], beta: [classify]}}
+models:
+  - name: listops
+    checkpoint: ../models/listops-demo.tsckpt
+    device: cuda:1
+    max_length: 1024
+    over_length: window
+    window_stride: 512
+    max_windows: 4
+    calibration: listops.calibration
+    calibrate_at_start: true
+    batching:
+      bucket_boundaries: [32, 96]
+      max_batch_tokens: 4096
+      max_batch_size: 8
+      max_queue_delay_us: 250
+      max_queue_size: 10
+      batch_threads: 3
+  - name: imdb.v2-b_1
+    checkpoint: /abs/imdb.tsckpt
+    over_length: keep_tail
+)yaml";
+
+// Parses `yaml` with base_dir "/cfg" and expects INVALID_ARGUMENT containing every fragment.
+void ExpectRejected(const std::string& yaml, const std::vector<std::string>& fragments) {
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(yaml, "/cfg");
+  ASSERT_FALSE(config.ok()) << "accepted:\n" << yaml;
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  for (const std::string& fragment : fragments) {
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(fragment)) << yaml;
+  }
+}
+
+std::string OneModel(const std::string& extra) {
+  return absl::StrCat("models:\n  - name: m\n    checkpoint: m.tsckpt\n", extra);
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "config_test.XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name, const std::string& text) const {
+    const std::string path = (std::filesystem::path(path_) / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(ConfigTest, EmptyDocumentGivesDefaults) {
+  absl::StatusOr<ServerConfig> config = ParseServerConfig("", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const ServerConfig defaults;
+  EXPECT_EQ(config->listen, "127.0.0.1:50051");
+  EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
+  EXPECT_EQ(config->intra_op_threads, 0);
+  EXPECT_EQ(config->grpc_threads, 0);
+  EXPECT_EQ(config->max_message_bytes, 64 << 20);
+  EXPECT_EQ(config->max_concurrent_streams, 256);
+  EXPECT_EQ(config->shutdown_grace, absl::Seconds(30));
+  EXPECT_EQ(config->state_dir, "state");
+  EXPECT_EQ(config->data_root, "data");
+  EXPECT_TRUE(config->tls.cert_file.empty());
+  EXPECT_TRUE(config->auth.tokens.empty());
+  EXPECT_TRUE(config->models.empty());
+}
+
+TEST(ConfigTest, ModelDefaultsAndBatcherName) {
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(OneModel(""), "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->models.size(), 1u);
+  const ModelConfig& model = config->models[0];
+  EXPECT_EQ(model.name, "m");
+  EXPECT_EQ(model.checkpoint, "m.tsckpt");
+  EXPECT_EQ(model.device, "auto");
+  EXPECT_EQ(model.max_length, 0);
+  EXPECT_EQ(model.over_length, OverLengthPolicy::kTruncate);
+  EXPECT_EQ(model.window_stride, 0);
+  EXPECT_EQ(model.max_windows, 16);
+  EXPECT_TRUE(model.calibration.empty());
+  EXPECT_FALSE(model.calibrate_at_start);
+  const LengthBucketBatcherOptions defaults;
+  EXPECT_EQ(model.batching.model_name, "m");
+  EXPECT_EQ(model.batching.bucket_boundaries, defaults.bucket_boundaries);
+  EXPECT_EQ(model.batching.max_batch_tokens, 32768);
+  EXPECT_EQ(model.batching.max_batch_size, 32);
+  EXPECT_EQ(model.batching.max_queue_delay, absl::Microseconds(5000));
+  EXPECT_EQ(model.batching.max_queue_size, 1024);
+  EXPECT_EQ(model.batching.batch_threads, 1);
+}
+
+TEST(ConfigTest, EmptyValueMeansDefault) {
+  absl::StatusOr<ServerConfig> config =
+      ParseServerConfig("listen:\nmetrics_listen: \"\"\ntls:\n  cert_file:\n", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen, "127.0.0.1:50051");
+  EXPECT_EQ(config->metrics_listen, "");  // an explicit "" disables the endpoint
+  EXPECT_TRUE(config->tls.cert_file.empty());
+}
+
+TEST(ConfigTest, FullExampleRoundTrip) {
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(kFullExample, "/etc/ts");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen, "0.0.0.0:6000");
+  EXPECT_EQ(config->metrics_listen, "");
+  EXPECT_EQ(config->intra_op_threads, 4);
+  EXPECT_EQ(config->grpc_threads, 8);
+  EXPECT_EQ(config->max_message_bytes, 1048576);
+  EXPECT_EQ(config->max_concurrent_streams, 16);
+  EXPECT_EQ(config->shutdown_grace, absl::Milliseconds(1500));
+  EXPECT_EQ(config->state_dir, "/var/lib/ts/state");
+  EXPECT_EQ(config->data_root, "/etc/ts/datasets");
+  EXPECT_EQ(config->tls.cert_file, "/etc/ts/tls/server.crt");
+  EXPECT_EQ(config->tls.key_file, "/etc/ts/tls/server.key");
+  EXPECT_EQ(config->tls.client_ca_file, "/etc/ca.crt");
+  EXPECT_THAT(config->auth.tokens,
+              UnorderedElementsAre(Pair("alpha", ElementsAre("classify", "admin")),
+                                   Pair("beta", ElementsAre("classify"))));
+  ASSERT_EQ(config->models.size(), 2u);
+
+  const ModelConfig& listops = config->models[0];
+  EXPECT_EQ(listops.name, "listops");
+  EXPECT_EQ(listops.checkpoint, "/etc/models/listops-demo.tsckpt");
+  EXPECT_EQ(listops.device, "cuda:1");
+  EXPECT_EQ(listops.max_length, 1024);
+  EXPECT_EQ(listops.over_length, OverLengthPolicy::kWindow);
+  EXPECT_EQ(listops.window_stride, 512);
+  EXPECT_EQ(listops.max_windows, 4);
+  EXPECT_EQ(listops.calibration, "/etc/ts/listops.calibration");
+  EXPECT_TRUE(listops.calibrate_at_start);
+  EXPECT_EQ(listops.batching.model_name, "listops");
+  EXPECT_THAT(listops.batching.bucket_boundaries, ElementsAre(32, 96));
+  EXPECT_EQ(listops.batching.max_batch_tokens, 4096);
+  EXPECT_EQ(listops.batching.max_batch_size, 8);
+  EXPECT_EQ(listops.batching.max_queue_delay, absl::Microseconds(250));
+  EXPECT_EQ(listops.batching.max_queue_size, 10);
+  EXPECT_EQ(listops.batching.batch_threads, 3);
+
+  const ModelConfig& imdb = config->models[1];
+  EXPECT_EQ(imdb.name, "imdb.v2-b_1");
+  EXPECT_EQ(imdb.checkpoint, "/abs/imdb.tsckpt");
+  EXPECT_EQ(imdb.over_length, OverLengthPolicy::kKeepTail);
+  EXPECT_EQ(imdb.batching.model_name, "imdb.v2-b_1");
+  EXPECT_EQ(imdb.batching.max_batch_size, 32);
+}
+
+TEST(ConfigTest, OverLengthPolicyNamesMatchYaml) {
+  for (OverLengthPolicy policy : {OverLengthPolicy::kTruncate, OverLengthPolicy::kKeepTail,
+                                  OverLengthPolicy::kReject, OverLengthPolicy::kWindow}) {
+    const std::string name = OverLengthPolicyName(policy);
+    absl::StatusOr<ServerConfig> config =
+        ParseServerConfig(OneModel(absl::StrCat("    over_length: ", name, "\n")), "");
+    ASSERT_TRUE(config.ok()) << name << ": " << config.status();
+    EXPECT_EQ(config->models[0].over_length, policy) << name;
+  }
+}
+
+TEST(ConfigTest, RejectsUnknownKeysWithFullPath) {
+  ExpectRejected("listne: 127.0.0.1:1\n", {"listne: unknown key", "expected one of", "listen"});
+  ExpectRejected("tls: {cert: a}\n", {"tls.cert: unknown key", "cert_file, key_file"});
+  ExpectRejected("auth: {token: {a: [admin]}}\n", {"auth.token: unknown key"});
+  ExpectRejected(OneModel("    devce: cpu\n"), {"models[0].devce: unknown key"});
+  ExpectRejected(OneModel("    batching: {max_batch_sise: 4}\n"),
+                 {"models[0].batching.max_batch_sise: unknown key (expected one of",
+                  "max_batch_size", "line 4"});
+}
+
+TEST(ConfigTest, RejectsDuplicateKeys) {
+  ExpectRejected("listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n", {"listen: duplicate key"});
+}
+
+TEST(ConfigTest, RejectsWrongTypes) {
+  ExpectRejected("grpc_threads: many\n", {"grpc_threads: expected an integer", "\"many\""});
+  ExpectRejected("grpc_threads: [1]\n", {"grpc_threads: expected an integer, got a sequence"});
+  ExpectRejected("listen: {host: a}\n", {"listen: expected a string, got a mapping"});
+  ExpectRejected("models: {name: m}\n", {"models: expected a list of models"});
+  ExpectRejected("models: [m]\n", {"models[0]: expected a mapping"});
+  ExpectRejected(OneModel("    calibrate_at_start: maybe\n"),
+                 {"models[0].calibrate_at_start: expected true or false"});
+  ExpectRejected(OneModel("    batching: {bucket_boundaries: 64}\n"),
+                 {"models[0].batching.bucket_boundaries: expected a list of integers"});
+  ExpectRejected(OneModel("    batching: {bucket_boundaries: [64, x]}\n"),
+                 {"models[0].batching.bucket_boundaries[1]: expected an integer"});
+  ExpectRejected("- a\n- b\n", {"(top level): expected a mapping"});
+  ExpectRejected("listen: [unclosed\n", {"invalid YAML"});
+}
+
+TEST(ConfigTest, RejectsBadValues) {
+  ExpectRejected("listen: localhost\n", {"listen: must be host:port", "\"localhost\""});
+  ExpectRejected("listen: 127.0.0.1:99999\n", {"listen: must be host:port", "0..65535"});
+  ExpectRejected("listen: :50051\n", {"listen: must be host:port"});
+  ExpectRejected("listen: ::1:50051\n", {"listen:", "brackets"});
+  ExpectRejected("metrics_listen: 9464\n", {"metrics_listen: must be host:port"});
+  ExpectRejected("max_concurrent_streams: 0\n", {"max_concurrent_streams: must be > 0, got 0"});
+  ExpectRejected("intra_op_threads: -1\n", {"intra_op_threads: must be >= 0, got -1"});
+  ExpectRejected("max_message_bytes: 4294967296\n", {"max_message_bytes: must be <="});
+  ExpectRejected("shutdown_grace_ms: -5\n", {"shutdown_grace_ms: must be >= 0, got -5"});
+  ExpectRejected(
+      OneModel("    over_length: chop\n"),
+      {"models[0].over_length: must be one of truncate, keep_tail, reject, window", "\"chop\""});
+  for (const char* device : {"gpu", "cuda:", "cuda:x", "cuda0", "CPU"}) {
+    ExpectRejected(
+        OneModel(absl::StrCat("    device: \"", device, "\"\n")),
+        {"models[0].device: must be auto, cpu, cuda or cuda:N", absl::StrCat("\"", device, "\"")});
+  }
+  ExpectRejected(OneModel("    max_windows: 0\n"), {"models[0].max_windows: must be > 0, got 0"});
+  ExpectRejected(OneModel("    max_length: -3\n"), {"models[0].max_length: must be >= 0, got -3"});
+  ExpectRejected(OneModel("    max_length: 100\n    window_stride: 200\n"),
+                 {"models[0].window_stride: must be <= max_length"});
+  ExpectRejected(OneModel("    batching: {bucket_boundaries: [128, 64]}\n"),
+                 {"models[0].batching.bucket_boundaries[1]: must be ascending"});
+  ExpectRejected(OneModel("    batching: {bucket_boundaries: []}\n"),
+                 {"models[0].batching.bucket_boundaries: needs at least one"});
+  ExpectRejected(OneModel("    batching: {max_queue_delay_us: -1}\n"),
+                 {"models[0].batching.max_queue_delay_us: must be >= 0"});
+  ExpectRejected(OneModel("    batching: {batch_threads: 0}\n"),
+                 {"models[0].batching.batch_threads: must be > 0, got 0"});
+  ExpectRejected(OneModel("    batching: {max_batch_tokens: 0}\n"),
+                 {"models[0].batching.max_batch_tokens: must be > 0, got 0"});
+  ExpectRejected(OneModel("    batching: {max_queue_size: 0}\n"),
+                 {"models[0].batching.max_queue_size: must be > 0, got 0"});
+  ExpectRejected(OneModel("  - name: second\n    checkpoint: s.tsckpt\n"
+                          "    batching: {max_batch_size: 0}\n"),
+                 {"models[1].batching.max_batch_size: must be > 0, got 0"});
+}
+
+TEST(ConfigTest, RejectsBadModelNames) {
+  ExpectRejected("models:\n  - checkpoint: a.tsckpt\n", {"models[0].name: required"});
+  ExpectRejected("models:\n  - name: a\n", {"models[0].checkpoint: required"});
+  ExpectRejected("models:\n  - name: a b\n    checkpoint: c\n",
+                 {"models[0].name: must match [A-Za-z0-9_.-]+", "\"a b\""});
+  ExpectRejected("models:\n  - name: a/b\n    checkpoint: c\n", {"models[0].name: must match"});
+  ExpectRejected(OneModel("  - name: m\n    checkpoint: other.tsckpt\n"),
+                 {"models[1].name: duplicate model name \"m\""});
+}
+
+TEST(ConfigTest, RejectsBadTls) {
+  ExpectRejected("tls: {cert_file: a.crt}\n", {"tls.key_file: required when tls.cert_file"});
+  ExpectRejected("tls: {key_file: a.key}\n", {"tls.cert_file: required when tls.key_file"});
+  ExpectRejected("tls: {client_ca_file: ca.crt}\n", {"tls.client_ca_file: requires tls.cert_file"});
+}
+
+TEST(ConfigTest, RejectsBadTokensWithoutEchoingThem) {
+  absl::StatusOr<ServerConfig> config =
+      ParseServerConfig("auth: {tokens: {s3cret: [classify], t0ken: [root]}}\n", "");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr("auth.tokens[#2]: unknown role \"root\" (expected classify or admin)"));
+  EXPECT_THAT(std::string(config.status().message()), ::testing::Not(HasSubstr("t0ken")));
+  ExpectRejected("auth: {tokens: {a: []}}\n", {"auth.tokens[#1]: needs at least one role"});
+  ExpectRejected("auth: {tokens: [a]}\n", {"auth.tokens: expected a mapping"});
+}
+
+TEST(ConfigTest, ResolvesRelativePathsAgainstBaseDir) {
+  const std::string yaml = R"yaml(
+state_dir: ../state
+data_root: /data
+tls: {cert_file: c.pem, key_file: ./k.pem, client_ca_file: /abs/ca.pem}
+models:
+  - {name: a, checkpoint: ckpt/a.tsckpt, calibration: ../a.cal}
+  - {name: b, checkpoint: /models/b.tsckpt}
+)yaml";
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(yaml, "/srv/ts/config");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->state_dir, "/srv/ts/state");
+  EXPECT_EQ(config->data_root, "/data");
+  EXPECT_EQ(config->tls.cert_file, "/srv/ts/config/c.pem");
+  EXPECT_EQ(config->tls.key_file, "/srv/ts/config/k.pem");
+  EXPECT_EQ(config->tls.client_ca_file, "/abs/ca.pem");
+  EXPECT_EQ(config->models[0].checkpoint, "/srv/ts/config/ckpt/a.tsckpt");
+  EXPECT_EQ(config->models[0].calibration, "/srv/ts/a.cal");
+  EXPECT_EQ(config->models[1].checkpoint, "/models/b.tsckpt");
+  EXPECT_TRUE(config->models[1].calibration.empty());
+}
+
+TEST(ConfigTest, MergesTokensFileRelativeToBaseDir) {
+  TempDir dir;
+  dir.File("tokens.txt", "# operators\n\nalpha admin\n  beta classify,admin  \nalpha classify\n");
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(
+      "auth:\n  tokens: {alpha: [classify], gamma: [classify]}\n  tokens_file: tokens.txt\n",
+      dir.path());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->auth.tokens_file, dir.path() + "/tokens.txt");
+  EXPECT_THAT(config->auth.tokens,
+              UnorderedElementsAre(Pair("alpha", ElementsAre("classify", "admin")),
+                                   Pair("beta", ElementsAre("classify", "admin")),
+                                   Pair("gamma", ElementsAre("classify"))));
+}
+
+TEST(ConfigTest, RejectsMissingOrMalformedTokensFile) {
+  TempDir dir;
+  absl::StatusOr<ServerConfig> missing =
+      ParseServerConfig("auth: {tokens_file: nope.txt}\n", dir.path());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr(dir.path() + "/nope.txt"));
+
+  dir.File("bad.txt", "alpha admin\nbeta\n");
+  ExpectRejected(absl::StrCat("auth: {tokens_file: ", dir.path(), "/bad.txt}\n"),
+                 {"bad.txt:2", "expected \"TOKEN ROLE[,ROLE...]\""});
+  dir.File("role.txt", "alpha classify,superuser\n");
+  ExpectRejected(absl::StrCat("auth: {tokens_file: ", dir.path(), "/role.txt}\n"),
+                 {"role.txt:1", "unknown role \"superuser\""});
+}
+
+TEST(ConfigTest, LoadServerConfigResolvesAgainstTheFilesDirectory) {
+  TempDir dir;
+  const std::string path = dir.File("server.yaml", OneModel(""));
+  absl::StatusOr<ServerConfig> config = LoadServerConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->models[0].checkpoint, dir.path() + "/m.tsckpt");
+  EXPECT_EQ(config->state_dir, dir.path() + "/state");
+
+  absl::StatusOr<ServerConfig> missing = LoadServerConfig(dir.path() + "/absent.yaml");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("absent.yaml"));
+
+  const std::string bad = dir.File("bad.yaml", "listen: nowhere\n");
+  absl::StatusOr<ServerConfig> invalid = LoadServerConfig(bad);
+  EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(invalid.status().message()), HasSubstr("bad.yaml: listen:"));
+}
+
+TEST(ConfigTest, ParseModelFlag) {
+  absl::StatusOr<ModelConfig> model = ParseModelFlag("imdb=models/imdb=v1.tsckpt");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->name, "imdb");
+  EXPECT_EQ(model->checkpoint, "models/imdb=v1.tsckpt");
+  EXPECT_EQ(model->device, "auto");
+  EXPECT_EQ(model->over_length, OverLengthPolicy::kTruncate);
+  EXPECT_EQ(model->batching.model_name, "imdb");
+
+  for (const char* bad : {"imdb", "=x.tsckpt", "imdb=", ""}) {
+    absl::StatusOr<ModelConfig> rejected = ParseModelFlag(bad);
+    EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(rejected.status().message()), HasSubstr("NAME=CHECKPOINT")) << bad;
+  }
+  absl::StatusOr<ModelConfig> bad_name = ParseModelFlag("my model=x.tsckpt");
+  EXPECT_EQ(bad_name.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_name.status().message()), HasSubstr("must match"));
+}
+
+TEST(ConfigTest, ValidateCatchesFlagOverrides) {
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(OneModel(""), "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<ModelConfig> flag = ParseModelFlag("m=other.tsckpt");
+  ASSERT_TRUE(flag.ok());
+  config->models.push_back(*flag);
+  absl::Status status = ValidateServerConfig(*config);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("duplicate model name \"m\""));
+}
+
+// The shipped files must parse: the server starts from them.
+class ShippedConfigTest : public ::testing::Test {
+ protected:
+  std::filesystem::path ConfigDir() {
+    const char* source_dir = std::getenv("TS_SOURCE_DIR");
+    return std::filesystem::path(source_dir != nullptr ? source_dir : ".") / "config";
+  }
+};
+
+TEST_F(ShippedConfigTest, DefaultYamlServesListops) {
+  absl::StatusOr<ServerConfig> config = LoadServerConfig((ConfigDir() / "default.yaml").string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen, "127.0.0.1:50051");
+  EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
+  EXPECT_TRUE(config->tls.cert_file.empty());
+  EXPECT_TRUE(config->auth.tokens.empty());
+  ASSERT_EQ(config->models.size(), 1u);
+  const ModelConfig& model = config->models[0];
+  EXPECT_EQ(model.name, "listops");
+  const std::filesystem::path expected_checkpoint =
+      (std::filesystem::absolute(ConfigDir()) / "../models/listops-demo.tsckpt").lexically_normal();
+  EXPECT_EQ(model.checkpoint, expected_checkpoint.string());
+  EXPECT_EQ(model.device, "auto");
+  EXPECT_EQ(model.over_length, OverLengthPolicy::kTruncate);
+  // The file spells out the built-in defaults.
+  const LengthBucketBatcherOptions defaults;
+  EXPECT_EQ(model.batching.bucket_boundaries, defaults.bucket_boundaries);
+  EXPECT_EQ(model.batching.max_batch_tokens, defaults.max_batch_tokens);
+  EXPECT_EQ(model.batching.max_queue_delay, defaults.max_queue_delay);
+  EXPECT_EQ(config->max_message_bytes, ServerConfig().max_message_bytes);
+  EXPECT_EQ(config->shutdown_grace, ServerConfig().shutdown_grace);
+}
+
+TEST_F(ShippedConfigTest, ExamplesParse) {
+  // tokens_file is read at parse time: give the examples an (empty) one next to them.
+  TempDir dir;
+  dir.File("tokens.txt", "# no tokens\n");
+  int parsed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(ConfigDir() / "examples")) {
+    if (entry.path().extension() != ".yaml") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    absl::StatusOr<ServerConfig> config = ParseServerConfig(text, dir.path());
+    EXPECT_TRUE(config.ok()) << entry.path() << ": " << config.status();
+    if (config.ok()) {
+      EXPECT_FALSE(config->models.empty()) << entry.path();
+    }
+    ++parsed;
+  }
+  EXPECT_GE(parsed, 2);
+}
+
+}  // namespace
+}  // namespace ts::server

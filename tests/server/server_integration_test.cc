@@ -1,0 +1,439 @@
+// Integration tests against a real `tsserver` process on loopback: results equal the in-process
+// model while batches form and both paths run, every error case answers its code and the server
+// keeps serving, deadlines skip compute, SIGTERM loses no accepted request, metrics pass
+// promtool, health and auth behave.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "model/batch_classifier.h"
+#include "model/checkpoint.h"
+#include "taylorshift/v1/classifier.grpc.pb.h"
+#include "tests/testing/encoder_testing.h"
+#include "tests/testing/server_process.h"
+
+namespace ts {
+namespace {
+
+namespace pb = taylorshift::v1;
+using ts::testing::ServerProcess;
+
+constexpr std::int64_t kMaxLength = 512;
+
+std::string WriteModel(const std::string& dir, const std::string& name, const std::string& modality,
+                       std::int64_t max_length, std::vector<std::string> labels,
+                       std::uint64_t seed) {
+  TaylorShiftEncoderOptions options(32, 1, 4, max_length, static_cast<std::int64_t>(labels.size()));
+  options.mlp_hidden(64);
+  TaylorShiftEncoder model(options);
+  ts::testing::RandomizeParameters(model, seed);
+  CheckpointMetadata metadata;
+  metadata.format_version = kCheckpointFormatVersion;
+  metadata.modality = modality;
+  metadata.labels = std::move(labels);
+  metadata.provenance["created_by"] = "server_integration_test";
+  const std::string path = dir + "/" + name + ".tsckpt";
+  EXPECT_TRUE(SaveCheckpoint(path, options, metadata, model).ok());
+  return path;
+}
+
+std::string RandomDocument(std::mt19937& rng, std::int64_t length) {
+  std::uniform_int_distribution<int> byte(32, 126);
+  std::string doc(static_cast<std::size_t>(length), ' ');
+  for (auto& c : doc) c = static_cast<char>(byte(rng));
+  return doc;
+}
+
+class ServerIntegrationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(ts::testing::MakeScratchDir());
+    tiny_ = new std::string(WriteModel(*dir_, "tiny", "bytes", kMaxLength, {"a", "b", "c"}, 7));
+    const std::string px = WriteModel(*dir_, "px", "pixels", 64, {"dark", "light"}, 8);
+    std::ofstream config(*dir_ + "/config.yaml");
+    config << "listen: 127.0.0.1:0\n"
+              "metrics_listen: 127.0.0.1:0\n"
+              "intra_op_threads: 2\n"
+              "shutdown_grace_ms: 20000\n"
+              "models:\n"
+              "  - name: tiny\n"
+              "    checkpoint: tiny.tsckpt\n"
+              "    device: cpu\n"
+              "    batching: {bucket_boundaries: [32, 64, 128, 256, 512], max_batch_size: 16,\n"
+              "               max_batch_tokens: 16384, max_queue_delay_us: 30000}\n"
+              "  - name: strict\n"
+              "    checkpoint: tiny.tsckpt\n"
+              "    device: cpu\n"
+              "    max_length: 256\n"
+              "    over_length: reject\n"
+              "  - name: px\n"
+              "    checkpoint: px.tsckpt\n"
+              "    device: cpu\n"
+              "  - name: slow\n"
+              "    checkpoint: tiny.tsckpt\n"
+              "    device: cpu\n"
+              "    batching: {max_queue_delay_us: 400000, max_queue_size: 3, max_batch_size: 64}\n";
+    config.close();
+    server_ = new ServerProcess();
+    ASSERT_TRUE(server_->Start(TS_TSSERVER_BINARY, {"--config", *dir_ + "/config.yaml"}, *dir_));
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->Stop(SIGTERM), 0) << server_->Log();
+    delete server_;
+  }
+
+  std::unique_ptr<pb::Classifier::Stub> Stub() {
+    return pb::Classifier::NewStub(
+        grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials()));
+  }
+  static grpc::Status Call(pb::Classifier::Stub& stub, const pb::ClassifyRequest& request,
+                           pb::ClassifyResponse* response, int deadline_ms = 30000) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+    return stub.Classify(&context, request, response);
+  }
+  static pb::ClassifyRequest Document(const std::string& model, const std::string& doc) {
+    pb::ClassifyRequest request;
+    request.set_model(model);
+    request.set_document(doc);
+    return request;
+  }
+
+  static std::string* dir_;
+  static std::string* tiny_;
+  static ServerProcess* server_;
+};
+std::string* ServerIntegrationTest::dir_ = nullptr;
+std::string* ServerIntegrationTest::tiny_ = nullptr;
+ServerProcess* ServerIntegrationTest::server_ = nullptr;
+
+TEST_F(ServerIntegrationTest, ConcurrentMixedLengthsGetTheInProcessModelsProbabilities) {
+  std::mt19937 rng(42);
+  std::vector<std::string> docs;
+  std::uniform_int_distribution<std::int64_t> short_len(5, 60), long_len(100, kMaxLength);
+  for (int i = 0; i < 48; ++i)
+    docs.push_back(RandomDocument(rng, i % 2 ? short_len(rng) : long_len(rng)));
+  // Expected: each document alone through the in-process model.
+  auto loaded = LoadCheckpoint(*tiny_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::vector<std::vector<float>> expected;
+  for (const auto& doc : docs) {
+    auto result = ClassifyBatch(loaded->model, {doc}, AttentionPath::kAuto, torch::kCPU);
+    ASSERT_TRUE(result.ok()) << result.status();
+    expected.push_back(result->probabilities[0]);
+  }
+  std::vector<pb::ClassifyResponse> responses(docs.size());
+  std::vector<grpc::Status> statuses(docs.size());
+  std::vector<std::thread> clients;
+  std::atomic<std::size_t> next{0};
+  for (int t = 0; t < 16; ++t) {
+    clients.emplace_back([&] {
+      auto stub = Stub();
+      for (std::size_t i = next++; i < docs.size(); i = next++) {
+        statuses[i] = Call(*stub, Document("tiny", docs[i]), &responses[i]);
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  std::uint32_t largest_batch = 0;
+  std::set<int> paths;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << i << ": " << statuses[i].error_message();
+    const auto& r = responses[i];
+    ASSERT_EQ(r.probabilities_size(), 3);
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_NEAR(r.probabilities(c).probability(), expected[i][c], 1e-5) << "doc " << i;
+      EXPECT_EQ(r.probabilities(c).index(), static_cast<std::uint32_t>(c));
+    }
+    EXPECT_EQ(r.tokens(), docs[i].size() + 1);
+    EXPECT_FALSE(r.truncated());
+    EXPECT_FALSE(r.model_version().empty());
+    largest_batch = std::max(largest_batch, r.timing().batch_size());
+    paths.insert(r.path());
+  }
+  EXPECT_GT(largest_batch, 1u) << "no batch of more than one request formed";
+  EXPECT_TRUE(paths.count(pb::ATTENTION_PATH_DIRECT)) << "short documents should run direct";
+  EXPECT_TRUE(paths.count(pb::ATTENTION_PATH_EFFICIENT)) << "long documents should run efficient";
+}
+
+TEST_F(ServerIntegrationTest, ErrorsAnswerTheirCodeAndTheServerKeepsServing) {
+  auto stub = Stub();
+  pb::ClassifyResponse response;
+  auto status = Call(*stub, Document("nope", "abc"), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("'nope'"), std::string::npos) << status.error_message();
+
+  status = Call(*stub, Document("tiny", ""), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("empty"), std::string::npos) << status.error_message();
+
+  status = Call(*stub, Document("strict", std::string(300, 'x')), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("256"), std::string::npos) << status.error_message();
+
+  pb::ClassifyRequest image;
+  image.set_model("px");
+  image.mutable_image()->set_width(8);
+  image.mutable_image()->set_height(8);
+  image.mutable_image()->set_channels(3);
+  image.mutable_image()->set_pixels(std::string(100, '\x10'));
+  status = Call(*stub, image, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("192"), std::string::npos) << status.error_message();
+
+  image.set_model("tiny");
+  status = Call(*stub, image, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  pb::ClassifyRequest no_input;
+  no_input.set_model("tiny");
+  EXPECT_EQ(Call(*stub, no_input, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  auto top = Document("tiny", "hello");
+  top.set_top_k(4);
+  EXPECT_EQ(Call(*stub, top, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // Still serving, and the valid variants work.
+  image.set_model("px");
+  image.mutable_image()->set_pixels(std::string(192, '\x80'));
+  ASSERT_TRUE(Call(*stub, image, &response).ok());
+  EXPECT_EQ(response.tokens(), 65u);
+  top.set_top_k(2);
+  ASSERT_TRUE(Call(*stub, top, &response).ok());
+  ASSERT_EQ(response.probabilities_size(), 2);
+  EXPECT_GE(response.probabilities(0).probability(), response.probabilities(1).probability());
+  EXPECT_EQ(response.label(), response.probabilities(0).label());
+  ASSERT_TRUE(Call(*stub, Document("tiny", std::string(2000, 'y')), &response).ok());
+  EXPECT_TRUE(response.truncated());
+  EXPECT_EQ(response.tokens(), kMaxLength + 1);
+}
+
+TEST_F(ServerIntegrationTest, ExpiredDeadlinesAreNotComputedAndAFullQueueSaysWhichLimit) {
+  auto stub = Stub();
+  pb::ClassifyResponse response;
+  // "slow" holds a batch open for 400 ms: a 100 ms deadline expires in the queue.
+  const auto status = Call(*stub, Document("slow", "expires in the queue"), &response, 100);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // Four concurrent requests against max_queue_size 3.
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 5; ++i) {
+    calls.push_back(std::async(std::launch::async, [this, i] {
+      auto s = Stub();
+      pb::ClassifyResponse r;
+      return Call(*s, Document("slow", "queued " + std::to_string(i)), &r, 10000);
+    }));
+  }
+  int exhausted = 0, ok = 0;
+  for (auto& call : calls) {
+    const auto s = call.get();
+    if (s.ok()) ++ok;
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++exhausted;
+      EXPECT_NE(s.error_message().find("max_queue_size=3"), std::string::npos) << s.error_message();
+    }
+  }
+  EXPECT_GE(exhausted, 1);
+  EXPECT_GE(ok, 1);
+  EXPECT_EQ(ok + exhausted, 5);
+  const std::string metrics = ts::testing::HttpGet(server_->metrics_address(), "/metrics");
+  EXPECT_NE(metrics.find("taylorshift_rejected_total{model=\"slow\",reason=\"deadline_exceeded\"}"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("taylorshift_rejected_total{model=\"slow\",reason=\"queue_full\"}"),
+            std::string::npos);
+  // The expired request never reached a batch: only the OK ones were computed.
+  const std::string compute_count = "taylorshift_compute_duration_seconds_count{model=\"slow\"";
+  const auto at = metrics.find(compute_count);
+  ASSERT_NE(at, std::string::npos);
+  const auto value = std::stod(metrics.substr(metrics.find('}', at) + 1));
+  EXPECT_LE(value, static_cast<double>(ok));
+}
+
+TEST_F(ServerIntegrationTest, MetricsEndpointPassesPromtool) {
+  auto stub = Stub();
+  pb::ClassifyResponse response;
+  ASSERT_TRUE(Call(*stub, Document("tiny", "scrape me"), &response).ok());
+  const std::string metrics = ts::testing::HttpGet(server_->metrics_address(), "/metrics");
+  for (const char* family :
+       {"taylorshift_requests_total", "taylorshift_request_duration_seconds_bucket",
+        "taylorshift_queue_duration_seconds_bucket", "taylorshift_compute_duration_seconds_bucket",
+        "taylorshift_batch_size_bucket", "taylorshift_batch_tokens_bucket",
+        "taylorshift_padding_ratio_bucket", "taylorshift_sequence_length_bucket",
+        "taylorshift_attention_path_total", "taylorshift_queue_depth", "taylorshift_model_info",
+        "taylorshift_process_resident_memory_bytes"}) {
+    EXPECT_NE(metrics.find(family), std::string::npos) << family;
+  }
+  const std::string path = *dir_ + "/metrics.txt";
+  std::ofstream(path) << metrics;
+  const int rc =
+      std::system(("promtool check metrics < " + path + " > " + path + ".out 2>&1").c_str());
+  std::ifstream out(path + ".out");
+  std::stringstream text;
+  text << out.rdbuf();
+  EXPECT_EQ(rc, 0) << text.str();
+}
+
+TEST_F(ServerIntegrationTest, StreamAnswersEveryRequestWithItsId) {
+  auto stub = Stub();
+  grpc::ClientContext context;
+  auto stream = stub->ClassifyStream(&context);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 12; ++i) {
+    auto request = Document(i == 7 ? "nope" : "tiny", RandomDocument(rng, 20 + 30 * i));
+    request.set_request_id("r" + std::to_string(i));
+    ASSERT_TRUE(stream->Write(request));
+  }
+  stream->WritesDone();
+  std::set<std::string> ids;
+  pb::ClassifyResponse response;
+  while (stream->Read(&response)) {
+    ids.insert(response.request_id());
+    if (response.request_id() == "r7") {
+      EXPECT_EQ(response.error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+    } else {
+      EXPECT_EQ(response.error_code(), 0) << response.error_message();
+      EXPECT_EQ(response.probabilities_size(), 3);
+    }
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(ids.size(), 12u);
+}
+
+TEST_F(ServerIntegrationTest, ListModelsAndGetModelDescribeWhatIsServed) {
+  auto stub = Stub();
+  grpc::ClientContext list_context;
+  pb::ListModelsResponse list;
+  ASSERT_TRUE(stub->ListModels(&list_context, {}, &list).ok());
+  ASSERT_EQ(list.models_size(), 4);
+  grpc::ClientContext get_context;
+  pb::GetModelRequest get;
+  get.set_name("strict");
+  pb::ModelInfo info;
+  ASSERT_TRUE(stub->GetModel(&get_context, get, &info).ok());
+  EXPECT_EQ(info.max_length(), 256u);
+  EXPECT_EQ(info.head_dim(), 8u);
+  EXPECT_EQ(info.crossover_tokens(), 73u);
+  EXPECT_EQ(info.crossover_source(), "formula");
+  EXPECT_EQ(info.over_length_policy(), "reject");
+  EXPECT_EQ(info.labels_size(), 3);
+}
+
+// grpc.health.v1.Health/Check through a generic stub (HealthCheckRequest{service} →
+// HealthCheckResponse{status}; SERVING = 1), so no health proto has to be compiled here.
+int HealthStatus(const std::string& address, const std::string& service) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  std::string request;
+  if (!service.empty()) {
+    request.push_back('\x0a');
+    request.push_back(static_cast<char>(service.size()));
+    request += service;
+  }
+  grpc::Slice slice(request);
+  grpc::ByteBuffer send(&slice, 1), receive;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &send, &receive,
+                 [&](grpc::Status s) { done.set_value(s); });
+  const auto status = done.get_future().get();
+  if (!status.ok()) return -static_cast<int>(status.error_code());
+  std::vector<grpc::Slice> slices;
+  receive.Dump(&slices);
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return bytes.size() >= 2 && bytes[0] == '\x08' ? bytes[1] : 0;
+}
+
+TEST_F(ServerIntegrationTest, HealthIsServingOverallAndPerModel) {
+  EXPECT_EQ(HealthStatus(server_->grpc_address(), ""), 1);
+  EXPECT_EQ(HealthStatus(server_->grpc_address(), "tiny"), 1);
+  EXPECT_EQ(HealthStatus(server_->grpc_address(), "taylorshift.v1.Classifier"), 1);
+  EXPECT_EQ(HealthStatus(server_->grpc_address(), "unknown-model"),
+            -static_cast<int>(grpc::StatusCode::NOT_FOUND));
+}
+
+class ServerLifecycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ts::testing::MakeScratchDir();
+    WriteModel(dir_, "tiny", "bytes", 128, {"x", "y"}, 3);
+  }
+  std::string dir_;
+};
+
+TEST_F(ServerLifecycleTest, SigtermFinishesEveryAcceptedRequestAndExitsZero) {
+  // Batches wait up to 1.5 s for company, so the requests are still queued at SIGTERM.
+  std::ofstream(dir_ + "/slow.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\nshutdown_grace_ms: 20000\n"
+         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu,\n"
+         "          batching: {max_queue_delay_us: 1500000, max_batch_size: 64}}]\n";
+  ServerProcess server;
+  ASSERT_TRUE(
+      server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/slow.yaml", "--threads", "2"}, dir_));
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 12; ++i) {
+    calls.push_back(std::async(std::launch::async, [&server, i] {
+      auto stub = pb::Classifier::NewStub(
+          grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+      pb::ClassifyRequest request;
+      request.set_model("tiny");
+      request.set_document(std::string(20 + 8 * i, 'q'));
+      pb::ClassifyResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      return stub->Classify(&context, request, &response);
+    }));
+  }
+  // Let the requests reach the server's queue, then ask it to stop while they wait there.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (auto& call : calls) {
+    EXPECT_EQ(call.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+        << "a request finished before SIGTERM: the test would not test the drain";
+  }
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.Log();
+  for (auto& call : calls) {
+    const auto status = call.get();
+    EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+  }
+  EXPECT_NE(server.Log().find("stopped"), std::string::npos) << server.Log();
+}
+
+TEST_F(ServerLifecycleTest, BearerTokensGuardClassifyButNotHealth) {
+  std::ofstream(dir_ + "/auth.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "auth: {tokens: {s3cret: [classify]}}\n"
+         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/auth.yaml"}, dir_));
+  auto stub = pb::Classifier::NewStub(
+      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  pb::ClassifyRequest request;
+  request.set_model("tiny");
+  request.set_document("guarded");
+  for (const std::string token : {"", "wrong", "s3cret"}) {
+    grpc::ClientContext context;
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    pb::ClassifyResponse response;
+    const auto status = stub->Classify(&context, request, &response);
+    if (token == "s3cret") {
+      EXPECT_TRUE(status.ok()) << status.error_message();
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+    }
+  }
+  EXPECT_EQ(HealthStatus(server.grpc_address(), ""), 1);
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
+}  // namespace
+}  // namespace ts

@@ -1,0 +1,134 @@
+// Starts a real `tsserver` process on loopback (port 0: the server picks a free port and writes
+// it to a ready file), and stops it by its PID. Loops are bounded in time.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ts::testing {
+
+class ServerProcess {
+ public:
+  // Starts `binary` with `args` plus --ready-file; waits up to `timeout` for it to serve.
+  bool Start(const std::string& binary, std::vector<std::string> args, const std::string& dir,
+             std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    ready_file_ = dir + "/ready-" + std::to_string(++starts_);
+    log_file_ = dir + "/server-" + std::to_string(starts_) + ".log";
+    args.insert(args.begin(), binary);
+    args.push_back("--ready-file");
+    args.push_back(ready_file_);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 2);
+      ::dup2(fd, 1);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(binary.c_str(), argv.data());
+      ::_exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream ready(ready_file_);
+      std::string line;
+      while (std::getline(ready, line)) {
+        if (line.rfind("grpc=", 0) == 0) grpc_address_ = line.substr(5);
+        if (line.rfind("metrics=", 0) == 0) metrics_address_ = line.substr(8);
+      }
+      if (!grpc_address_.empty()) return true;
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        ADD_FAILURE() << "tsserver exited during start-up:\n" << Log();
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "tsserver did not become ready in time:\n" << Log();
+    return false;
+  }
+
+  // Sends `signal` and waits up to `timeout` for exit; returns the exit status (-1 on timeout,
+  // after which the process is killed).
+  int Stop(int signal = SIGTERM, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, signal);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return -1;
+  }
+
+  ~ServerProcess() {
+    if (pid_ > 0) Stop(SIGKILL, std::chrono::seconds(10));
+  }
+
+  std::string Log() const {
+    std::ifstream in(log_file_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  const std::string& grpc_address() const { return grpc_address_; }
+  const std::string& metrics_address() const { return metrics_address_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int starts_ = 0;
+  std::string ready_file_, log_file_, grpc_address_, metrics_address_;
+};
+
+// GET http://address/path over loopback (HTTP/1.0, 10 s timeouts); returns the body, or ""
+// on any error.
+inline std::string HttpGet(const std::string& address, const std::string& path) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return "";
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
+    if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+      char buffer[65536];
+      ssize_t n = 0;
+      while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
+    }
+  }
+  ::close(fd);
+  const auto body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+}  // namespace ts::testing
