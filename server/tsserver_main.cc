@@ -218,6 +218,11 @@ int Run(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(config->max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config->max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config->max_concurrent_streams);
+  if (config->grpc_threads > 0) {
+    grpc::ResourceQuota quota("tsserver");
+    quota.SetMaxThreads(config->grpc_threads);
+    builder.SetResourceQuota(quota);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     Log(absl::StrCat("cannot listen on ", config->listen));
@@ -250,6 +255,7 @@ int Run(int argc, char** argv) {
   const absl::Time deadline = absl::Now() + config->shutdown_grace;
   // Stops accepting calls and waits for those in flight (their batches keep running).
   server->Shutdown(absl::ToChronoTime(deadline));
+  Log("RPCs finished; draining batchers");
   (*registry)->DrainAll(std::max(absl::ZeroDuration(), deadline - absl::Now()));
   server->Wait();
   Log("stopped");

@@ -435,5 +435,74 @@ TEST_F(ServerLifecycleTest, BearerTokensGuardClassifyButNotHealth) {
   EXPECT_EQ(server.Stop(SIGTERM), 0);
 }
 
+TEST_F(ServerLifecycleTest, MutualTlsAcceptsOnlyClientsWithACertificateFromTheCa) {
+  ASSERT_EQ(std::system(
+                (ts::testing::SourcePath("tests/testing/make_test_certs.sh") + " " + dir_).c_str()),
+            0);
+  std::ofstream(dir_ + "/tls.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "tls: {cert_file: server.crt, key_file: server.key,\n"
+         "      client_ca_file: ca.crt}\n"
+         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/tls.yaml"}, dir_));
+  const auto read = [this](const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const auto classify = [&](const grpc::SslCredentialsOptions& tls) {
+    auto stub = pb::Classifier::NewStub(
+        grpc::CreateChannel(server.grpc_address(), grpc::SslCredentials(tls)));
+    pb::ClassifyRequest request;
+    request.set_model("tiny");
+    request.set_document("over tls");
+    pb::ClassifyResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return stub->Classify(&context, request, &response);
+  };
+  grpc::SslCredentialsOptions with_cert{read("ca.crt"), read("client.key"), read("client.crt")};
+  const auto ok = classify(with_cert);
+  EXPECT_TRUE(ok.ok()) << ok.error_code() << " " << ok.error_message();
+  grpc::SslCredentialsOptions without_cert;
+  without_cert.pem_root_certs = read("ca.crt");
+  EXPECT_FALSE(classify(without_cert).ok());
+  // Plaintext to a TLS port fails too.
+  auto plain = pb::Classifier::NewStub(
+      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  pb::ListModelsResponse models;
+  EXPECT_FALSE(plain->ListModels(&context, {}, &models).ok());
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.Log();
+}
+
+TEST_F(ServerLifecycleTest, MessagesOverTheSizeLimitAreRefusedAndTheServerKeepsServing) {
+  std::ofstream(dir_ + "/small.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "max_message_bytes: 4096\n"
+         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/small.yaml"}, dir_));
+  auto stub = pb::Classifier::NewStub(
+      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  for (const std::size_t bytes : {std::size_t{100000}, std::size_t{50}}) {
+    pb::ClassifyRequest request;
+    request.set_model("tiny");
+    request.set_document(std::string(bytes, 'm'));
+    pb::ClassifyResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    const auto status = stub->Classify(&context, request, &response);
+    if (bytes > 4096) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << status.error_message();
+    } else {
+      EXPECT_TRUE(status.ok()) << status.error_message();
+    }
+  }
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
 }  // namespace
 }  // namespace ts

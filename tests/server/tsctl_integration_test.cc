@@ -1,0 +1,142 @@
+// tsctl against a real tsserver on loopback: models, classify (JSON lines in input order, files
+// and images, errors per input), and a short bench run.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "model/checkpoint.h"
+#include "tests/testing/encoder_testing.h"
+#include "tests/testing/server_process.h"
+
+namespace ts {
+namespace {
+
+struct Output {
+  int exit_code = -1;
+  std::vector<std::string> lines;
+  std::string text;
+};
+
+Output RunCommand(const std::string& command) {
+  Output out;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out.text += buffer;
+  const int status = ::pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::stringstream lines(out.text);
+  for (std::string line; std::getline(lines, line);) out.lines.push_back(line);
+  return out;
+}
+
+class TsctlTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(ts::testing::MakeScratchDir());
+    for (const auto& [name, modality, length] :
+         {std::tuple<std::string, std::string, std::int64_t>{"text", "bytes", 256},
+          {"pixels", "pixels", 16}}) {
+      TaylorShiftEncoderOptions options(32, 1, 4, length, 2);
+      options.mlp_hidden(64);
+      TaylorShiftEncoder model(options);
+      ts::testing::RandomizeParameters(model, 11);
+      CheckpointMetadata metadata;
+      metadata.format_version = kCheckpointFormatVersion;
+      metadata.modality = modality;
+      metadata.labels = {"no", "yes"};
+      ASSERT_TRUE(SaveCheckpoint(*dir_ + "/" + name + ".tsckpt", options, metadata, model).ok());
+    }
+    server_ = new ts::testing::ServerProcess();
+    ASSERT_TRUE(server_->Start(TS_TSSERVER_BINARY,
+                               {"--listen", "127.0.0.1:0", "--metrics-listen", "", "--model",
+                                "text=" + *dir_ + "/text.tsckpt", "--model",
+                                "pixels=" + *dir_ + "/pixels.tsckpt", "--threads", "2"},
+                               *dir_));
+    server_flag_ = new std::string(" --server " + server_->grpc_address());
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->Stop(SIGTERM), 0);
+    delete server_;
+  }
+  static std::string* dir_;
+  // "tsctl COMMAND --server ADDR ARGS".
+  static std::string Tsctl(const std::string& command, const std::string& args) {
+    return std::string(TS_TSCTL_BINARY) + " " + command + *server_flag_ + " " + args;
+  }
+  static std::string* server_flag_;
+  static ts::testing::ServerProcess* server_;
+};
+std::string* TsctlTest::dir_ = nullptr;
+std::string* TsctlTest::server_flag_ = nullptr;
+ts::testing::ServerProcess* TsctlTest::server_ = nullptr;
+
+TEST_F(TsctlTest, ModelsListsWhatIsServed) {
+  const auto out = RunCommand(Tsctl("models", "--json"));
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  ASSERT_EQ(out.lines.size(), 2u) << out.text;
+  EXPECT_NE(out.text.find("\"name\":\"pixels\""), std::string::npos);
+  EXPECT_NE(out.text.find("\"name\":\"text\""), std::string::npos);
+  EXPECT_NE(out.text.find("\"max_length\":256"), std::string::npos) << out.text;
+}
+
+TEST_F(TsctlTest, ClassifyPrintsOneJsonLinePerInputInInputOrder) {
+  std::vector<std::string> files;
+  for (int i = 0; i < 6; ++i) {
+    files.push_back(*dir_ + "/doc" + std::to_string(i) + ".txt");
+    std::ofstream(files.back()) << std::string(static_cast<std::size_t>(250 - 40 * i), 'a' + i);
+  }
+  files.push_back(*dir_ + "/empty.txt");
+  std::ofstream(files.back()).close();
+  std::string command = Tsctl("classify", "--model text --json --concurrency 4");
+  for (const auto& f : files) command += " " + f;
+  const auto out = RunCommand(command);
+  EXPECT_EQ(out.exit_code, 1) << "the empty file fails, so the exit code is 1\n" << out.text;
+  std::vector<std::string> json;
+  for (const auto& line : out.lines) {
+    if (!line.empty() && line[0] == '{') json.push_back(line);
+  }
+  ASSERT_EQ(json.size(), files.size()) << out.text;
+  for (std::size_t i = 0; i + 1 < files.size(); ++i) {
+    EXPECT_NE(json[i].find("\"file\":\"" + files[i] + "\""), std::string::npos) << json[i];
+    for (const char* key : {"\"label\":", "\"probabilities\":", "\"path\":", "\"batch_size\":",
+                            "\"model_version\":"}) {
+      EXPECT_NE(json[i].find(key), std::string::npos) << key << " in " << json[i];
+    }
+  }
+  EXPECT_NE(json.back().find("INVALID_ARGUMENT"), std::string::npos) << json.back();
+}
+
+TEST_F(TsctlTest, ClassifySendsPgmImagesAsPixels) {
+  const std::string image = *dir_ + "/img.pgm";
+  {
+    std::ofstream out(image, std::ios::binary);
+    out << "P5\n4 4\n255\n" << std::string(16, '\x7f');
+  }
+  const auto out = RunCommand(Tsctl("classify", "--model pixels --json " + image));
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_NE(out.text.find("\"tokens\":17"), std::string::npos) << out.text;
+}
+
+TEST_F(TsctlTest, BenchReportsThroughputLatencyAndTheMix) {
+  const auto out = RunCommand(
+      Tsctl("bench", "--model text --concurrency 4 --requests 40 --lengths uniform:20:250 --json"));
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  for (const char* key : {"\"requests_per_s\":", "\"p50\":", "\"p99\":", "\"paths\":",
+                          "\"batch_size\":", "\"ok\":40"}) {
+    EXPECT_NE(out.text.find(key), std::string::npos) << key << " in " << out.text;
+  }
+}
+
+TEST_F(TsctlTest, UnreachableServerIsAClearError) {
+  const auto out =
+      RunCommand(std::string(TS_TSCTL_BINARY) + " models --server 127.0.0.1:1 --timeout-ms 2000");
+  EXPECT_EQ(out.exit_code, 1);
+  EXPECT_NE(out.text.find("UNAVAILABLE"), std::string::npos) << out.text;
+}
+
+}  // namespace
+}  // namespace ts
