@@ -1,0 +1,106 @@
+// In-process classification throughput: ClassifyBatch on batches like the ones the server forms
+// (fixed 4000-byte documents at several batch sizes, and a mixed length distribution), so the
+// server's throughput can be compared against the model alone (docs/PERFORMANCE.md).
+//
+//   classify_bench --checkpoint=CKPT [--threads=N] [benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/batch_classifier.h"
+#include "model/checkpoint.h"
+#include "model/torch_compat.h"
+
+namespace ts::bench {
+namespace {
+
+std::vector<std::string> Documents(std::int64_t count, std::int64_t min_length,
+                                   std::int64_t max_length, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::int64_t> length(min_length, max_length);
+  std::uniform_int_distribution<int> byte(32, 126);
+  std::vector<std::string> docs;
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::string doc(static_cast<std::size_t>(length(rng)), ' ');
+    for (auto& c : doc) c = static_cast<char>(byte(rng));
+    docs.push_back(std::move(doc));
+  }
+  return docs;
+}
+
+void BM_Classify(benchmark::State& state, LoadedCheckpoint* model, std::int64_t batch,
+                 std::int64_t min_length, std::int64_t max_length) {
+  const auto docs = Documents(batch, min_length, max_length, 1);
+  std::vector<std::string_view> views(docs.begin(), docs.end());
+  std::int64_t tokens = 0;
+  for (const auto& d : docs) tokens += static_cast<std::int64_t>(d.size());
+  for (auto _ : state) {
+    auto result = ClassifyBatch(model->model, views, AttentionPath::kAuto, torch::kCPU);
+    if (!result.ok()) {
+      state.SkipWithError(std::string(result.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(result->probabilities.data());
+  }
+  state.counters["docs_per_s"] =
+      benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+}  // namespace ts::bench
+
+int main(int argc, char** argv) {
+  std::string checkpoint;
+  int threads = 2;
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--checkpoint=", 0) == 0) {
+      checkpoint = arg.substr(13);
+    } else if (arg.rfind("--threads=", 0) == 0) {
+      threads = std::atoi(arg.c_str() + 10);
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argc = out;
+  if (checkpoint.empty()) {
+    std::cerr << "usage: classify_bench --checkpoint=CKPT [--threads=N] [benchmark flags]\n";
+    return 2;
+  }
+  ts::compat::SetThreads(threads);
+  auto loaded = ts::LoadCheckpoint(checkpoint);
+  if (!loaded.ok()) {
+    std::cerr << "classify_bench: " << loaded.status().message() << "\n";
+    return 1;
+  }
+  static ts::LoadedCheckpoint model = std::move(*loaded);
+  benchmark::AddCustomContext("intra_op_threads", std::to_string(threads));
+  for (const std::int64_t batch : {1, 2, 4, 8, 16}) {
+    benchmark::RegisterBenchmark(
+        ("BM_Classify/len:4000/batch:" + std::to_string(batch)).c_str(),
+        [batch](benchmark::State& s) { ts::bench::BM_Classify(s, &model, batch, 4000, 4000); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(1.0);
+  }
+  for (const std::int64_t batch : {1, 16}) {
+    benchmark::RegisterBenchmark(
+        ("BM_Classify/len:100-4000/batch:" + std::to_string(batch)).c_str(),
+        [batch](benchmark::State& s) { ts::bench::BM_Classify(s, &model, batch, 100, 4000); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(1.0);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
