@@ -504,5 +504,87 @@ TEST_F(ServerLifecycleTest, MessagesOverTheSizeLimitAreRefusedAndTheServerKeepsS
   EXPECT_EQ(server.Stop(SIGTERM), 0);
 }
 
+TEST_F(ServerLifecycleTest, CrossoverComesFromCalibrationFileOrStartupCalibration) {
+  std::ofstream(dir_ + "/tiny.calibration")
+      << "taylorshift-calibration 1\n"
+         "crossover head_dim=8 heads=4 batch=1 tokens=42 crossed=1 device=cpu threads=2\n";
+  std::ofstream(dir_ + "/calibrated.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "models:\n"
+         "  - {name: from_file, checkpoint: tiny.tsckpt, device: cpu, calibration: "
+         "tiny.calibration}\n"
+         "  - {name: measured, checkpoint: tiny.tsckpt, device: cpu, calibrate_at_start: true}\n";
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/calibrated.yaml"}, dir_));
+  auto stub = pb::Classifier::NewStub(
+      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  for (const std::string name : {"from_file", "measured"}) {
+    grpc::ClientContext context;
+    pb::GetModelRequest request;
+    request.set_name(name);
+    pb::ModelInfo info;
+    ASSERT_TRUE(stub->GetModel(&context, request, &info).ok());
+    if (name == "from_file") {
+      EXPECT_EQ(info.crossover_source(), "calibration");
+      EXPECT_EQ(info.crossover_tokens(), 42u);
+    } else {
+      EXPECT_EQ(info.crossover_source(), "startup-calibration");
+      EXPECT_GE(info.crossover_tokens(), 1u);
+      EXPECT_LE(info.crossover_tokens(), 129u);
+    }
+  }
+  // With the crossover at 42 tokens (incl. CLS), 41 bytes run direct and 42 bytes efficient.
+  for (const auto& [length, path] :
+       {std::pair<int, pb::AttentionPath>{41, pb::ATTENTION_PATH_DIRECT},
+        {42, pb::ATTENTION_PATH_EFFICIENT}}) {
+    grpc::ClientContext context;
+    pb::ClassifyRequest request;
+    request.set_model("from_file");
+    request.set_document(std::string(static_cast<std::size_t>(length), 'z'));
+    pb::ClassifyResponse response;
+    ASSERT_TRUE(stub->Classify(&context, request, &response).ok());
+    EXPECT_EQ(response.path(), path) << length;
+  }
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
+TEST_F(ServerLifecycleTest, WindowPolicyAveragesTheWindowsProbabilities) {
+  std::ofstream(dir_ + "/window.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "models: [{name: win, checkpoint: tiny.tsckpt, device: cpu, max_length: 64,\n"
+         "          over_length: window, window_stride: 32, max_windows: 4}]\n";
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/window.yaml"}, dir_));
+  auto stub = pb::Classifier::NewStub(
+      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  std::mt19937 rng(9);
+  const std::string doc = RandomDocument(rng, 130);  // windows at 0, 32, 64 and 66 (end-aligned)
+  pb::ClassifyRequest request;
+  request.set_model("win");
+  request.set_document(doc);
+  pb::ClassifyResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub->Classify(&context, request, &response).ok());
+  EXPECT_EQ(response.windows(), 4u);
+  auto loaded = LoadCheckpoint(dir_ + "/tiny.tsckpt");
+  ASSERT_TRUE(loaded.ok());
+  std::vector<double> mean(2, 0.0);
+  for (const std::size_t start : {0, 32, 64, 66}) {
+    auto result = ClassifyBatch(loaded->model, {std::string_view(doc).substr(start, 64)},
+                                AttentionPath::kAuto, torch::kCPU);
+    ASSERT_TRUE(result.ok());
+    for (int c = 0; c < 2; ++c) mean[c] += result->probabilities[0][c] / 4.0;
+  }
+  for (int c = 0; c < 2; ++c) EXPECT_NEAR(response.probabilities(c).probability(), mean[c], 1e-5);
+  // Too long for max_windows = 4.
+  grpc::ClientContext too_long_context;
+  request.set_document(std::string(1000, 'w'));
+  const auto status = stub->Classify(&too_long_context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("max_windows=4"), std::string::npos)
+      << status.error_message();
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
 }  // namespace
 }  // namespace ts
