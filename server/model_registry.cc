@@ -124,10 +124,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   LengthBucketBatcher::Observer observer;
   if (metrics != nullptr) {
     const std::string name = config.name;
-    observer.on_dropped = [metrics, name](absl::StatusCode code) {
-      metrics->RecordRejected(
-          name, code == absl::StatusCode::kDeadlineExceeded ? "deadline_exceeded" : "cancelled");
-    };
+    // Requests dropped before compute (deadline, cancel) are counted once, by the RPC handler
+    // that answers them (taylorshift_rejected_total), not here as well.
     observer.on_queue_depth = [metrics, name](std::int64_t depth) {
       metrics->SetQueueDepth(name, depth);
     };

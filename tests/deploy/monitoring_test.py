@@ -1,0 +1,400 @@
+#!/usr/bin/python3
+"""The shipped dashboards and alert rules against a real Prometheus scraping a real tsserver.
+
+Starts tsserver through the image's entrypoint (deploy/docker/entrypoint.sh, which writes the
+untrained demo model) with the container config deploy/config/tsserver.yaml, moved to loopback
+and a temp dir; starts Prometheus (Debian package) on a free loopback port with the shipped
+scrape job and rule files, scraping every second; sends traffic with tsctl, including errors
+(unknown model, bad top_k, expired deadlines, a full queue); then evaluates every PromQL
+expression of every dashboard panel and every alert rule through /api/v1/query. Each must
+succeed; each serving panel must return finite data, for all models and for one; jobs panels
+(planned metrics) and the CUDA device-memory panel on a CPU-only server may be empty.
+Also runs the Dockerfile's HEALTHCHECK command against the server, up and stopped.
+
+Usage: monitoring_test.py --tsserver BIN --tsctl BIN --tsmodel BIN"""
+
+import argparse
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+import yaml
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import deploy_lib as lib  # noqa: E402
+
+ARGS = None
+RATE_INTERVAL = "1m"
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def http_get(url, timeout_s=10):
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return response.status, response.read().decode()
+
+
+def stop(process, timeout_s=20):
+    """SIGTERM, then SIGKILL after timeout_s; only the process this test started."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def healthcheck_command(grpc_address):
+    """The runtime stage's HEALTHCHECK command of deploy/Dockerfile, aimed at grpc_address."""
+    with open(os.path.join(lib.DEPLOY, "Dockerfile")) as f:
+        text = re.sub(r"\\\n", " ", f.read())
+    line = [l for l in text.splitlines() if l.startswith("HEALTHCHECK")][0]
+    argv = json.loads(line[line.index("CMD") + 3:].strip())
+    argv[argv.index("--server") + 1] = grpc_address
+    assert argv[0] == "tsctl"
+    return [ARGS.tsctl] + argv[1:]
+
+
+class Stack:
+    """tsserver + Prometheus in a temp dir; close() stops both."""
+
+    def __init__(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="ts-monitoring-")
+        self.dir = self.tmp.name
+        self.server = None
+        self.prometheus = None
+        self.logs = []
+
+    def start_server(self):
+        with open(os.path.join(lib.DEPLOY, "config", "tsserver.yaml")) as f:
+            config = yaml.safe_load(f)
+        # The container config with its paths moved into the temp dir.
+        checkpoint = os.path.join(self.dir, "models", "listops-demo.tsckpt")
+        config["state_dir"] = os.path.join(self.dir, "state")
+        config["data_root"] = os.path.join(self.dir, "data")
+        config["models"][0]["checkpoint"] = checkpoint
+        # A second model with a 2-request queue, so that queue_full rejections happen.
+        config["models"].append({"name": "tiny-queue", "checkpoint": checkpoint,
+                                 "batching": {"max_queue_size": 2, "max_batch_size": 1}})
+        config_path = os.path.join(self.dir, "tsserver.yaml")
+        with open(config_path, "w") as f:
+            yaml.safe_dump(config, f)
+        self.ready_file = os.path.join(self.dir, "ready")
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join([os.path.dirname(ARGS.tsserver),
+                                       os.path.dirname(ARGS.tsmodel), env.get("PATH", "")])
+        env["TS_DEMO_CHECKPOINT"] = checkpoint
+        log = open(os.path.join(self.dir, "tsserver.log"), "w")
+        self.logs.append(log)
+        self.server = subprocess.Popen(
+            [os.path.join(lib.DEPLOY, "docker", "entrypoint.sh"), "--config", config_path,
+             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+             "--ready-file", self.ready_file, "--threads", "2"],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+
+        def ready():
+            if self.server.poll() is not None:
+                raise AssertionError(f"tsserver exited with {self.server.returncode}: "
+                                     + self.log_tail())
+            if not os.path.exists(self.ready_file):
+                return None
+            with open(self.ready_file) as f:
+                fields = dict(l.split("=", 1) for l in f.read().split() if "=" in l)
+            return fields if "grpc" in fields and "metrics" in fields else None
+
+        fields = wait_for(ready, 90, "tsserver's ready file")
+        self.grpc = fields["grpc"]
+        self.metrics = fields["metrics"]
+        assert os.path.isfile(checkpoint), "the entrypoint did not write the demo model"
+
+    def start_prometheus(self):
+        with open(lib.PROMETHEUS_CONFIG) as f:
+            shipped = yaml.safe_load(f)
+        job = [j for j in shipped["scrape_configs"] if j["job_name"] == "taylorshift"][0]
+        for static in job["static_configs"]:
+            static["targets"] = [self.metrics]
+        job["scrape_interval"] = "1s"
+        config = {
+            "global": dict(shipped.get("global", {}), scrape_interval="1s",
+                           evaluation_interval="1s"),
+            "rule_files": lib.rule_files(),
+            "scrape_configs": [job],
+        }
+        config_path = os.path.join(self.dir, "prometheus.yml")
+        with open(config_path, "w") as f:
+            yaml.safe_dump(config, f)
+        check = subprocess.run([lib.PROMTOOL, "check", "config", config_path],
+                               capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0, check.stdout + check.stderr
+        self.prometheus_url = f"http://127.0.0.1:{free_port()}"
+        log = open(os.path.join(self.dir, "prometheus.log"), "w")
+        self.logs.append(log)
+        self.prometheus = subprocess.Popen(
+            [lib.PROMETHEUS, f"--config.file={config_path}",
+             f"--storage.tsdb.path={os.path.join(self.dir, 'tsdb')}",
+             f"--web.listen-address={self.prometheus_url[len('http://'):]}",
+             "--log.level=warn"],
+            stdout=log, stderr=subprocess.STDOUT)
+
+        def ready():
+            if self.prometheus.poll() is not None:
+                raise AssertionError(f"prometheus exited with {self.prometheus.returncode}: "
+                                     + self.log_tail())
+            try:
+                return http_get(self.prometheus_url + "/-/ready", 2)[0] == 200
+            except OSError:
+                return False
+
+        wait_for(ready, 60, "Prometheus /-/ready")
+
+    def log_tail(self):
+        out = ""
+        for log in self.logs:
+            path = log.name
+            log.flush()
+            with open(path) as f:
+                out += f"\n--- {os.path.basename(path)}\n" + f.read()[-3000:]
+        return out
+
+    def api(self, path, **params):
+        url = f"{self.prometheus_url}/api/v1/{path}?" + urllib.parse.urlencode(params, doseq=True)
+        try:
+            _, body = http_get(url)
+        except urllib.error.HTTPError as e:
+            body = e.read().decode()
+        return json.loads(body)
+
+    def query(self, expr):
+        return self.api("query", query=expr)
+
+    def tsctl(self, *args, expect_ok=True):
+        result = subprocess.run([ARGS.tsctl, *args, "--server", self.grpc],
+                                capture_output=True, text=True, timeout=120)
+        if expect_ok:
+            assert result.returncode == 0, f"tsctl {args}: {result.stdout}{result.stderr}"
+        return result
+
+    def close(self):
+        for process in (self.prometheus, self.server):
+            if process is not None:
+                stop(process)
+        for log in self.logs:
+            log.close()
+        self.tmp.cleanup()
+
+
+def scraped_requests_total(stack):
+    """sum(taylorshift_requests_total) as tsserver reports it now."""
+    _, text = http_get(f"http://{stack.metrics}/metrics")
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+               if l.startswith("taylorshift_requests_total{"))
+
+
+def exported_families(stack):
+    _, text = http_get(f"http://{stack.metrics}/metrics")
+    return {l.split()[2] for l in text.splitlines() if l.startswith("# TYPE ")}
+
+
+def finite_values(result):
+    data = result["data"]
+    if data["resultType"] == "vector":
+        values = [float(s["value"][1]) for s in data["result"]]
+    elif data["resultType"] == "matrix":
+        values = [float(v[1]) for s in data["result"] for v in s["values"]]
+    else:
+        values = [float(data["result"][1])]
+    return [v for v in values if math.isfinite(v)]
+
+
+class MonitoringTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack()
+        try:
+            cls.stack.start_server()
+            cls.stack.start_prometheus()
+            cls.send_traffic()
+        except BaseException:
+            log = cls.stack.log_tail()
+            cls.stack.close()
+            raise AssertionError("setup failed" + log)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.close()
+
+    @classmethod
+    def send_traffic(cls):
+        s = cls.stack
+        # One request first, so that the series exist and have been scraped before the load:
+        # rate() then sees the load as an increase.
+        s.tsctl("bench", "--model", "listops", "--requests", "1", "--lengths", "fixed:100")
+        wait_for(lambda: finite_values(s.query("taylorshift_requests_total")), 60,
+                 "the first scrape of tsserver")
+        time.sleep(2)
+        # Both attention paths (the demo model's crossover is 73 tokens).
+        s.tsctl("bench", "--model", "listops", "--requests", "120", "--concurrency", "4",
+                "--lengths", "uniform:20:1500", "--json")
+        # Errors: an unknown model, top_k above the class count, expired deadlines, full queue.
+        s.tsctl("bench", "--model", "no-such-model", "--requests", "3", expect_ok=False)
+        document = os.path.join(s.dir, "doc.txt")
+        with open(document, "w") as f:
+            f.write("[MAX 4 3 [MIN 2 3 ] 1 0 [MED 2 9 ] ]")
+        s.tsctl("classify", "--model", "listops", "--top-k", "50", document, expect_ok=False)
+        s.tsctl("bench", "--model", "listops", "--requests", "16", "--concurrency", "8",
+                "--lengths", "fixed:1500", "--deadline-ms", "1", expect_ok=False)
+        full = s.tsctl("bench", "--model", "tiny-queue", "--requests", "60", "--concurrency",
+                       "16", "--lengths", "fixed:1500", "--json", expect_ok=False)
+        assert "RESOURCE_EXHAUSTED" in full.stdout + full.stderr, full.stdout + full.stderr
+        # Prometheus has scraped everything that was sent. Requests that expired client-side
+        # are answered by the server a little later, so compare with what tsserver reports now.
+        def scraped():
+            result = s.query("sum(taylorshift_requests_total)")
+            values = finite_values(result) if result.get("status") == "success" else []
+            return values and values[0] == scraped_requests_total(s)
+
+        wait_for(scraped, 60, "Prometheus to scrape every request tsserver has counted")
+        # Two more scrapes, so that series first seen in the last one have two samples.
+        time.sleep(2.5)
+        # ...and has evaluated every rule at least once since.
+        def evaluated():
+            groups = s.api("rules")["data"]["groups"]
+            rules = [r for g in groups for r in g["rules"]]
+            return rules and all(r["lastEvaluation"] > "2000" for r in rules) and rules
+        cls.rules = wait_for(evaluated, 30, "the alert rules to be evaluated")
+
+    def server_is_cpu_only(self):
+        result = self.stack.query("taylorshift_model_info")
+        return all(not s["metric"]["device"].startswith("cuda") for s in result["data"]["result"])
+
+    def may_be_empty(self, names):
+        """Planned job metrics have no data yet; device metrics exist only on CUDA."""
+        if names and names <= lib.PLANNED_JOB_METRICS:
+            return True
+        return bool(names & lib.DEVICE_METRICS) and self.server_is_cpu_only()
+
+    def variable_values(self, board):
+        """{variable: [values]} from the dashboard's label_values() queries."""
+        out = {}
+        for variable in lib.variables(board):
+            if variable["type"] != "query":
+                continue
+            query = lib.substitute(lib.variable_query(variable), {k: ".*" for k in out} |
+                                   {v["name"]: ".*" for v in lib.variables(board)})
+            match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query.strip())
+            self.assertIsNotNone(match, f"unsupported variable query {query}")
+            series = self.stack.api("series", **{"match[]": match.group(1)})
+            self.assertEqual(series["status"], "success", series)
+            out[variable["name"]] = sorted({s[match.group(2)] for s in series["data"]
+                                            if match.group(2) in s})
+        return out
+
+    def test_metric_names_exist(self):
+        exported = exported_families(self.stack)
+        known = exported | lib.DEVICE_METRICS | lib.PLANNED_JOB_METRICS
+        exprs = [t["expr"] for b in lib.dashboards().values() for p in lib.panels(b)
+                 for t in p["targets"]]
+        exprs += [r["expr"] for _, r in lib.alert_rules()]
+        for expr in exprs:
+            self.assertLessEqual(lib.metric_names(expr), known, expr)
+        # Every serving metric tsserver exports is shown somewhere on a dashboard.
+        shown = set()
+        for b in lib.dashboards().values():
+            for p in lib.panels(b):
+                for t in p["targets"]:
+                    shown |= lib.metric_names(t["expr"])
+        self.assertEqual(exported - shown, set())
+
+    def test_template_variables_resolve(self):
+        for name, board in lib.dashboards().items():
+            values = self.variable_values(board)
+            self.assertEqual(values.get("instance"), [self.stack.metrics], name)
+            self.assertIn("listops", values.get("model", []), name)
+
+    def test_every_panel_query_evaluates(self):
+        for name, board in lib.dashboards().items():
+            names = [v["name"] for v in lib.variables(board)]
+            values = self.variable_values(board)
+            scenarios = {
+                "all": {n: ".*" for n in names},
+                # One instance and one model, as a user picks them.
+                "listops": {n: (values[n][0] if values.get(n) else ".*") for n in names}
+                | {"model": "listops"},
+            }
+            checked = 0
+            for scenario, assignment in scenarios.items():
+                for panel in lib.panels(board):
+                    for target in panel["targets"]:
+                        expr = lib.substitute(target["expr"], assignment, RATE_INTERVAL)
+                        where = f"{name} / {panel['title']} / {target['refId']} ({scenario}): {expr}"
+                        result = self.stack.query(expr)
+                        self.assertEqual(result.get("status"), "success", f"{where}\n{result}")
+                        if not self.may_be_empty(lib.metric_names(expr)):
+                            self.assertTrue(finite_values(result), f"{where}: no data\n{result}")
+                        checked += 1
+            self.assertGreater(checked, 0)
+
+    def test_every_alert_rule_evaluates(self):
+        # Loaded by the real Prometheus without errors.
+        for rule in self.rules:
+            self.assertEqual(rule["health"], "ok", rule)
+        self.assertEqual(len(self.rules), len(lib.alert_rules()))
+        for group, rule in lib.alert_rules():
+            expr = rule["expr"].strip()
+            result = self.stack.query(expr)
+            self.assertEqual(result.get("status"), "success", f"{rule['alert']}: {result}")
+            # The expression without its threshold selects real series, so the selectors
+            # (metric names, label values such as reason="queue_full") match what is exported.
+            match = re.fullmatch(r"(.*?)\s*(?:>|<|==|!=|>=|<=)\s*([-0-9.e*+/ ()]+|Inf)", expr,
+                                 re.S)
+            if match is None or self.may_be_empty(lib.metric_names(expr)):
+                continue
+            left = self.stack.query(match.group(1))
+            self.assertEqual(left.get("status"), "success", f"{rule['alert']}: {left}")
+            self.assertTrue(finite_values(left), f"{rule['alert']}: {match.group(1)} has no data")
+
+    # Named to run last (unittest runs tests in name order): it stops the server.
+    def test_zz_docker_healthcheck_follows_the_server(self):
+        command = healthcheck_command(self.stack.grpc)
+        up = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+        self.assertIn("listops", up.stdout)
+        stop(self.stack.server)
+        self.assertEqual(self.stack.server.returncode, 0, self.stack.log_tail())
+        down = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(down.returncode, 0, down.stdout + down.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tsserver", required=True)
+    parser.add_argument("--tsctl", required=True)
+    parser.add_argument("--tsmodel", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
