@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "model/atomic_file.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
 
@@ -42,51 +43,6 @@ std::uint64_t ReadLittleEndian(const char* data, int bytes) {
 }
 
 std::string ErrnoText() { return std::strerror(errno); }
-
-// Writes all of `data` to `path` through a temporary file in the same directory, fsynced and
-// renamed over `path`.
-absl::Status WriteFileAtomically(const std::string& path, const std::vector<char>& data) {
-  const std::string temp = absl::StrCat(path, ".tmp-", ::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp, ": ", ErrnoText()));
-  }
-  const auto fail = [&](absl::string_view what) {
-    const std::string message = absl::StrCat(what, " ", temp, ": ", ErrnoText());
-    ::close(fd);
-    ::unlink(temp.c_str());
-    return absl::InternalError(message);
-  };
-  std::size_t written = 0;
-  while (written < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + written, data.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("cannot write");
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) return fail("cannot fsync");
-  if (::close(fd) != 0) {
-    const std::string message = absl::StrCat("cannot close ", temp, ": ", ErrnoText());
-    ::unlink(temp.c_str());
-    return absl::InternalError(message);
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string message =
-        absl::StrCat("cannot rename ", temp, " to ", path, ": ", ErrnoText());
-    ::unlink(temp.c_str());
-    return absl::InternalError(message);
-  }
-  // Make the rename itself durable.
-  const auto slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::vector<char>> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -384,7 +340,7 @@ absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOpt
   AppendLittleEndian(file, payload->size(), 8);
   file.insert(file.end(), payload->begin(), payload->end());
   AppendLittleEndian(file, Crc32(payload->data(), payload->size()), 4);
-  return WriteFileAtomically(path, file);
+  return WriteFileAtomically(path, std::string(file.data(), file.size()));
 }
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::Device device) {

@@ -1,0 +1,16 @@
+// Durable, atomic file replacement: readers see the old contents or the new ones, never a
+// partial file, and the new contents survive a crash once this returns OK.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace ts {
+
+// Writes `data` to a temporary file next to `path` (".tmp-<pid>"), fsyncs it, renames it over
+// `path` and fsyncs the directory. On error the temporary file is removed and `path` is
+// untouched; the Status names the file and the system error.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& data);
+
+}  // namespace ts
