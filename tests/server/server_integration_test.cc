@@ -364,6 +364,12 @@ TEST_F(ServerIntegrationTest, HealthIsServingOverallAndPerModel) {
 
 class ServerLifecycleTest : public ::testing::Test {
  protected:
+  // A plaintext Classifier stub for `server`.
+  static std::unique_ptr<pb::Classifier::Stub> PlainStub(const ServerProcess& server) {
+    return pb::Classifier::NewStub(
+        grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  }
+
   void SetUp() override {
     dir_ = ts::testing::MakeScratchDir();
     WriteModel(dir_, "tiny", "bytes", 128, {"x", "y"}, 3);
@@ -383,8 +389,7 @@ TEST_F(ServerLifecycleTest, SigtermFinishesEveryAcceptedRequestAndExitsZero) {
   std::vector<std::future<grpc::Status>> calls;
   for (int i = 0; i < 12; ++i) {
     calls.push_back(std::async(std::launch::async, [&server, i] {
-      auto stub = pb::Classifier::NewStub(
-          grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+      auto stub = PlainStub(server);
       pb::ClassifyRequest request;
       request.set_model("tiny");
       request.set_document(std::string(20 + 8 * i, 'q'));
@@ -415,8 +420,7 @@ TEST_F(ServerLifecycleTest, BearerTokensGuardClassifyButNotHealth) {
          "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
   ServerProcess server;
   ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/auth.yaml"}, dir_));
-  auto stub = pb::Classifier::NewStub(
-      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  auto stub = PlainStub(server);
   pb::ClassifyRequest request;
   request.set_model("tiny");
   request.set_document("guarded");
@@ -468,8 +472,7 @@ TEST_F(ServerLifecycleTest, MutualTlsAcceptsOnlyClientsWithACertificateFromTheCa
   without_cert.pem_root_certs = read("ca.crt");
   EXPECT_FALSE(classify(without_cert).ok());
   // Plaintext to a TLS port fails too.
-  auto plain = pb::Classifier::NewStub(
-      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  auto plain = PlainStub(server);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   pb::ListModelsResponse models;
@@ -484,8 +487,7 @@ TEST_F(ServerLifecycleTest, MessagesOverTheSizeLimitAreRefusedAndTheServerKeepsS
          "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
   ServerProcess server;
   ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/small.yaml"}, dir_));
-  auto stub = pb::Classifier::NewStub(
-      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  auto stub = PlainStub(server);
   for (const std::size_t bytes : {std::size_t{100000}, std::size_t{50}}) {
     pb::ClassifyRequest request;
     request.set_model("tiny");
@@ -516,8 +518,7 @@ TEST_F(ServerLifecycleTest, CrossoverComesFromCalibrationFileOrStartupCalibratio
          "  - {name: measured, checkpoint: tiny.tsckpt, device: cpu, calibrate_at_start: true}\n";
   ServerProcess server;
   ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/calibrated.yaml"}, dir_));
-  auto stub = pb::Classifier::NewStub(
-      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  auto stub = PlainStub(server);
   for (const std::string name : {"from_file", "measured"}) {
     grpc::ClientContext context;
     pb::GetModelRequest request;
@@ -555,8 +556,7 @@ TEST_F(ServerLifecycleTest, WindowPolicyAveragesTheWindowsProbabilities) {
          "          over_length: window, window_stride: 32, max_windows: 4}]\n";
   ServerProcess server;
   ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/window.yaml"}, dir_));
-  auto stub = pb::Classifier::NewStub(
-      grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+  auto stub = PlainStub(server);
   std::mt19937 rng(9);
   const std::string doc = RandomDocument(rng, 130);  // windows at 0, 32, 64 and 66 (end-aligned)
   pb::ClassifyRequest request;
