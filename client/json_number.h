@@ -31,4 +31,11 @@ inline JsonWriter& WriteFloat(JsonWriter& json, float value) {
   return WriteNumber(json, std::strtod(buffer, nullptr));
 }
 
+// A duration in milliseconds, to the microsecond: seconds × 1e3 carries binary noise
+// (5.110021000000001) that no reader wants.
+inline JsonWriter& WriteMilliseconds(JsonWriter& json, double milliseconds) {
+  if (!std::isfinite(milliseconds)) return json.Null();
+  return WriteNumber(json, std::round(milliseconds * 1e3) / 1e3);
+}
+
 }  // namespace ts::client

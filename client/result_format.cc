@@ -120,9 +120,9 @@ std::string ClassifyJson(const std::string& file, const ClassifyResponse& respon
   json.Key("tokens").Int(response.tokens());
   json.Key("truncated").Bool(response.truncated());
   json.Key("windows").Int(response.windows());
-  WriteNumber(json.Key("queue_ms"), response.timing().queue_seconds() * 1e3);
-  WriteNumber(json.Key("compute_ms"), response.timing().compute_seconds() * 1e3);
-  WriteNumber(json.Key("latency_ms"), latency_ms);
+  WriteMilliseconds(json.Key("queue_ms"), response.timing().queue_seconds() * 1e3);
+  WriteMilliseconds(json.Key("compute_ms"), response.timing().compute_seconds() * 1e3);
+  WriteMilliseconds(json.Key("latency_ms"), latency_ms);
   json.Key("request_id").String(response.request_id());
   json.EndObject();
   return json.str();
