@@ -270,15 +270,17 @@ struct Metrics::Impl {
         sequence_length(AddHistogram(*registry, "taylorshift_sequence_length",
                                      "Tokens per request, including CLS, before any truncation "
                                      "or windowing.")),
-        attention_path(AddCounter(*registry, "taylorshift_attention_path_total",
-                                  "Batches computed by attention path (direct or efficient), as "
-                                  "chosen per batch by the cost model.")),
+        attention_path(
+            AddCounter(*registry, "taylorshift_attention_path_total",
+                       "Batches computed by attention path (direct, efficient, or softmax "
+                       "when requested), chosen per batch from the crossover.")),
         queue_depth(
             AddGauge(*registry, "taylorshift_queue_depth",
                      "Requests waiting in a model's batcher, all length buckets together.")),
         rejected(AddCounter(*registry, "taylorshift_rejected_total",
                             "Requests finished without computing them, by reason (queue_full, "
-                            "deadline_exceeded, cancelled, invalid_argument, over_length, ...).")),
+                            "deadline_exceeded, cancelled, unknown_model, invalid_argument, "
+                            "unauthorized, shutting_down).")),
         model_info(AddGauge(*registry, "taylorshift_model_info",
                             "Served model versions (always 1); labels describe the model and the "
                             "direct/efficient crossover in tokens.")),
