@@ -27,8 +27,7 @@ double LabelProbability(const ClassifyResponse& response) {
 
 }  // namespace
 
-std::string ModelJson(const ModelInfo& model) {
-  JsonWriter json;
+void WriteModelJson(JsonWriter& json, const ModelInfo& model) {
   json.BeginObject();
   json.Key("name").String(model.name());
   json.Key("version").String(model.version());
@@ -46,6 +45,11 @@ std::string ModelJson(const ModelInfo& model) {
   json.Key("over_length_policy").String(model.over_length_policy());
   json.Key("device").String(model.device());
   json.EndObject();
+}
+
+std::string ModelJson(const ModelInfo& model) {
+  JsonWriter json;
+  WriteModelJson(json, model);
   return json.str();
 }
 

@@ -20,11 +20,14 @@
 #include <string>
 
 #include "grpcpp/support/status.h"
+#include "model/json_writer.h"
 #include "taylorshift/v1/classifier.pb.h"
 
 namespace ts::client {
 
 std::string ModelJson(const taylorshift::v1::ModelInfo& model);
+// The same object, as the next value of `json` (e.g. inside a promotion result).
+void WriteModelJson(JsonWriter& json, const taylorshift::v1::ModelInfo& model);
 // A table with a header row and one row per model, ending in a newline.
 std::string ModelTable(const taylorshift::v1::ListModelsResponse& models);
 // "key: value" lines for one model.

@@ -1,16 +1,14 @@
-// tsctl: the remote CLI for TaylorShift Serve (models, model, classify, bench).
-// Exit status: 0 success, 1 an RPC or I/O error (stderr names the gRPC code), 2 a usage error.
+// tsctl: the remote CLI for TaylorShift Serve (models, model, classify, bench, and the job
+// commands train, eval, jobs, promote in client/jobs_commands.h).
+// Exit status: 0 success, 1 an RPC or I/O error (stderr names the gRPC code) or a watched job
+// that did not succeed, 2 a usage error.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,14 +16,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "client/channel.h"
 #include "client/classify_input.h"
+#include "client/command_line.h"
 #include "client/file_util.h"
+#include "client/jobs_commands.h"
 #include "client/load_generator.h"
 #include "client/proto_names.h"
 #include "client/result_format.h"
@@ -39,9 +37,6 @@ using taylorshift::v1::Classifier;
 using taylorshift::v1::ClassifyRequest;
 using taylorshift::v1::ClassifyResponse;
 
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
 constexpr int kMaxConcurrency = 4096;
 
 constexpr char kUsage[] = R"(usage: tsctl COMMAND [FLAGS] [ARGS]
@@ -72,6 +67,31 @@ Commands:
                                           gRPC code, path and batch-size mix, server
                                           queue/compute time.
 
+Jobs (the Jobs service; the admin role when the server has tokens):
+  train    --spec FILE [--wait] [--json]  submit a training job from a YAML spec ('-' =
+                                          stdin; keys as in jobs.proto's TrainingSpec).
+                                          Prints the job id (--json: the job). --wait
+                                          follows it: one line per event (state, "step
+                                          40/300 loss 1.234 lr 0.00099 12.3 ex/s", "val acc
+                                          0.62 f1 0.58 loss 0.9 ...", checkpoints; --json:
+                                          one object per event, then the job as the last
+                                          line) and exits 0 only if it SUCCEEDED.
+  eval     --spec FILE [--wait] [--json]  the same for an evaluation job (EvaluationSpec)
+  jobs list [--state queued|running|succeeded|failed|cancelled]
+            [--kind training|evaluation] [--limit N] [--json]
+                                          jobs, newest first (all pages, or the first N)
+  jobs get ID [--json]                    one job: progress, metrics with per-class
+                                          precision/recall and confusion, checkpoints
+  jobs cancel ID [--json]                 cancel a queued or running job
+  jobs watch ID [--json]                  follow a job as train --wait does
+  promote  (--job ID [--last] | --checkpoint PATH) --model NAME [--require-better] [--json]
+                                          serve a training job's best (--last: latest)
+                                          checkpoint, or a .tsckpt under the data root, as
+                                          model NAME (a new name, or a new version of it);
+                                          --require-better refuses (FAILED_PRECONDITION)
+                                          unless its validation accuracy is at least the
+                                          served version's.
+
 Common flags:
   --server ADDR             server address (default 127.0.0.1:50051)
   --tls                     use TLS with the system CA roots
@@ -82,183 +102,25 @@ Common flags:
   --token TOKEN             send "authorization: Bearer TOKEN" on every call
                             (default: $TSCTL_TOKEN when set)
   --timeout-ms MS           deadline of each call (default 30000; 0 = none); classify and
-                            bench use --deadline-ms instead when it is given
+                            bench use --deadline-ms instead when it is given; following a
+                            job (--wait, jobs watch) has no deadline unless this is given
   --max-message-bytes N     largest message sent or received (default 67108864)
   --json                    machine-readable output (one JSON object per line)
   --help                    this text
 
 Flags take their value as "--flag VALUE" or "--flag=VALUE"; "--" ends the flags.
 Exit status: 0 success, 1 RPC or I/O error (the gRPC code is named on stderr; classify and
-bench report per-request failures and exit 1 after all inputs / when no request succeeded),
-2 usage error.
+bench report per-request failures and exit 1 after all inputs / when no request succeeded)
+or a followed job that FAILED or was CANCELLED (stderr names the reason), 2 usage error.
 )";
 
-// Prints a usage error with a hint; returns exit status 2.
-int Usage(absl::string_view message) {
-  std::cerr << "tsctl: " << message << "\nRun 'tsctl --help' for usage.\n";
-  return kExitUsage;
-}
-
-// Command-line flags of one command. Flags not in the command's spec are usage errors. The
-// first problem (in Parse, a typed accessor, or reported through Fail) is kept in error();
-// accessors then return their fallback, so a command reads every flag and checks once.
-class Flags {
- public:
-  // `value_flags` take a value, `bool_flags` do not, `list_flags` take every following
-  // argument up to the next flag.
-  Flags(std::set<std::string> value_flags, std::set<std::string> bool_flags,
-        std::set<std::string> list_flags = {})
-      : value_flags_(std::move(value_flags)),
-        bool_flags_(std::move(bool_flags)),
-        list_flags_(std::move(list_flags)) {}
-
-  // False (with error() set) on an unknown flag or a missing value.
-  bool Parse(const std::vector<std::string>& args) {
-    bool flags_done = false;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      const std::string& arg = args[i];
-      if (flags_done || arg == "-" || !absl::StartsWith(arg, "--")) {
-        positionals_.push_back(arg);
-        continue;
-      }
-      if (arg == "--") {
-        flags_done = true;
-        continue;
-      }
-      std::string name = arg.substr(2);
-      std::optional<std::string> inline_value;
-      if (const std::size_t eq = name.find('='); eq != std::string::npos) {
-        inline_value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-      }
-      if (bool_flags_.count(name) != 0) {
-        if (inline_value.has_value()) return Fail(absl::StrCat("--", name, " takes no value"));
-        bools_.insert(name);
-      } else if (value_flags_.count(name) != 0) {
-        if (inline_value.has_value()) {
-          values_[name] = *inline_value;
-        } else if (i + 1 < args.size()) {
-          values_[name] = args[++i];
-        } else {
-          return Fail(absl::StrCat("--", name, " needs a value"));
-        }
-      } else if (list_flags_.count(name) != 0) {
-        std::vector<std::string>& list = lists_[name];
-        if (inline_value.has_value()) list.push_back(*inline_value);
-        while (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) {
-          list.push_back(args[++i]);
-        }
-        if (list.empty()) return Fail(absl::StrCat("--", name, " needs at least one value"));
-      } else {
-        return Fail(absl::StrCat("unknown flag --", name));
-      }
-    }
-    return true;
-  }
-
-  // Records a usage problem (the first one wins); always false.
-  bool Fail(std::string message) {
-    if (error_.empty()) error_ = std::move(message);
-    return false;
-  }
-  bool failed() const { return !error_.empty(); }
-  const std::string& error() const { return error_; }
-
-  bool Has(const std::string& name) const {
-    return bools_.count(name) != 0 || values_.count(name) != 0 || lists_.count(name) != 0;
-  }
-  std::string String(const std::string& name, const std::string& fallback) const {
-    const auto it = values_.find(name);
-    return it == values_.end() ? fallback : it->second;
-  }
-  std::vector<std::string> List(const std::string& name) const {
-    const auto it = lists_.find(name);
-    return it == lists_.end() ? std::vector<std::string>{} : it->second;
-  }
-  // The flag as an integer in [low, high], or `fallback` when absent.
-  std::int64_t Int(const std::string& name, std::int64_t fallback, std::int64_t low,
-                   std::int64_t high) {
-    const auto it = values_.find(name);
-    if (it == values_.end()) return fallback;
-    std::int64_t value = 0;
-    if (!absl::SimpleAtoi(it->second, &value) || value < low || value > high) {
-      Fail(absl::StrCat("--", name, " must be an integer in ", low, "..", high, ", got '",
-                        it->second, "'"));
-      return fallback;
-    }
-    return value;
-  }
-  // The flag as a finite number >= low, or `fallback` when absent.
-  double Double(const std::string& name, double fallback, double low) {
-    const auto it = values_.find(name);
-    if (it == values_.end()) return fallback;
-    double value = 0;
-    if (!absl::SimpleAtod(it->second, &value) || !std::isfinite(value) || value < low) {
-      Fail(absl::StrCat("--", name, " must be a number >= ", low, ", got '", it->second, "'"));
-      return fallback;
-    }
-    return value;
-  }
-  const std::vector<std::string>& positionals() const { return positionals_; }
-
- private:
-  std::set<std::string> value_flags_, bool_flags_, list_flags_;
-  std::map<std::string, std::string> values_;
-  std::map<std::string, std::vector<std::string>> lists_;
-  std::set<std::string> bools_;
-  std::vector<std::string> positionals_;
-  std::string error_;
-};
-
-const std::set<std::string> kCommonValueFlags = {
-    "server", "ca-file",    "cert-file",         "key-file",
-    "token",  "timeout-ms", "max-message-bytes", "tls-server-name"};
-
-std::set<std::string> With(std::set<std::string> base, std::initializer_list<const char*> more) {
-  for (const char* name : more) base.insert(name);
-  return base;
-}
-
-ConnectionOptions ConnectionFromFlags(Flags& flags) {
-  ConnectionOptions options;
-  options.server = flags.String("server", options.server);
-  if (options.server.empty()) flags.Fail("--server must not be empty");
-  options.tls = flags.Has("tls");
-  options.ca_file = flags.String("ca-file", "");
-  options.cert_file = flags.String("cert-file", "");
-  options.key_file = flags.String("key-file", "");
-  if (options.cert_file.empty() != options.key_file.empty()) {
-    flags.Fail("--cert-file and --key-file go together");
-  }
-  options.tls_server_name = flags.String("tls-server-name", "");
-  const char* env_token = std::getenv("TSCTL_TOKEN");
-  options.token = flags.String("token", env_token != nullptr ? env_token : "");
-  options.max_message_bytes =
-      flags.Int("max-message-bytes", options.max_message_bytes, 1, std::int64_t{1} << 31);
-  return options;
-}
-
-// Connects to the server; I/O problems with the PEM files are errors, not usage errors.
 std::unique_ptr<Classifier::Stub> NewStub(const ConnectionOptions& options) {
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(options);
-  if (!channel.ok()) {
-    std::cerr << "tsctl: " << GrpcCodeName(ToGrpcStatus(channel.status()).error_code()) << ": "
-              << channel.status().message() << "\n";
-    return nullptr;
-  }
-  return Classifier::NewStub(*channel);
-}
-
-int RpcFailed(const std::string& rpc, const ConnectionOptions& options,
-              const grpc::Status& status) {
-  std::cerr << "tsctl: " << rpc << " on " << options.server
-            << " failed: " << GrpcCodeName(status.error_code()) << ": " << status.error_message()
-            << "\n";
-  return kExitError;
+  std::shared_ptr<grpc::Channel> channel = ConnectOrReport(options);
+  return channel == nullptr ? nullptr : Classifier::NewStub(channel);
 }
 
 int RunModels(const std::vector<std::string>& args) {
-  Flags flags(kCommonValueFlags, {"json", "tls"});
+  Flags flags(CommonValueFlags(), {"json", "tls"});
   if (!flags.Parse(args)) return Usage(flags.error());
   if (!flags.positionals().empty()) {
     return Usage(absl::StrCat("models takes no arguments, got '", flags.positionals()[0], "'"));
@@ -284,7 +146,7 @@ int RunModels(const std::vector<std::string>& args) {
 }
 
 int RunModel(const std::vector<std::string>& args) {
-  Flags flags(kCommonValueFlags, {"json", "tls"});
+  Flags flags(CommonValueFlags(), {"json", "tls"});
   if (!flags.Parse(args)) return Usage(flags.error());
   if (flags.positionals().size() != 1) return Usage("model takes exactly one NAME");
   const ConnectionOptions connection = ConnectionFromFlags(flags);
@@ -326,7 +188,7 @@ std::int64_t ClassifyTimeoutMs(Flags& flags) {
 }
 
 int RunClassify(const std::vector<std::string>& args) {
-  Flags flags(With(kCommonValueFlags, {"model", "concurrency", "top-k", "path", "deadline-ms"}),
+  Flags flags(With(CommonValueFlags(), {"model", "concurrency", "top-k", "path", "deadline-ms"}),
               {"json", "tls"});
   if (!flags.Parse(args)) return Usage(flags.error());
   const std::vector<std::string>& inputs = flags.positionals();
@@ -425,8 +287,8 @@ int RunClassify(const std::vector<std::string>& args) {
 }
 
 int RunBench(const std::vector<std::string>& args) {
-  Flags flags(With(kCommonValueFlags, {"model", "concurrency", "requests", "duration-s", "rate",
-                                       "lengths", "seed", "path", "top-k", "deadline-ms"}),
+  Flags flags(With(CommonValueFlags(), {"model", "concurrency", "requests", "duration-s", "rate",
+                                        "lengths", "seed", "path", "top-k", "deadline-ms"}),
               {"json", "tls"}, {"files"});
   if (!flags.Parse(args)) return Usage(flags.error());
   if (!flags.positionals().empty()) {
@@ -514,6 +376,10 @@ int Main(int argc, char** argv) {
   if (command == "model") return RunModel(args);
   if (command == "classify") return RunClassify(args);
   if (command == "bench") return RunBench(args);
+  if (command == "train") return RunTrain(args);
+  if (command == "eval") return RunEval(args);
+  if (command == "jobs") return RunJobs(args);
+  if (command == "promote") return RunPromote(args);
   return Usage(absl::StrCat("unknown command '", command, "'"));
 }
 

@@ -13,8 +13,13 @@
 
 namespace ts::compat {
 
+namespace {
+std::atomic<int> default_threads{0};  // 0 = SetThreads was never called
+}  // namespace
+
 void SetThreads(int intra_op_threads) {
   const int threads = std::max(1, intra_op_threads);
+  default_threads.store(threads);
   at::set_num_threads(threads);
   // Inter-op threads can only be set once per process and before first use.
   static std::atomic<bool> interop_set{false};
@@ -25,6 +30,17 @@ void SetThreads(int intra_op_threads) {
       // Already started by an earlier parallel call: keep its value.
     }
   }
+}
+
+void SetThisThreadIntraOpThreads(int intra_op_threads) {
+  at::set_num_threads(std::max(1, intra_op_threads));
+}
+
+void UseDefaultThreadsOnThisThread() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  if (const int threads = default_threads.load(); threads > 0) at::set_num_threads(threads);
 }
 
 torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,

@@ -9,8 +9,18 @@
 
 namespace ts::compat {
 
-// Sets intra-op threads (and inter-op threads once, before any parallel work starts).
+// Sets intra-op threads (and inter-op threads once, before any parallel work starts) and
+// remembers the count as the process's serving default (see UseDefaultThreadsOnThisThread).
 void SetThreads(int intra_op_threads);
+
+// Intra-op threads of the calling thread only. With LibTorch's OpenMP backend the team size is
+// a per-thread setting, so a training job's thread can run on 1-2 threads while the serving
+// threads keep theirs. (LibTorch also takes the count as the default of threads that have not
+// run parallel work yet; threads that do torch work should therefore call this, or
+// UseDefaultThreadsOnThisThread, before their first op.)
+void SetThisThreadIntraOpThreads(int intra_op_threads);
+// SetThisThreadIntraOpThreads(the count last given to SetThreads), once per thread.
+void UseDefaultThreadsOnThisThread();
 
 // softmax(q kᵀ / sqrt(d)) v with padded keys excluded. `key_keep` is [B, 1, 1, N] bool
 // (true = real key) or undefined. Uses the fused kernel where the LibTorch version has one.

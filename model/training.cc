@@ -370,30 +370,35 @@ absl::StatusOr<TrainingStepResult> Trainer::Step() {
   return result;
 }
 
-absl::StatusOr<EvaluationResult> Trainer::Evaluate(const std::vector<LabeledSequence>& examples) {
-  if (absl::Status s = ValidateExamples(examples, encoder_options_.num_classes(), "evaluation");
-      !s.ok()) {
+absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
+                                                    const TaylorShiftEncoderOptions& encoder,
+                                                    const std::vector<LabeledSequence>& examples,
+                                                    std::int64_t batch_size, AttentionPath path) {
+  if (batch_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size must be > 0, got ", batch_size));
+  }
+  if (absl::Status s = ValidateExamples(examples, encoder.num_classes(), "evaluation"); !s.ok()) {
     return s;
   }
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<EvaluationResult> result = CatchTorch("evaluation", [&] {
+  return CatchTorch("evaluation", [&] {
     torch::NoGradGuard no_grad;
-    model_->eval();
-    const torch::Device device = ModelDevice(model_);
+    model->eval();
+    const torch::Device device = ModelDevice(model);
     double loss_sum = 0.0;
     std::vector<std::int64_t> labels;
     std::vector<std::int64_t> predictions;
     labels.reserve(examples.size());
     predictions.reserve(examples.size());
-    const auto batch_size = static_cast<std::size_t>(options_.batch_size);
-    for (std::size_t begin = 0; begin < examples.size(); begin += batch_size) {
+    const auto chunk_size = static_cast<std::size_t>(batch_size);
+    for (std::size_t begin = 0; begin < examples.size(); begin += chunk_size) {
       std::vector<const LabeledSequence*> chunk;
-      for (std::size_t i = begin; i < std::min(examples.size(), begin + batch_size); ++i) {
+      for (std::size_t i = begin; i < std::min(examples.size(), begin + chunk_size); ++i) {
         chunk.push_back(&examples[i]);
       }
-      const Batch batch = MakeBatch(chunk, encoder_options_.max_length(), device);
+      const Batch batch = MakeBatch(chunk, encoder.max_length(), device);
       const torch::Tensor logits =
-          model_->forward(batch.tokens, batch.lengths, options_.path).to(torch::kFloat32);
+          model->forward(batch.tokens, batch.lengths, path).to(torch::kFloat32);
       loss_sum += torch::nn::functional::cross_entropy(
                       logits, batch.labels,
                       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
@@ -405,16 +410,20 @@ absl::StatusOr<EvaluationResult> Trainer::Evaluate(const std::vector<LabeledSequ
         labels.push_back(truth[i].item<std::int64_t>());
       }
     }
-    model_->train();
     EvaluationResult r;
     r.examples = static_cast<std::int64_t>(examples.size());
     r.loss = examples.empty() ? 0.0 : loss_sum / static_cast<double>(examples.size());
-    r.metrics = ComputeClassificationMetrics(labels, predictions, encoder_options_.num_classes());
+    r.metrics = ComputeClassificationMetrics(labels, predictions, encoder.num_classes());
     const double seconds = SecondsSince(start);
     r.examples_per_second = seconds > 0 ? static_cast<double>(r.examples) / seconds : 0.0;
     return r;
   });
-  if (!result.ok()) model_->train();
+}
+
+absl::StatusOr<EvaluationResult> Trainer::Evaluate(const std::vector<LabeledSequence>& examples) {
+  absl::StatusOr<EvaluationResult> result =
+      EvaluateClassifier(model_, encoder_options_, examples, options_.batch_size, options_.path);
+  model_->train();
   return result;
 }
 

@@ -15,15 +15,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/attention_path.h"
+#include "model/datasets.h"
 #include "model/encoder.h"
 
 namespace ts {
 
 // One training or evaluation example: byte tokens and a class index in [0, num_classes).
-struct LabeledSequence {
-  std::string tokens;
-  std::int64_t label = 0;
-};
+using LabeledSequence = Example;
 
 enum class OptimizerKind {
   kAdamW,  // torch::optim::AdamW (decoupled weight decay)
@@ -104,6 +102,14 @@ struct EvaluationResult {
   std::int64_t examples = 0;
   double examples_per_second = 0.0;
 };
+
+// Loss and metrics of `model` (described by `encoder`) on `examples`: eval mode, no gradients,
+// batches of `batch_size`, sequences cut to the model's max_length. The model is left in eval
+// mode. INVALID_ARGUMENT for a label outside [0, num_classes); LibTorch errors as Status.
+absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
+                                                    const TaylorShiftEncoderOptions& encoder,
+                                                    const std::vector<LabeledSequence>& examples,
+                                                    std::int64_t batch_size, AttentionPath path);
 
 // Trains one encoder on one training set. Owns the model, the optimizer and both data sets.
 // Data order: epoch e visits the training set in a permutation drawn from (seed, e); a batch

@@ -66,23 +66,6 @@ std::string RejectReason(absl::StatusCode code) {
   }
 }
 
-void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
-  info->set_name(model.name());
-  info->set_version(model.version());
-  info->set_modality(model.metadata().modality);
-  for (const auto& label : model.metadata().labels) info->add_labels(label);
-  info->set_max_length(static_cast<std::uint32_t>(model.max_length()));
-  info->set_embed_dim(static_cast<std::uint32_t>(model.options().embed_dim()));
-  info->set_depth(static_cast<std::uint32_t>(model.options().depth()));
-  info->set_heads(static_cast<std::uint32_t>(model.options().heads()));
-  info->set_head_dim(
-      static_cast<std::uint32_t>(model.options().embed_dim() / model.options().heads()));
-  info->set_crossover_tokens(static_cast<std::uint32_t>(model.crossover_tokens()));
-  info->set_crossover_source(model.crossover_source());
-  info->set_over_length_policy(OverLengthPolicyName(model.config().over_length));
-  info->set_device(model.device().str());
-}
-
 // Converts a gRPC deadline (system clock) into the injected clock's time base.
 absl::Time Deadline(const grpc::CallbackServerContext& context, Clock* clock) {
   const auto deadline = context.deadline();
@@ -338,6 +321,23 @@ class ClassifyStreamReactor final
 };
 
 }  // namespace
+
+void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
+  info->set_name(model.name());
+  info->set_version(model.version());
+  info->set_modality(model.metadata().modality);
+  for (const auto& label : model.metadata().labels) info->add_labels(label);
+  info->set_max_length(static_cast<std::uint32_t>(model.max_length()));
+  info->set_embed_dim(static_cast<std::uint32_t>(model.options().embed_dim()));
+  info->set_depth(static_cast<std::uint32_t>(model.options().depth()));
+  info->set_heads(static_cast<std::uint32_t>(model.options().heads()));
+  info->set_head_dim(
+      static_cast<std::uint32_t>(model.options().embed_dim() / model.options().heads()));
+  info->set_crossover_tokens(static_cast<std::uint32_t>(model.crossover_tokens()));
+  info->set_crossover_source(model.crossover_source());
+  info->set_over_length_policy(OverLengthPolicyName(model.config().over_length));
+  info->set_device(model.device().str());
+}
 
 grpc::ServerBidiReactor<pb::ClassifyRequest, pb::ClassifyResponse>*
 ClassifierService::ClassifyStream(grpc::CallbackServerContext* context) {

@@ -15,6 +15,9 @@
 
 namespace ts::server {
 
+// The served model as the API describes it (ListModels, GetModel, PromoteCheckpoint).
+void FillModelInfo(const ServedModel& model, taylorshift::v1::ModelInfo* info);
+
 class ClassifierService final : public taylorshift::v1::Classifier::CallbackService {
  public:
   ClassifierService(ModelRegistry* registry, const Authorizer* authorizer, Metrics* metrics,

@@ -6,7 +6,6 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -18,11 +17,25 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/yaml_fields.h"
 
 namespace ts::server {
 namespace {
 
 namespace fs = std::filesystem;
+
+using yaml_fields::Bool;
+using yaml_fields::ChildPath;
+using yaml_fields::FieldReader;
+using yaml_fields::Fields;
+using yaml_fields::Int;
+using yaml_fields::Int64;
+using yaml_fields::KindOf;
+using yaml_fields::NodeError;
+using yaml_fields::ReadInt64;
+using yaml_fields::ReadMap;
+using yaml_fields::ReadScalar;
+using yaml_fields::String;
 
 constexpr char kRoleClassify[] = "classify";
 constexpr char kRoleAdmin[] = "admin";
@@ -104,130 +117,8 @@ std::string ResolvePath(const std::string& base_dir, const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// YAML reading: every mapping is read through ReadMap, which rejects unknown and duplicate keys,
-// so each Options field has exactly one key and a typo never passes silently.
+// YAML reading (server/yaml_fields.h) for the config-only value kinds.
 
-std::string LineOf(const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  if (mark.is_null()) return "";
-  return absl::StrCat(" (line ", mark.line + 1, ")");
-}
-
-absl::Status NodeError(const YAML::Node& node, const std::string& path, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": ", why, LineOf(node)));
-}
-
-std::string KindOf(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "an empty value";
-    case YAML::NodeType::Scalar:
-      return absl::StrCat("\"", node.Scalar(), "\"");
-    case YAML::NodeType::Sequence:
-      return "a sequence";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "nothing";
-}
-
-// A key's value handler. Empty values (`key:` with nothing after it) never reach a handler:
-// they mean "use the default", exactly like leaving the key out.
-using FieldReader = std::function<absl::Status(const YAML::Node& value, const std::string& path)>;
-using Fields = std::vector<std::pair<std::string, FieldReader>>;
-
-std::string ChildPath(const std::string& parent, const std::string& key) {
-  return parent.empty() ? key : absl::StrCat(parent, ".", key);
-}
-
-absl::Status ReadMap(const YAML::Node& node, const std::string& path, const Fields& fields) {
-  if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
-  if (!node.IsMap()) {
-    return NodeError(node, path.empty() ? "(top level)" : path,
-                     absl::StrCat("expected a mapping, got ", KindOf(node)));
-  }
-  std::set<std::string> seen;
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node key_node = it->first;  // a handle; it-> yields a temporary
-    if (!key_node.IsScalar()) {
-      return NodeError(key_node, path.empty() ? "(top level)" : path, "keys must be plain strings");
-    }
-    const std::string key = key_node.Scalar();
-    const std::string key_path = ChildPath(path, key);
-    const auto field = std::find_if(fields.begin(), fields.end(),
-                                    [&](const auto& entry) { return entry.first == key; });
-    if (field == fields.end()) {
-      std::vector<std::string> expected;
-      for (const auto& entry : fields) expected.push_back(entry.first);
-      return NodeError(
-          key_node, key_path,
-          absl::StrCat("unknown key (expected one of ", absl::StrJoin(expected, ", "), ")"));
-    }
-    if (!seen.insert(key).second) return NodeError(key_node, key_path, "duplicate key");
-    const YAML::Node value = it->second;
-    if (value.IsNull()) continue;
-    absl::Status status = field->second(value, key_path);
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ReadScalar(const YAML::Node& node, const std::string& path, std::string* out) {
-  if (!node.IsScalar()) {
-    return NodeError(node, path, absl::StrCat("expected a string, got ", KindOf(node)));
-  }
-  *out = node.Scalar();
-  return absl::OkStatus();
-}
-
-absl::Status ReadInt64(const YAML::Node& node, const std::string& path, std::int64_t* out) {
-  std::int64_t value = 0;
-  if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &value)) {
-    return NodeError(node, path, absl::StrCat("expected an integer, got ", KindOf(node)));
-  }
-  *out = value;
-  return absl::OkStatus();
-}
-
-absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out) {
-  std::int64_t value = 0;
-  absl::Status status = ReadInt64(node, path, &value);
-  if (!status.ok()) return status;
-  if (value < INT_MIN || value > INT_MAX) {
-    return NodeError(node, path, absl::StrCat("out of range, got ", value));
-  }
-  *out = static_cast<int>(value);
-  return absl::OkStatus();
-}
-
-absl::Status ReadBool(const YAML::Node& node, const std::string& path, bool* out) {
-  bool value = false;
-  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
-    return NodeError(node, path, absl::StrCat("expected true or false, got ", KindOf(node)));
-  }
-  *out = value;
-  return absl::OkStatus();
-}
-
-FieldReader String(std::string* out) {
-  return [out](const YAML::Node& node, const std::string& path) {
-    return ReadScalar(node, path, out);
-  };
-}
-FieldReader Int64(std::int64_t* out) {
-  return
-      [out](const YAML::Node& node, const std::string& path) { return ReadInt64(node, path, out); };
-}
-FieldReader Int(int* out) {
-  return
-      [out](const YAML::Node& node, const std::string& path) { return ReadInt(node, path, out); };
-}
-FieldReader Bool(bool* out) {
-  return
-      [out](const YAML::Node& node, const std::string& path) { return ReadBool(node, path, out); };
-}
 // Durations are written as integers in the unit their key names (`_ms`, `_us`).
 FieldReader Duration(absl::Duration* out, absl::Duration unit) {
   return [out, unit](const YAML::Node& node, const std::string& path) {
@@ -447,6 +338,68 @@ absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfig* jobs) {
+  JobLimits& limits = jobs->limits;
+  return ReadMap(node, path,
+                 {
+                     {"enabled", Bool(&jobs->enabled)},
+                     {"max_concurrent", Int(&jobs->max_concurrent)},
+                     {"max_queued", Int(&jobs->max_queued)},
+                     {"threads_per_job", Int(&jobs->threads_per_job)},
+                     {"keep_checkpoints", Int(&jobs->keep_checkpoints)},
+                     {"limits",
+                      [&limits](const YAML::Node& value, const std::string& at) {
+                        return ReadMap(
+                            value, at,
+                            {
+                                {"max_steps", Int64(&limits.max_steps)},
+                                {"max_batch_size", Int64(&limits.max_batch_size)},
+                                {"max_length", Int64(&limits.max_length)},
+                                {"max_embed_dim", Int64(&limits.max_embed_dim)},
+                                {"max_depth", Int64(&limits.max_depth)},
+                                {"max_threads", Int(&limits.max_threads)},
+                                {"max_generate_count", Int64(&limits.max_generate_count)},
+                                {"max_epochs", Int64(&limits.max_epochs)},
+                            });
+                      }},
+                 });
+}
+
+// The ListOps generator's own ceiling (model/datasets.h); a larger limit could never be used.
+constexpr std::int64_t kMaxGenerateCount = 10000000;
+
+absl::Status ValidateJobs(const JobsConfig& jobs) {
+  const JobLimits& limits = jobs.limits;
+  const std::vector<absl::Status> checks = {
+      CheckAtLeast(std::string("jobs.max_concurrent"), jobs.max_concurrent, 1),
+      CheckAtLeast(std::string("jobs.max_queued"), jobs.max_queued, 1),
+      CheckAtLeast(std::string("jobs.threads_per_job"), jobs.threads_per_job, 1),
+      CheckAtLeast(std::string("jobs.keep_checkpoints"), jobs.keep_checkpoints, 1),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_steps", limits.max_steps, 1),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_batch_size", limits.max_batch_size, 1),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_length", limits.max_length, 1),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_embed_dim", limits.max_embed_dim, 1),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_depth", limits.max_depth, 1),
+      CheckAtLeast(std::string("jobs.limits.max_threads"), limits.max_threads, 0),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_generate_count", limits.max_generate_count, 1),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_epochs", limits.max_epochs, 1),
+  };
+  for (const absl::Status& check : checks) {
+    if (!check.ok()) return check;
+  }
+  if (limits.max_generate_count > kMaxGenerateCount) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("jobs.limits.max_generate_count: must be <= ", kMaxGenerateCount,
+                     " (the ListOps generator's limit), got ", limits.max_generate_count));
+  }
+  if (limits.max_threads > 0 && jobs.threads_per_job > limits.max_threads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("jobs.threads_per_job: must be <= jobs.limits.max_threads (",
+                     limits.max_threads, "), got ", jobs.threads_per_job));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string OverLengthPolicyName(OverLengthPolicy policy) {
@@ -524,6 +477,9 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
     }
   }
 
+  status = ValidateJobs(config.jobs);
+  if (!status.ok()) return status;
+
   std::set<std::string> names;
   for (std::size_t i = 0; i < config.models.size(); ++i) {
     const std::string path = absl::StrCat("models[", i, "]");
@@ -595,6 +551,10 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                  config.models.push_back(std::move(model));
                }
                return absl::OkStatus();
+             }},
+            {"jobs",
+             [&config](const YAML::Node& node, const std::string& path) {
+               return ReadJobs(node, path, &config.jobs);
              }},
         });
   } catch (const YAML::Exception& e) {

@@ -43,6 +43,29 @@ struct AuthConfig {
   std::string tokens_file;
 };
 
+// Caps on what one job spec may ask for (checked by NormalizeTrainingSpec and friends,
+// server/job_spec.h); each exists so that one remote caller cannot tie up the server.
+struct JobLimits {
+  std::int64_t max_steps = 1000000;            // optimizer steps of a training job
+  std::int64_t max_batch_size = 1024;          // examples per step / per evaluation batch
+  std::int64_t max_length = 65536;             // model.max_length (input tokens)
+  std::int64_t max_embed_dim = 1024;           // model.embed_dim
+  std::int64_t max_depth = 48;                 // model.depth (blocks)
+  int max_threads = 0;                         // a spec's threads; 0 = number of cores
+  std::int64_t max_generate_count = 10000000;  // examples a listops generator may make
+  std::int64_t max_epochs = 10000;             // a training spec's epochs
+};
+
+// Training and evaluation jobs (the Jobs service).
+struct JobsConfig {
+  bool enabled = true;       // false = no Jobs service: the server runs no jobs
+  int max_concurrent = 1;    // jobs running at once
+  int max_queued = 64;       // QUEUED jobs at most; more → RESOURCE_EXHAUSTED
+  int threads_per_job = 1;   // intra-op threads of a job whose spec leaves `threads` at 0
+  int keep_checkpoints = 2;  // last K checkpoints kept per job besides the best
+  JobLimits limits;
+};
+
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // empty = no metrics endpoint
@@ -56,6 +79,7 @@ struct ServerConfig {
   TlsConfig tls;
   AuthConfig auth;
   std::vector<ModelConfig> models;
+  JobsConfig jobs;
 };
 
 // Parses YAML text; `base_dir` resolves relative file paths (checkpoint, calibration, TLS files,

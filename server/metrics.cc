@@ -295,7 +295,24 @@ struct Metrics::Impl {
                                   "allocator).")),
         device_reserved(AddGauge(*registry, "taylorshift_device_memory_reserved_bytes",
                                  "Bytes reserved from a CUDA device by LibTorch's caching "
-                                 "allocator, including cached free blocks.")) {}
+                                 "allocator, including cached free blocks.")),
+        job_state(AddGauge(*registry, "taylorshift_job_state",
+                           "1 for a job's current state (queued, running, succeeded, failed, "
+                           "cancelled), 0 for its other states; by job_id and kind.")),
+        jobs_total(AddCounter(*registry, "taylorshift_jobs_total",
+                              "Jobs that reached a final state (succeeded, failed, cancelled), "
+                              "by kind (training, evaluation).")),
+        job_loss(AddGauge(*registry, "taylorshift_job_loss",
+                          "Training loss (mean cross-entropy of the last logged batch) per "
+                          "job_id.")),
+        job_step(AddGauge(*registry, "taylorshift_job_step",
+                          "Optimizer steps a training job has taken, per job_id.")),
+        job_examples_per_second(AddGauge(
+            *registry, "taylorshift_job_examples_per_second",
+            "Training examples per second since the last progress report, per job_id.")),
+        job_validation_accuracy(AddGauge(*registry, "taylorshift_job_validation_accuracy",
+                                         "Accuracy of the latest validation run, per job_id.")) {
+  }
 
   void UpdateMemory() {
     // /proc/self/statm: total program size and resident set size, in pages.
@@ -335,6 +352,12 @@ struct Metrics::Impl {
   Gauge& virtual_memory;
   Family<Gauge>& device_allocated;
   Family<Gauge>& device_reserved;
+  Family<Gauge>& job_state;
+  Family<Counter>& jobs_total;
+  Family<Gauge>& job_loss;
+  Family<Gauge>& job_step;
+  Family<Gauge>& job_examples_per_second;
+  Family<Gauge>& job_validation_accuracy;
 
   absl::Mutex model_info_mu;
   // (model, version) → its taylorshift_model_info sample, so RemoveModelInfo can find it.
@@ -427,6 +450,30 @@ void Metrics::SetModelInfo(const std::string& model, const std::string& version,
                                   {"head_dim", absl::StrCat(head_dim)},
                                   {"crossover_tokens", absl::StrCat(crossover_tokens)}});
   gauge->Set(1);
+}
+
+void Metrics::SetJobState(const std::string& job_id, const std::string& kind,
+                          const std::string& state) {
+  for (const char* s : {"queued", "running", "succeeded", "failed", "cancelled"}) {
+    impl_->job_state.Add({{"job_id", job_id}, {"kind", kind}, {"state", s}})
+        .Set(state == s ? 1.0 : 0.0);
+  }
+}
+
+void Metrics::RecordJobFinished(const std::string& kind, const std::string& state) {
+  impl_->jobs_total.Add({{"kind", kind}, {"state", state}}).Increment();
+}
+
+void Metrics::SetJobProgress(const std::string& job_id, std::int64_t step, double loss,
+                             double examples_per_second) {
+  const prometheus::Labels labels = {{"job_id", job_id}};
+  impl_->job_step.Add(labels).Set(static_cast<double>(step));
+  impl_->job_loss.Add(labels).Set(loss);
+  impl_->job_examples_per_second.Add(labels).Set(examples_per_second);
+}
+
+void Metrics::SetJobValidationAccuracy(const std::string& job_id, double accuracy) {
+  impl_->job_validation_accuracy.Add({{"job_id", job_id}}).Set(accuracy);
 }
 
 void Metrics::RemoveModelInfo(const std::string& model, const std::string& version) {

@@ -35,6 +35,15 @@ class Metrics {
                     const std::string& modality, const std::string& device,
                     std::int64_t heads, std::int64_t head_dim, std::int64_t crossover_tokens);
   void RemoveModelInfo(const std::string& model, const std::string& version);
+  // Training and evaluation jobs, labelled by `job_id` (not `job`, which Prometheus reserves
+  // for the scrape job). SetJobState sets the job's current `state` sample to 1 and its other
+  // states to 0 (kind: training, evaluation; state: queued, running, succeeded, failed,
+  // cancelled). RecordJobFinished counts a job reaching a final state.
+  void SetJobState(const std::string& job_id, const std::string& kind, const std::string& state);
+  void RecordJobFinished(const std::string& kind, const std::string& state);
+  void SetJobProgress(const std::string& job_id, std::int64_t step, double loss,
+                      double examples_per_second);
+  void SetJobValidationAccuracy(const std::string& job_id, double accuracy);
   // Reads /proc/self/statm and (on CUDA) the device allocator; call before each scrape or
   // periodically.
   void UpdateMemory();

@@ -1,5 +1,6 @@
 #include "server/model_registry.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -9,6 +10,7 @@
 #include "model/batch_classifier.h"
 #include "model/calibration.h"
 #include "model/cost_model.h"
+#include "model/torch_compat.h"
 #include "model/torch_status.h"
 
 namespace ts::server {
@@ -144,6 +146,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
 }
 
 absl::Status ServedModel::RunBatch(Batch& batch) {
+  // Training jobs set their own thread counts; a batch thread takes the serving one.
+  compat::UseDefaultThreadsOnThisThread();
   std::vector<ClassifyWork*> works;
   std::vector<std::string_view> sequences;
   for (auto& task : batch.tasks) {
@@ -207,8 +211,55 @@ std::vector<std::shared_ptr<ServedModel>> ModelRegistry::List() const {
   return out;
 }
 
+ModelRegistry::~ModelRegistry() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (janitor_.joinable()) janitor_.join();
+}
+
+std::shared_ptr<ServedModel> ModelRegistry::Put(std::shared_ptr<ServedModel> model) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<ServedModel>& slot = models_[model->name()];
+  std::shared_ptr<ServedModel> previous = std::move(slot);
+  slot = std::move(model);
+  if (previous != nullptr) {
+    retired_.push_back(previous);
+    if (!janitor_.joinable()) janitor_ = std::thread([this] { ReleaseRetired(); });
+  }
+  return previous;
+}
+
+void ModelRegistry::ReleaseRetired() {
+  // A retired model is destroyed here, never on a batch thread: the last request holding it
+  // may finish on that model's own batcher thread, which cannot join itself.
+  for (;;) {
+    std::vector<std::shared_ptr<ServedModel>> released;
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
+      stopping = stopping_;
+      // Only the registry can hand out a reference, and it never hands out a retired one, so
+      // use_count() == 1 stays 1.
+      auto unused = std::stable_partition(retired_.begin(), retired_.end(),
+                                          [](const auto& m) { return m.use_count() > 1; });
+      released.assign(std::make_move_iterator(unused), std::make_move_iterator(retired_.end()));
+      retired_.erase(unused, retired_.end());
+    }
+    released.clear();  // joins the batchers' threads, outside the lock
+    if (stopping) return;
+  }
+}
+
 void ModelRegistry::DrainAll(absl::Duration timeout) {
-  for (const auto& model : List()) model->batcher().Drain(timeout);
+  std::vector<std::shared_ptr<ServedModel>> models = List();
+  {
+    absl::MutexLock lock(&mu_);
+    models.insert(models.end(), retired_.begin(), retired_.end());
+  }
+  for (const auto& model : models) model->batcher().Drain(timeout);
 }
 
 }  // namespace ts::server

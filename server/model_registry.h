@@ -1,8 +1,9 @@
 // ModelRegistry: the served models, each a loaded checkpoint on its device with its own
 // LengthBucketBatcher. Loading happens in Create (errors name the model and the file).
-// Thread safety: Find/List may be called from any thread; the ServedModel they return stays
-// valid while the caller holds it (shared ownership), so a later hot swap cannot pull a model
-// out from under a request.
+// Thread safety: Find/List/Put may be called from any thread; the ServedModel they return stays
+// valid while the caller holds it (shared ownership), so a hot swap (Put) cannot pull a model
+// out from under a request: requests that found the old version finish on it, later ones get
+// the new one, and the old version's batcher keeps running until no request holds it.
 #pragma once
 
 #include <torch/torch.h>
@@ -10,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -76,14 +78,29 @@ class ModelRegistry {
   static absl::StatusOr<std::unique_ptr<ModelRegistry>> Create(
       const std::vector<ModelConfig>& configs, Metrics* metrics, Clock* clock);
 
+  ModelRegistry() = default;
+  ~ModelRegistry();
+  ModelRegistry(const ModelRegistry&) = delete;
+  ModelRegistry& operator=(const ModelRegistry&) = delete;
+
   std::shared_ptr<ServedModel> Find(const std::string& name) const;
   std::vector<std::shared_ptr<ServedModel>> List() const;  // by name
-  // Stops every batcher from accepting and finishes what is queued (see LengthBucketBatcher).
+  // Serves `model` under its name: adds a new name or replaces the served version (hot swap).
+  // Returns the replaced version (null for a new name); it is retired — still running for the
+  // requests that hold it — and released by a background thread once none does.
+  std::shared_ptr<ServedModel> Put(std::shared_ptr<ServedModel> model);
+  // Stops every batcher (retired ones too) from accepting and finishes what is queued (see
+  // LengthBucketBatcher).
   void DrainAll(absl::Duration timeout);
 
  private:
+  void ReleaseRetired();  // the janitor thread's loop
+
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ServedModel>> models_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<ServedModel>> retired_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread janitor_;  // started by the first Put that retires a model
 };
 
 // "auto" → cuda:0 when CUDA is available, else cpu; otherwise as written.

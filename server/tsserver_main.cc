@@ -26,6 +26,8 @@
 #include "server/auth.h"
 #include "server/classifier_service.h"
 #include "server/config.h"
+#include "server/job_manager.h"
+#include "server/jobs_service.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 
@@ -202,6 +204,24 @@ int Run(int argc, char** argv) {
                      model->device().str(), ", crossover ", model->crossover_tokens(), " (",
                      model->crossover_source(), ")"));
   }
+  // Jobs: the store under state_dir, data paths confined to data_root. Promoted models are
+  // served again before the server accepts calls.
+  grpc::HealthCheckServiceInterface* health = nullptr;
+  JobManagerOptions job_options;
+  job_options.jobs = config->jobs;
+  job_options.state_dir = config->state_dir;
+  job_options.data_root = config->data_root;
+  job_options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  job_options.on_model_served = [&health](const std::string& name) {
+    if (health != nullptr) health->SetServingStatus(name, true);
+  };
+  job_options.log = [](const std::string& line) { Log(line); };
+  auto jobs = JobManager::Create(job_options, registry->get(), metrics->get(), RealClock());
+  if (!jobs.ok()) {
+    Log(absl::StrCat("jobs: ", jobs.status().message()));
+    return 1;
+  }
+  (*jobs)->RestorePromotions();
   auto credentials = Credentials(config->tls);
   if (!credentials.ok()) {
     Log(absl::StrCat("tls: ", credentials.status().message()));
@@ -215,6 +235,8 @@ int Run(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(config->listen, *credentials, &port);
   builder.RegisterService(&classifier);
+  JobsService jobs_service(jobs->get(), authorizer->get());
+  builder.RegisterService(&jobs_service);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config->max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config->max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config->max_concurrent_streams);
@@ -228,9 +250,10 @@ int Run(int argc, char** argv) {
     Log(absl::StrCat("cannot listen on ", config->listen));
     return 1;
   }
-  auto* health = server->GetHealthCheckService();
+  health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus("taylorshift.v1.Classifier", true);
+  health->SetServingStatus("taylorshift.v1.Jobs", config->jobs.enabled);
   for (const auto& model : (*registry)->List()) health->SetServingStatus(model->name(), true);
 
   const std::string host = config->listen.substr(0, config->listen.rfind(':'));
@@ -253,6 +276,9 @@ int Run(int argc, char** argv) {
                    absl::FormatDuration(config->shutdown_grace), ")"));
   health->SetServingStatus(false);
   const absl::Time deadline = absl::Now() + config->shutdown_grace;
+  // A running training job saves its state at its next step and resumes on the next start.
+  (*jobs)->Shutdown();
+  Log("jobs stopped");
   // Stops accepting calls and waits for those in flight (their batches keep running).
   server->Shutdown(absl::ToChronoTime(deadline));
   Log("RPCs finished; draining batchers");

@@ -361,6 +361,102 @@ TEST(ConfigTest, LoadServerConfigResolvesAgainstTheFilesDirectory) {
   EXPECT_THAT(std::string(invalid.status().message()), HasSubstr("bad.yaml: listen:"));
 }
 
+TEST(ConfigTest, JobsDefaults) {
+  absl::StatusOr<ServerConfig> config = ParseServerConfig("", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const JobsConfig& jobs = config->jobs;
+  EXPECT_TRUE(jobs.enabled);
+  EXPECT_EQ(jobs.max_concurrent, 1);
+  EXPECT_EQ(jobs.max_queued, 64);
+  EXPECT_EQ(jobs.threads_per_job, 1);
+  EXPECT_EQ(jobs.keep_checkpoints, 2);
+  EXPECT_EQ(jobs.limits.max_steps, 1000000);
+  EXPECT_EQ(jobs.limits.max_batch_size, 1024);
+  EXPECT_EQ(jobs.limits.max_length, 65536);
+  EXPECT_EQ(jobs.limits.max_embed_dim, 1024);
+  EXPECT_EQ(jobs.limits.max_depth, 48);
+  EXPECT_EQ(jobs.limits.max_threads, 0);
+  EXPECT_EQ(jobs.limits.max_generate_count, 10000000);
+  EXPECT_EQ(jobs.limits.max_epochs, 10000);
+}
+
+TEST(ConfigTest, JobsSectionIsRead) {
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(R"yaml(
+jobs:
+  enabled: false
+  max_concurrent: 2
+  max_queued: 5
+  threads_per_job: 3
+  keep_checkpoints: 4
+  limits:
+    max_steps: 500
+    max_batch_size: 64
+    max_length: 4096
+    max_embed_dim: 256
+    max_depth: 6
+    max_threads: 8
+    max_generate_count: 1000
+    max_epochs: 20
+)yaml",
+                                                          "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const JobsConfig& jobs = config->jobs;
+  EXPECT_FALSE(jobs.enabled);
+  EXPECT_EQ(jobs.max_concurrent, 2);
+  EXPECT_EQ(jobs.max_queued, 5);
+  EXPECT_EQ(jobs.threads_per_job, 3);
+  EXPECT_EQ(jobs.keep_checkpoints, 4);
+  EXPECT_EQ(jobs.limits.max_steps, 500);
+  EXPECT_EQ(jobs.limits.max_batch_size, 64);
+  EXPECT_EQ(jobs.limits.max_length, 4096);
+  EXPECT_EQ(jobs.limits.max_embed_dim, 256);
+  EXPECT_EQ(jobs.limits.max_depth, 6);
+  EXPECT_EQ(jobs.limits.max_threads, 8);
+  EXPECT_EQ(jobs.limits.max_generate_count, 1000);
+  EXPECT_EQ(jobs.limits.max_epochs, 20);
+}
+
+TEST(ConfigTest, JobsRejectsUnknownKeysAndWrongTypes) {
+  ExpectRejected("jobs: {max_concurent: 2}\n",
+                 {"jobs.max_concurent: unknown key (expected one of", "max_concurrent"});
+  ExpectRejected("jobs: {limits: {max_stepz: 2}}\n",
+                 {"jobs.limits.max_stepz: unknown key", "max_steps"});
+  ExpectRejected("jobs: {enabled: sometimes}\n", {"jobs.enabled: expected true or false"});
+  ExpectRejected("jobs: {max_queued: lots}\n",
+                 {"jobs.max_queued: expected an integer", "\"lots\""});
+  ExpectRejected("jobs: {limits: {max_epochs: 1.5}}\n",
+                 {"jobs.limits.max_epochs: expected an integer"});
+  ExpectRejected("jobs: [1]\n", {"jobs: expected a mapping, got a sequence"});
+}
+
+TEST(ConfigTest, JobsRejectsOutOfRangeValues) {
+  ExpectRejected("jobs: {max_concurrent: 0}\n", {"jobs.max_concurrent: must be > 0, got 0"});
+  ExpectRejected("jobs: {max_queued: 0}\n", {"jobs.max_queued: must be > 0, got 0"});
+  ExpectRejected("jobs: {threads_per_job: 0}\n", {"jobs.threads_per_job: must be > 0, got 0"});
+  ExpectRejected("jobs: {keep_checkpoints: -1}\n", {"jobs.keep_checkpoints: must be > 0, got -1"});
+  for (const char* limit : {"max_steps", "max_batch_size", "max_length", "max_embed_dim",
+                            "max_depth", "max_generate_count", "max_epochs"}) {
+    ExpectRejected(absl::StrCat("jobs: {limits: {", limit, ": 0}}\n"),
+                   {absl::StrCat("jobs.limits.", limit, ": must be > 0, got 0")});
+  }
+  ExpectRejected("jobs: {limits: {max_threads: -1}}\n",
+                 {"jobs.limits.max_threads: must be >= 0, got -1"});
+  ExpectRejected("jobs: {limits: {max_generate_count: 10000001}}\n",
+                 {"jobs.limits.max_generate_count: must be <= 10000000"});
+  ExpectRejected("jobs: {threads_per_job: 4, limits: {max_threads: 2}}\n",
+                 {"jobs.threads_per_job: must be <= jobs.limits.max_threads (2), got 4"});
+  // max_threads 0 means the number of cores, which the config does not know: no cross-check.
+  EXPECT_TRUE(ParseServerConfig("jobs: {threads_per_job: 4, limits: {max_threads: 0}}\n", "").ok());
+}
+
+TEST(ConfigTest, ValidateChecksJobs) {
+  ServerConfig config;
+  config.jobs.max_concurrent = 0;
+  const absl::Status status = ValidateServerConfig(config);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("jobs.max_concurrent"));
+}
+
 TEST(ConfigTest, ParseModelFlag) {
   absl::StatusOr<ModelConfig> model = ParseModelFlag("imdb=models/imdb=v1.tsckpt");
   ASSERT_TRUE(model.ok()) << model.status();
@@ -422,6 +518,21 @@ TEST_F(ShippedConfigTest, DefaultYamlServesListops) {
   EXPECT_EQ(model.batching.max_queue_delay, defaults.max_queue_delay);
   EXPECT_EQ(config->max_message_bytes, ServerConfig().max_message_bytes);
   EXPECT_EQ(config->shutdown_grace, ServerConfig().shutdown_grace);
+  // The jobs section spells out the built-in defaults too.
+  const JobsConfig jobs;
+  EXPECT_EQ(config->jobs.enabled, jobs.enabled);
+  EXPECT_EQ(config->jobs.max_concurrent, jobs.max_concurrent);
+  EXPECT_EQ(config->jobs.max_queued, jobs.max_queued);
+  EXPECT_EQ(config->jobs.threads_per_job, jobs.threads_per_job);
+  EXPECT_EQ(config->jobs.keep_checkpoints, jobs.keep_checkpoints);
+  EXPECT_EQ(config->jobs.limits.max_steps, jobs.limits.max_steps);
+  EXPECT_EQ(config->jobs.limits.max_batch_size, jobs.limits.max_batch_size);
+  EXPECT_EQ(config->jobs.limits.max_length, jobs.limits.max_length);
+  EXPECT_EQ(config->jobs.limits.max_embed_dim, jobs.limits.max_embed_dim);
+  EXPECT_EQ(config->jobs.limits.max_depth, jobs.limits.max_depth);
+  EXPECT_EQ(config->jobs.limits.max_threads, jobs.limits.max_threads);
+  EXPECT_EQ(config->jobs.limits.max_generate_count, jobs.limits.max_generate_count);
+  EXPECT_EQ(config->jobs.limits.max_epochs, jobs.limits.max_epochs);
 }
 
 TEST_F(ShippedConfigTest, ExamplesParse) {

@@ -27,6 +27,8 @@ class ServerProcess {
   bool Start(const std::string& binary, std::vector<std::string> args, const std::string& dir,
              std::chrono::seconds timeout = std::chrono::seconds(120)) {
     ready_file_ = dir + "/ready-" + std::to_string(++starts_);
+    grpc_address_.clear();  // a restart must wait for the new process's address
+    metrics_address_.clear();
     log_file_ = dir + "/server-" + std::to_string(starts_) + ".log";
     args.insert(args.begin(), binary);
     args.push_back("--ready-file");

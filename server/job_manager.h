@@ -1,0 +1,167 @@
+// JobManager: training and evaluation jobs in the background, and promotion of their
+// checkpoints to serving.
+//
+// Jobs go QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED (the reason is kept). At most
+// jobs.max_concurrent run at once, each on its own worker thread with its own intra-op thread
+// count (the spec's `threads`), so serving keeps its threads. Every job, its progress, metrics,
+// validation reports and checkpoints are persisted in a SQLite store (JobStore) under the state
+// dir; a training job also keeps its training state (weights, optimizer, schedule, data
+// position) in `<state_dir>/jobs/<id>/training_state.pt`, rewritten atomically at each
+// checkpoint. After a crash or a restart, jobs that were QUEUED or RUNNING are queued again and
+// continue from that state: the step count, the optimizer and the data order carry on.
+//
+// Files under the state dir:
+//   jobs.db                          the store (WAL mode)
+//   jobs/<id>/step-<N>.tsckpt        the last jobs.keep_checkpoints checkpoints of a training job
+//   jobs/<id>/best.tsckpt            the checkpoint with the best validation accuracy
+//   jobs/<id>/training_state.pt      the resumable state (removed when the job succeeds)
+//   models/<name>/<version>.tsckpt   promoted checkpoints (what the registry serves)
+//
+// The training loop itself is ts::Trainer (model/training.h); this class schedules, persists,
+// reports and promotes. It knows nothing of gRPC. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "model/datasets.h"
+#include "server/config.h"
+#include "server/job_store.h"
+#include "server/metrics.h"
+#include "server/model_registry.h"
+#include "taylorshift/v1/jobs.pb.h"
+
+namespace ts::server {
+
+struct JobManagerOptions {
+  JobsConfig jobs;
+  std::string state_dir;  // created when missing
+  std::string data_root;  // created when missing; every data path of a spec resolves inside it
+  int num_cores = 1;      // what `threads: 0` and jobs.limits.max_threads = 0 mean
+  // Settings of a model first served by a promotion (a name not in the configuration).
+  ModelConfig promoted_model_defaults;
+  // Called after a promotion serves a model (health status, logs). May be empty.
+  std::function<void(const std::string& model)> on_model_served;
+  // Log lines (job state changes, restores). May be empty.
+  std::function<void(const std::string& line)> log;
+};
+
+// What PromoteCheckpoint did.
+struct Promotion {
+  std::shared_ptr<ServedModel> model;  // the version now served
+  std::string previous_version;        // empty for a new name
+  std::optional<double> validation_accuracy;
+  std::optional<double> previous_validation_accuracy;
+};
+
+class JobManager {
+ public:
+  // Opens the store, queues the jobs a previous run left QUEUED or RUNNING, and starts the
+  // workers. `registry` and `metrics` must outlive the manager (metrics may be null).
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(JobManagerOptions options,
+                                                            ModelRegistry* registry,
+                                                            Metrics* metrics, Clock* clock);
+  ~JobManager();  // Shutdown()
+
+  // Serves the latest promotion of each model name again (call once, after the configured
+  // models are loaded). A promotion whose checkpoint cannot be loaded is logged and skipped.
+  void RestorePromotions();
+
+  // Validate the spec (INVALID_ARGUMENT naming the key; PERMISSION_DENIED / INVALID_ARGUMENT
+  // for paths outside the data root; NOT_FOUND for missing files), store and queue the job.
+  // RESOURCE_EXHAUSTED when jobs.max_queued jobs are waiting; FAILED_PRECONDITION when jobs are
+  // disabled.
+  absl::StatusOr<taylorshift::v1::Job> SubmitTraining(taylorshift::v1::TrainingSpec spec);
+  absl::StatusOr<taylorshift::v1::Job> SubmitEvaluation(taylorshift::v1::EvaluationSpec spec);
+
+  absl::StatusOr<taylorshift::v1::Job> GetJob(const std::string& id) const;
+  absl::StatusOr<taylorshift::v1::ListJobsResponse> ListJobs(
+      const taylorshift::v1::ListJobsRequest& request) const;
+  // A queued job is cancelled at once; a running one stops before its next step (training) or
+  // after its evaluation pass; a finished one is FAILED_PRECONDITION.
+  absl::StatusOr<taylorshift::v1::Job> CancelJob(const std::string& id);
+
+  // Calls `listener` with a SNAPSHOT of the job now and then with each of its events, from the
+  // job's worker thread (so it must not block), until the job is final — the final STATE event
+  // is the last call — or Unwatch. Shutdown() ends every watch with one last call whose event
+  // type is TYPE_UNSPECIFIED. Returns a handle for Unwatch (0 when the job was already final).
+  using Listener = std::function<void(const taylorshift::v1::JobEvent& event)>;
+  absl::StatusOr<std::int64_t> Watch(const std::string& id, Listener listener);
+  void Unwatch(std::int64_t handle);
+
+  // Serves a checkpoint (a training job's best or last one, or a file in the data root) under
+  // request.model(): copied to models/<name>/<version>.tsckpt, loaded, hot-swapped into the
+  // registry, and recorded so that it is served again after a restart.
+  absl::StatusOr<Promotion> Promote(const taylorshift::v1::PromoteCheckpointRequest& request);
+
+  // Stops the workers: a running training job saves its state at the next step boundary and
+  // stays RUNNING in the store (it resumes on the next start); queued jobs stay queued; watches
+  // end; later submissions are UNAVAILABLE. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Active;  // a queued or running job
+
+  JobManager(JobManagerOptions options, std::unique_ptr<JobStore> store, DataRoot data_root,
+             ModelRegistry* registry, Metrics* metrics, Clock* clock);
+
+  void WorkerLoop();
+  void RunJob(const std::shared_ptr<Active>& active);
+  absl::Status RunTraining(const std::shared_ptr<Active>& active);
+  absl::Status RunEvaluation(const std::shared_ptr<Active>& active);
+
+  absl::StatusOr<Dataset> LoadSource(const taylorshift::v1::DataSource& source,
+                                     const std::vector<std::string>& labels,
+                                     const std::string& field) const;
+  absl::Status CheckSourcePaths(const taylorshift::v1::DataSource& source,
+                                const std::string& field) const;
+  absl::StatusOr<std::string> ResolveCheckpointReference(const std::string& reference,
+                                                         const std::string& field) const;
+  absl::StatusOr<std::string> JobCheckpoint(const std::string& job_id,
+                                            taylorshift::v1::CheckpointChoice which) const;
+  absl::StatusOr<taylorshift::v1::Job> Enqueue(taylorshift::v1::Job job);
+
+  // Persists the job's snapshot and sends `event` (with the snapshot) to its watchers.
+  void Publish(Active& active, taylorshift::v1::JobEvent::Type type,
+               const taylorshift::v1::CheckpointInfo* checkpoint = nullptr);
+  void SetState(Active& active, taylorshift::v1::JobState state, const std::string& reason);
+  std::string JobDir(const std::string& id) const;
+  void Log(const std::string& line) const;
+
+  const JobManagerOptions options_;
+  const std::unique_ptr<JobStore> store_;
+  const DataRoot data_root_;
+  ModelRegistry* const registry_;
+  Metrics* const metrics_;
+  Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Active>> active_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Active>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  struct Watcher {
+    std::string job_id;
+    Listener listener;
+  };
+  mutable absl::Mutex watch_mu_;
+  std::map<std::int64_t, Watcher> watchers_ ABSL_GUARDED_BY(watch_mu_);
+  std::int64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
+
+  absl::Mutex promote_mu_;  // one promotion at a time
+
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace ts::server

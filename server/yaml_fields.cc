@@ -1,0 +1,133 @@
+#include "server/yaml_fields.h"
+
+#include <algorithm>
+#include <climits>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ts::server::yaml_fields {
+
+std::string LineOf(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return "";
+  return absl::StrCat(" (line ", mark.line + 1, ")");
+}
+
+absl::Status NodeError(const YAML::Node& node, const std::string& path, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", why, LineOf(node)));
+}
+
+std::string KindOf(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Scalar:
+      return absl::StrCat("\"", node.Scalar(), "\"");
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+std::string ChildPath(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : absl::StrCat(parent, ".", key);
+}
+
+absl::Status ReadMap(const YAML::Node& node, const std::string& path, const Fields& fields) {
+  if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap()) {
+    return NodeError(node, path.empty() ? "(top level)" : path,
+                     absl::StrCat("expected a mapping, got ", KindOf(node)));
+  }
+  std::set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const YAML::Node key_node = it->first;  // a handle; it-> yields a temporary
+    if (!key_node.IsScalar()) {
+      return NodeError(key_node, path.empty() ? "(top level)" : path, "keys must be plain strings");
+    }
+    const std::string key = key_node.Scalar();
+    const std::string key_path = ChildPath(path, key);
+    const auto field = std::find_if(fields.begin(), fields.end(),
+                                    [&](const auto& entry) { return entry.first == key; });
+    if (field == fields.end()) {
+      std::vector<std::string> expected;
+      for (const auto& entry : fields) expected.push_back(entry.first);
+      return NodeError(
+          key_node, key_path,
+          absl::StrCat("unknown key (expected one of ", absl::StrJoin(expected, ", "), ")"));
+    }
+    if (!seen.insert(key).second) return NodeError(key_node, key_path, "duplicate key");
+    const YAML::Node value = it->second;
+    if (value.IsNull()) continue;
+    absl::Status status = field->second(value, key_path);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadScalar(const YAML::Node& node, const std::string& path, std::string* out) {
+  if (!node.IsScalar()) {
+    return NodeError(node, path, absl::StrCat("expected a string, got ", KindOf(node)));
+  }
+  *out = node.Scalar();
+  return absl::OkStatus();
+}
+
+absl::Status ReadInt64(const YAML::Node& node, const std::string& path, std::int64_t* out) {
+  std::int64_t value = 0;
+  if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &value)) {
+    return NodeError(node, path, absl::StrCat("expected an integer, got ", KindOf(node)));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out) {
+  std::int64_t value = 0;
+  absl::Status status = ReadInt64(node, path, &value);
+  if (!status.ok()) return status;
+  if (value < INT_MIN || value > INT_MAX) {
+    return NodeError(node, path, absl::StrCat("out of range, got ", value));
+  }
+  *out = static_cast<int>(value);
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const YAML::Node& node, const std::string& path, bool* out) {
+  bool value = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+    return NodeError(node, path, absl::StrCat("expected true or false, got ", KindOf(node)));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+FieldReader String(std::string* out) {
+  return [out](const YAML::Node& node, const std::string& path) {
+    return ReadScalar(node, path, out);
+  };
+}
+
+FieldReader Int64(std::int64_t* out) {
+  return
+      [out](const YAML::Node& node, const std::string& path) { return ReadInt64(node, path, out); };
+}
+
+FieldReader Int(int* out) {
+  return
+      [out](const YAML::Node& node, const std::string& path) { return ReadInt(node, path, out); };
+}
+
+FieldReader Bool(bool* out) {
+  return
+      [out](const YAML::Node& node, const std::string& path) { return ReadBool(node, path, out); };
+}
+
+}  // namespace ts::server::yaml_fields

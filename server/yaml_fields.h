@@ -1,0 +1,54 @@
+// Reading YAML mappings into Options structs and API messages (yaml-cpp), shared by the server
+// configuration and the job specs. Every mapping is read through ReadMap, which rejects unknown
+// and duplicate keys, so each field has exactly one key and a typo never passes silently.
+// Errors are INVALID_ARGUMENT "<key path>: <reason> (line N)", the key path written as
+// "models[1].batching.max_batch_size". Stateless and thread-safe.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace ts::server::yaml_fields {
+
+// " (line N)" for a node that came from a document, "" otherwise.
+std::string LineOf(const YAML::Node& node);
+
+// INVALID_ARGUMENT "<path>: <why> (line N)".
+absl::Status NodeError(const YAML::Node& node, const std::string& path, const std::string& why);
+
+// How an error message names what it found: "\"text\"", "a sequence", "a mapping", ...
+std::string KindOf(const YAML::Node& node);
+
+// "parent.key", or "key" at the top level.
+std::string ChildPath(const std::string& parent, const std::string& key);
+
+// A key's value handler. Empty values (`key:` with nothing after it) never reach a handler:
+// they mean "use the default", exactly like leaving the key out.
+using FieldReader = std::function<absl::Status(const YAML::Node& value, const std::string& path)>;
+using Fields = std::vector<std::pair<std::string, FieldReader>>;
+
+// Reads a mapping: each key goes to its handler in `fields`; an unknown key (the message lists
+// the known ones), a duplicate key, a key that is not a plain string or a node that is not a
+// mapping is an error. An absent or empty node is OK and reads nothing. `path` "" is the
+// document's top level.
+absl::Status ReadMap(const YAML::Node& node, const std::string& path, const Fields& fields);
+
+absl::Status ReadScalar(const YAML::Node& node, const std::string& path, std::string* out);
+absl::Status ReadInt64(const YAML::Node& node, const std::string& path, std::int64_t* out);
+absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out);
+absl::Status ReadBool(const YAML::Node& node, const std::string& path, bool* out);
+
+// Handlers that store into `out` (which must outlive the ReadMap call).
+FieldReader String(std::string* out);
+FieldReader Int64(std::int64_t* out);
+FieldReader Int(int* out);
+FieldReader Bool(bool* out);
+
+}  // namespace ts::server::yaml_fields

@@ -1,0 +1,292 @@
+#include "client/job_format.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ts::client {
+namespace {
+
+using taylorshift::v1::EvaluationReport;
+using taylorshift::v1::Job;
+using taylorshift::v1::JobEvent;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+template <typename Message>
+Message FromText(const std::string& text) {
+  Message message;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &message)) << text;
+  return message;
+}
+
+// A finished training job with two validation reports and two checkpoints.
+Job TrainingJob() {
+  return FromText<Job>(R"pb(
+    id: "j-7"
+    kind: JOB_KIND_TRAINING
+    name: "filetype"
+    state: JOB_STATE_SUCCEEDED
+    training {
+      name: "filetype"
+      model { embed_dim: 64 depth: 2 heads: 8 mlp_ratio: 2 max_length: 2048 }
+      data {
+        train { format: "jsonl" path: "train.jsonl" }
+        validation { split: 0.1 }
+      }
+      optimizer { name: "adamw" lr: 0.001 weight_decay: 0 }
+      batch_size: 16
+      steps: 300
+      seed: 1
+      path: ATTENTION_PATH_EFFICIENT
+      labels: [ "neg", "pos" ]
+    }
+    create_time { seconds: 1714564800 }
+    start_time { seconds: 1714564801 nanos: 500000000 }
+    end_time { seconds: 1714564900 }
+    progress {
+      step: 300
+      total_steps: 300
+      epoch: 4.8
+      loss: 0.41
+      learning_rate: 0.0001
+      examples_per_second: 812.5
+      train_examples: 1000
+      validation_examples: 100
+    }
+    validation { step: 300 examples: 100 loss: 0.6 accuracy: 0.79 macro_f1: 0.78 }
+    best_validation {
+      step: 200
+      examples: 100
+      loss: 0.52
+      accuracy: 0.81
+      macro_f1: 0.8
+      examples_per_second: 2100
+      classes { label: "neg" precision: 0.8 recall: 0.84 f1: 0.82 support: 50 }
+      classes { label: "pos" precision: 0.83 recall: 0.78 f1: 0.8 support: 50 }
+      confusion { counts: [ 42, 8 ] }
+      confusion { counts: [ 11, 39 ] }
+    }
+    checkpoints {
+      kind: "best"
+      step: 200
+      path: "state/jobs/j-7/step-200.tsckpt"
+      validation_accuracy: 0.81
+      has_validation_accuracy: true
+      time { seconds: 1714564880 }
+    }
+    checkpoints { kind: "last" step: 300 path: "state/jobs/j-7/step-300.tsckpt" }
+    labels: [ "neg", "pos" ]
+  )pb");
+}
+
+TEST(JobFormatTest, EnumNames) {
+  EXPECT_EQ(JobStateName(taylorshift::v1::JOB_STATE_SUCCEEDED), "SUCCEEDED");
+  EXPECT_EQ(JobStateName(taylorshift::v1::JOB_STATE_CANCELLED), "CANCELLED");
+  EXPECT_EQ(JobStateName(static_cast<taylorshift::v1::JobState>(42)), "STATE_42");
+  EXPECT_EQ(JobKindName(taylorshift::v1::JOB_KIND_EVALUATION), "EVALUATION");
+  for (const auto& [name, expected] :
+       std::vector<std::pair<std::string, taylorshift::v1::JobState>>{
+           {"queued", taylorshift::v1::JOB_STATE_QUEUED},
+           {"RUNNING", taylorshift::v1::JOB_STATE_RUNNING},
+           {"Succeeded", taylorshift::v1::JOB_STATE_SUCCEEDED},
+           {"failed", taylorshift::v1::JOB_STATE_FAILED},
+           {"job_state_cancelled", taylorshift::v1::JOB_STATE_CANCELLED}}) {
+    absl::StatusOr<taylorshift::v1::JobState> state = ParseJobState(name);
+    ASSERT_TRUE(state.ok()) << name;
+    EXPECT_EQ(*state, expected) << name;
+  }
+  EXPECT_EQ(*ParseJobKind("Training"), taylorshift::v1::JOB_KIND_TRAINING);
+  EXPECT_EQ(*ParseJobKind("JOB_KIND_EVALUATION"), taylorshift::v1::JOB_KIND_EVALUATION);
+  EXPECT_EQ(ParseJobState("done").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJobState("unspecified").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJobKind("inference").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(IsFinalState(taylorshift::v1::JOB_STATE_FAILED));
+  EXPECT_FALSE(IsFinalState(taylorshift::v1::JOB_STATE_RUNNING));
+}
+
+TEST(JobFormatTest, TrainingJobJson) {
+  EXPECT_EQ(
+      JobJson(TrainingJob()),
+      R"({"id":"j-7","kind":"TRAINING","name":"filetype","state":"SUCCEEDED","reason":"",)"
+      R"("step":300,"total_steps":300,"epoch":4.8,"create_time":"2024-05-01T12:00:00Z",)"
+      R"("start_time":"2024-05-01T12:00:01.5Z","end_time":"2024-05-01T12:01:40Z",)"
+      R"("labels":["neg","pos"],)"
+      R"("progress":{"loss":0.41,"learning_rate":0.0001,"examples_per_second":812.5,)"
+      R"("train_examples":1000,"validation_examples":100,"skipped_examples":0,"resumes":0},)"
+      R"("metrics":{"step":200,"examples":100,"loss":0.52,"accuracy":0.81,"macro_f1":0.8,)"
+      R"("examples_per_second":2100,)"
+      R"("classes":[{"label":"neg","precision":0.8,"recall":0.84,"f1":0.82,"support":50},)"
+      R"({"label":"pos","precision":0.83,"recall":0.78,"f1":0.8,"support":50}],)"
+      R"("confusion":[[42,8],[11,39]]},)"
+      R"("validation":{"step":300,"examples":100,"loss":0.6,"accuracy":0.79,"macro_f1":0.78,)"
+      R"("examples_per_second":0,"classes":[],"confusion":[]},)"
+      R"("checkpoints":[{"kind":"best","step":200,"path":"state/jobs/j-7/step-200.tsckpt",)"
+      R"("validation_accuracy":0.81,"time":"2024-05-01T12:01:20Z"},)"
+      R"({"kind":"last","step":300,"path":"state/jobs/j-7/step-300.tsckpt",)"
+      R"("validation_accuracy":null,"time":null}],)"
+      R"("spec":{"name":"filetype","model":{"embed_dim":64,"depth":2,"heads":8,"mlp_ratio":2,)"
+      R"("max_length":2048},"data":{"train":{"format":"jsonl","path":"train.jsonl"},)"
+      R"("validation":{"split":0.1}},"optimizer":{"name":"adamw","lr":0.001,"weight_decay":0},)"
+      R"("batch_size":16,"steps":300,"seed":1,"path":"efficient","labels":["neg","pos"]}})");
+}
+
+TEST(JobFormatTest, MetricsFallBackToTheLatestValidationThenNull) {
+  Job job = TrainingJob();
+  job.clear_best_validation();
+  EXPECT_THAT(JobJson(job), HasSubstr(R"("metrics":{"step":300,"examples":100,"loss":0.6,)"));
+  job.clear_validation();
+  EXPECT_THAT(JobJson(job), HasSubstr(R"("metrics":null,"validation":null,)"));
+}
+
+TEST(JobFormatTest, EvaluationJobJsonHasTheReport) {
+  const Job job = FromText<Job>(R"pb(
+    id: "j-8"
+    kind: JOB_KIND_EVALUATION
+    name: "eval"
+    state: JOB_STATE_FAILED
+    reason: "data.path: not found"
+    evaluation {
+      name: "eval"
+      model: "imdb"
+      data { format: "jsonl" path: "t.jsonl" }
+    }
+    report { examples: 10 accuracy: 0.5 }
+  )pb");
+  const std::string json = JobJson(job);
+  EXPECT_THAT(json, StartsWith(R"({"id":"j-8","kind":"EVALUATION","name":"eval","state":"FAILED",)"
+                               R"("reason":"data.path: not found","step":0,"total_steps":0,)"));
+  EXPECT_THAT(json, HasSubstr(R"("create_time":null,)"));
+  EXPECT_THAT(json, HasSubstr(R"("metrics":{"step":0,"examples":10,"loss":0,"accuracy":0.5,)"));
+  EXPECT_THAT(json, Not(HasSubstr(R"("validation":)")));
+  EXPECT_THAT(json, HasSubstr(R"("spec":{"name":"eval","model":"imdb",)"
+                              R"("data":{"format":"jsonl","path":"t.jsonl"}}})"));
+}
+
+TEST(JobFormatTest, ProgressLine) {
+  JobEvent event = FromText<JobEvent>(R"pb(
+    type: PROGRESS
+    job {
+      state: JOB_STATE_RUNNING
+      progress {
+        step: 40
+        total_steps: 300
+        loss: 1.23412
+        learning_rate: 0.00099
+        examples_per_second: 12.34
+      }
+    }
+  )pb");
+  EXPECT_EQ(JobEventText(event), "step 40/300 loss 1.234 lr 0.00099 12.3 ex/s");
+  event.mutable_job()->mutable_progress()->set_epoch(0.64);
+  EXPECT_EQ(JobEventText(event), "step 40/300 loss 1.234 lr 0.00099 12.3 ex/s epoch 0.64");
+  EXPECT_EQ(JobEventJson(event),
+            R"({"event":"progress","id":"","state":"RUNNING","step":40,"total_steps":300,)"
+            R"("epoch":0.64,"loss":1.23412,"learning_rate":0.00099,"examples_per_second":12.34})");
+}
+
+TEST(JobFormatTest, ValidationLine) {
+  JobEvent event;
+  event.set_type(JobEvent::VALIDATION);
+  *event.mutable_job() = TrainingJob();
+  EvaluationReport* report = event.mutable_job()->mutable_validation();
+  report->set_accuracy(0.62);
+  report->set_macro_f1(0.58);
+  report->set_loss(0.9);
+  report->set_step(40);
+  report->set_examples(512);
+  EXPECT_EQ(JobEventText(event), "val acc 0.62 f1 0.58 loss 0.9 (step 40, 512 examples)");
+  EXPECT_THAT(JobEventJson(event),
+              StartsWith(R"({"event":"validation","id":"j-7","state":"SUCCEEDED","step":40,)"
+                         R"("metrics":{"step":40,"examples":512,"loss":0.9,"accuracy":0.62,)"));
+}
+
+TEST(JobFormatTest, CheckpointLine) {
+  JobEvent event;
+  event.set_type(JobEvent::CHECKPOINT);
+  *event.mutable_checkpoint() = TrainingJob().checkpoints(0);
+  EXPECT_EQ(JobEventText(event),
+            "checkpoint best step 200 val acc 0.81: state/jobs/j-7/step-200.tsckpt");
+  *event.mutable_checkpoint() = TrainingJob().checkpoints(1);
+  EXPECT_EQ(JobEventText(event), "checkpoint last step 300: state/jobs/j-7/step-300.tsckpt");
+  EXPECT_THAT(JobEventJson(event), HasSubstr(R"("checkpoint":{"kind":"last","step":300,)"));
+}
+
+TEST(JobFormatTest, StateAndSnapshotLines) {
+  JobEvent event;
+  event.set_type(JobEvent::STATE);
+  Job* job = event.mutable_job();
+  job->set_id("j-9");
+  job->set_name("n");
+  job->set_kind(taylorshift::v1::JOB_KIND_TRAINING);
+  job->set_state(taylorshift::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(JobEventText(event), "state RUNNING");
+  job->set_state(taylorshift::v1::JOB_STATE_FAILED);
+  job->set_reason("data.train.path: \"x.jsonl\" not found");
+  EXPECT_EQ(JobEventText(event), "state FAILED: data.train.path: \"x.jsonl\" not found");
+  EXPECT_EQ(JobEventJson(event),
+            R"({"event":"state","id":"j-9","state":"FAILED",)"
+            R"("kind":"TRAINING","name":"n","reason":"data.train.path: \"x.jsonl\" not found",)"
+            R"("step":0,"total_steps":0})");
+
+  *job = TrainingJob();
+  EXPECT_EQ(JobEventText(event),
+            "state SUCCEEDED: best val acc 0.81 f1 0.8 loss 0.52 (step 200, 100 examples)");
+  event.set_type(JobEvent::SNAPSHOT);
+  EXPECT_EQ(JobEventText(event), "job j-7 filetype (training): SUCCEEDED, step 300/300");
+}
+
+TEST(JobFormatTest, DetailsShowPerClassMetricsAndConfusion) {
+  const std::string details = JobDetails(TrainingJob());
+  EXPECT_THAT(details, StartsWith("id: j-7\nname: filetype\nkind: training\nstate: SUCCEEDED\n"));
+  EXPECT_THAT(details, HasSubstr("step: 300/300 (epoch 4.8)\n"));
+  EXPECT_THAT(details, HasSubstr("best_validation: acc 0.81 f1 0.8 loss 0.52 (step 200, 100 "
+                                 "examples)\n"));
+  EXPECT_THAT(details, HasSubstr("  neg       0.8000  0.8400  0.8200       50\n"));
+  EXPECT_THAT(details, HasSubstr("  confusion (rows: label, columns: prediction)\n"
+                                 "             neg      pos\n"
+                                 "  neg         42        8\n"
+                                 "  pos         11       39\n"));
+  EXPECT_THAT(details, HasSubstr("checkpoint: last step 300: state/jobs/j-7/step-300.tsckpt\n"));
+}
+
+TEST(JobFormatTest, Table) {
+  Job queued;
+  queued.set_id("j-10");
+  queued.set_kind(taylorshift::v1::JOB_KIND_EVALUATION);
+  queued.set_name("e");
+  queued.set_state(taylorshift::v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(JobTable({TrainingJob(), queued}),
+            "ID    KIND        NAME      STATE      STEP     ACCURACY  CREATED\n"
+            "j-7   training    filetype  SUCCEEDED  300/300  0.8100    2024-05-01T12:00:00Z\n"
+            "j-10  evaluation  e         QUEUED     -        -         -\n");
+}
+
+TEST(JobFormatTest, Promotion) {
+  const auto response = FromText<taylorshift::v1::PromoteCheckpointResponse>(R"pb(
+    model {
+      name: "imdb"
+      version: "v4"
+      labels: [ "neg", "pos" ]
+    }
+    previous_version: "v3"
+    validation_accuracy: 0.91
+    previous_validation_accuracy: 0.89
+  )pb");
+  EXPECT_EQ(PromoteText(response),
+            "promoted imdb version v4 (previous v3); validation accuracy 0.91 (previous 0.89)");
+  const std::string json = PromoteJson(response);
+  EXPECT_THAT(json, StartsWith(R"({"model":{"name":"imdb","version":"v4",)"));
+  EXPECT_THAT(json, HasSubstr(R"("previous_version":"v3","validation_accuracy":0.91,)"
+                              R"("previous_validation_accuracy":0.89})"));
+}
+
+}  // namespace
+}  // namespace ts::client

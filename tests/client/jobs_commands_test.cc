@@ -1,0 +1,485 @@
+// tsctl's job commands: flag parsing into requests, the refusals that happen before any
+// connection (exit status 2 for usage, 1 for a bad spec file), and the commands against a
+// scripted Jobs service (what they send, what they print, how they exit). The commands against
+// a real server are covered by the integration tests.
+#include "client/jobs_commands.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "client/command_line.h"
+#include "client/job_format.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "server/job_spec.h"
+#include "tests/testing/fake_jobs_service.h"
+
+namespace ts::client {
+namespace {
+
+using ts::testing::FakeJobsService;
+
+using taylorshift::v1::Job;
+using taylorshift::v1::JobEvent;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Parses `args` with `flags`, expecting success.
+void ParseOk(Flags& flags, const std::vector<std::string>& args) {
+  ASSERT_TRUE(flags.Parse(args)) << flags.error();
+}
+
+TEST(CommandLineTest, ValueBoolAndInlineFlags) {
+  Flags flags = SubmitFlags();
+  ParseOk(flags, {"--spec=a.yaml", "--wait", "--server", "h:1", "--", "--json"});
+  EXPECT_EQ(flags.String("spec", ""), "a.yaml");
+  EXPECT_EQ(flags.String("server", ""), "h:1");
+  EXPECT_TRUE(flags.Has("wait"));
+  EXPECT_FALSE(flags.Has("json"));  // after "--": a positional
+  EXPECT_EQ(flags.positionals(), std::vector<std::string>{"--json"});
+}
+
+TEST(CommandLineTest, RejectsUnknownFlagsAndMissingValues) {
+  Flags unknown = SubmitFlags();
+  EXPECT_FALSE(unknown.Parse({"--spec", "a.yaml", "--follow"}));
+  EXPECT_EQ(unknown.error(), "unknown flag --follow");
+  Flags missing = SubmitFlags();
+  EXPECT_FALSE(missing.Parse({"--spec"}));
+  EXPECT_EQ(missing.error(), "--spec needs a value");
+  Flags valued_bool = SubmitFlags();
+  EXPECT_FALSE(valued_bool.Parse({"--wait=yes"}));
+  EXPECT_EQ(valued_bool.error(), "--wait takes no value");
+}
+
+TEST(CommandLineTest, ConnectionFlagsApplyToJobCommands) {
+  Flags flags = PromoteFlags();
+  ParseOk(flags, {"--server", "10.0.0.1:7000", "--ca-file", "ca.pem", "--cert-file", "c.pem",
+                  "--key-file", "k.pem", "--tls-server-name", "ts.local", "--token", "t0k",
+                  "--max-message-bytes", "1024", "--tls"});
+  const ConnectionOptions options = ConnectionFromFlags(flags);
+  EXPECT_FALSE(flags.failed()) << flags.error();
+  EXPECT_EQ(options.server, "10.0.0.1:7000");
+  EXPECT_TRUE(options.tls);
+  EXPECT_EQ(options.ca_file, "ca.pem");
+  EXPECT_EQ(options.cert_file, "c.pem");
+  EXPECT_EQ(options.key_file, "k.pem");
+  EXPECT_EQ(options.tls_server_name, "ts.local");
+  EXPECT_EQ(options.token, "t0k");
+  EXPECT_EQ(options.max_message_bytes, 1024);
+
+  Flags half = ListFlags();
+  ParseOk(half, {"--cert-file", "c.pem"});
+  ConnectionFromFlags(half);
+  EXPECT_EQ(half.error(), "--cert-file and --key-file go together");
+}
+
+TEST(JobsCommandsTest, ListOptions) {
+  Flags flags = ListFlags();
+  ParseOk(flags, {"--state", "Running", "--kind=training", "--limit", "25"});
+  const ListOptions options = ListOptionsFromFlags(flags);
+  EXPECT_FALSE(flags.failed()) << flags.error();
+  EXPECT_EQ(options.request.state(), taylorshift::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(options.request.kind(), taylorshift::v1::JOB_KIND_TRAINING);
+  EXPECT_EQ(options.limit, 25);
+
+  Flags none = ListFlags();
+  ParseOk(none, {});
+  const ListOptions all = ListOptionsFromFlags(none);
+  EXPECT_EQ(all.request.state(), taylorshift::v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(all.request.kind(), taylorshift::v1::JOB_KIND_UNSPECIFIED);
+  EXPECT_EQ(all.limit, 0);
+
+  Flags bad_state = ListFlags();
+  ParseOk(bad_state, {"--state", "done"});
+  ListOptionsFromFlags(bad_state);
+  EXPECT_THAT(bad_state.error(), HasSubstr("--state: unknown state 'done'"));
+  Flags bad_kind = ListFlags();
+  ParseOk(bad_kind, {"--kind", "serving"});
+  ListOptionsFromFlags(bad_kind);
+  EXPECT_THAT(bad_kind.error(), HasSubstr("--kind: unknown kind 'serving'"));
+  Flags bad_limit = ListFlags();
+  ParseOk(bad_limit, {"--limit", "-1"});
+  ListOptionsFromFlags(bad_limit);
+  EXPECT_THAT(bad_limit.error(), HasSubstr("--limit must be an integer in 0.."));
+}
+
+TEST(JobsCommandsTest, PromoteFromAJob) {
+  Flags flags = PromoteFlags();
+  ParseOk(flags, {"--job", "j-7", "--model", "imdb", "--require-better"});
+  const auto request = PromoteRequestFromFlags(flags);
+  EXPECT_FALSE(flags.failed()) << flags.error();
+  EXPECT_EQ(request.model(), "imdb");
+  EXPECT_EQ(request.job_id(), "j-7");
+  EXPECT_EQ(request.which(), taylorshift::v1::CHECKPOINT_CHOICE_BEST);
+  EXPECT_TRUE(request.require_at_least_current_accuracy());
+
+  Flags last = PromoteFlags();
+  ParseOk(last, {"--job", "j-7", "--last", "--model", "imdb"});
+  EXPECT_EQ(PromoteRequestFromFlags(last).which(), taylorshift::v1::CHECKPOINT_CHOICE_LAST);
+  EXPECT_FALSE(last.failed()) << last.error();
+}
+
+TEST(JobsCommandsTest, PromoteFromACheckpoint) {
+  Flags flags = PromoteFlags();
+  ParseOk(flags, {"--checkpoint", "runs/a.tsckpt", "--model", "imdb"});
+  const auto request = PromoteRequestFromFlags(flags);
+  EXPECT_FALSE(flags.failed()) << flags.error();
+  EXPECT_EQ(request.checkpoint(), "runs/a.tsckpt");
+  EXPECT_FALSE(request.require_at_least_current_accuracy());
+}
+
+TEST(JobsCommandsTest, PromoteRefusesIncompleteOrConflictingSources) {
+  const auto error_of = [](const std::vector<std::string>& args) {
+    Flags flags = PromoteFlags();
+    EXPECT_TRUE(flags.Parse(args)) << flags.error();
+    PromoteRequestFromFlags(flags);
+    return flags.error();
+  };
+  EXPECT_EQ(error_of({"--job", "j-1"}), "--model NAME is required");
+  EXPECT_EQ(error_of({"--model", "m"}), "give exactly one of --job ID and --checkpoint PATH");
+  EXPECT_EQ(error_of({"--model", "m", "--job", "j", "--checkpoint", "c.tsckpt"}),
+            "give exactly one of --job ID and --checkpoint PATH");
+  EXPECT_THAT(error_of({"--model", "m", "--checkpoint", "c.tsckpt", "--last"}),
+              HasSubstr("--last goes with --job"));
+}
+
+class TempSpec {
+ public:
+  explicit TempSpec(const std::string& text) {
+    path_ = (std::filesystem::temp_directory_path() /
+             ("jobs_commands_test_" + std::to_string(::getpid()) + ".yaml"))
+                .string();
+    std::ofstream(path_) << text;
+  }
+  ~TempSpec() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(JobsCommandsTest, RefusalsBeforeConnecting) {
+  // Nothing listens on port 1: a command that got as far as an RPC would fail with UNAVAILABLE
+  // and exit 1, so the usage errors (2) show that these stop first.
+  const std::vector<std::string> server = {"--server", "127.0.0.1:1", "--timeout-ms", "2000"};
+  const auto with_server = [&](std::vector<std::string> args) {
+    args.insert(args.end(), server.begin(), server.end());
+    return args;
+  };
+  EXPECT_EQ(RunTrain(with_server({})), kExitUsage);  // no --spec
+  EXPECT_EQ(RunTrain(with_server({"--spec", "a.yaml", "extra"})), kExitUsage);
+  EXPECT_EQ(RunEval({"--spec"}), kExitUsage);  // --spec without its value
+  EXPECT_EQ(RunJobs({}), kExitUsage);
+  EXPECT_EQ(RunJobs(with_server({"show", "j-1"})), kExitUsage);
+  EXPECT_EQ(RunJobs(with_server({"get"})), kExitUsage);
+  EXPECT_EQ(RunJobs(with_server({"cancel", "a", "b"})), kExitUsage);
+  EXPECT_EQ(RunJobs(with_server({"list", "--state", "done"})), kExitUsage);
+  EXPECT_EQ(RunPromote(with_server({"--model", "m"})), kExitUsage);
+
+  // A spec that does not parse is an error (1) named with the file and the key, sent nowhere.
+  TempSpec spec("name: x\nmodel: {heads: many}\n");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunTrain(with_server({"--spec", spec.path()})), kExitError);
+  const std::string stderr_text = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(stderr_text, HasSubstr("INVALID_ARGUMENT: " + spec.path() +
+                                     ": model.heads: "
+                                     "expected a non-negative integer, got \"many\""));
+  EXPECT_THAT(stderr_text, ::testing::Not(HasSubstr("SubmitTraining")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against a scripted service
+
+template <typename Message>
+Message FromText(const std::string& text) {
+  Message message;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &message)) << text;
+  return message;
+}
+
+struct Output {
+  int status = -1;
+  std::vector<std::string> lines;  // stdout
+  std::string err;
+};
+
+// Runs `command` with stdout and stderr captured; stdout split into lines.
+template <typename Command>
+Output Capture(Command command) {
+  Output out;
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  out.status = command();
+  const std::string text = ::testing::internal::GetCapturedStdout();
+  out.err = ::testing::internal::GetCapturedStderr();
+  out.lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  return out;
+}
+
+JobEvent Event(JobEvent::Type type, const std::string& job_text) {
+  JobEvent event;
+  event.set_type(type);
+  *event.mutable_job() = FromText<Job>(job_text);
+  return event;
+}
+
+constexpr char kSpec[] = R"yaml(
+name: filetype
+model: {embed_dim: 64, depth: 2, heads: 8, mlp_ratio: 2, max_length: 2048}
+data:
+  train: {format: jsonl, path: train.jsonl}
+  validation: {format: jsonl, path: val.jsonl}
+optimizer: {name: adamw, lr: 0.001, weight_decay: 0.001, warmup_steps: 20}
+batch_size: 16
+steps: 300
+seed: 1
+)yaml";
+
+class JobsCommandsServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { service_.Start(); }
+
+  // `args` plus the fake's address and a token.
+  std::vector<std::string> Args(std::vector<std::string> args) const {
+    args.insert(args.end(), {"--server", service_.address(), "--token", "s3cret"});
+    return args;
+  }
+
+  // A training run from QUEUED to `final_state`.
+  static FakeJobsService::Script TrainingRun(const std::string& final_state,
+                                             const std::string& reason) {
+    FakeJobsService::Script script;
+    script.job = FromText<Job>(
+        R"pb(id: "j-1" kind: JOB_KIND_TRAINING name: "filetype" state: JOB_STATE_QUEUED)pb");
+    const std::string base = R"pb(id: "j-1" kind: JOB_KIND_TRAINING name: "filetype")pb";
+    script.events = {
+        Event(JobEvent::SNAPSHOT, base + "state: JOB_STATE_QUEUED"),
+        Event(JobEvent::STATE, base + "state: JOB_STATE_RUNNING progress { total_steps: 300 }"),
+        Event(JobEvent::PROGRESS, base + R"pb(state: JOB_STATE_RUNNING
+                                              progress {
+                                                step: 40
+                                                total_steps: 300
+                                                loss: 1.234
+                                                learning_rate: 0.00099
+                                                examples_per_second: 12.3
+                                              })pb"),
+        Event(JobEvent::VALIDATION, base + R"pb(state: JOB_STATE_RUNNING
+                                                validation {
+                                                  step: 40
+                                                  examples: 512
+                                                  loss: 0.9
+                                                  accuracy: 0.62
+                                                  macro_f1: 0.58
+                                                })pb"),
+        Event(JobEvent::CHECKPOINT, base + "state: JOB_STATE_RUNNING"),
+        Event(JobEvent::STATE,
+              base + absl::StrCat("state: ", final_state, " reason: \"", reason, "\"",
+                                  R"pb(progress { step: 300 total_steps: 300 }
+                                       best_validation {
+                                         step: 40
+                                         examples: 512
+                                         loss: 0.9
+                                         accuracy: 0.62
+                                         macro_f1: 0.58
+                                       })pb")),
+    };
+    *script.events[4].mutable_checkpoint() = FromText<taylorshift::v1::CheckpointInfo>(
+        R"pb(kind: "best"
+             step: 40
+             path: "ckpt/40.tsckpt"
+             validation_accuracy: 0.62
+             has_validation_accuracy: true)pb");
+    return script;
+  }
+
+  FakeJobsService service_;
+};
+
+TEST_F(JobsCommandsServiceTest, TrainSubmitsTheParsedSpecAndPrintsTheId) {
+  TempSpec spec(kSpec);
+  service_.set_script(TrainingRun("JOB_STATE_SUCCEEDED", ""));
+  const Output out = Capture([&] { return RunTrain(Args({"--spec", spec.path()})); });
+  EXPECT_EQ(out.status, kExitOk) << out.err;
+  EXPECT_THAT(out.lines, ElementsAre("j-1"));
+  const FakeJobsService::Record record = service_.record();
+  EXPECT_THAT(record.rpcs, ElementsAre("SubmitTraining"));
+  EXPECT_EQ(record.authorization, "Bearer s3cret");
+  absl::StatusOr<taylorshift::v1::TrainingSpec> expected = server::ParseTrainingSpecYaml(kSpec);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(record.training.spec(), *expected))
+      << record.training.spec().DebugString();
+}
+
+TEST_F(JobsCommandsServiceTest, TrainWaitPrintsOneLinePerEvent) {
+  TempSpec spec(kSpec);
+  service_.set_script(TrainingRun("JOB_STATE_SUCCEEDED", ""));
+  const Output out = Capture([&] { return RunTrain(Args({"--spec", spec.path(), "--wait"})); });
+  EXPECT_EQ(out.status, kExitOk) << out.err;
+  EXPECT_THAT(out.lines,
+              ElementsAre("job j-1 filetype (training): QUEUED", "state RUNNING",
+                          "step 40/300 loss 1.234 lr 0.00099 12.3 ex/s",
+                          "val acc 0.62 f1 0.58 loss 0.9 (step 40, 512 examples)",
+                          "checkpoint best step 40 val acc 0.62: ckpt/40.tsckpt",
+                          "state SUCCEEDED: best val acc 0.62 f1 0.58 loss 0.9 (step 40, 512 "
+                          "examples)"));
+  EXPECT_THAT(service_.record().rpcs, ElementsAre("SubmitTraining", "WatchJob"));
+  EXPECT_EQ(service_.record().id, "j-1");
+}
+
+TEST_F(JobsCommandsServiceTest, TrainWaitJsonEndsWithTheJob) {
+  TempSpec spec(kSpec);
+  FakeJobsService::Script script = TrainingRun("JOB_STATE_SUCCEEDED", "");
+  const Job final_job = script.events.back().job();
+  service_.set_script(script);
+  const Output out = Capture([&] {
+    return RunTrain(Args({"--spec", spec.path(), "--wait", "--json"}));
+  });
+  EXPECT_EQ(out.status, kExitOk) << out.err;
+  ASSERT_EQ(out.lines.size(), 7u);
+  for (std::size_t i = 0; i + 1 < out.lines.size(); ++i) {
+    EXPECT_THAT(out.lines[i], StartsWith("{\"event\":")) << out.lines[i];
+  }
+  EXPECT_EQ(out.lines.back(), JobJson(final_job));
+  EXPECT_THAT(
+      out.lines.back(),
+      StartsWith(R"({"id":"j-1","kind":"TRAINING","name":"filetype","state":"SUCCEEDED",)"));
+  EXPECT_THAT(out.lines.back(), HasSubstr(R"("metrics":{"step":40,"examples":512,"loss":0.9,)"
+                                          R"("accuracy":0.62,"macro_f1":0.58,)"));
+}
+
+TEST_F(JobsCommandsServiceTest, AFailedOrCancelledJobExitsOneWithTheReason) {
+  TempSpec spec(kSpec);
+  service_.set_script(TrainingRun("JOB_STATE_FAILED", "data.train.path: not found"));
+  const Output failed = Capture([&] { return RunTrain(Args({"--spec", spec.path(), "--wait"})); });
+  EXPECT_EQ(failed.status, kExitError);
+  EXPECT_EQ(failed.lines.back(), "state FAILED: data.train.path: not found");
+  EXPECT_THAT(failed.err, HasSubstr("tsctl: job j-1 FAILED: data.train.path: not found"));
+
+  service_.set_script(TrainingRun("JOB_STATE_CANCELLED", "cancelled by CancelJob"));
+  const Output cancelled = Capture([&] { return RunJobs(Args({"watch", "j-1", "--json"})); });
+  EXPECT_EQ(cancelled.status, kExitError);
+  EXPECT_THAT(cancelled.lines.back(), HasSubstr(R"("state":"CANCELLED")"));
+  EXPECT_THAT(cancelled.err, HasSubstr("tsctl: job j-1 CANCELLED: cancelled by CancelJob"));
+}
+
+TEST_F(JobsCommandsServiceTest, AWatchThatEndsEarlyIsAnError) {
+  FakeJobsService::Script script = TrainingRun("JOB_STATE_SUCCEEDED", "");
+  script.events.resize(3);  // still RUNNING
+  service_.set_script(script);
+  const Output ended = Capture([&] { return RunJobs(Args({"watch", "j-1"})); });
+  EXPECT_EQ(ended.status, kExitError);
+  EXPECT_THAT(ended.err, HasSubstr("ended before job j-1 finished (last state RUNNING)"));
+
+  script.watch_end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down");
+  service_.set_script(script);
+  const Output broken = Capture([&] { return RunJobs(Args({"watch", "j-1"})); });
+  EXPECT_EQ(broken.status, kExitError);
+  EXPECT_THAT(broken.err, HasSubstr("WatchJob on " + service_.address() +
+                                    " failed: UNAVAILABLE: server shutting down"));
+}
+
+TEST_F(JobsCommandsServiceTest, EvalSubmitsTheEvaluationSpec) {
+  TempSpec spec("name: e\nmodel: imdb\ndata: {format: jsonl, path: test.jsonl}\n");
+  FakeJobsService::Script script;
+  script.job =
+      FromText<Job>(R"pb(id: "j-2" kind: JOB_KIND_EVALUATION name: "e" state: JOB_STATE_QUEUED)pb");
+  service_.set_script(script);
+  const Output out = Capture([&] { return RunEval(Args({"--spec", spec.path(), "--json"})); });
+  EXPECT_EQ(out.status, kExitOk) << out.err;
+  ASSERT_EQ(out.lines.size(), 1u);
+  EXPECT_THAT(out.lines[0], StartsWith(R"({"id":"j-2","kind":"EVALUATION","name":"e",)"
+                                       R"("state":"QUEUED",)"));
+  const FakeJobsService::Record record = service_.record();
+  EXPECT_EQ(record.evaluation.spec().model(), "imdb");
+  EXPECT_EQ(record.evaluation.spec().data().path(), "test.jsonl");
+}
+
+TEST_F(JobsCommandsServiceTest, ListFollowsPagesUntilDoneOrTheLimit) {
+  FakeJobsService::Script script;
+  for (int i = 5; i >= 1; --i) {
+    Job job;
+    job.set_id(absl::StrCat("j-", i));
+    job.set_kind(taylorshift::v1::JOB_KIND_TRAINING);
+    job.set_state(taylorshift::v1::JOB_STATE_SUCCEEDED);
+    script.jobs.push_back(job);
+  }
+  service_.set_script(script);
+  const Output all = Capture([&] { return RunJobs(Args({"list", "--json"})); });
+  EXPECT_EQ(all.status, kExitOk) << all.err;
+  ASSERT_EQ(all.lines.size(), 5u);
+  EXPECT_THAT(all.lines[0], StartsWith(R"({"id":"j-5",)"));
+  EXPECT_THAT(all.lines[4], StartsWith(R"({"id":"j-1",)"));
+  const auto lists = service_.record().lists;
+  ASSERT_EQ(lists.size(), 3u);  // pages of the server's default size 2
+  EXPECT_EQ(lists[0].page_token(), "");
+  EXPECT_EQ(lists[1].page_token(), "2");
+  EXPECT_EQ(lists[2].page_token(), "4");
+
+  FakeJobsService limited;
+  limited.Start();
+  limited.set_script(script);
+  const Output three = Capture([&] {
+    return RunJobs({"list", "--limit", "3", "--state", "succeeded", "--kind", "training",
+                    "--server", limited.address()});
+  });
+  EXPECT_EQ(three.status, kExitOk) << three.err;
+  ASSERT_EQ(three.lines.size(), 4u);  // header and 3 rows
+  EXPECT_THAT(three.lines[0], StartsWith("ID "));
+  EXPECT_THAT(three.lines[3], StartsWith("j-3 "));
+  const auto requests = limited.record().lists;
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].page_size(), 3u);
+  EXPECT_EQ(requests[0].state(), taylorshift::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(requests[0].kind(), taylorshift::v1::JOB_KIND_TRAINING);
+}
+
+TEST_F(JobsCommandsServiceTest, GetCancelAndPromote) {
+  FakeJobsService::Script script;
+  script.job = FromText<Job>(R"pb(id: "j-3"
+                                  kind: JOB_KIND_TRAINING
+                                  name: "t"
+                                  state: JOB_STATE_CANCELLED
+                                  reason: "cancelled")pb");
+  script.promoted = FromText<taylorshift::v1::PromoteCheckpointResponse>(
+      R"pb(model { name: "imdb" version: "v2" }
+           previous_version: "v1"
+           validation_accuracy: 0.9
+           previous_validation_accuracy: 0.8)pb");
+  service_.set_script(script);
+
+  const Output get = Capture([&] { return RunJobs(Args({"get", "j-3", "--json"})); });
+  EXPECT_EQ(get.status, kExitOk) << get.err;  // get reports; it does not judge the state
+  EXPECT_THAT(get.lines, ElementsAre(JobJson(script.job)));
+  EXPECT_EQ(service_.record().id, "j-3");
+
+  const Output cancel = Capture([&] { return RunJobs(Args({"cancel", "j-3"})); });
+  EXPECT_EQ(cancel.status, kExitOk) << cancel.err;
+  EXPECT_THAT(cancel.lines, ElementsAre("job j-3: CANCELLED"));
+
+  const Output promote = Capture([&] {
+    return RunPromote(Args({"--job", "j-3", "--last", "--model", "imdb", "--require-better"}));
+  });
+  EXPECT_EQ(promote.status, kExitOk) << promote.err;
+  EXPECT_THAT(promote.lines,
+              ElementsAre("promoted imdb version v2 (previous v1); validation accuracy 0.9 "
+                          "(previous 0.8)"));
+  const auto request = service_.record().promote;
+  EXPECT_EQ(request.job_id(), "j-3");
+  EXPECT_EQ(request.model(), "imdb");
+  EXPECT_EQ(request.which(), taylorshift::v1::CHECKPOINT_CHOICE_LAST);
+  EXPECT_TRUE(request.require_at_least_current_accuracy());
+  EXPECT_THAT(service_.record().rpcs, ElementsAre("GetJob", "CancelJob", "PromoteCheckpoint"));
+}
+
+}  // namespace
+}  // namespace ts::client

@@ -1,0 +1,903 @@
+#include "server/job_spec.h"
+
+#include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace ts::server {
+namespace {
+
+using ::taylorshift::v1::EvaluationSpec;
+using ::taylorshift::v1::TrainingSpec;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int kCores = 4;
+
+// The example of the issue, verbatim.
+constexpr char kIssueExample[] = R"yaml(
+name: filetype
+model: {embed_dim: 64, depth: 2, heads: 8, mlp_ratio: 2, max_length: 2048}
+data:
+  train: {format: jsonl, path: train.jsonl}
+  validation: {format: jsonl, path: val.jsonl}     # or split: 0.1
+optimizer: {name: adamw, lr: 0.001, weight_decay: 0.001, warmup_steps: 20}
+batch_size: 16
+steps: 300             # or epochs
+seed: 1
+)yaml";
+
+// Every field of TrainingSpec and of the messages under it, with non-default values.
+constexpr char kFullTrainingYaml[] = R"yaml(
+name: full.spec-1_a
+model:
+  embed_dim: 128
+  depth: 3
+  heads: 4
+  mlp_ratio: 2.5
+  max_length: 1024
+  conv_embed: true
+  drop_rate: 0.1
+  drop_path: 0.2
+  attn_drop: 0.05
+init_from: job:abc123
+data:
+  train:
+    format: listops
+    path: lists/train.tsv
+    generate: {count: 5000, min_length: 100, max_length: 900, seed: 7}
+    split: 0.5
+    skip_malformed: true
+  validation: {format: lra_tsv, path: lists/val.tsv, split: 0.25, skip_malformed: true,
+               generate: {count: 3, min_length: 20, max_length: 30, seed: 9}}
+optimizer:
+  name: lamb
+  lr: 0.002
+  weight_decay: 0
+  warmup_steps: 40
+  schedule: cosine
+  min_lr_ratio: 0.1
+  beta1: 0.8
+  beta2: 0.99
+  eps: 1.0e-6
+batch_size: 32
+steps: 400
+epochs: 2.5
+seed: 0
+grad_clip: 0
+checkpoint_interval: 50
+eval_interval: 25
+log_interval: 5
+path: efficient
+threads: 2
+labels: [neg, pos, "3"]
+keep_checkpoints: 3
+modality: pixels
+)yaml";
+
+constexpr char kFullTrainingText[] = R"pb(
+  name: "full.spec-1_a"
+  model {
+    embed_dim: 128
+    depth: 3
+    heads: 4
+    mlp_ratio: 2.5
+    max_length: 1024
+    conv_embed: true
+    drop_rate: 0.1
+    drop_path: 0.2
+    attn_drop: 0.05
+  }
+  init_from: "job:abc123"
+  data {
+    train {
+      format: "listops"
+      path: "lists/train.tsv"
+      generate { count: 5000 min_length: 100 max_length: 900 seed: 7 }
+      split: 0.5
+      skip_malformed: true
+    }
+    validation {
+      format: "lra_tsv"
+      path: "lists/val.tsv"
+      split: 0.25
+      skip_malformed: true
+      generate { count: 3 min_length: 20 max_length: 30 seed: 9 }
+    }
+  }
+  optimizer {
+    name: "lamb"
+    lr: 0.002
+    weight_decay: 0
+    warmup_steps: 40
+    schedule: "cosine"
+    min_lr_ratio: 0.1
+    beta1: 0.8
+    beta2: 0.99
+    eps: 1e-6
+  }
+  batch_size: 32
+  steps: 400
+  epochs: 2.5
+  seed: 0
+  grad_clip: 0
+  checkpoint_interval: 50
+  eval_interval: 25
+  log_interval: 5
+  path: ATTENTION_PATH_EFFICIENT
+  threads: 2
+  labels: [ "neg", "pos", "3" ]
+  keep_checkpoints: 3
+  modality: "pixels"
+)pb";
+
+TrainingSpec ParseOrDie(const std::string& yaml) {
+  absl::StatusOr<TrainingSpec> spec = ParseTrainingSpecYaml(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status() << "\n" << yaml;
+  return spec.ok() ? *spec : TrainingSpec();
+}
+
+// The issue's example, normalisable as it is.
+TrainingSpec IssueSpec() { return ParseOrDie(kIssueExample); }
+
+// Expects INVALID_ARGUMENT whose message starts with "<key>: " and contains `fragment`.
+void ExpectStatus(const absl::Status& status, const std::string& key, const std::string& fragment) {
+  ASSERT_FALSE(status.ok()) << "accepted; expected " << key << ": " << fragment;
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), StartsWith(key + ": "));
+  EXPECT_THAT(std::string(status.message()), HasSubstr(fragment));
+}
+
+void ExpectParseError(const std::string& yaml, const std::string& key,
+                      const std::string& fragment) {
+  SCOPED_TRACE(yaml);
+  ExpectStatus(ParseTrainingSpecYaml(yaml).status(), key, fragment);
+}
+
+// Normalises the issue example after `edit` and expects the error.
+void ExpectNormalizeError(const std::function<void(TrainingSpec&)>& edit, const std::string& key,
+                          const std::string& fragment, const JobsConfig& jobs = {}) {
+  SCOPED_TRACE(key + ": " + fragment);
+  TrainingSpec spec = IssueSpec();
+  edit(spec);
+  ExpectStatus(NormalizeTrainingSpec(&spec, jobs, kCores), key, fragment);
+}
+
+bool Equal(const google::protobuf::Message& a, const google::protobuf::Message& b) {
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML
+
+TEST(JobSpecYamlTest, IssueExampleParses) {
+  absl::StatusOr<TrainingSpec> spec = ParseTrainingSpecYaml(kIssueExample);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "filetype");
+  EXPECT_EQ(spec->model().embed_dim(), 64u);
+  EXPECT_EQ(spec->model().depth(), 2u);
+  EXPECT_EQ(spec->model().heads(), 8u);
+  EXPECT_EQ(spec->model().mlp_ratio(), 2.0);
+  EXPECT_EQ(spec->model().max_length(), 2048u);
+  EXPECT_EQ(spec->data().train().format(), "jsonl");
+  EXPECT_EQ(spec->data().train().path(), "train.jsonl");
+  EXPECT_EQ(spec->data().validation().format(), "jsonl");
+  EXPECT_EQ(spec->data().validation().path(), "val.jsonl");
+  EXPECT_EQ(spec->optimizer().name(), "adamw");
+  EXPECT_EQ(spec->optimizer().lr(), 0.001);
+  ASSERT_TRUE(spec->optimizer().has_weight_decay());
+  EXPECT_EQ(spec->optimizer().weight_decay(), 0.001);
+  EXPECT_EQ(spec->optimizer().warmup_steps(), 20u);
+  EXPECT_EQ(spec->batch_size(), 16u);
+  EXPECT_EQ(spec->steps(), 300u);
+  EXPECT_EQ(spec->epochs(), 0.0);
+  ASSERT_TRUE(spec->has_seed());
+  EXPECT_EQ(spec->seed(), 1u);
+  TrainingSpec normalized = *spec;
+  EXPECT_TRUE(NormalizeTrainingSpec(&normalized, JobsConfig(), kCores).ok());
+}
+
+TEST(JobSpecYamlTest, IssueAlternativesParse) {
+  TrainingSpec split = ParseOrDie(R"yaml(
+name: filetype
+model: {embed_dim: 64, depth: 2, heads: 8, max_length: 2048}
+data:
+  train: {format: jsonl, path: train.jsonl}
+  validation: {split: 0.1}
+epochs: 3
+)yaml");
+  EXPECT_EQ(split.data().validation().split(), 0.1);
+  EXPECT_EQ(split.epochs(), 3.0);
+  EXPECT_EQ(split.steps(), 0u);
+  EXPECT_TRUE(NormalizeTrainingSpec(&split, JobsConfig(), kCores).ok());
+}
+
+TEST(JobSpecYamlTest, FullSpecRoundTrip) {
+  TrainingSpec expected;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(kFullTrainingText, &expected));
+  const TrainingSpec parsed = ParseOrDie(kFullTrainingYaml);
+  EXPECT_TRUE(Equal(parsed, expected)) << "parsed:\n"
+                                       << parsed.DebugString() << "expected:\n"
+                                       << expected.DebugString();
+  // Zero given explicitly is kept where the proto tracks presence.
+  EXPECT_TRUE(parsed.has_seed());
+  EXPECT_TRUE(parsed.has_grad_clip());
+  EXPECT_TRUE(parsed.optimizer().has_weight_decay());
+  // The example covers every field, so a field added to the proto shows up here.
+  std::function<void(const google::protobuf::Message&, const std::string&)> all_set =
+      [&](const google::protobuf::Message& message, const std::string& path) {
+        const google::protobuf::Descriptor& descriptor = *message.GetDescriptor();
+        const google::protobuf::Reflection& reflection = *message.GetReflection();
+        for (int i = 0; i < descriptor.field_count(); ++i) {
+          const google::protobuf::FieldDescriptor* field = descriptor.field(i);
+          const std::string at = path + field->name();
+          const bool set = field->is_repeated() ? reflection.FieldSize(message, field) > 0
+                                                : reflection.HasField(message, field);
+          EXPECT_TRUE(set) << at << " is not in kFullTrainingYaml";
+          if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE &&
+              !field->is_repeated()) {
+            all_set(reflection.GetMessage(message, field), at + ".");
+          }
+        }
+      };
+  all_set(parsed, "");
+}
+
+TEST(JobSpecYamlTest, EmptyValueMeansUnset) {
+  const TrainingSpec spec = ParseOrDie("name: a\nmodel:\nsteps:\noptimizer: {lr: }\n");
+  EXPECT_FALSE(spec.has_model());
+  EXPECT_EQ(spec.steps(), 0u);
+  EXPECT_EQ(spec.optimizer().lr(), 0.0);
+  EXPECT_TRUE(ParseTrainingSpecYaml("").ok());
+}
+
+TEST(JobSpecYamlTest, AttentionPathNames) {
+  EXPECT_EQ(ParseOrDie("path: auto\n").path(), taylorshift::v1::ATTENTION_PATH_AUTO);
+  EXPECT_EQ(ParseOrDie("path: direct\n").path(), taylorshift::v1::ATTENTION_PATH_DIRECT);
+  EXPECT_EQ(ParseOrDie("path: Efficient\n").path(), taylorshift::v1::ATTENTION_PATH_EFFICIENT);
+  EXPECT_EQ(ParseOrDie("path: ATTENTION_PATH_SOFTMAX\n").path(),
+            taylorshift::v1::ATTENTION_PATH_SOFTMAX);
+  ExpectParseError("path: fast\n", "path",
+                   "must be one of auto, direct, efficient, softmax; got \"fast\"");
+}
+
+TEST(JobSpecYamlTest, RejectsUnknownKeysWithTheirPath) {
+  ExpectParseError("optimizer: {foo: 1}\n", "optimizer.foo", "unknown key (expected one of name,");
+  ExpectParseError("nmae: x\n", "nmae", "unknown key");
+  ExpectParseError("model: {embed: 64}\n", "model.embed", "unknown key");
+  ExpectParseError("data: {train: {generate: {cnt: 5}}}\n", "data.train.generate.cnt",
+                   "unknown key");
+  ExpectParseError("data: {test: {format: jsonl}}\n", "data.test", "unknown key");
+  ExpectParseError("steps: 1\nsteps: 2\n", "steps", "duplicate key");
+}
+
+TEST(JobSpecYamlTest, RejectsWrongTypes) {
+  ExpectParseError("model: {heads: x}\n", "model.heads",
+                   "expected a non-negative integer, got \"x\"");
+  ExpectParseError("batch_size: -1\n", "batch_size", "expected a non-negative integer, got \"-1\"");
+  ExpectParseError("steps: 1.5\n", "steps", "expected a non-negative integer, got \"1.5\"");
+  ExpectParseError("steps: [1]\n", "steps", "expected a non-negative integer, got a sequence");
+  ExpectParseError("model: {depth: 4294967296}\n", "model.depth",
+                   "must be at most 4294967295, got 4294967296");
+  ExpectParseError("optimizer: {lr: fast}\n", "optimizer.lr", "expected a number, got \"fast\"");
+  ExpectParseError("optimizer: {lr: inf}\n", "optimizer.lr", "expected a finite number");
+  ExpectParseError("epochs: nan\n", "epochs", "expected a finite number");
+  ExpectParseError("model: {conv_embed: maybe}\n", "model.conv_embed", "expected true or false");
+  ExpectParseError("name: {a: 1}\n", "name", "expected a string, got a mapping");
+  ExpectParseError("labels: neg\n", "labels", "expected a list of strings, got \"neg\"");
+  ExpectParseError("labels: [a, [b]]\n", "labels[1]", "expected a string, got a sequence");
+  ExpectParseError("model: 64\n", "model", "expected a mapping, got \"64\"");
+  ExpectParseError("- a\n", "(top level)", "expected a mapping");
+}
+
+TEST(JobSpecYamlTest, RejectsMalformedYaml) {
+  const absl::Status status = ParseTrainingSpecYaml("model: {embed_dim: 64\n").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), StartsWith("invalid YAML: "));
+}
+
+TEST(JobSpecYamlTest, EvaluationSpecParses) {
+  absl::StatusOr<EvaluationSpec> spec = ParseEvaluationSpecYaml(R"yaml(
+name: eval-1
+model: imdb
+data: {format: folder, path: aclImdb/test, skip_malformed: true}
+batch_size: 8
+path: direct
+threads: 2
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "eval-1");
+  EXPECT_EQ(spec->target_case(), EvaluationSpec::kModel);
+  EXPECT_EQ(spec->model(), "imdb");
+  EXPECT_EQ(spec->data().format(), "folder");
+  EXPECT_EQ(spec->data().path(), "aclImdb/test");
+  EXPECT_TRUE(spec->data().skip_malformed());
+  EXPECT_EQ(spec->batch_size(), 8u);
+  EXPECT_EQ(spec->path(), taylorshift::v1::ATTENTION_PATH_DIRECT);
+  EXPECT_EQ(spec->threads(), 2u);
+
+  absl::StatusOr<EvaluationSpec> by_job = ParseEvaluationSpecYaml(
+      "name: e\njob_id: j42\ndata: {format: listops, generate: {count: 10}}\n");
+  ASSERT_TRUE(by_job.ok()) << by_job.status();
+  EXPECT_EQ(by_job->job_id(), "j42");
+  EXPECT_EQ(by_job->data().generate().count(), 10u);
+  absl::StatusOr<EvaluationSpec> by_checkpoint =
+      ParseEvaluationSpecYaml("name: e\ncheckpoint: ckpt/best.tsckpt\n");
+  ASSERT_TRUE(by_checkpoint.ok()) << by_checkpoint.status();
+  EXPECT_EQ(by_checkpoint->checkpoint(), "ckpt/best.tsckpt");
+
+  ExpectStatus(ParseEvaluationSpecYaml("model: a\njob_id: b\n").status(), "job_id",
+               "conflicts with model (give only one of model, job_id, checkpoint)");
+  ExpectStatus(ParseEvaluationSpecYaml("data: {train: {format: jsonl}}\n").status(), "data.train",
+               "unknown key");
+  ExpectStatus(ParseEvaluationSpecYaml("batch_size: x\n").status(), "batch_size",
+               "expected a non-negative integer");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Normalisation: defaults
+
+TEST(JobSpecNormalizeTest, FillsTheDocumentedDefaults) {
+  TrainingSpec spec = ParseOrDie(R"yaml(
+name: minimal
+model: {embed_dim: 32, depth: 1, heads: 2, max_length: 128}
+data: {train: {format: jsonl, path: t.jsonl}}
+steps: 300
+)yaml");
+  JobsConfig jobs;
+  jobs.threads_per_job = 3;
+  jobs.keep_checkpoints = 5;
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, jobs, kCores).ok());
+  EXPECT_EQ(spec.model().mlp_ratio(), 4.0);
+  EXPECT_EQ(spec.optimizer().name(), "adamw");
+  EXPECT_EQ(spec.optimizer().lr(), 0.001);
+  ASSERT_TRUE(spec.optimizer().has_weight_decay());
+  EXPECT_EQ(spec.optimizer().weight_decay(), 0.01);
+  EXPECT_EQ(spec.optimizer().warmup_steps(), 0u);
+  EXPECT_EQ(spec.optimizer().schedule(), "cosine");
+  ASSERT_TRUE(spec.optimizer().has_min_lr_ratio());
+  EXPECT_EQ(spec.optimizer().min_lr_ratio(), 0.0);
+  EXPECT_EQ(spec.optimizer().beta1(), 0.9);
+  EXPECT_EQ(spec.optimizer().beta2(), 0.999);
+  EXPECT_EQ(spec.optimizer().eps(), 1e-8);
+  EXPECT_EQ(spec.batch_size(), 16u);
+  ASSERT_TRUE(spec.has_seed());
+  EXPECT_EQ(spec.seed(), 1u);
+  ASSERT_TRUE(spec.has_grad_clip());
+  EXPECT_EQ(spec.grad_clip(), 1.0);
+  EXPECT_EQ(spec.log_interval(), 10u);
+  EXPECT_EQ(spec.checkpoint_interval(), 30u);
+  EXPECT_EQ(spec.eval_interval(), 30u);
+  EXPECT_EQ(spec.path(), taylorshift::v1::ATTENTION_PATH_AUTO);
+  EXPECT_EQ(spec.threads(), 3u);
+  EXPECT_EQ(spec.keep_checkpoints(), 5u);
+  EXPECT_EQ(spec.modality(), "bytes");
+  EXPECT_FALSE(spec.data().has_validation());
+
+  // A normalised spec normalises to itself.
+  TrainingSpec again = spec;
+  ASSERT_TRUE(NormalizeTrainingSpec(&again, jobs, kCores).ok());
+  EXPECT_TRUE(Equal(again, spec)) << again.DebugString();
+}
+
+TEST(JobSpecNormalizeTest, KeepsExplicitZerosWhereTheyMeanSomething) {
+  TrainingSpec spec = ParseOrDie(R"yaml(
+name: zeros
+model: {embed_dim: 32, depth: 1, heads: 2, max_length: 128}
+data: {train: {format: jsonl, path: t.jsonl}}
+optimizer: {weight_decay: 0, min_lr_ratio: 0}
+steps: 5
+seed: 0
+grad_clip: 0
+)yaml");
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  EXPECT_EQ(spec.optimizer().weight_decay(), 0.0);
+  EXPECT_EQ(spec.seed(), 0u);
+  EXPECT_EQ(spec.grad_clip(), 0.0);
+  // Defaults larger than a short run are capped to its steps.
+  EXPECT_EQ(spec.log_interval(), 5u);
+  EXPECT_EQ(spec.checkpoint_interval(), 1u);
+  EXPECT_EQ(spec.eval_interval(), 1u);
+}
+
+TEST(JobSpecNormalizeTest, ModalityFollowsTheTrainingFormat) {
+  TrainingSpec spec = IssueSpec();
+  spec.mutable_data()->mutable_train()->set_format("cifar10");
+  spec.mutable_data()->mutable_train()->set_path("cifar/data_batch_1.bin");
+  spec.mutable_data()->clear_validation();
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  EXPECT_EQ(spec.modality(), "pixels");
+
+  TrainingSpec text = IssueSpec();
+  ASSERT_TRUE(NormalizeTrainingSpec(&text, JobsConfig(), kCores).ok());
+  EXPECT_EQ(text.modality(), "bytes");
+}
+
+TEST(JobSpecNormalizeTest, ListOpsGeneratorDefaults) {
+  TrainingSpec spec = IssueSpec();
+  auto* train = spec.mutable_data()->mutable_train();
+  train->set_format("listops");
+  train->clear_path();
+  train->mutable_generate()->set_count(1000);
+  spec.mutable_data()->mutable_validation()->Clear();
+  spec.mutable_data()->mutable_validation()->set_split(0.1);
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  EXPECT_EQ(spec.data().train().generate().count(), 1000u);
+  EXPECT_EQ(spec.data().train().generate().min_length(), 500u);
+  EXPECT_EQ(spec.data().train().generate().max_length(), 2000u);
+  EXPECT_EQ(spec.data().train().generate().seed(), 1u);
+  EXPECT_EQ(spec.data().validation().split(), 0.1);
+}
+
+TEST(JobSpecNormalizeTest, InitFromLeavesTheModelEmpty) {
+  TrainingSpec spec = IssueSpec();
+  spec.clear_model();
+  spec.set_init_from("job:7f3a");
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  EXPECT_FALSE(spec.has_model());  // no mlp_ratio default: the checkpoint has the architecture
+
+  spec.set_init_from("runs/base.tsckpt");
+  EXPECT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+}
+
+TEST(JobSpecNormalizeTest, ThreadsDefaultStaysWithinTheCap) {
+  JobsConfig jobs;
+  jobs.threads_per_job = 8;
+  TrainingSpec spec = IssueSpec();
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, jobs, kCores).ok());
+  EXPECT_EQ(spec.threads(), static_cast<std::uint32_t>(kCores));  // max_threads 0 = the cores
+
+  jobs.limits.max_threads = 2;
+  spec = IssueSpec();
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, jobs, kCores).ok());
+  EXPECT_EQ(spec.threads(), 2u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Normalisation: checks (one per rule; each names its key)
+
+TEST(JobSpecNormalizeTest, Name) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.clear_name(); }, "name", "required");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_name("my job"); }, "name",
+                       "must match [A-Za-z0-9_.-]{1,64}, got \"my job\"");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_name("a/b"); }, "name", "must match");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_name(std::string(65, 'a')); }, "name",
+                       "must match");
+  TrainingSpec longest = IssueSpec();
+  longest.set_name(std::string(64, 'a'));
+  EXPECT_TRUE(NormalizeTrainingSpec(&longest, JobsConfig(), kCores).ok());
+}
+
+TEST(JobSpecNormalizeTest, ModelOrInitFrom) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.clear_model(); }, "model",
+                       "required (or init_from)");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_init_from("job:1"); }, "model",
+                       "must be empty with init_from");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.clear_model();
+        s.mutable_model()->set_drop_rate(0.1);
+        s.set_init_from("job:1");
+      },
+      "model", "must be empty with init_from");
+}
+
+TEST(JobSpecNormalizeTest, ModelShape) {
+  for (const char* key : {"embed_dim", "depth", "heads", "max_length"}) {
+    ExpectNormalizeError(
+        [key](TrainingSpec& s) {
+          const auto* field = s.model().GetDescriptor()->FindFieldByName(key);
+          s.mutable_model()->GetReflection()->SetUInt32(s.mutable_model(), field, 0);
+        },
+        absl::StrCat("model.", key), "required (> 0)");
+  }
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_model()->set_heads(6); }, "model.heads",
+                       "6 does not divide model.embed_dim 64");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.mutable_model()->set_embed_dim(63);
+        s.mutable_model()->set_heads(1);
+      },
+      "model.embed_dim", "must be even");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.mutable_model()->set_embed_dim(66);
+        s.mutable_model()->set_heads(2);
+        s.mutable_model()->set_conv_embed(true);
+      },
+      "model.embed_dim", "divisible by 4 with model.conv_embed, got 66");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_model()->set_mlp_ratio(-1); },
+                       "model.mlp_ratio", "must be > 0");
+}
+
+TEST(JobSpecNormalizeTest, DropRates) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_model()->set_drop_rate(1); },
+                       "model.drop_rate", "must be in [0, 1), got 1");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_model()->set_drop_path(-0.1); },
+                       "model.drop_path", "must be in [0, 1)");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_model()->set_attn_drop(1.5); },
+                       "model.attn_drop", "must be in [0, 1)");
+}
+
+TEST(JobSpecNormalizeTest, ModelLimits) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_model()->set_embed_dim(2048); },
+                       "model.embed_dim", "2048 exceeds jobs.limits.max_embed_dim 1024");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_model()->set_depth(49); }, "model.depth",
+                       "49 exceeds jobs.limits.max_depth 48");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_model()->set_max_length(70000); },
+                       "model.max_length", "70000 exceeds jobs.limits.max_length 65536");
+  JobsConfig small;
+  small.limits.max_length = 1024;
+  ExpectNormalizeError([](TrainingSpec&) {}, "model.max_length",
+                       "2048 exceeds jobs.limits.max_length 1024", small);
+}
+
+TEST(JobSpecNormalizeTest, BatchSizeAndStepLimits) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_batch_size(5000); }, "batch_size",
+                       "5000 exceeds jobs.limits.max_batch_size 1024");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_steps(2000000); }, "steps",
+                       "2000000 exceeds jobs.limits.max_steps 1000000");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.clear_steps();
+        s.set_epochs(20000);
+      },
+      "epochs", "exceeds jobs.limits.max_epochs 10000");
+}
+
+TEST(JobSpecNormalizeTest, StepsXorEpochs) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_epochs(2); }, "steps",
+                       "give steps or epochs, not both");
+  ExpectNormalizeError([](TrainingSpec& s) { s.clear_steps(); }, "steps", "required (or epochs)");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.clear_steps();
+        s.set_epochs(-1);
+      },
+      "epochs", "must be > 0");
+}
+
+TEST(JobSpecNormalizeTest, Optimizer) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_optimizer()->set_name("sgd"); },
+                       "optimizer.name", "must be adamw or lamb, got \"sgd\"");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_optimizer()->set_lr(-0.1); }, "optimizer.lr",
+                       "must be > 0 and finite");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.mutable_optimizer()->set_lr(std::numeric_limits<double>::infinity());
+      },
+      "optimizer.lr", "must be > 0 and finite");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_optimizer()->set_weight_decay(-0.01); },
+                       "optimizer.weight_decay", "must be >= 0");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_optimizer()->set_schedule("linear"); },
+                       "optimizer.schedule", "must be cosine");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_optimizer()->set_min_lr_ratio(1.5); },
+                       "optimizer.min_lr_ratio", "must be in [0, 1]");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_optimizer()->set_beta1(1); },
+                       "optimizer.beta1", "must be in [0, 1)");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_optimizer()->set_beta2(-0.5); },
+                       "optimizer.beta2", "must be in [0, 1)");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_optimizer()->set_eps(-1e-8); },
+                       "optimizer.eps", "must be > 0");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_optimizer()->set_warmup_steps(301); },
+                       "optimizer.warmup_steps", "301 exceeds steps 300");
+  TrainingSpec lamb = IssueSpec();
+  lamb.mutable_optimizer()->set_name("LAMB");
+  ASSERT_TRUE(NormalizeTrainingSpec(&lamb, JobsConfig(), kCores).ok());
+  EXPECT_EQ(lamb.optimizer().name(), "lamb");
+}
+
+TEST(JobSpecNormalizeTest, GradClip) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_grad_clip(-1); }, "grad_clip", "must be >= 0");
+}
+
+TEST(JobSpecNormalizeTest, Intervals) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_eval_interval(301); }, "eval_interval",
+                       "301 exceeds steps 300");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_checkpoint_interval(400); },
+                       "checkpoint_interval", "400 exceeds steps 300");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_log_interval(1000); }, "log_interval",
+                       "1000 exceeds steps 300");
+}
+
+TEST(JobSpecNormalizeTest, Threads) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_threads(5); }, "threads",
+                       "5 exceeds the 4 cores (jobs.limits.max_threads 0");
+  JobsConfig jobs;
+  jobs.limits.max_threads = 2;
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_threads(3); }, "threads",
+                       "3 exceeds jobs.limits.max_threads 2", jobs);
+}
+
+TEST(JobSpecNormalizeTest, AttentionPathFromAClient) {
+  ExpectNormalizeError(
+      [](TrainingSpec& s) { s.set_path(static_cast<taylorshift::v1::AttentionPath>(9)); }, "path",
+      "unknown attention path 9");
+}
+
+TEST(JobSpecNormalizeTest, TrainingDataRequired) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.clear_data(); }, "data.train", "required");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_data()->clear_train(); }, "data.train",
+                       "required");
+}
+
+TEST(JobSpecNormalizeTest, DataFormats) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_data()->mutable_train()->clear_format(); },
+                       "data.train.format",
+                       "required (one of jsonl, folder, lra_tsv, cifar10, "
+                       "listops)");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) { s.mutable_data()->mutable_train()->set_format("csv"); },
+      "data.train.format", "must be one of jsonl, folder, lra_tsv, cifar10, listops; got \"csv\"");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) { s.mutable_data()->mutable_validation()->set_format("parquet"); },
+      "data.validation.format", "got \"parquet\"");
+  for (const char* format : {"jsonl", "folder", "lra_tsv", "cifar10"}) {
+    TrainingSpec spec = IssueSpec();
+    spec.mutable_data()->mutable_train()->set_format(format);
+    EXPECT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok()) << format;
+  }
+}
+
+TEST(JobSpecNormalizeTest, PathOrGenerateByFormat) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_data()->mutable_train()->clear_path(); },
+                       "data.train.path", "required for format jsonl");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) { s.mutable_data()->mutable_train()->mutable_generate()->set_count(10); },
+      "data.train.generate", "only format listops takes generate");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) { s.mutable_data()->mutable_train()->set_format("listops"); },
+      "data.train.path", "format listops is generated and takes no path");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.mutable_data()->mutable_train()->set_format("listops");
+        s.mutable_data()->mutable_train()->clear_path();
+      },
+      "data.train.generate.count", "required (> 0) for format listops");
+}
+
+TEST(JobSpecNormalizeTest, GeneratorRanges) {
+  const auto listops = [](std::uint64_t count, std::uint64_t min_length, std::uint64_t max_length) {
+    return [=](TrainingSpec& s) {
+      auto* train = s.mutable_data()->mutable_train();
+      train->set_format("listops");
+      train->clear_path();
+      train->mutable_generate()->set_count(count);
+      train->mutable_generate()->set_min_length(min_length);
+      train->mutable_generate()->set_max_length(max_length);
+    };
+  };
+  ExpectNormalizeError(listops(100, 3000, 0), "data.train.generate.min_length",
+                       "3000 exceeds data.train.generate.max_length 2000");
+  ExpectNormalizeError(listops(20000000, 0, 0), "data.train.generate.count",
+                       "20000000 exceeds jobs.limits.max_generate_count 10000000");
+  ExpectNormalizeError(listops(10, 1, 5), "data.train.generate.max_length", "must be in 10..");
+  JobsConfig jobs;
+  jobs.limits.max_generate_count = 50;
+  ExpectNormalizeError(listops(51, 0, 0), "data.train.generate.count",
+                       "51 exceeds jobs.limits.max_generate_count 50", jobs);
+}
+
+TEST(JobSpecNormalizeTest, DataPathSyntax) {
+  ExpectNormalizeError(
+      [](TrainingSpec& s) { s.mutable_data()->mutable_train()->set_path("/etc/passwd"); },
+      "data.train.path", "must be relative to the data root, got \"/etc/passwd\"");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) { s.mutable_data()->mutable_train()->set_path("a/../../b"); },
+      "data.train.path", "no \"..\" component");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) { s.mutable_data()->mutable_validation()->set_path(".."); },
+      "data.validation.path", "no \"..\" component");
+  // ".." inside a name is not a component.
+  TrainingSpec dots = IssueSpec();
+  dots.mutable_data()->mutable_train()->set_path("runs/a..b/train.jsonl");
+  EXPECT_TRUE(NormalizeTrainingSpec(&dots, JobsConfig(), kCores).ok());
+}
+
+TEST(JobSpecNormalizeTest, ValidationSourceOrSplit) {
+  ExpectNormalizeError(
+      [](TrainingSpec& s) { s.mutable_data()->mutable_validation()->set_split(0.1); },
+      "data.validation", "either a source (format, path) or split, not both");
+  const auto split = [](double fraction) {
+    return [fraction](TrainingSpec& s) {
+      s.mutable_data()->mutable_validation()->Clear();
+      s.mutable_data()->mutable_validation()->set_split(fraction);
+    };
+  };
+  ExpectNormalizeError(split(1.0), "data.validation.split", "must be in (0, 1), got 1");
+  ExpectNormalizeError(split(-0.2), "data.validation.split", "must be in (0, 1)");
+  ExpectNormalizeError([](TrainingSpec& s) { s.mutable_data()->mutable_train()->set_split(0.1); },
+                       "data.train.split", "only data.validation takes a split");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.mutable_data()->mutable_validation()->Clear();
+        s.mutable_data()->mutable_validation()->set_skip_malformed(true);
+      },
+      "data.validation", "needs a source (format, path) or split");
+  TrainingSpec empty = IssueSpec();
+  empty.mutable_data()->mutable_validation()->Clear();
+  ASSERT_TRUE(NormalizeTrainingSpec(&empty, JobsConfig(), kCores).ok());
+  EXPECT_FALSE(empty.data().has_validation());
+}
+
+TEST(JobSpecNormalizeTest, Labels) {
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.add_labels("neg");
+        s.add_labels("");
+      },
+      "labels[1]", "must not be empty");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.add_labels("neg");
+        s.add_labels("pos");
+        s.add_labels("neg");
+      },
+      "labels[2]", "duplicate label \"neg\"");
+}
+
+TEST(JobSpecNormalizeTest, InitFrom) {
+  const auto init_from = [](const std::string& value) {
+    return [value](TrainingSpec& s) {
+      s.clear_model();
+      s.set_init_from(value);
+    };
+  };
+  ExpectNormalizeError(init_from("job:"), "init_from", "must be \"job:<id>\" or a checkpoint path");
+  ExpectNormalizeError(init_from("/models/base.tsckpt"), "init_from",
+                       "must be relative to the data root, got \"/models/base.tsckpt\"");
+  ExpectNormalizeError(init_from("../base.tsckpt"), "init_from", "no \"..\" component");
+}
+
+TEST(JobSpecNormalizeTest, Modality) {
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_modality("audio"); }, "modality",
+                       "must be bytes or pixels, got \"audio\"");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finalisation (once the data is loaded)
+
+TEST(JobSpecFinalizeTest, EpochsBecomeSteps) {
+  TrainingSpec spec = IssueSpec();
+  spec.clear_steps();
+  spec.set_epochs(3);
+  spec.mutable_optimizer()->set_warmup_steps(0);
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  EXPECT_EQ(spec.steps(), 0u);  // not known yet
+  ASSERT_TRUE(FinalizeTrainingSpec(&spec, 1000, JobsConfig()).ok());
+  EXPECT_EQ(spec.steps(), 188u);  // ceil(3 · 1000 / 16) = ceil(187.5)
+  EXPECT_EQ(spec.epochs(), 3.0);
+  EXPECT_EQ(spec.checkpoint_interval(), 18u);
+  EXPECT_EQ(spec.eval_interval(), 18u);
+  EXPECT_EQ(spec.log_interval(), 10u);
+
+  // Idempotent.
+  TrainingSpec again = spec;
+  ASSERT_TRUE(FinalizeTrainingSpec(&again, 1000, JobsConfig()).ok());
+  EXPECT_TRUE(Equal(again, spec));
+}
+
+TEST(JobSpecFinalizeTest, FractionalEpochsRoundUpButNotForBinaryNoise) {
+  TrainingSpec spec = IssueSpec();
+  spec.clear_steps();
+  spec.set_epochs(0.3);  // 0.3 · 10 = 3.0000000000000004 in binary
+  spec.set_batch_size(1);
+  spec.mutable_optimizer()->set_warmup_steps(0);
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  ASSERT_TRUE(FinalizeTrainingSpec(&spec, 10, JobsConfig()).ok());
+  EXPECT_EQ(spec.steps(), 3u);
+  EXPECT_EQ(spec.checkpoint_interval(), 1u);
+  EXPECT_EQ(spec.log_interval(), 3u);  // capped to steps
+
+  TrainingSpec tiny = IssueSpec();
+  tiny.clear_steps();
+  tiny.set_epochs(0.01);
+  tiny.mutable_optimizer()->set_warmup_steps(0);
+  ASSERT_TRUE(NormalizeTrainingSpec(&tiny, JobsConfig(), kCores).ok());
+  ASSERT_TRUE(FinalizeTrainingSpec(&tiny, 5, JobsConfig()).ok());
+  EXPECT_EQ(tiny.steps(), 1u);
+}
+
+TEST(JobSpecFinalizeTest, ExplicitIntervalsAreKept) {
+  TrainingSpec spec = IssueSpec();
+  spec.clear_steps();
+  spec.set_epochs(1);
+  spec.set_checkpoint_interval(50);
+  spec.set_eval_interval(500);  // longer than the run: capped
+  spec.mutable_optimizer()->set_warmup_steps(0);
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  ASSERT_TRUE(FinalizeTrainingSpec(&spec, 1600, JobsConfig()).ok());
+  EXPECT_EQ(spec.steps(), 100u);
+  EXPECT_EQ(spec.checkpoint_interval(), 50u);
+  EXPECT_EQ(spec.eval_interval(), 100u);
+}
+
+TEST(JobSpecFinalizeTest, StepsFromEpochsAreLimited) {
+  TrainingSpec spec = IssueSpec();
+  spec.clear_steps();
+  spec.set_epochs(100);
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  JobsConfig jobs;
+  jobs.limits.max_steps = 1000;
+  ExpectStatus(FinalizeTrainingSpec(&spec, 1600, jobs), "epochs",
+               "are 10000 steps, more than jobs.limits.max_steps 1000");
+}
+
+TEST(JobSpecFinalizeTest, WarmupMustFitTheStepsFromEpochs) {
+  TrainingSpec spec = IssueSpec();  // warmup_steps: 20
+  spec.clear_steps();
+  spec.set_epochs(1);
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  ExpectStatus(FinalizeTrainingSpec(&spec, 160, JobsConfig()), "optimizer.warmup_steps",
+               "20 exceeds the 10 steps");
+}
+
+TEST(JobSpecFinalizeTest, NeedsTrainingExamples) {
+  TrainingSpec spec = IssueSpec();
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  ExpectStatus(FinalizeTrainingSpec(&spec, 0, JobsConfig()), "data.train", "no training examples");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation specs
+
+EvaluationSpec EvalSpec() {
+  absl::StatusOr<EvaluationSpec> spec =
+      ParseEvaluationSpecYaml("name: e\nmodel: imdb\ndata: {format: jsonl, path: test.jsonl}\n");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : EvaluationSpec();
+}
+
+void ExpectEvalError(const std::function<void(EvaluationSpec&)>& edit, const std::string& key,
+                     const std::string& fragment, const JobsConfig& jobs = {}) {
+  SCOPED_TRACE(key + ": " + fragment);
+  EvaluationSpec spec = EvalSpec();
+  edit(spec);
+  ExpectStatus(NormalizeEvaluationSpec(&spec, jobs, kCores), key, fragment);
+}
+
+TEST(EvaluationSpecNormalizeTest, Defaults) {
+  EvaluationSpec spec = EvalSpec();
+  JobsConfig jobs;
+  jobs.threads_per_job = 2;
+  ASSERT_TRUE(NormalizeEvaluationSpec(&spec, jobs, kCores).ok());
+  EXPECT_EQ(spec.batch_size(), 16u);
+  EXPECT_EQ(spec.threads(), 2u);
+  EXPECT_EQ(spec.path(), taylorshift::v1::ATTENTION_PATH_AUTO);
+}
+
+TEST(EvaluationSpecNormalizeTest, Checks) {
+  ExpectEvalError([](EvaluationSpec& s) { s.clear_name(); }, "name", "required");
+  ExpectEvalError([](EvaluationSpec& s) { s.clear_model(); }, "model",
+                  "required: give one of model, job_id, checkpoint");
+  ExpectEvalError([](EvaluationSpec& s) { s.set_model("a b"); }, "model",
+                  "must be a served model's name");
+  ExpectEvalError([](EvaluationSpec& s) { s.set_job_id(""); }, "job_id", "must not be empty");
+  ExpectEvalError([](EvaluationSpec& s) { s.set_checkpoint("/x.tsckpt"); }, "checkpoint",
+                  "must be relative to the data root");
+  ExpectEvalError([](EvaluationSpec& s) { s.clear_data(); }, "data", "required");
+  ExpectEvalError([](EvaluationSpec& s) { s.mutable_data()->set_split(0.2); }, "data.split",
+                  "evaluation data must be a source");
+  ExpectEvalError([](EvaluationSpec& s) { s.mutable_data()->set_path("../secret.jsonl"); },
+                  "data.path", "no \"..\" component");
+  ExpectEvalError([](EvaluationSpec& s) { s.mutable_data()->set_format("xml"); }, "data.format",
+                  "must be one of");
+  ExpectEvalError([](EvaluationSpec& s) { s.set_batch_size(2000); }, "batch_size",
+                  "2000 exceeds jobs.limits.max_batch_size 1024");
+  ExpectEvalError([](EvaluationSpec& s) { s.set_threads(64); }, "threads",
+                  "64 exceeds the 4 cores");
+  ExpectEvalError(
+      [](EvaluationSpec& s) { s.set_path(static_cast<taylorshift::v1::AttentionPath>(-1)); },
+      "path", "unknown attention path");
+}
+
+}  // namespace
+}  // namespace ts::server

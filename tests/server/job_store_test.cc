@@ -1,0 +1,679 @@
+#include "server/job_store.h"
+
+#include <gmock/gmock.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
+namespace ts::server {
+namespace {
+
+using ::taylorshift::v1::CheckpointInfo;
+using ::taylorshift::v1::EvaluationReport;
+using ::taylorshift::v1::Job;
+using ::taylorshift::v1::JobKind;
+using ::taylorshift::v1::JobState;
+using ::taylorshift::v1::ListJobsRequest;
+using ::taylorshift::v1::ListJobsResponse;
+using ::testing::ElementsAre;
+using ::testing::FieldsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Optional;
+
+constexpr JobKind kTraining = taylorshift::v1::JOB_KIND_TRAINING;
+constexpr JobKind kEvaluation = taylorshift::v1::JOB_KIND_EVALUATION;
+constexpr JobState kQueued = taylorshift::v1::JOB_STATE_QUEUED;
+constexpr JobState kRunning = taylorshift::v1::JOB_STATE_RUNNING;
+constexpr JobState kSucceeded = taylorshift::v1::JOB_STATE_SUCCEEDED;
+constexpr JobState kFailed = taylorshift::v1::JOB_STATE_FAILED;
+constexpr JobState kCancelled = taylorshift::v1::JOB_STATE_CANCELLED;
+
+MATCHER_P(EqualsProto, expected, "") {
+  if (google::protobuf::util::MessageDifferencer::Equals(arg, expected)) return true;
+  *result_listener << "\n" << arg.DebugString() << "differs from\n" << expected.DebugString();
+  return false;
+}
+
+MATCHER_P(StatusIs, code, "") { return arg.code() == code; }
+
+Job MakeTrainingJob(const std::string& name, JobState state = kQueued) {
+  Job job;
+  job.set_kind(kTraining);
+  job.set_name(name);
+  job.set_state(state);
+  taylorshift::v1::TrainingSpec& spec = *job.mutable_training();
+  spec.set_name(name);
+  spec.mutable_model()->set_embed_dim(64);
+  spec.mutable_model()->set_depth(2);
+  spec.mutable_model()->set_heads(4);
+  spec.mutable_model()->set_max_length(512);
+  spec.mutable_data()->mutable_train()->set_format("listops");
+  spec.mutable_data()->mutable_train()->mutable_generate()->set_count(1000);
+  spec.mutable_data()->mutable_validation()->set_split(0.1);
+  spec.mutable_optimizer()->set_name("lamb");
+  spec.mutable_optimizer()->set_lr(0.002);
+  spec.mutable_optimizer()->set_weight_decay(0);  // explicit zero: presence must survive
+  spec.set_steps(300);
+  spec.set_seed(0);
+  spec.add_labels("0");
+  spec.add_labels("1");
+  job.mutable_create_time()->set_seconds(1700000000);
+  job.mutable_create_time()->set_nanos(123456789);
+  return job;
+}
+
+Job MakeEvaluationJob(const std::string& name, JobState state = kQueued) {
+  Job job;
+  job.set_kind(kEvaluation);
+  job.set_name(name);
+  job.set_state(state);
+  job.mutable_evaluation()->set_name(name);
+  job.mutable_evaluation()->set_job_id("job-1");
+  job.mutable_evaluation()->mutable_data()->set_format("jsonl");
+  job.mutable_evaluation()->mutable_data()->set_path("imdb/test.jsonl");
+  return job;
+}
+
+EvaluationReport MakeReport(std::uint64_t step, double accuracy) {
+  EvaluationReport report;
+  report.set_step(step);
+  report.set_examples(200);
+  report.set_loss(0.4);
+  report.set_accuracy(accuracy);
+  report.set_macro_f1(accuracy - 0.01);
+  report.set_examples_per_second(1234.5);
+  for (const char* label : {"neg", "pos"}) {
+    taylorshift::v1::ClassReport& c = *report.add_classes();
+    c.set_label(label);
+    c.set_precision(0.8);
+    c.set_recall(0.75);
+    c.set_f1(0.77);
+    c.set_support(100);
+  }
+  report.add_confusion()->add_counts(75);
+  report.mutable_confusion(0)->add_counts(25);
+  report.add_confusion()->add_counts(20);
+  report.mutable_confusion(1)->add_counts(80);
+  return report;
+}
+
+std::vector<std::string> Ids(const ListJobsResponse& response) {
+  std::vector<std::string> ids;
+  for (const Job& job : response.jobs()) ids.push_back(job.id());
+  return ids;
+}
+
+// Raw SQLite access to the file, bypassing JobStore (to inspect or tamper with it).
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    EXPECT_EQ(
+        sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr),
+        SQLITE_OK);
+  }
+  ~RawDb() { sqlite3_close_v2(db_); }
+  void Exec(const char* sql) {
+    char* error = nullptr;
+    EXPECT_EQ(sqlite3_exec(db_, sql, nullptr, nullptr, &error), SQLITE_OK)
+        << sql << ": " << (error != nullptr ? error : "");
+    sqlite3_free(error);
+  }
+  // The first column of the first row, as text ("" when there is none).
+  std::string QueryText(const char* sql) {
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr), SQLITE_OK) << sql;
+    std::string result;
+    if (sqlite3_step(stmt) == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(stmt, 0);
+      if (text != nullptr) result = reinterpret_cast<const char*>(text);
+    }
+    sqlite3_finalize(stmt);
+    return result;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "job_store_test_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    // A directory that does not exist yet: Open() creates it.
+    path_ = dir_ + "/state/jobs.db";
+  }
+  void TearDown() override {
+    std::error_code error;
+    std::filesystem::remove_all(dir_, error);
+  }
+
+  std::unique_ptr<JobStore> OpenStore() {
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  Job Create(JobStore& store, Job job) {
+    absl::StatusOr<Job> created = store.CreateJob(std::move(job));
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? *created : Job();
+  }
+
+  std::string dir_;
+  std::string path_;
+};
+
+TEST_F(JobStoreTest, CreateGetUpdateRoundTripFullJob) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+
+  Job job = MakeTrainingJob("listops-small");
+  job.set_id("ignored");
+  absl::StatusOr<Job> created = store->CreateJob(job);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->id(), "job-1");
+  job.set_id("job-1");
+  EXPECT_THAT(*created, EqualsProto(job));
+  absl::StatusOr<Job> fetched = store->GetJob("job-1");
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_THAT(*fetched, EqualsProto(job));
+
+  // Everything a finished training job carries.
+  job.set_state(kFailed);
+  job.set_reason("loss is NaN at step 120");
+  job.mutable_start_time()->set_seconds(1700000100);
+  job.mutable_end_time()->set_seconds(1700000200);
+  job.mutable_progress()->set_step(120);
+  job.mutable_progress()->set_total_steps(300);
+  job.mutable_progress()->set_loss(0.25);
+  job.mutable_progress()->set_resumes(1);
+  *job.mutable_validation() = MakeReport(100, 0.81);
+  *job.mutable_best_validation() = MakeReport(100, 0.81);
+  CheckpointInfo& checkpoint = *job.add_checkpoints();
+  checkpoint.set_kind("best");
+  checkpoint.set_step(100);
+  checkpoint.set_path("state/jobs/job-1/best.tsckpt");
+  checkpoint.set_validation_accuracy(0.81);
+  checkpoint.set_has_validation_accuracy(true);
+  job.add_labels("0");
+  job.add_labels("1");
+  ASSERT_TRUE(store->UpdateJob(job).ok());
+  fetched = store->GetJob("job-1");
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_THAT(*fetched, EqualsProto(job));
+
+  // The filter columns follow the snapshot.
+  ListJobsRequest failed;
+  failed.set_state(kFailed);
+  absl::StatusOr<ListJobsResponse> listed = store->ListJobs(failed);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(Ids(*listed), ElementsAre("job-1"));
+}
+
+TEST_F(JobStoreTest, IdsAreUniqueIncreasingAndNeverReused) {
+  {
+    std::unique_ptr<JobStore> store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(Create(*store, MakeTrainingJob("a")).id(), "job-1");
+    EXPECT_EQ(Create(*store, MakeEvaluationJob("b")).id(), "job-2");
+    EXPECT_EQ(Create(*store, MakeTrainingJob("c")).id(), "job-3");
+  }
+  // Deleting the newest row (as a future retention sweep would) must not free its id.
+  RawDb(path_).Exec("DELETE FROM jobs WHERE id = 'job-3'");
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(Create(*store, MakeTrainingJob("d")).id(), "job-4");
+  EXPECT_THAT(store->GetJob("job-3").status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(JobStoreTest, UnknownJobsAreNotFound) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a"));
+
+  absl::Status status = store->GetJob("job-42").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("job-42"));
+
+  Job unknown = MakeTrainingJob("x");
+  unknown.set_id("job-42");
+  status = store->UpdateJob(unknown);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("job-42"));
+
+  status = store->AppendMetric("job-42", JobMetricRow{1, 0.5, 0.001, 100, 1});
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("job-42"));
+  EXPECT_THAT(store->Metrics("job-42").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->AppendEvaluation("job-42", MakeReport(1, 0.5)),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->Evaluations("job-42").status(), StatusIs(absl::StatusCode::kNotFound));
+  CheckpointInfo checkpoint;
+  checkpoint.set_kind("last");
+  checkpoint.set_path("x.tsckpt");
+  EXPECT_THAT(store->RecordCheckpoint("job-42", checkpoint), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->Checkpoints("job-42").status(), StatusIs(absl::StatusCode::kNotFound));
+  status = store->RemoveCheckpoint("job-1", "never-recorded.tsckpt");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("never-recorded.tsckpt"));
+
+  // A known job with no history yet is an empty list, not NOT_FOUND.
+  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics("job-1");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, IsEmpty());
+  absl::StatusOr<std::vector<CheckpointInfo>> checkpoints = store->Checkpoints("job-1");
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  EXPECT_THAT(*checkpoints, IsEmpty());
+}
+
+TEST_F(JobStoreTest, ListJobsNewestFirstWithFilters) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("t1", kSucceeded));    // job-1
+  Create(*store, MakeEvaluationJob("e1", kSucceeded));  // job-2
+  Create(*store, MakeTrainingJob("t2", kRunning));      // job-3
+  Create(*store, MakeEvaluationJob("e2", kQueued));     // job-4
+  Create(*store, MakeTrainingJob("t3", kQueued));       // job-5
+
+  const auto list = [&](JobState state, JobKind kind) {
+    ListJobsRequest request;
+    request.set_state(state);
+    request.set_kind(kind);
+    absl::StatusOr<ListJobsResponse> response = store->ListJobs(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(response->next_page_token(), "");
+    return Ids(*response);
+  };
+  EXPECT_THAT(list(taylorshift::v1::JOB_STATE_UNSPECIFIED, taylorshift::v1::JOB_KIND_UNSPECIFIED),
+              ElementsAre("job-5", "job-4", "job-3", "job-2", "job-1"));
+  EXPECT_THAT(list(kQueued, taylorshift::v1::JOB_KIND_UNSPECIFIED), ElementsAre("job-5", "job-4"));
+  EXPECT_THAT(list(taylorshift::v1::JOB_STATE_UNSPECIFIED, kTraining),
+              ElementsAre("job-5", "job-3", "job-1"));
+  EXPECT_THAT(list(kSucceeded, kEvaluation), ElementsAre("job-2"));
+  EXPECT_THAT(list(kCancelled, taylorshift::v1::JOB_KIND_UNSPECIFIED), IsEmpty());
+}
+
+TEST_F(JobStoreTest, ListJobsPagesThrough120Jobs) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 120; ++i) Create(*store, MakeTrainingJob(absl::StrCat("t", i)));
+
+  ListJobsRequest request;  // page_size 0: the default, 50
+  std::vector<std::string> seen;
+  std::vector<int> page_sizes;
+  std::vector<bool> has_token;
+  while (true) {
+    absl::StatusOr<ListJobsResponse> page = store->ListJobs(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    page_sizes.push_back(page->jobs_size());
+    has_token.push_back(!page->next_page_token().empty());
+    for (const std::string& id : Ids(*page)) seen.push_back(id);
+    if (page->next_page_token().empty()) break;
+    ASSERT_LT(page_sizes.size(), 4u) << "paging does not end";
+    request.set_page_token(page->next_page_token());
+  }
+  EXPECT_THAT(page_sizes, ElementsAre(50, 50, 20));
+  EXPECT_THAT(has_token, ElementsAre(true, true, false));
+  ASSERT_EQ(seen.size(), 120u);
+  for (int i = 0; i < 120; ++i) EXPECT_EQ(seen[i], absl::StrCat("job-", 120 - i));
+
+  // Exactly a page full: no token pointing at an empty page.
+  request.Clear();
+  request.set_page_size(120);
+  absl::StatusOr<ListJobsResponse> all = store->ListJobs(request);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->jobs_size(), 120);
+  EXPECT_EQ(all->next_page_token(), "");
+}
+
+TEST_F(JobStoreTest, ListJobsPagesWithinAFilter) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 30; ++i) {
+    Create(*store, i % 3 == 0 ? MakeEvaluationJob(absl::StrCat("e", i))
+                              : MakeTrainingJob(absl::StrCat("t", i)));
+  }
+  ListJobsRequest request;
+  request.set_kind(kEvaluation);
+  request.set_page_size(4);
+  absl::StatusOr<ListJobsResponse> first = store->ListJobs(request);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(Ids(*first), ElementsAre("job-28", "job-25", "job-22", "job-19"));
+  request.set_page_token(first->next_page_token());
+  absl::StatusOr<ListJobsResponse> second = store->ListJobs(request);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_THAT(Ids(*second), ElementsAre("job-16", "job-13", "job-10", "job-7"));
+  request.set_page_token(second->next_page_token());
+  absl::StatusOr<ListJobsResponse> last = store->ListJobs(request);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_THAT(Ids(*last), ElementsAre("job-4", "job-1"));
+  EXPECT_EQ(last->next_page_token(), "");
+
+  // A token continues only the listing it came from.
+  request.set_kind(kTraining);
+  request.set_page_token(first->next_page_token());
+  absl::Status status = store->ListJobs(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("page_token"));
+}
+
+TEST_F(JobStoreTest, ListJobsRejectsBadPageTokenAndPageSize) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a"));
+
+  for (const std::string& token :
+       {std::string("not a token!"), std::string("abc"), absl::WebSafeBase64Escape("x.0.0"),
+        absl::WebSafeBase64Escape("-5.0.0"), absl::WebSafeBase64Escape("7.0")}) {
+    ListJobsRequest request;
+    request.set_page_token(token);
+    absl::Status status = store->ListJobs(request).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << token;
+    EXPECT_THAT(status.message(), HasSubstr("page_token")) << token;
+  }
+
+  ListJobsRequest request;
+  request.set_page_size(1001);
+  absl::Status status = store->ListJobs(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("page_size"));
+  EXPECT_THAT(status.message(), HasSubstr("1000"));
+  request.set_page_size(1000);
+  EXPECT_TRUE(store->ListJobs(request).ok());
+}
+
+TEST_F(JobStoreTest, UnfinishedJobsAndDataSurviveReopen) {
+  {
+    std::unique_ptr<JobStore> store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    Create(*store, MakeTrainingJob("a", kSucceeded));       // job-1
+    Create(*store, MakeTrainingJob("b", kRunning));         // job-2
+    Create(*store, MakeEvaluationJob("c", kQueued));        // job-3
+    Create(*store, MakeTrainingJob("d", kFailed));          // job-4
+    Create(*store, MakeTrainingJob("e", kCancelled));       // job-5
+    Job f = Create(*store, MakeTrainingJob("f", kQueued));  // job-6, then started
+    f.set_state(kRunning);
+    ASSERT_TRUE(store->UpdateJob(f).ok());
+    ASSERT_TRUE(store->AppendMetric("job-2", JobMetricRow{10, 1.5, 0.001, 50, 1000}).ok());
+  }
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<std::vector<Job>> unfinished = store->UnfinishedJobs();
+  ASSERT_TRUE(unfinished.ok()) << unfinished.status();
+  std::vector<std::string> ids;
+  for (const Job& job : *unfinished) ids.push_back(job.id());
+  EXPECT_THAT(ids, ElementsAre("job-2", "job-3", "job-6"));
+  EXPECT_EQ((*unfinished)[2].state(), kRunning);
+  Job expected = MakeEvaluationJob("c", kQueued);
+  expected.set_id("job-3");
+  EXPECT_THAT((*unfinished)[1], EqualsProto(expected));
+
+  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics("job-2");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, ElementsAre(FieldsAre(10, 1.5, 0.001, 50, 1000)));
+  EXPECT_EQ(Create(*store, MakeTrainingJob("g")).id(), "job-7");
+}
+
+TEST_F(JobStoreTest, UsesWriteAheadLogAndSchemaVersion1) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  RawDb raw(path_);
+  EXPECT_EQ(raw.QueryText("PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(raw.QueryText("PRAGMA user_version"), "1");
+  EXPECT_EQ(JobStore::kSchemaVersion, 1);
+  EXPECT_EQ(raw.QueryText("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+                          "('jobs', 'job_metrics', 'job_evaluations', 'checkpoints', "
+                          "'promotions')"),
+            "5");
+}
+
+TEST_F(JobStoreTest, NewerSchemaVersionIsFailedPrecondition) {
+  ASSERT_NE(OpenStore(), nullptr);
+  RawDb(path_).Exec("PRAGMA user_version = 99");
+  absl::Status status = JobStore::Open(path_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(path_));
+  EXPECT_THAT(status.message(), HasSubstr("schema version 99"));
+  EXPECT_THAT(status.message(), HasSubstr("up to 1"));
+}
+
+TEST_F(JobStoreTest, NonDatabaseFileIsAClearError) {
+  std::filesystem::create_directories(dir_ + "/state");
+  std::ofstream(path_) << "listen: 127.0.0.1:50051\nmodels: []\n" << std::string(4096, '#') << "\n";
+  absl::Status status = JobStore::Open(path_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(path_));
+  EXPECT_THAT(status.message(), HasSubstr("not a database"));
+}
+
+TEST_F(JobStoreTest, AnotherApplicationsDatabaseIsRejected) {
+  std::filesystem::create_directories(dir_ + "/state");
+  RawDb(path_).Exec("CREATE TABLE users(name TEXT)");
+  absl::Status status = JobStore::Open(path_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(path_));
+  EXPECT_THAT(status.message(), HasSubstr("not a job store"));
+  // Left as it was.
+  EXPECT_EQ(RawDb(path_).QueryText("SELECT count(*) FROM sqlite_master"), "1");
+}
+
+TEST_F(JobStoreTest, MetricsRoundTripPerJob) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a"));
+  Create(*store, MakeTrainingJob("b"));
+  ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{10, 2.25, 1e-4, 512.5, 1000}).ok());
+  ASSERT_TRUE(store->AppendMetric("job-2", JobMetricRow{10, 9.0, 1.0, 1.0, 1}).ok());
+  ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{20, 1.75, 2e-4, 600.25, 2000}).ok());
+  ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{30, 0.125, 3e-4, 0, 3000}).ok());
+  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics("job-1");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, ElementsAre(FieldsAre(10, 2.25, 1e-4, 512.5, 1000),
+                                    FieldsAre(20, 1.75, 2e-4, 600.25, 2000),
+                                    FieldsAre(30, 0.125, 3e-4, 0, 3000)));
+  metrics = store->Metrics("job-2");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, ElementsAre(FieldsAre(10, 9.0, 1.0, 1.0, 1)));
+}
+
+TEST_F(JobStoreTest, EvaluationsRoundTrip) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a"));
+  const EvaluationReport first = MakeReport(100, 0.7);
+  const EvaluationReport second = MakeReport(200, 0.85);
+  ASSERT_TRUE(store->AppendEvaluation("job-1", first).ok());
+  ASSERT_TRUE(store->AppendEvaluation("job-1", second).ok());
+  absl::StatusOr<std::vector<EvaluationReport>> reports = store->Evaluations("job-1");
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  EXPECT_THAT(*reports, ElementsAre(EqualsProto(first), EqualsProto(second)));
+  EXPECT_EQ(RawDb(path_).QueryText("SELECT accuracy FROM job_evaluations WHERE step = 200"),
+            "0.85");
+}
+
+TEST_F(JobStoreTest, CheckpointsRecordReplaceAndRemove) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a"));
+  Create(*store, MakeTrainingJob("b"));
+
+  CheckpointInfo last;
+  last.set_kind("last");
+  last.set_step(100);
+  last.set_path("state/jobs/job-1/step-100.tsckpt");
+  last.mutable_time()->set_seconds(1700000000);
+  last.mutable_time()->set_nanos(250000000);
+  CheckpointInfo best;
+  best.set_kind("best");
+  best.set_step(100);
+  best.set_path("state/jobs/job-1/best.tsckpt");
+  best.set_validation_accuracy(0.0);  // a recorded zero is not "none"
+  best.set_has_validation_accuracy(true);
+  best.mutable_time()->set_seconds(1700000001);
+  ASSERT_TRUE(store->RecordCheckpoint("job-1", last).ok());
+  ASSERT_TRUE(store->RecordCheckpoint("job-1", best).ok());
+  ASSERT_TRUE(store->RecordCheckpoint("job-2", last).ok());
+
+  // A better model overwrites best.tsckpt: the entry is replaced, not duplicated.
+  best.set_step(200);
+  best.set_validation_accuracy(0.9);
+  best.mutable_time()->set_seconds(1700000002);
+  ASSERT_TRUE(store->RecordCheckpoint("job-1", best).ok());
+  absl::StatusOr<std::vector<CheckpointInfo>> checkpoints = store->Checkpoints("job-1");
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  EXPECT_THAT(*checkpoints, ElementsAre(EqualsProto(last), EqualsProto(best)));
+  EXPECT_FALSE((*checkpoints)[0].has_validation_accuracy());
+
+  ASSERT_TRUE(store->RemoveCheckpoint("job-1", last.path()).ok());
+  checkpoints = store->Checkpoints("job-1");
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  EXPECT_THAT(*checkpoints, ElementsAre(EqualsProto(best)));
+  EXPECT_THAT(store->RemoveCheckpoint("job-1", last.path()), StatusIs(absl::StatusCode::kNotFound));
+  // job-2's entry with the same path is its own.
+  checkpoints = store->Checkpoints("job-2");
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  EXPECT_THAT(*checkpoints, ElementsAre(EqualsProto(last)));
+}
+
+TEST_F(JobStoreTest, CurrentPromotionsPickTheLatestPerModel) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const PromotionRecord imdb1{"imdb", "1", "/ckpt/imdb-a.tsckpt", "job:job-1", 0.81, 1000};
+  const PromotionRecord listops1{"listops",         "1",          "/ckpt/l.tsckpt",
+                                 "models/l.tsckpt", std::nullopt, 1500};
+  const PromotionRecord imdb2{"imdb", "2", "/ckpt/imdb-b.tsckpt", "job:job-2", 0.84, 2000};
+  const PromotionRecord cifar1{"cifar", "1", "/ckpt/c.tsckpt", "job:job-3", 0.5, 2500};
+  for (const PromotionRecord& record : {imdb1, listops1, imdb2, cifar1}) {
+    ASSERT_TRUE(store->RecordPromotion(record).ok());
+  }
+  const auto fields = [](const PromotionRecord& r) {
+    return FieldsAre(r.model, r.version, r.checkpoint, r.source, r.validation_accuracy, r.time_ms);
+  };
+
+  absl::StatusOr<std::vector<PromotionRecord>> current = store->CurrentPromotions();
+  ASSERT_TRUE(current.ok()) << current.status();
+  EXPECT_THAT(*current, ElementsAre(fields(cifar1), fields(imdb2), fields(listops1)));
+  EXPECT_EQ((*current)[2].validation_accuracy, std::nullopt);
+  EXPECT_THAT((*current)[1].validation_accuracy, Optional(0.84));
+
+  absl::StatusOr<std::vector<PromotionRecord>> history = store->PromotionHistory("imdb");
+  ASSERT_TRUE(history.ok()) << history.status();
+  EXPECT_THAT(*history, ElementsAre(fields(imdb1), fields(imdb2)));
+  history = store->PromotionHistory("never-promoted");
+  ASSERT_TRUE(history.ok()) << history.status();
+  EXPECT_THAT(*history, IsEmpty());
+
+  EXPECT_THAT(store->RecordPromotion(PromotionRecord{}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(JobStoreTest, ConcurrentWritersLoseNothing) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  constexpr int kThreads = 8;
+  constexpr int kJobsPerThread = 50;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&store, t] {
+      for (int i = 0; i < kJobsPerThread; ++i) {
+        absl::StatusOr<Job> job = store->CreateJob(MakeTrainingJob(absl::StrCat("t", t, "-", i)));
+        ASSERT_TRUE(job.ok()) << job.status();
+        job->set_state(kRunning);
+        job->mutable_progress()->set_step(t * 1000 + i);
+        ASSERT_TRUE(store->UpdateJob(*job).ok());
+        ASSERT_TRUE(store->AppendMetric(job->id(), JobMetricRow{t * 1000 + i, 1, 1, 1, 1}).ok());
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+
+  ListJobsRequest request;
+  request.set_page_size(1000);
+  absl::StatusOr<ListJobsResponse> all = store->ListJobs(request);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->jobs_size(), kThreads * kJobsPerThread);
+  std::set<std::string> ids;
+  std::set<std::string> names;
+  for (const Job& job : all->jobs()) {
+    ids.insert(job.id());
+    names.insert(job.name());
+    EXPECT_EQ(job.state(), kRunning) << job.id();
+    EXPECT_EQ(job.name(),
+              absl::StrCat("t", job.progress().step() / 1000, "-", job.progress().step() % 1000));
+    absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics(job.id());
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    EXPECT_THAT(*metrics, ElementsAre(FieldsAre(static_cast<std::int64_t>(job.progress().step()), 1,
+                                                1, 1, 1)));
+  }
+  EXPECT_EQ(ids.size(), static_cast<std::size_t>(kThreads * kJobsPerThread));
+  EXPECT_EQ(names.size(), static_cast<std::size_t>(kThreads * kJobsPerThread));
+  EXPECT_EQ(all->jobs(0).id(), "job-400");
+  EXPECT_EQ(all->jobs(399).id(), "job-1");
+}
+
+TEST_F(JobStoreTest, CommittedWritesSurviveSigkill) {
+  constexpr int kJobs = 40;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The child process: no gtest assertions here, only exit codes.
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_);
+    if (!store.ok()) _exit(2);
+    for (int i = 0; i < kJobs; ++i) {
+      absl::StatusOr<Job> job = (*store)->CreateJob(MakeTrainingJob(absl::StrCat("j", i)));
+      if (!job.ok()) _exit(3);
+      job->set_state(kRunning);
+      if (!(*store)->UpdateJob(*job).ok()) _exit(4);
+      if (!(*store)->AppendMetric(job->id(), JobMetricRow{i, 0.5, 0.1, 10, i}).ok()) _exit(5);
+    }
+    // Die without closing the database: no checkpoint, the rows are only in the -wal file.
+    raise(SIGKILL);
+    _exit(6);
+  }
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(child, &wait_status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(wait_status)) << "child exited with " << WEXITSTATUS(wait_status);
+  EXPECT_EQ(WTERMSIG(wait_status), SIGKILL);
+  EXPECT_TRUE(std::filesystem::exists(path_ + "-wal"));
+
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ListJobsRequest request;
+  request.set_state(kRunning);
+  request.set_page_size(1000);
+  absl::StatusOr<ListJobsResponse> running = store->ListJobs(request);
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_EQ(running->jobs_size(), kJobs);
+  for (int i = 0; i < kJobs; ++i) {
+    const Job& job = running->jobs(kJobs - 1 - i);
+    EXPECT_EQ(job.id(), absl::StrCat("job-", i + 1));
+    EXPECT_EQ(job.name(), absl::StrCat("j", i));
+    absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics(job.id());
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    EXPECT_THAT(*metrics, ElementsAre(FieldsAre(i, 0.5, 0.1, 10, i)));
+  }
+}
+
+}  // namespace
+}  // namespace ts::server

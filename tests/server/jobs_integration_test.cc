@@ -1,0 +1,488 @@
+// Jobs against a real `tsserver` process on loopback: a tiny model learns a generated task over
+// gRPC and beats a held-out accuracy far above chance; an evaluation job reports on a test set;
+// promotion under concurrent Classify load fails no request and switches versions; the promoted
+// version survives a restart; kill -9 mid-training resumes from the checkpoint with the step
+// count continuing; cancel works; bad specs and paths outside the data root are refused and the
+// server keeps serving; job metrics are exported.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/encoder.h"
+#include "taylorshift/v1/classifier.grpc.pb.h"
+#include "taylorshift/v1/jobs.grpc.pb.h"
+#include "tests/testing/encoder_testing.h"
+#include "tests/testing/server_process.h"
+
+namespace ts {
+namespace {
+
+namespace pb = taylorshift::v1;
+using ts::testing::ServerProcess;
+using Clock = std::chrono::steady_clock;
+
+// The generated task: three classes of short documents, each drawn mostly from its own
+// alphabet (digits, upper case, lower case) with 30 % shared punctuation noise. Chance is 1/3.
+void WriteTaskFile(const std::string& path, int count, std::uint32_t seed) {
+  const std::vector<std::pair<std::string, std::string>> classes = {
+      {"digits", "0123456789"},
+      {"upper", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"},
+      {"lower", "abcdefghijklmnopqrstuvwxyz"}};
+  const std::string noise = " .,;:!?-+*/=";
+  std::mt19937 rng(seed);
+  std::ofstream out(path);
+  for (int i = 0; i < count; ++i) {
+    const auto& [label, alphabet] = classes[static_cast<std::size_t>(i) % classes.size()];
+    const int length = std::uniform_int_distribution<int>(12, 40)(rng);
+    std::string text;
+    for (int j = 0; j < length; ++j) {
+      const bool noisy = std::uniform_real_distribution<double>(0, 1)(rng) < 0.3;
+      const std::string& from = noisy ? noise : alphabet;
+      text += from[std::uniform_int_distribution<std::size_t>(0, from.size() - 1)(rng)];
+    }
+    out << "{\"text\": \"" << text << "\", \"label\": \"" << label << "\"}\n";
+  }
+}
+
+std::string WriteServedModel(const std::string& path) {
+  TaylorShiftEncoderOptions options(16, 1, 2, 64, 3);
+  options.mlp_hidden(32);
+  TaylorShiftEncoder model(options);
+  ts::testing::RandomizeParameters(model, 3);
+  CheckpointMetadata metadata;
+  metadata.modality = "bytes";
+  metadata.labels = {"a", "b", "c"};
+  EXPECT_TRUE(SaveCheckpoint(path, options, metadata, model).ok());
+  return path;
+}
+
+pb::TrainingSpec TinySpec(const std::string& name, std::uint64_t steps) {
+  pb::TrainingSpec spec;
+  spec.set_name(name);
+  auto* model = spec.mutable_model();
+  model->set_embed_dim(32);
+  model->set_depth(1);
+  model->set_heads(4);
+  model->set_mlp_ratio(2);
+  model->set_max_length(64);
+  spec.mutable_data()->mutable_train()->set_format("jsonl");
+  spec.mutable_data()->mutable_train()->set_path("task/train.jsonl");
+  spec.mutable_data()->mutable_validation()->set_format("jsonl");
+  spec.mutable_data()->mutable_validation()->set_path("task/val.jsonl");
+  spec.mutable_optimizer()->set_name("adamw");
+  spec.mutable_optimizer()->set_lr(3e-3);
+  spec.mutable_optimizer()->set_warmup_steps(10);
+  spec.set_batch_size(16);
+  spec.set_steps(steps);
+  spec.set_seed(5);
+  spec.set_threads(1);
+  spec.set_log_interval(10);
+  return spec;
+}
+
+class JobsIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ts::testing::MakeScratchDir();
+    ASSERT_EQ(::mkdir((dir_ + "/data").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((dir_ + "/data/task").c_str(), 0755), 0);
+    WriteTaskFile(dir_ + "/data/task/train.jsonl", 600, 1);
+    WriteTaskFile(dir_ + "/data/task/val.jsonl", 150, 2);
+    WriteTaskFile(dir_ + "/data/task/test.jsonl", 300, 3);
+    WriteServedModel(dir_ + "/served.tsckpt");
+    std::ofstream config(dir_ + "/config.yaml");
+    config << "listen: 127.0.0.1:0\n"
+              "metrics_listen: 127.0.0.1:0\n"
+              "intra_op_threads: 1\n"
+              "shutdown_grace_ms: 20000\n"
+              "state_dir: state\n"
+              "data_root: data\n"
+              "jobs: {max_concurrent: 1, threads_per_job: 1}\n"
+              "models:\n"
+              "  - name: docs\n"
+              "    checkpoint: served.tsckpt\n"
+              "    device: cpu\n"
+              "    batching: {max_batch_size: 8, max_queue_delay_us: 2000}\n";
+  }
+
+  void StartServer() {
+    ASSERT_TRUE(server_.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/config.yaml"}, dir_));
+    channel_ = grpc::CreateChannel(server_.grpc_address(), grpc::InsecureChannelCredentials());
+    jobs_ = pb::Jobs::NewStub(channel_);
+    classifier_ = pb::Classifier::NewStub(channel_);
+  }
+
+  static void SetDeadline(grpc::ClientContext& context, int seconds = 30) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+  }
+
+  grpc::Status Submit(const pb::TrainingSpec& spec, pb::Job* job) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::SubmitTrainingRequest request;
+    *request.mutable_spec() = spec;
+    return jobs_->SubmitTraining(&context, request, job);
+  }
+
+  pb::Job Get(const std::string& id) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::GetJobRequest request;
+    request.set_id(id);
+    pb::Job job;
+    EXPECT_TRUE(jobs_->GetJob(&context, request, &job).ok());
+    return job;
+  }
+
+  // Watches until the job is final (or `stop` says so, or the time is up); returns the events.
+  std::vector<pb::JobEvent> Watch(const std::string& id, int seconds,
+                                  const std::function<bool(const pb::JobEvent&)>& stop = {}) {
+    grpc::ClientContext context;
+    SetDeadline(context, seconds);
+    pb::WatchJobRequest request;
+    request.set_id(id);
+    auto reader = jobs_->WatchJob(&context, request);
+    std::vector<pb::JobEvent> events;
+    pb::JobEvent event;
+    while (reader->Read(&event)) {
+      events.push_back(event);
+      if (stop && stop(event)) {
+        context.TryCancel();
+        break;
+      }
+    }
+    reader->Finish();
+    return events;
+  }
+
+  grpc::Status Classify(const std::string& text, pb::ClassifyResponse* response) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::ClassifyRequest request;
+    request.set_model("docs");
+    request.set_document(text);
+    return classifier_->Classify(&context, request, response);
+  }
+
+  std::string dir_;
+  ServerProcess server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::Jobs::Stub> jobs_;
+  std::unique_ptr<pb::Classifier::Stub> classifier_;
+};
+
+TEST_F(JobsIntegrationTest, LearnsOverGrpcEvaluatesAndPromotesUnderLoadAcrossRestart) {
+  StartServer();
+  const auto start = Clock::now();
+  pb::Job job;
+  auto spec = TinySpec("letters", 150);
+  spec.set_checkpoint_interval(50);
+  ASSERT_TRUE(Submit(spec, &job).ok());
+  EXPECT_EQ(job.id(), "job-1");
+  EXPECT_EQ(job.state(), pb::JOB_STATE_QUEUED);
+
+  const auto events = Watch(job.id(), 90);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_FALSE(events.empty());
+  const pb::Job& done = events.back().job();
+  ASSERT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason() << "\n" << server_.Log();
+  EXPECT_LE(seconds, 60.0) << "training took " << seconds << " s";
+  std::set<int> types;
+  for (const auto& e : events) types.insert(e.type());
+  EXPECT_TRUE(types.count(pb::JobEvent::SNAPSHOT) && types.count(pb::JobEvent::PROGRESS) &&
+              types.count(pb::JobEvent::VALIDATION) && types.count(pb::JobEvent::CHECKPOINT));
+  EXPECT_EQ(done.progress().step(), 150u);
+  EXPECT_EQ(done.progress().total_steps(), 150u);
+  // Chance is 1/3; the task is easy for a model that sees the characters.
+  EXPECT_GE(done.best_validation().accuracy(), 0.85) << done.best_validation().DebugString();
+  std::vector<std::string> labels(done.labels().begin(), done.labels().end());
+  EXPECT_EQ(labels, (std::vector<std::string>{"digits", "lower", "upper"}));
+  int last = 0, best = 0;
+  for (const auto& c : done.checkpoints()) (c.kind() == "best" ? best : last) += 1;
+  EXPECT_EQ(best, 1);
+  EXPECT_EQ(last, 2);  // steps 100 and 150 (keep_checkpoints 2); 50 was removed
+
+  // Held-out test set through an evaluation job on the job's best checkpoint.
+  pb::SubmitEvaluationRequest eval;
+  eval.mutable_spec()->set_name("letters-test");
+  eval.mutable_spec()->set_job_id(job.id());
+  eval.mutable_spec()->mutable_data()->set_format("jsonl");
+  eval.mutable_spec()->mutable_data()->set_path("task/test.jsonl");
+  pb::Job eval_job;
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    ASSERT_TRUE(jobs_->SubmitEvaluation(&context, eval, &eval_job).ok());
+  }
+  const auto eval_events = Watch(eval_job.id(), 60);
+  ASSERT_FALSE(eval_events.empty());
+  const pb::Job& evaluated = eval_events.back().job();
+  ASSERT_EQ(evaluated.state(), pb::JOB_STATE_SUCCEEDED) << evaluated.reason();
+  EXPECT_EQ(evaluated.report().examples(), 300u);
+  EXPECT_GE(evaluated.report().accuracy(), 0.85);
+  EXPECT_EQ(evaluated.report().confusion_size(), 3);
+  EXPECT_EQ(evaluated.report().classes_size(), 3);
+
+  // Promote under concurrent Classify load: no request fails, and the version switches.
+  pb::ClassifyResponse before;
+  ASSERT_TRUE(Classify("12345", &before).ok());
+  const std::string old_version = before.model_version();
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0}, ok{0};
+  std::mutex versions_mu;
+  std::set<std::string> versions;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&, t] {
+      auto stub = pb::Classifier::NewStub(channel_);
+      std::mt19937 rng(static_cast<std::uint32_t>(t));
+      while (!stop) {
+        grpc::ClientContext context;
+        SetDeadline(context);
+        pb::ClassifyRequest request;
+        request.set_model("docs");
+        request.set_document(std::string(static_cast<std::size_t>(rng() % 40 + 1), 'x'));
+        pb::ClassifyResponse response;
+        if (stub->Classify(&context, request, &response).ok()) {
+          ++ok;
+          std::lock_guard<std::mutex> lock(versions_mu);
+          versions.insert(response.model_version());
+        } else {
+          ++failures;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  pb::PromoteCheckpointRequest promote;
+  promote.set_model("docs");
+  promote.set_job_id(job.id());
+  pb::PromoteCheckpointResponse promoted;
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    const auto status = jobs_->PromoteCheckpoint(&context, promote, &promoted);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(ok.load(), 10);
+  EXPECT_EQ(promoted.previous_version(), old_version);
+  EXPECT_NE(promoted.model().version(), old_version);
+  EXPECT_EQ(promoted.model().labels_size(), 3);
+  EXPECT_GE(promoted.validation_accuracy(), 0.85);
+  EXPECT_TRUE(versions.count(old_version) && versions.count(promoted.model().version()))
+      << "versions seen: " << versions.size();
+  pb::ClassifyResponse after;
+  ASSERT_TRUE(Classify("0123456789", &after).ok());
+  EXPECT_EQ(after.model_version(), promoted.model().version());
+  EXPECT_EQ(after.label(), "digits");
+
+  // The gate: promoting the same accuracy again passes; an untrained file is refused.
+  promote.set_require_at_least_current_accuracy(true);
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::PromoteCheckpointResponse again;
+    EXPECT_TRUE(jobs_->PromoteCheckpoint(&context, promote, &again).ok());
+  }
+  WriteServedModel(dir_ + "/data/untrained.tsckpt");
+  {
+    pb::PromoteCheckpointRequest gated;
+    gated.set_model("docs");
+    gated.set_checkpoint("untrained.tsckpt");
+    gated.set_require_at_least_current_accuracy(true);
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::PromoteCheckpointResponse refused;
+    const auto status = jobs_->PromoteCheckpoint(&context, gated, &refused);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(status.error_message().find("no recorded validation accuracy"), std::string::npos)
+        << status.error_message();
+  }
+
+  // Job metrics.
+  const std::string metrics = ts::testing::HttpGet(server_.metrics_address(), "/metrics");
+  EXPECT_NE(metrics.find("taylorshift_job_state{job_id=\"job-1\",kind=\"training\",state="
+                         "\"succeeded\"} 1"),
+            std::string::npos)
+      << metrics.substr(0, 2000);
+  EXPECT_NE(metrics.find("taylorshift_job_validation_accuracy{job_id=\"job-1\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("taylorshift_jobs_total{kind=\"evaluation\",state=\"succeeded\"} 1"),
+            std::string::npos);
+
+  // A restart serves the promoted version again and keeps the jobs.
+  const std::string probe = "QWERTY, UIOP; ASDF GHJKL!";
+  pb::ClassifyResponse before_restart;
+  ASSERT_TRUE(Classify(probe, &before_restart).ok());
+  ASSERT_EQ(server_.Stop(SIGTERM), 0) << server_.Log();
+  StartServer();
+  pb::ClassifyResponse restarted;
+  ASSERT_TRUE(Classify(probe, &restarted).ok());
+  EXPECT_EQ(restarted.model_version(), promoted.model().version());
+  EXPECT_EQ(restarted.label(), before_restart.label());
+  ASSERT_EQ(restarted.probabilities_size(), 3);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(restarted.probabilities(c).probability(),
+              before_restart.probabilities(c).probability());
+  }
+  EXPECT_EQ(Get(job.id()).state(), pb::JOB_STATE_SUCCEEDED);
+  pb::ListJobsRequest list;
+  list.set_kind(pb::JOB_KIND_TRAINING);
+  pb::ListJobsResponse listed;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  ASSERT_TRUE(jobs_->ListJobs(&context, list, &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_EQ(listed.jobs(0).id(), job.id());
+}
+
+TEST_F(JobsIntegrationTest, KillNineMidTrainingResumesFromTheCheckpoint) {
+  StartServer();
+  auto spec = TinySpec("resumable", 400);
+  spec.set_checkpoint_interval(40);
+  spec.set_eval_interval(200);
+  pb::Job job;
+  ASSERT_TRUE(Submit(spec, &job).ok());
+  std::uint64_t checkpoint_step = 0;
+  std::uint64_t seen_step = 0;
+  Watch(job.id(), 60, [&](const pb::JobEvent& e) {
+    if (e.type() == pb::JobEvent::CHECKPOINT && e.checkpoint().kind() == "last") {
+      checkpoint_step = e.checkpoint().step();
+    }
+    seen_step = e.job().progress().step();
+    return checkpoint_step >= 80 && seen_step >= checkpoint_step + 10;
+  });
+  ASSERT_GE(checkpoint_step, 80u) << server_.Log();
+  ASSERT_EQ(server_.Stop(SIGKILL), 128 + SIGKILL);
+
+  StartServer();
+  const pb::Job resumed = Get(job.id());
+  EXPECT_EQ(resumed.progress().resumes(), 1u);
+  EXPECT_TRUE(resumed.state() == pb::JOB_STATE_QUEUED || resumed.state() == pb::JOB_STATE_RUNNING);
+  std::uint64_t first_step_after_restart = 0;
+  const auto events = Watch(job.id(), 90, [&](const pb::JobEvent& e) {
+    if (e.type() == pb::JobEvent::PROGRESS && first_step_after_restart == 0 &&
+        e.job().state() == pb::JOB_STATE_RUNNING && e.job().progress().step() > 0) {
+      first_step_after_restart = e.job().progress().step();
+    }
+    return false;
+  });
+  ASSERT_FALSE(events.empty());
+  const pb::Job& done = events.back().job();
+  ASSERT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason() << "\n" << server_.Log();
+  EXPECT_EQ(done.progress().step(), 400u);
+  // The step count continued from the last checkpoint (state saved with it), not from zero.
+  EXPECT_GT(first_step_after_restart, checkpoint_step) << server_.Log();
+  EXPECT_LE(first_step_after_restart, checkpoint_step + 10);
+  EXPECT_NE(server_.Log().find("resumes at step " + std::to_string(checkpoint_step)),
+            std::string::npos)
+      << server_.Log();
+}
+
+TEST_F(JobsIntegrationTest, CancelAndBadSpecsAreHandledAndServingContinues) {
+  StartServer();
+  pb::Job long_job;
+  ASSERT_TRUE(Submit(TinySpec("long", 100000), &long_job).ok());
+  pb::Job queued_job;
+  ASSERT_TRUE(Submit(TinySpec("waiting", 100), &queued_job).ok());
+  Watch(long_job.id(), 30, [](const pb::JobEvent& e) {
+    return e.job().state() == pb::JOB_STATE_RUNNING && e.job().progress().step() >= 10;
+  });
+  // The queued one is cancelled at once, the running one at its next step.
+  for (const auto& id : {queued_job.id(), long_job.id()}) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::CancelJobRequest cancel;
+    cancel.set_id(id);
+    pb::Job response;
+    ASSERT_TRUE(jobs_->CancelJob(&context, cancel, &response).ok());
+  }
+  const auto events = Watch(long_job.id(), 30);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().job().state(), pb::JOB_STATE_CANCELLED);
+  EXPECT_NE(events.back().job().reason().find("cancelled"), std::string::npos);
+  EXPECT_EQ(Get(queued_job.id()).state(), pb::JOB_STATE_CANCELLED);
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::CancelJobRequest cancel;
+    cancel.set_id(long_job.id());
+    pb::Job response;
+    EXPECT_EQ(jobs_->CancelJob(&context, cancel, &response).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+
+  // Refused at submit, naming the key; the server keeps serving.
+  ASSERT_EQ(::symlink("/etc", (dir_ + "/data/escape").c_str()), 0);
+  struct Case {
+    std::function<void(pb::TrainingSpec&)> edit;
+    grpc::StatusCode code;
+    std::string mentions;
+  };
+  const std::vector<Case> cases = {
+      {[](pb::TrainingSpec& s) { s.mutable_model()->set_heads(3); },
+       grpc::StatusCode::INVALID_ARGUMENT, "model.heads"},
+      {[](pb::TrainingSpec& s) { s.mutable_optimizer()->set_lr(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT, "optimizer.lr"},
+      {[](pb::TrainingSpec& s) { s.mutable_data()->clear_train(); },
+       grpc::StatusCode::INVALID_ARGUMENT, "data.train"},
+      {[](pb::TrainingSpec& s) { s.mutable_data()->mutable_train()->set_path("../config.yaml"); },
+       grpc::StatusCode::INVALID_ARGUMENT, "data.train.path"},
+      {[](pb::TrainingSpec& s) { s.mutable_data()->mutable_train()->set_path("/etc/passwd"); },
+       grpc::StatusCode::INVALID_ARGUMENT, "data.train.path"},
+      {[](pb::TrainingSpec& s) { s.mutable_data()->mutable_train()->set_path("escape/passwd"); },
+       grpc::StatusCode::PERMISSION_DENIED, "data.train.path"},
+      {[](pb::TrainingSpec& s) { s.mutable_data()->mutable_train()->set_path("missing.jsonl"); },
+       grpc::StatusCode::NOT_FOUND, "data.train.path"},
+  };
+  for (const auto& c : cases) {
+    auto spec = TinySpec("bad", 10);
+    c.edit(spec);
+    pb::Job job;
+    const auto status = Submit(spec, &job);
+    EXPECT_EQ(status.error_code(), c.code) << c.mentions << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find(c.mentions), std::string::npos)
+        << status.error_message();
+  }
+  pb::ClassifyResponse response;
+  EXPECT_TRUE(Classify("still serving", &response).ok());
+
+  // A job whose data turns out malformed at run time fails with the file and line.
+  {
+    std::ofstream bad(dir_ + "/data/task/bad.jsonl");
+    bad << "{\"text\": \"ok\", \"label\": \"a\"}\n{not json}\n";
+  }
+  auto spec = TinySpec("malformed", 10);
+  spec.mutable_data()->mutable_train()->set_path("task/bad.jsonl");
+  spec.mutable_data()->clear_validation();
+  pb::Job job;
+  ASSERT_TRUE(Submit(spec, &job).ok());
+  const auto failed = Watch(job.id(), 30);
+  ASSERT_FALSE(failed.empty());
+  EXPECT_EQ(failed.back().job().state(), pb::JOB_STATE_FAILED);
+  EXPECT_NE(failed.back().job().reason().find("bad.jsonl:2"), std::string::npos)
+      << failed.back().job().reason();
+  EXPECT_TRUE(Classify("still serving", &response).ok());
+}
+
+}  // namespace
+}  // namespace ts
