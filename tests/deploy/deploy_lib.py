@@ -21,17 +21,10 @@ DEVICE_METRICS = {
     "taylorshift_device_memory_allocated_bytes",
     "taylorshift_device_memory_reserved_bytes",
 }
-# Planned by the jobs issue (4); dashboards and alerts use them before they exist.
-PLANNED_JOB_METRICS = {
-    "taylorshift_job_state",
-    "taylorshift_job_loss",
-    "taylorshift_job_step",
-    "taylorshift_job_examples_per_second",
-    "taylorshift_job_validation_accuracy",
-    "taylorshift_jobs_total",
-}
 
 _METRIC_RE = re.compile(r"\btaylorshift_[a-z0-9_]+")
+# A taylorshift_* vector selector with its label matchers, if any.
+_SELECTOR_RE = re.compile(r"\btaylorshift_[a-z0-9_]+(?:\{[^}]*\})?")
 
 
 def rule_files():
@@ -85,6 +78,12 @@ def metric_names(expr):
                 break
         names.add(name)
     return names
+
+
+def selectors(expr):
+    """The taylorshift_* vector selectors of a PromQL expression, with their label matchers and
+    without range or offset: `rate(m{a="b"}[5m])` gives `m{a="b"}`."""
+    return sorted(set(_SELECTOR_RE.findall(expr)))
 
 
 HISTOGRAMS = {

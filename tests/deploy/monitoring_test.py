@@ -4,12 +4,14 @@
 Starts tsserver through the image's entrypoint (deploy/docker/entrypoint.sh, which writes the
 untrained demo model) with the container config deploy/config/tsserver.yaml, moved to loopback
 and a temp dir; starts Prometheus (Debian package) on a free loopback port with the shipped
-scrape job and rule files, scraping every second; sends traffic with tsctl, including errors
-(unknown model, bad top_k, expired deadlines, a full queue); then evaluates every PromQL
+scrape job and rule files, scraping every second; runs a tiny training job to success and one
+that fails on malformed data with `tsctl train --wait`; sends traffic with tsctl, including
+errors (unknown model, bad top_k, expired deadlines, a full queue); then evaluates every PromQL
 expression of every dashboard panel and every alert rule through /api/v1/query. Each must
-succeed; each serving panel must return finite data, for all models and for one; jobs panels
-(planned metrics) and the CUDA device-memory panel on a CPU-only server may be empty.
-Also runs the Dockerfile's HEALTHCHECK command against the server, up and stopped.
+succeed; each panel must return finite data, for all models and jobs and for one of each (only
+the CUDA device-memory panel on a CPU-only server may be empty); the jobs panels show the two
+jobs and TaylorShiftJobFailed fires. Also runs the Dockerfile's HEALTHCHECK command against
+the server, up and stopped.
 
 Usage: monitoring_test.py --tsserver BIN --tsctl BIN --tsmodel BIN"""
 
@@ -17,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import random
 import re
 import shlex
 import signal
@@ -36,6 +39,46 @@ import deploy_lib as lib  # noqa: E402
 
 ARGS = None
 RATE_INTERVAL = "1m"
+
+# A job that trains in a few seconds on one thread: 3 classes of short byte strings.
+TRAINING_SPEC = """\
+name: monitoring
+model: {embed_dim: 32, depth: 1, heads: 4, mlp_ratio: 2, max_length: 64}
+data:
+  train: {format: jsonl, path: train.jsonl}
+  validation: {split: 0.2}
+optimizer: {name: adamw, lr: 0.003, warmup_steps: 5}
+batch_size: 16
+steps: 60
+checkpoint_interval: 20
+eval_interval: 20
+log_interval: 10
+threads: 1
+"""
+TRAINING_STEPS = 60
+# Fails when the job loads its data (a line that is not JSON), after it was accepted.
+FAILING_SPEC = """\
+name: monitoring-broken
+model: {embed_dim: 32, depth: 1, heads: 4, mlp_ratio: 2, max_length: 64}
+data:
+  train: {format: jsonl, path: broken.jsonl}
+batch_size: 16
+steps: 10
+threads: 1
+"""
+
+
+def training_lines(count, seed=7):
+    """JSON lines of three classes: digits, lower-case letters, punctuation."""
+    rng = random.Random(seed)
+    alphabets = {"digits": "0123456789", "letters": "abcdefghijklmnopqrstuvwxyz",
+                 "punctuation": "!?.,;:-()[]"}
+    lines = []
+    for i in range(count):
+        label = sorted(alphabets)[i % len(alphabets)]
+        text = "".join(rng.choice(alphabets[label]) for _ in range(rng.randint(8, 48)))
+        lines.append(json.dumps({"text": text, "label": label}) + "\n")
+    return "".join(lines)
 
 
 def free_port():
@@ -98,6 +141,11 @@ class Stack:
         checkpoint = os.path.join(self.dir, "models", "listops-demo.tsckpt")
         config["state_dir"] = os.path.join(self.dir, "state")
         config["data_root"] = os.path.join(self.dir, "data")
+        os.makedirs(config["data_root"])
+        with open(os.path.join(config["data_root"], "train.jsonl"), "w") as f:
+            f.write(training_lines(240))
+        with open(os.path.join(config["data_root"], "broken.jsonl"), "w") as f:
+            f.write(training_lines(10) + "this line is not JSON\n")
         config["models"][0]["checkpoint"] = checkpoint
         # A second model with a 2-request queue, so that queue_full rejections happen.
         config["models"].append({"name": "tiny-queue", "checkpoint": checkpoint,
@@ -200,6 +248,18 @@ class Stack:
             assert result.returncode == 0, f"tsctl {args}: {result.stdout}{result.stderr}"
         return result
 
+    def train(self, spec_text, name):
+        """Submits a training job and follows it to its end (`tsctl train --wait --json`);
+        returns (tsctl's exit status, the job as the last line prints it)."""
+        spec = os.path.join(self.dir, f"{name}.yaml")
+        with open(spec, "w") as f:
+            f.write(spec_text)
+        result = self.tsctl("train", "--spec", spec, "--wait", "--json", "--timeout-ms",
+                            "120000", expect_ok=False)
+        lines = [l for l in result.stdout.splitlines() if l.strip()]
+        assert lines, f"tsctl train printed nothing: {result.stderr}"
+        return result.returncode, json.loads(lines[-1])
+
     def close(self):
         for process in (self.prometheus, self.server):
             if process is not None:
@@ -257,6 +317,14 @@ class MonitoringTest(unittest.TestCase):
         s.tsctl("bench", "--model", "listops", "--requests", "1", "--lengths", "fixed:100")
         wait_for(lambda: finite_values(s.query("taylorshift_requests_total")), 60,
                  "the first scrape of tsserver")
+        # Jobs: one that succeeds, then one that fails (the server's first failure, so the
+        # failed counter's series is new: TaylorShiftJobFailed must still fire).
+        code, job = s.train(TRAINING_SPEC, "train")
+        assert code == 0 and job["state"].lower() == "succeeded", job
+        cls.trained_job = job["id"]
+        code, job = s.train(FAILING_SPEC, "broken")
+        assert code != 0 and job["state"].lower() == "failed", job
+        cls.failed_job = job["id"]
         time.sleep(2)
         # Both attention paths (the demo model's crossover is 73 tokens).
         s.tsctl("bench", "--model", "listops", "--requests", "120", "--concurrency", "4",
@@ -294,10 +362,24 @@ class MonitoringTest(unittest.TestCase):
         return all(not s["metric"]["device"].startswith("cuda") for s in result["data"]["result"])
 
     def may_be_empty(self, names):
-        """Planned job metrics have no data yet; device metrics exist only on CUDA."""
-        if names and names <= lib.PLANNED_JOB_METRICS:
-            return True
+        """Device metrics exist only on CUDA."""
         return bool(names & lib.DEVICE_METRICS) and self.server_is_cpu_only()
+
+    def panel(self, title):
+        """(dashboard, panel) of the shipped panel with this title."""
+        found = [(b, p) for b in lib.dashboards().values() for p in lib.panels(b)
+                 if p["title"] == title]
+        self.assertEqual(len(found), 1, title)
+        return found[0]
+
+    def panel_result(self, title, **values):
+        """The panel's first query for the given variable values (others: all), instant."""
+        board, panel = self.panel(title)
+        assignment = {v["name"]: ".*" for v in lib.variables(board)} | values
+        result = self.stack.query(lib.substitute(panel["targets"][0]["expr"], assignment,
+                                                 RATE_INTERVAL))
+        self.assertEqual(result.get("status"), "success", f"{title}: {result}")
+        return result["data"]["result"]
 
     def variable_values(self, board):
         """{variable: [values]} from the dashboard's label_values() queries."""
@@ -317,7 +399,7 @@ class MonitoringTest(unittest.TestCase):
 
     def test_metric_names_exist(self):
         exported = exported_families(self.stack)
-        known = exported | lib.DEVICE_METRICS | lib.PLANNED_JOB_METRICS
+        known = exported | lib.DEVICE_METRICS
         exprs = [t["expr"] for b in lib.dashboards().values() for p in lib.panels(b)
                  for t in p["targets"]]
         exprs += [r["expr"] for _, r in lib.alert_rules()]
@@ -336,6 +418,8 @@ class MonitoringTest(unittest.TestCase):
             values = self.variable_values(board)
             self.assertEqual(values.get("instance"), [self.stack.metrics], name)
             self.assertIn("listops", values.get("model", []), name)
+            self.assertEqual(values.get("training_job"),
+                             sorted([self.trained_job, self.failed_job]), name)
 
     def test_every_panel_query_evaluates(self):
         for name, board in lib.dashboards().items():
@@ -343,9 +427,10 @@ class MonitoringTest(unittest.TestCase):
             values = self.variable_values(board)
             scenarios = {
                 "all": {n: ".*" for n in names},
-                # One instance and one model, as a user picks them.
+                # One instance, model and job, as a user picks them; the job that trained
+                # (the failed one stopped before its first step).
                 "listops": {n: (values[n][0] if values.get(n) else ".*") for n in names}
-                | {"model": "listops"},
+                | {"model": "listops", "training_job": self.trained_job},
             }
             checked = 0
             for scenario, assignment in scenarios.items():
@@ -360,6 +445,39 @@ class MonitoringTest(unittest.TestCase):
                         checked += 1
             self.assertGreater(checked, 0)
 
+    def test_jobs_panels_show_the_jobs(self):
+        trained, failed = self.trained_job, self.failed_job
+        states = {s["metric"]["state"]: float(s["value"][1])
+                  for s in self.panel_result("Jobs by state")}
+        self.assertEqual(states, {"queued": 0, "running": 0, "succeeded": 1, "failed": 1,
+                                  "cancelled": 0})
+        rows = {(s["metric"]["job_id"], s["metric"]["kind"], s["metric"]["state"])
+                for s in self.panel_result("Current job states")}
+        self.assertEqual(rows, {(trained, "training", "succeeded"),
+                                (failed, "training", "failed")})
+        # Each kind and state counted once, although both counters were created at 1.
+        finished = {(s["metric"]["kind"], s["metric"]["state"]): float(s["value"][1])
+                    for s in self.panel_result("Finished jobs by kind and state")}
+        self.assertEqual(finished, {("training", "succeeded"): 1, ("training", "failed"): 1})
+        step = self.panel_result("Step", training_job=trained)
+        self.assertEqual([float(s["value"][1]) for s in step], [TRAINING_STEPS])
+        loss = self.panel_result("Training loss", training_job=trained)
+        self.assertTrue(0 < float(loss[0]["value"][1]) < 10, loss)
+        accuracy = self.panel_result("Validation accuracy", training_job=trained)
+        self.assertTrue(0 <= float(accuracy[0]["value"][1]) <= 1, accuracy)
+        rate = self.panel_result("Examples per second", training_job=trained)
+        self.assertGreater(float(rate[0]["value"][1]), 0, rate)
+        # The failed job stopped before its first step: no progress series.
+        self.assertEqual(self.panel_result("Step", training_job=failed), [])
+
+    def test_failed_job_alert_fires(self):
+        def firing():
+            result = self.stack.query('ALERTS{alertname="TaylorShiftJobFailed",'
+                                      'alertstate="firing"}')["data"]["result"]
+            return [s["metric"]["kind"] for s in result]
+
+        self.assertEqual(wait_for(firing, 30, "TaylorShiftJobFailed to fire"), ["training"])
+
     def test_every_alert_rule_evaluates(self):
         # Loaded by the real Prometheus without errors.
         for rule in self.rules:
@@ -369,8 +487,19 @@ class MonitoringTest(unittest.TestCase):
             expr = rule["expr"].strip()
             result = self.stack.query(expr)
             self.assertEqual(result.get("status"), "success", f"{rule['alert']}: {result}")
-            # The expression without its threshold selects real series, so the selectors
-            # (metric names, label values such as reason="queue_full") match what is exported.
+            # Each selector matches exported series, so metric names and label values (such as
+            # reason="queue_full", state="failed") are what tsserver exports.
+            for selector in lib.selectors(expr):
+                if self.may_be_empty(lib.metric_names(selector)):
+                    continue
+                selected = self.stack.query(selector)
+                self.assertTrue(finite_values(selected),
+                                f"{rule['alert']}: {selector} has no data\n{selected}")
+            # The expression without its threshold selects real series too: its aggregations
+            # and divisions keep them. Not with `and`/`unless`, which leave out the series
+            # that are fine (jobs that are not running, steps that moved).
+            if re.search(r"\b(and|unless)\b", expr):
+                continue
             match = re.fullmatch(r"(.*?)\s*(?:>|<|==|!=|>=|<=)\s*([-0-9.e*+/ ()]+|Inf)", expr,
                                  re.S)
             if match is None or self.may_be_empty(lib.metric_names(expr)):

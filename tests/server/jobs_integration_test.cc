@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <sstream>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "model/checkpoint.h"
+#include "model/json_reader.h"
 #include "model/encoder.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 #include "taylorshift/v1/jobs.grpc.pb.h"
@@ -93,6 +96,25 @@ pb::TrainingSpec TinySpec(const std::string& name, std::uint64_t steps) {
   spec.set_threads(1);
   spec.set_log_interval(10);
   return spec;
+}
+
+struct CommandOutput {
+  int exit_code = -1;
+  std::vector<std::string> lines;
+  std::string text;
+};
+
+CommandOutput RunCommand(const std::string& command) {
+  CommandOutput out;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out.text += buffer;
+  const int status = ::pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::stringstream lines(out.text);
+  for (std::string line; std::getline(lines, line);) out.lines.push_back(line);
+  return out;
 }
 
 class JobsIntegrationTest : public ::testing::Test {
@@ -482,6 +504,70 @@ TEST_F(JobsIntegrationTest, CancelAndBadSpecsAreHandledAndServingContinues) {
   EXPECT_NE(failed.back().job().reason().find("bad.jsonl:2"), std::string::npos)
       << failed.back().job().reason();
   EXPECT_TRUE(Classify("still serving", &response).ok());
+}
+
+TEST_F(JobsIntegrationTest, TsctlTrainsWaitsListsAndPromotes) {
+  StartServer();
+  {
+    std::ofstream spec(dir_ + "/spec.yaml");
+    spec << "name: letters-cli\n"
+            "model: {embed_dim: 32, depth: 1, heads: 4, mlp_ratio: 2, max_length: 64}\n"
+            "data:\n"
+            "  train: {format: jsonl, path: task/train.jsonl}\n"
+            "  validation: {split: 0.2}\n"
+            "optimizer: {name: lamb, lr: 0.01, warmup_steps: 10}\n"
+            "batch_size: 16\n"
+            "steps: 120\n"
+            "threads: 1\n";
+  }
+  const std::string tsctl = std::string(TS_TSCTL_BINARY) + " ";
+  const std::string server = " --server " + server_.grpc_address();
+  const auto train =
+      RunCommand(tsctl + "train" + server + " --spec " + dir_ + "/spec.yaml --wait --json");
+  ASSERT_EQ(train.exit_code, 0) << train.text << server_.Log();
+  ASSERT_GE(train.lines.size(), 3u) << train.text;  // events, then the job
+  auto last = ParseJsonObject(train.lines.back());
+  ASSERT_TRUE(last.ok()) << last.status() << "\n" << train.text;
+  EXPECT_EQ((*last)["state"].text, "SUCCEEDED") << train.lines.back();
+  const std::string id = (*last)["id"].text;
+  EXPECT_EQ(id, "job-1");
+  EXPECT_EQ((*last)["metrics"].type, JsonField::Type::kObject) << train.lines.back();
+  EXPECT_NE(train.lines.back().find("\"accuracy\""), std::string::npos);
+
+  const auto list = RunCommand(tsctl + "jobs list" + server + " --json");
+  ASSERT_EQ(list.exit_code, 0) << list.text;
+  ASSERT_EQ(list.lines.size(), 1u) << list.text;
+  EXPECT_NE(list.lines[0].find("\"id\":\"job-1\""), std::string::npos) << list.text;
+
+  const auto get = RunCommand(tsctl + "jobs get " + id + server);
+  EXPECT_EQ(get.exit_code, 0) << get.text;
+  EXPECT_NE(get.text.find("SUCCEEDED"), std::string::npos) << get.text;
+
+  const auto promote = RunCommand(tsctl + "promote" + server + " --job " + id + " --model letters");
+  ASSERT_EQ(promote.exit_code, 0) << promote.text << server_.Log();
+  pb::ClassifyResponse response;
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::ClassifyRequest request;
+    request.set_model("letters");
+    request.set_document("9876543210 12");
+    ASSERT_TRUE(classifier_->Classify(&context, request, &response).ok());
+  }
+  EXPECT_EQ(response.label(), "digits");
+
+  // A spec with an invalid value is refused before anything runs; the message names the key.
+  {
+    std::ofstream spec(dir_ + "/bad.yaml");
+    spec << "name: bad\n"
+            "model: {embed_dim: 30, depth: 1, heads: 4, max_length: 64}\n"
+            "data: {train: {format: jsonl, path: task/train.jsonl}}\n"
+            "steps: 10\n";
+  }
+  const auto bad = RunCommand(tsctl + "train" + server + " --spec " + dir_ + "/bad.yaml");
+  EXPECT_EQ(bad.exit_code, 1) << bad.text;
+  EXPECT_NE(bad.text.find("INVALID_ARGUMENT"), std::string::npos) << bad.text;
+  EXPECT_NE(bad.text.find("model.heads"), std::string::npos) << bad.text;
 }
 
 }  // namespace
