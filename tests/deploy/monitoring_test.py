@@ -40,7 +40,7 @@ import deploy_lib as lib  # noqa: E402
 ARGS = None
 RATE_INTERVAL = "1m"
 
-# A job that trains in a few seconds on one thread: 3 classes of short byte strings.
+# A job that trains in about a second on one thread: 3 classes of short byte strings.
 TRAINING_SPEC = """\
 name: monitoring
 model: {embed_dim: 32, depth: 1, heads: 4, mlp_ratio: 2, max_length: 64}
