@@ -506,6 +506,33 @@ TEST_F(JobsIntegrationTest, CancelAndBadSpecsAreHandledAndServingContinues) {
   EXPECT_TRUE(Classify("still serving", &response).ok());
 }
 
+TEST_F(JobsIntegrationTest, JobsNeedTheAdminRole) {
+  {
+    std::ofstream config(dir_ + "/config.yaml", std::ios::app);
+    config << "auth: {tokens: {reader: [classify], operator: [classify, admin]}}\n";
+  }
+  StartServer();
+  const auto list = [&](const std::string& token) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    pb::ListJobsResponse response;
+    return jobs_->ListJobs(&context, pb::ListJobsRequest(), &response).error_code();
+  };
+  EXPECT_EQ(list(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(list("reader"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(list("operator"), grpc::StatusCode::OK);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  context.AddMetadata("authorization", "Bearer reader");
+  pb::WatchJobRequest request;
+  request.set_id("job-1");
+  auto reader = jobs_->WatchJob(&context, request);
+  pb::JobEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
 TEST_F(JobsIntegrationTest, TsctlTrainsWaitsListsAndPromotes) {
   StartServer();
   {
