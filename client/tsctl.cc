@@ -1,7 +1,7 @@
-// tsctl: the remote CLI for TaylorShift Serve (models, model, classify, bench, and the job
-// commands train, eval, jobs, promote in client/jobs_commands.h).
-// Exit status: 0 success, 1 an RPC or I/O error (stderr names the gRPC code) or a watched job
-// that did not succeed, 2 a usage error.
+// tsctl: the remote CLI for TaylorShift Serve (models, model, classify, bench, health, and the
+// job commands train, eval, jobs, promote in client/jobs_commands.h).
+// Exit status: 0 success, 1 an RPC or I/O error (stderr names the gRPC code), a watched job
+// that did not succeed or a health check that is not SERVING, 2 a usage error.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,11 +23,13 @@
 #include "client/classify_input.h"
 #include "client/command_line.h"
 #include "client/file_util.h"
+#include "client/health_check.h"
 #include "client/jobs_commands.h"
 #include "client/load_generator.h"
 #include "client/proto_names.h"
 #include "client/result_format.h"
 #include "grpcpp/grpcpp.h"
+#include "model/json_writer.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 
 namespace ts::client {
@@ -66,6 +68,14 @@ Commands:
                                           throughput, exact p50/p90/p99/max latency, errors by
                                           gRPC code, path and batch-size mix, server
                                           queue/compute time.
+  health   [--service NAME] [--json]      ask the server's gRPC health service
+                                          (grpc.health.v1.Health/Check, no token needed)
+                                          about NAME: "" (default) = the server as a whole,
+                                          taylorshift.v1.Classifier, taylorshift.v1.Jobs, or
+                                          a model name. Prints SERVING, NOT_SERVING or
+                                          UNKNOWN (--json: {"service":...,"status":...});
+                                          exits 0 only when SERVING (a NAME the server does
+                                          not know fails with NOT_FOUND).
 
 Jobs (the Jobs service; the admin role when the server has tokens):
   train    --spec FILE [--wait] [--json]  submit a training job from a YAML spec ('-' =
@@ -110,8 +120,9 @@ Common flags:
 
 Flags take their value as "--flag VALUE" or "--flag=VALUE"; "--" ends the flags.
 Exit status: 0 success, 1 RPC or I/O error (the gRPC code is named on stderr; classify and
-bench report per-request failures and exit 1 after all inputs / when no request succeeded)
-or a followed job that FAILED or was CANCELLED (stderr names the reason), 2 usage error.
+bench report per-request failures and exit 1 after all inputs / when no request succeeded),
+a followed job that FAILED or was CANCELLED (stderr names the reason), or a health status
+other than SERVING, 2 usage error.
 )";
 
 std::unique_ptr<Classifier::Stub> NewStub(const ConnectionOptions& options) {
@@ -357,6 +368,42 @@ int RunBench(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+int RunHealth(const std::vector<std::string>& args) {
+  Flags flags(With(CommonValueFlags(), {"service"}), {"json", "tls"});
+  if (!flags.Parse(args)) return Usage(flags.error());
+  if (!flags.positionals().empty()) {
+    return Usage(absl::StrCat("health takes no arguments, got '", flags.positionals()[0],
+                              "' (name the service with --service)"));
+  }
+  const std::string service = flags.String("service", "");
+  const ConnectionOptions connection = ConnectionFromFlags(flags);
+  const std::int64_t timeout_ms = flags.Int("timeout-ms", 30000, 0, INT32_MAX);
+  if (flags.failed()) return Usage(flags.error());
+  std::shared_ptr<grpc::Channel> channel = ConnectOrReport(connection);
+  if (channel == nullptr) return kExitError;
+  grpc::ClientContext context;
+  PrepareContext(connection, timeout_ms, &context);
+  ServingStatus status = ServingStatus::kUnknown;
+  const grpc::Status call = CheckHealth(channel, service, &context, &status);
+  if (!call.ok()) {
+    return RpcFailed(service.empty() ? std::string("Health/Check")
+                                     : absl::StrCat("Health/Check of '", service, "'"),
+                     connection, call);
+  }
+  if (flags.Has("json")) {
+    JsonWriter json;
+    json.BeginObject();
+    json.Key("service").String(service);
+    json.Key("status").String(ServingStatusName(status));
+    json.EndObject();
+    std::cout << json.str() << "\n";
+  } else {
+    std::cout << ServingStatusName(status) << "\n";
+  }
+  std::cout.flush();
+  return status == ServingStatus::kServing ? kExitOk : kExitError;
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const bool help = args.empty() || args[0] == "help" ||
@@ -376,6 +423,7 @@ int Main(int argc, char** argv) {
   if (command == "model") return RunModel(args);
   if (command == "classify") return RunClassify(args);
   if (command == "bench") return RunBench(args);
+  if (command == "health") return RunHealth(args);
   if (command == "train") return RunTrain(args);
   if (command == "eval") return RunEval(args);
   if (command == "jobs") return RunJobs(args);

@@ -1,20 +1,26 @@
 #!/usr/bin/python3
 """Static checks of the deployment bundle: docker-compose.yml (and its GPU override), the
-Grafana provisioning, the Kubernetes manifests and the Dockerfiles parse, agree with each other
-and with the server's configuration, and reference only files that exist.
+Grafana provisioning, the Kubernetes manifests (with the ServiceMonitor's scrape job) and the
+Dockerfiles (with their build-context ignore files) parse, agree with each other and with the
+server's configurations, and reference only files that exist. Every shipped tsserver
+configuration is also started with the real tsserver, and its health answered by `tsctl
+health` as the images' HEALTHCHECK asks for it.
 
 Usage: manifests_test.py --build-dir DIR --tsserver BIN --tsctl BIN --tsmodel BIN
 (the binaries' shared libraries must be installed by the runtime images)."""
 
 import argparse
 import glob
+import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import yaml
@@ -26,8 +32,16 @@ ARGS = None
 COMPOSE_FILES = [os.path.join(lib.ROOT, "docker-compose.yml"),
                  os.path.join(lib.DEPLOY, "docker-compose.gpu.yml")]
 K8S_DIR = os.path.join(lib.DEPLOY, "k8s")
-SERVER_CONFIG = os.path.join(lib.DEPLOY, "config", "tsserver.yaml")
+CONFIG_DIR = os.path.join(lib.DEPLOY, "config")
+# Serving and jobs in one process: compose, the Kubernetes jobs replica, the images' default.
+SERVER_CONFIG = os.path.join(CONFIG_DIR, "tsserver.yaml")
+# The Kubernetes serving replicas: the same with jobs off.
+SERVING_CONFIG = os.path.join(CONFIG_DIR, "tsserver-serving.yaml")
 DOCKERFILES = [os.path.join(lib.DEPLOY, "Dockerfile"), os.path.join(lib.DEPLOY, "Dockerfile.cuda")]
+# What the images ship at the path the configurations serve.
+DEMO_MODEL = "models/listops-demo.tsckpt"
+# The scrape job the alert rules and dashboards select (`up{job="taylorshift"}`).
+SCRAPE_JOB = "taylorshift"
 
 
 def load_yaml(path):
@@ -37,6 +51,16 @@ def load_yaml(path):
 
 def server_config():
     return load_yaml(SERVER_CONFIG)
+
+
+def shipped_configs():
+    """Paths of every tsserver configuration in deploy/config."""
+    return sorted(glob.glob(os.path.join(CONFIG_DIR, "*.yaml")))
+
+
+def jobs_enabled(config):
+    """tsserver's `jobs.enabled`, true when absent (config/default.yaml)."""
+    return (config.get("jobs") or {}).get("enabled", True)
 
 
 def port_of(address):
@@ -100,11 +124,18 @@ class ComposeTest(unittest.TestCase):
         published = [p.split(":")[-1] for p in service["ports"]]
         self.assertEqual(published, [str(port_of(config["listen"]))])
         self.assertIn(str(port_of(config["metrics_listen"])), [str(p) for p in service["expose"]])
-        # The volumes hold the config's state dir, data root and checkpoints.
+        # Volumes hold the config's state dir and data root, and jobs run here.
         targets = [t for _, t in compose_mounts(service)]
-        for path in (config["state_dir"], config["data_root"],
-                     os.path.dirname(config["models"][0]["checkpoint"])):
+        for path in (config["state_dir"], config["data_root"]):
             self.assertIn(path, targets)
+        self.assertTrue(jobs_enabled(config))
+        # The model is the trained one the image ships: no volume hides it.
+        shipped = image_files(dockerfile_instructions(os.path.join(lib.DEPLOY, "Dockerfile")))
+        for model in config["models"]:
+            self.assertEqual(shipped.get(model["checkpoint"]), DEMO_MODEL, model["checkpoint"])
+            for target in targets:
+                self.assertFalse(model["checkpoint"].startswith(target.rstrip("/") + "/"),
+                                 f"{target} hides {model['checkpoint']}")
 
     def test_prometheus_loads_the_shipped_config_and_scrapes_tsserver(self):
         service = self.services["prometheus"]
@@ -140,6 +171,98 @@ class ComposeTest(unittest.TestCase):
             self.assertTrue(glob.glob(os.path.join(folder, "*.json")))
         home = host_path_for(mounts, service["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
         self.assertTrue(home and os.path.isfile(home), home)
+
+
+class ServerConfigTest(unittest.TestCase):
+    """The shipped tsserver configurations, read by the real tsserver."""
+
+    def test_serving_config_is_the_jobs_config_with_jobs_off(self):
+        combined, serving = server_config(), load_yaml(SERVING_CONFIG)
+        self.assertEqual(combined["jobs"], {"enabled": True})
+        self.assertEqual(serving["jobs"], {"enabled": False})
+        self.assertEqual({k: v for k, v in combined.items() if k != "jobs"},
+                         {k: v for k, v in serving.items() if k != "jobs"})
+
+    def test_tsserver_runs_every_shipped_config(self):
+        """Each config starts tsserver (unknown keys or bad values would stop it), which then
+        answers the health checks the probes and the images' HEALTHCHECK send: the server, the
+        Classifier and every model SERVING, the Jobs service SERVING exactly when the config
+        runs jobs; SIGTERM stops it with status 0. Paths are moved into a temp dir; the
+        checkpoint is a small untrained model."""
+        healthchecks = [healthcheck_argv(dockerfile_instructions(p)) for p in DOCKERFILES]
+        with tempfile.TemporaryDirectory(prefix="ts-configs-") as tmp:
+            checkpoint = os.path.join(tmp, "model.tsckpt")
+            init = subprocess.run(
+                [ARGS.tsmodel, "init", "--out", checkpoint, "--labels", "a,b", "--embed-dim",
+                 "32", "--depth", "1", "--heads", "4", "--max-length", "64"],
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(init.returncode, 0, init.stdout + init.stderr)
+            for path in shipped_configs():
+                with self.subTest(config=os.path.basename(path)):
+                    self.run_config(path, checkpoint, os.path.join(tmp, os.path.basename(path)),
+                                    healthchecks)
+
+    def run_config(self, path, checkpoint, scratch, healthchecks):
+        config = load_yaml(path)
+        for model in config["models"]:
+            model["checkpoint"] = checkpoint
+        os.makedirs(scratch)
+        config_path = os.path.join(scratch, "tsserver.yaml")
+        with open(config_path, "w") as f:
+            yaml.safe_dump(config, f)
+        ready_file = os.path.join(scratch, "ready")
+        log_path = os.path.join(scratch, "tsserver.log")
+        with open(log_path, "w") as log:
+            server = subprocess.Popen(
+                [ARGS.tsserver, "--config", config_path, "--listen", "127.0.0.1:0",
+                 "--metrics-listen", "127.0.0.1:0", "--state-dir", os.path.join(scratch, "state"),
+                 "--data-root", os.path.join(scratch, "data"), "--threads", "1",
+                 "--ready-file", ready_file],
+                stdout=log, stderr=subprocess.STDOUT)
+
+        def log_text():
+            with open(log_path) as f:
+                return f.read()[-3000:]
+
+        try:
+            address = None
+            deadline = time.monotonic() + 90
+            while address is None and time.monotonic() < deadline:
+                if server.poll() is not None:
+                    self.fail(f"tsserver exited with {server.returncode}:\n{log_text()}")
+                if os.path.exists(ready_file):
+                    with open(ready_file) as f:
+                        fields = dict(l.split("=", 1) for l in f.read().split() if "=" in l)
+                    address = fields.get("grpc")
+                time.sleep(0.1)
+            self.assertIsNotNone(address, f"tsserver did not become ready:\n{log_text()}")
+
+            def health(*args):
+                return subprocess.run([ARGS.tsctl, "health", "--server", address, *args],
+                                      capture_output=True, text=True, timeout=30)
+
+            expected = {"": "SERVING", "taylorshift.v1.Classifier": "SERVING",
+                        "taylorshift.v1.Jobs": "SERVING" if jobs_enabled(config) else "NOT_SERVING"}
+            expected.update({m["name"]: "SERVING" for m in config["models"]})
+            for service, status in expected.items():
+                result = health("--service", service)
+                self.assertEqual(result.stdout.strip(), status, f"{service!r}: {result.stderr}")
+                self.assertEqual(result.returncode, 0 if status == "SERVING" else 1, service)
+            for argv in healthchecks:
+                argv = list(argv)
+                argv[argv.index("--server") + 1] = address
+                result = subprocess.run([ARGS.tsctl] + argv[1:], capture_output=True, text=True,
+                                        timeout=30)
+                self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        finally:
+            if server.poll() is None:
+                server.send_signal(signal.SIGTERM)
+                try:
+                    server.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    server.wait()
+        self.assertEqual(server.returncode, 0, log_text())
 
 
 class DashboardTest(unittest.TestCase):
@@ -213,24 +336,31 @@ class KubernetesTest(unittest.TestCase):
             for patch in doc.get("patches", []):
                 self.assertTrue(os.path.isfile(os.path.join(here, patch["path"])), f"{path}: {patch}")
 
-    def test_configmap_is_the_shipped_config(self):
+    def test_configmap_is_the_shipped_configs(self):
         configmap = self.objects[("ConfigMap", "taylorshift-config")][0]
-        with open(SERVER_CONFIG) as f:
-            self.assertEqual(configmap["data"]["tsserver.yaml"], f.read())
+        self.assertEqual(set(configmap["data"]), {os.path.basename(p) for p in shipped_configs()})
+        for path in shipped_configs():
+            with open(path) as f:
+                self.assertEqual(configmap["data"][os.path.basename(path)], f.read(), path)
 
     def deployments(self):
         return [d for (kind, _), docs in self.objects.items() if kind == "Deployment"
                 for d in docs if d["spec"].get("template")]
 
     def test_deployments(self):
-        config = server_config()
-        grpc_port = port_of(config["listen"])
-        metrics_port = port_of(config["metrics_listen"])
         names = {d["metadata"]["name"] for d in self.deployments()}
         self.assertEqual(names, {"tsserver", "tsserver-jobs"})
+        configmap = self.objects[("ConfigMap", "taylorshift-config")][0]
+        shipped = image_files(dockerfile_instructions(DOCKERFILES[0]))
         for deployment in self.deployments():
             name = deployment["metadata"]["name"]
             pod = deployment["spec"]["template"]["spec"]
+            container = pod["containers"][0]
+            args = container["args"]
+            config_path = args[args.index("--config") + 1]
+            config = yaml.safe_load(configmap["data"][os.path.basename(config_path)])
+            grpc_port = port_of(config["listen"])
+            metrics_port = port_of(config["metrics_listen"])
             labels = deployment["spec"]["template"]["metadata"]["labels"]
             for key, value in deployment["spec"]["selector"]["matchLabels"].items():
                 self.assertEqual(labels[key], value, name)
@@ -239,16 +369,14 @@ class KubernetesTest(unittest.TestCase):
             self.assertGreater(pod["terminationGracePeriodSeconds"] * 1000,
                                config["shutdown_grace_ms"], name)
             volumes = {v["name"]: v for v in pod["volumes"]}
-            container = pod["containers"][0]
-            args = container["args"]
-            config_path = args[args.index("--config") + 1]
             mounted_config = False
             for mount in container["volumeMounts"]:
                 self.assertIn(mount["name"], volumes, f"{name}: {mount['name']}")
                 volume = volumes[mount["name"]]
                 if "configMap" in volume:
                     self.assertIn(("ConfigMap", volume["configMap"]["name"]), self.objects)
-                    if config_path == os.path.join(mount["mountPath"], "tsserver.yaml"):
+                    if config_path == os.path.join(mount["mountPath"],
+                                                   os.path.basename(config_path)):
                         mounted_config = True
                 if "persistentVolumeClaim" in volume:
                     self.assertIn(("PersistentVolumeClaim",
@@ -258,18 +386,37 @@ class KubernetesTest(unittest.TestCase):
             self.assertEqual(ports, {"grpc": grpc_port, "metrics": metrics_port}, name)
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 self.assertEqual(container[probe]["grpc"]["port"], grpc_port, f"{name} {probe}")
-            self.assertEqual(container["readinessProbe"]["grpc"]["service"],
-                             "taylorshift.v1.Classifier")
             self.assertIn("memory", container["resources"]["limits"], name)
-            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+            read_only_root = container["securityContext"].get("readOnlyRootFilesystem", False)
+            # tsserver opens its jobs database in state_dir even with jobs off.
             state = mounts.get(config["state_dir"])
+            if read_only_root:
+                self.assertTrue(state and not state.get("readOnly"),
+                                f"{name}: state_dir {config['state_dir']} is not writable")
+            # The models served are the trained demo model of the image: no volume hides it.
+            for model in config["models"]:
+                self.assertEqual(shipped.get(model["checkpoint"]), DEMO_MODEL, name)
+                for path in mounts:
+                    self.assertFalse(model["checkpoint"].startswith(path.rstrip("/") + "/"),
+                                     f"{name}: {path} hides {model['checkpoint']}")
+            readiness = container["readinessProbe"]["grpc"]["service"]
             if name == "tsserver":
-                # Serving replicas are stateless: no state volume.
-                self.assertIsNone(state)
+                # Serving replicas are stateless: jobs off, the state dir an emptyDir.
+                self.assertFalse(jobs_enabled(config), f"{name}: {config_path} runs jobs")
+                self.assertIn("emptyDir", volumes[state["name"]], name)
+                self.assertEqual(readiness, "taylorshift.v1.Classifier")
             else:
+                # The jobs replica: the one writer of the jobs database, on a claim, with the
+                # datasets on a claim too.
+                self.assertTrue(jobs_enabled(config), f"{name}: {config_path} runs no jobs")
                 self.assertEqual(deployment["spec"]["replicas"], 1)
                 self.assertEqual(deployment["spec"]["strategy"]["type"], "Recreate")
-                self.assertIn("persistentVolumeClaim", volumes[state])
+                self.assertIn("persistentVolumeClaim", volumes[state["name"]])
+                data = mounts.get(config["data_root"])
+                self.assertTrue(data, f"{name}: no volume at data_root {config['data_root']}")
+                self.assertIn("persistentVolumeClaim", volumes[data["name"]])
+                self.assertEqual(readiness, "taylorshift.v1.Jobs")
 
     def test_services_select_pods_and_ports(self):
         pods = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
@@ -292,6 +439,33 @@ class KubernetesTest(unittest.TestCase):
                                 for k, v in monitor["spec"]["selector"]["matchLabels"].items()))
         self.assertEqual(monitor["spec"]["endpoints"][0]["port"], "metrics")
 
+    def test_servicemonitor_scrape_job_is_the_one_the_rules_select(self):
+        """The Prometheus Operator names a target's `job` after its Service (or the Service
+        label that `jobLabel` names), then applies the endpoint's relabelings: every Service
+        the ServiceMonitor selects must come out as the job of prometheus.yml, which the alert
+        rules and dashboards select."""
+        monitor = self.objects[("ServiceMonitor", "taylorshift-serve")][0]
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        services = [d for (kind, _), docs in self.objects.items() if kind == "Service"
+                    for d in docs
+                    if all(d["metadata"].get("labels", {}).get(k) == v
+                           for k, v in selector.items())]
+        self.assertEqual(len(services), 2)
+        for endpoint in monitor["spec"]["endpoints"]:
+            for service in services:
+                self.assertEqual(operator_job_label(monitor, endpoint, service), SCRAPE_JOB,
+                                 service["metadata"]["name"])
+        compose_jobs = [j["job_name"] for j in load_yaml(lib.PROMETHEUS_CONFIG)["scrape_configs"]
+                        if j["job_name"] != "prometheus"]
+        self.assertEqual(compose_jobs, [SCRAPE_JOB])
+        selected = set()
+        exprs = [r["expr"] for _, r in lib.alert_rules()]
+        exprs += [t["expr"] for b in lib.dashboards().values() for p in lib.panels(b)
+                  for t in p["targets"]]
+        for expr in exprs:
+            selected |= set(re.findall(r'\bjob\s*=~?\s*"([^"]*)"', expr))
+        self.assertEqual(selected, {SCRAPE_JOB})
+
     def test_kubectl_kustomize_builds(self):
         kubectl = shutil.which("kubectl")
         if kubectl is None:
@@ -301,12 +475,40 @@ class KubernetesTest(unittest.TestCase):
                                     capture_output=True, text=True, timeout=60)
             self.assertEqual(result.returncode, 0, result.stderr)
             docs = list(yaml.safe_load_all(result.stdout))
-            self.assertEqual(len(docs), 8, overlay)
+            self.assertEqual(len(docs), 9, overlay)
             serving = [d for d in docs if d["kind"] == "Deployment"
                        and d["metadata"]["name"] == "tsserver"][0]
             container = serving["spec"]["template"]["spec"]["containers"][0]
             self.assertEqual(container["image"], image)
             self.assertEqual("nvidia.com/gpu" in container["resources"]["limits"], overlay == "gpu")
+
+
+def operator_job_label(monitor, endpoint, service):
+    """The `job` label the Prometheus Operator gives the targets of `service` scraped through
+    `endpoint` of ServiceMonitor `monitor`: the Service's name, or the value of its label that
+    spec.jobLabel names, then the endpoint's `replace` relabelings that target `job`."""
+    labels = service["metadata"].get("labels", {})
+    job = service["metadata"]["name"]
+    job_label = monitor["spec"].get("jobLabel")
+    if job_label and labels.get(job_label):
+        job = labels[job_label]
+    meta = {f"__meta_kubernetes_service_label_{re.sub(r'[^a-zA-Z0-9_]', '_', k)}": v
+            for k, v in labels.items()}
+    meta["__meta_kubernetes_service_name"] = service["metadata"]["name"]
+    for relabel in endpoint.get("relabelings", []):
+        if relabel.get("action", "replace").lower() != "replace":
+            continue
+        if relabel.get("targetLabel") != "job":
+            continue
+        current = dict(meta, job=job)
+        value = relabel.get("separator", ";").join(current.get(label, "")
+                                                   for label in relabel.get("sourceLabels", []))
+        match = re.fullmatch(relabel.get("regex", "(.*)"), value)
+        if match:
+            # Prometheus writes groups as $1 or ${1}.
+            replacement = re.sub(r"\$\{?(\w+)\}?", r"\\g<\1>", relabel.get("replacement", "$1"))
+            job = match.expand(replacement)
+    return job
 
 
 def dockerfile_instructions(path):
@@ -326,6 +528,91 @@ def dockerfile_instructions(path):
             stage += 1
         out.append((stage, instruction, rest.strip()))
     return out
+
+
+def copy_words(args):
+    """(flags, sources, destination) of a COPY/ADD instruction's arguments."""
+    words = args.split()
+    flags = [w for w in words if w.startswith("--")]
+    rest = [w for w in words if not w.startswith("--")]
+    return flags, rest[:-1], rest[-1]
+
+
+def image_files(steps):
+    """{path in the final image: repository path} of the files the last stage COPYs from the
+    build context (COPY --from=... is left out)."""
+    last = max(stage for stage, _, _ in steps)
+    out = {}
+    for stage, instruction, args in steps:
+        if stage != last or instruction not in ("COPY", "ADD"):
+            continue
+        flags, sources, destination = copy_words(args)
+        if any(f.startswith("--from=") for f in flags):
+            continue
+        for source in sources:
+            if destination.endswith("/"):
+                out[destination + os.path.basename(source.rstrip("/"))] = source
+            else:
+                out[destination] = source
+    return out
+
+
+def healthcheck_argv(steps):
+    """The exec-form command of the last stage's HEALTHCHECK."""
+    last = max(stage for stage, _, _ in steps)
+    health = [a for s, i, a in steps if s == last and i == "HEALTHCHECK"]
+    return json.loads(health[-1][health[-1].index("CMD") + 3:].strip())
+
+
+def dockerignore_patterns(dockerfile):
+    """[(exception, regex)] of the ignore file BuildKit uses with `dockerfile`: the
+    Dockerfile's own <name>.dockerignore, else .dockerignore of the context (the repository)."""
+    path = dockerfile + ".dockerignore"
+    if not os.path.exists(path):
+        path = os.path.join(lib.ROOT, ".dockerignore")
+        if not os.path.exists(path):
+            return []
+    patterns = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            exception = line.startswith("!")
+            pattern = os.path.normpath(line.lstrip("!").strip()).lstrip("/")
+            # Go's filepath.Match, plus `**` for any number of folders (moby/patternmatcher).
+            regex = ""
+            i = 0
+            while i < len(pattern):
+                if pattern.startswith("**/", i):
+                    regex += "(?:.*/)?"
+                    i += 3
+                elif pattern.startswith("**", i):
+                    regex += ".*"
+                    i += 2
+                elif pattern[i] == "*":
+                    regex += "[^/]*"
+                    i += 1
+                elif pattern[i] == "?":
+                    regex += "[^/]"
+                    i += 1
+                else:
+                    regex += re.escape(pattern[i])
+                    i += 1
+            patterns.append((exception, re.compile(regex + "$")))
+    return patterns
+
+
+def excluded_from_context(path, patterns):
+    """Whether the ignore patterns leave `path` (relative to the context) out: the last
+    pattern that matches it or one of its parent folders decides."""
+    parts = os.path.normpath(path).split(os.sep)
+    candidates = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    excluded = False
+    for exception, regex in patterns:
+        if any(regex.match(candidate) for candidate in candidates):
+            excluded = not exception
+    return excluded
 
 
 def apt_packages(run_args):
@@ -424,12 +711,82 @@ class DockerfileTest(unittest.TestCase):
             self.assertTrue(users and users[-1].split(":")[0] not in ("0", "root"), name)
             health = [a for i, a in runtime if i == "HEALTHCHECK"]
             self.assertEqual(len(health), 1, name)
-            self.assertIn('CMD ["tsctl", "models", "--server", "127.0.0.1:50051"', health[0])
             entrypoint = [a for i, a in runtime if i == "ENTRYPOINT"][0]
             self.assertIn("/usr/local/bin/tsserver-entrypoint", entrypoint)
             cmd = [a for i, a in runtime if i == "CMD"][0]
             self.assertIn('"/etc/taylorshift/tsserver.yaml"', cmd)
         self.assertTrue(os.access(os.path.join(lib.DEPLOY, "docker", "entrypoint.sh"), os.X_OK))
+
+    def test_images_ship_the_configs_and_the_demo_model(self):
+        config = server_config()
+        for path in DOCKERFILES:
+            name = os.path.basename(path)
+            steps = dockerfile_instructions(path)
+            shipped = image_files(steps)
+            # Every configuration, and CMD runs the one that serves and runs jobs.
+            for config_path in shipped_configs():
+                target = "/etc/taylorshift/" + os.path.basename(config_path)
+                self.assertEqual(shipped.get(target), os.path.relpath(config_path, lib.ROOT),
+                                 f"{name}: {target}")
+            cmd = json.loads([a for _, i, a in steps if i == "CMD"][-1])
+            self.assertEqual(cmd, ["--config", "/etc/taylorshift/tsserver.yaml"], name)
+            # The trained demo model, at the path the configurations serve and the entrypoint
+            # checks (it writes an untrained one only when that file is missing).
+            for config_path in shipped_configs():
+                for model in load_yaml(config_path)["models"]:
+                    self.assertEqual(shipped.get(model["checkpoint"]), DEMO_MODEL,
+                                     f"{name}: {model['checkpoint']} of {config_path}")
+            env = " ".join(a for _, i, a in steps if i == "ENV")
+            self.assertIn(f"TS_DEMO_CHECKPOINT={config['models'][0]['checkpoint']}", env, name)
+
+    def test_healthcheck_asks_the_grpc_health_service(self):
+        grpc_port = port_of(server_config()["listen"])
+        for path in DOCKERFILES:
+            argv = healthcheck_argv(dockerfile_instructions(path))
+            self.assertEqual(argv[:2], ["tsctl", "health"], path)
+            self.assertEqual(argv[argv.index("--server") + 1], f"127.0.0.1:{grpc_port}", path)
+            # Without --service: the server as a whole, which turns NOT_SERVING on SIGTERM.
+            self.assertNotIn("--service", argv, path)
+            self.assertIn("--timeout-ms", argv, path)
+
+    def test_build_context_keeps_what_the_dockerfiles_copy(self):
+        for path in DOCKERFILES:
+            patterns = dockerignore_patterns(path)
+            self.assertTrue(patterns, f"{path}: no ignore file")
+            for stage, instruction, args in dockerfile_instructions(path):
+                if instruction not in ("COPY", "ADD"):
+                    continue
+                flags, sources, _ = copy_words(args)
+                if any(f.startswith("--from=") for f in flags):
+                    continue
+                for source in sources:
+                    self.assertFalse(excluded_from_context(source, patterns),
+                                     f"{os.path.basename(path)}: COPY {source} is excluded by "
+                                     "its .dockerignore")
+            # ...and that local builds and state stay out.
+            for local in ("build-hE/server/tsserver", ".git/HEAD", "state/jobs.db",
+                          "models/scratch.tsckpt"):
+                self.assertTrue(excluded_from_context(local, patterns), f"{path}: {local}")
+
+    def test_dockerfiles_agree(self):
+        """Both images run the same way: what they copy from the context, their user, working
+        folder, environment of the entrypoint, ports, health check, entrypoint and command."""
+        def runtime(path):
+            steps = dockerfile_instructions(path)
+            last = max(stage for stage, _, _ in steps)
+            kept = {}
+            for stage, instruction, args in steps:
+                if stage == last and instruction in ("USER", "WORKDIR", "EXPOSE", "ENTRYPOINT",
+                                                     "CMD", "HEALTHCHECK"):
+                    kept.setdefault(instruction, []).append(args)
+            kept["files"] = image_files(steps)
+            kept["demo"] = [a for s, i, a in steps if s == last and i == "ENV"
+                            and "TS_DEMO_CHECKPOINT" in a]
+            kept["HEALTHCHECK"] = healthcheck_argv(steps)
+            return kept
+
+        cpu, cuda = (runtime(p) for p in DOCKERFILES)
+        self.assertEqual(cpu, cuda)
 
     def test_build_context_configures(self):
         """The files the Dockerfile copies are enough to configure the CMake project with the

@@ -1,8 +1,9 @@
 // tsctl against a real tsserver on loopback: models, classify (JSON lines in input order, files
-// and images, errors per input), and a short bench run.
+// and images, errors per input), a short bench run, and health (gRPC's health service).
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -130,6 +131,63 @@ TEST_F(TsctlTest, BenchReportsThroughputLatencyAndTheMix) {
                           "\"batch_size\":", "\"ok\":40"}) {
     EXPECT_NE(out.text.find(key), std::string::npos) << key << " in " << out.text;
   }
+}
+
+TEST_F(TsctlTest, HealthOfTheServerAndOfEachServiceAndModelIsServing) {
+  const auto overall = RunCommand(Tsctl("health", ""));
+  EXPECT_EQ(overall.exit_code, 0) << overall.text;
+  EXPECT_EQ(overall.text, "SERVING\n");
+  for (const char* service : {"taylorshift.v1.Classifier", "taylorshift.v1.Jobs", "text"}) {
+    const auto out =
+        RunCommand(Tsctl("health", std::string("--timeout-ms 5000 --service ") + service));
+    EXPECT_EQ(out.exit_code, 0) << service << ": " << out.text;
+    EXPECT_EQ(out.text, "SERVING\n") << service;
+  }
+  const auto json = RunCommand(Tsctl("health", "--service=pixels --json"));
+  EXPECT_EQ(json.exit_code, 0) << json.text;
+  EXPECT_EQ(json.text, "{\"service\":\"pixels\",\"status\":\"SERVING\"}\n");
+}
+
+TEST_F(TsctlTest, HealthOfAnUnknownServiceIsNotFound) {
+  const auto out = RunCommand(Tsctl("health", "--service no-such-model"));
+  EXPECT_EQ(out.exit_code, 1) << out.text;
+  EXPECT_NE(out.text.find("NOT_FOUND"), std::string::npos) << out.text;
+  EXPECT_EQ(out.text.find("SERVING"), std::string::npos) << out.text;
+}
+
+TEST_F(TsctlTest, HealthOfAnUnreachableServerFails) {
+  const auto out =
+      RunCommand(std::string(TS_TSCTL_BINARY) + " health --server 127.0.0.1:1 --timeout-ms 2000");
+  EXPECT_EQ(out.exit_code, 1) << out.text;
+  EXPECT_NE(out.text.find("UNAVAILABLE"), std::string::npos) << out.text;
+}
+
+TEST_F(TsctlTest, HealthIsNotServingForJobsOnAServerWithoutThem) {
+  // Its own folder: ServerProcess names its ready file after the starts in that folder.
+  const std::string dir = *dir_ + "/no-jobs";
+  std::filesystem::create_directories(dir);
+  const std::string config = dir + "/tsserver.yaml";
+  std::ofstream(config) << "jobs: {enabled: false}\n";
+  ts::testing::ServerProcess server;
+  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY,
+                           {"--config", config, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                            "--model", "text=" + *dir_ + "/text.tsckpt", "--threads", "1",
+                            "--state-dir", dir + "/state", "--data-root", dir + "/data"},
+                           dir));
+  const std::string tsctl =
+      std::string(TS_TSCTL_BINARY) + " health --server " + server.grpc_address();
+  const auto jobs = RunCommand(tsctl + " --service taylorshift.v1.Jobs");
+  EXPECT_EQ(jobs.exit_code, 1) << jobs.text;
+  EXPECT_EQ(jobs.text, "NOT_SERVING\n");
+  const auto overall = RunCommand(tsctl);
+  EXPECT_EQ(overall.exit_code, 0) << overall.text;
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
+TEST_F(TsctlTest, HealthTakesNoPositionalArguments) {
+  const auto out = RunCommand(Tsctl("health", "text"));
+  EXPECT_EQ(out.exit_code, 2) << out.text;
+  EXPECT_NE(out.text.find("--service"), std::string::npos) << out.text;
 }
 
 TEST_F(TsctlTest, UnreachableServerIsAClearError) {
