@@ -205,23 +205,28 @@ int Run(int argc, char** argv) {
                      model->crossover_source(), ")"));
   }
   // Jobs: the store under state_dir, data paths confined to data_root. Promoted models are
-  // served again before the server accepts calls.
+  // served again before the server accepts calls. With jobs.enabled false there is no Jobs
+  // service (its RPCs are UNIMPLEMENTED) and nothing is read or written under state_dir.
   grpc::HealthCheckServiceInterface* health = nullptr;
-  JobManagerOptions job_options;
-  job_options.jobs = config->jobs;
-  job_options.state_dir = config->state_dir;
-  job_options.data_root = config->data_root;
-  job_options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  job_options.on_model_served = [&health](const std::string& name) {
-    if (health != nullptr) health->SetServingStatus(name, true);
-  };
-  job_options.log = [](const std::string& line) { Log(line); };
-  auto jobs = JobManager::Create(job_options, registry->get(), metrics->get(), RealClock());
-  if (!jobs.ok()) {
-    Log(absl::StrCat("jobs: ", jobs.status().message()));
-    return 1;
+  std::unique_ptr<JobManager> jobs;
+  if (config->jobs.enabled) {
+    JobManagerOptions job_options;
+    job_options.jobs = config->jobs;
+    job_options.state_dir = config->state_dir;
+    job_options.data_root = config->data_root;
+    job_options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    job_options.on_model_served = [&health](const std::string& name) {
+      if (health != nullptr) health->SetServingStatus(name, true);
+    };
+    job_options.log = [](const std::string& line) { Log(line); };
+    auto created = JobManager::Create(job_options, registry->get(), metrics->get(), RealClock());
+    if (!created.ok()) {
+      Log(absl::StrCat("jobs: ", created.status().message()));
+      return 1;
+    }
+    jobs = std::move(*created);
+    jobs->RestorePromotions();
   }
-  (*jobs)->RestorePromotions();
   auto credentials = Credentials(config->tls);
   if (!credentials.ok()) {
     Log(absl::StrCat("tls: ", credentials.status().message()));
@@ -235,8 +240,11 @@ int Run(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(config->listen, *credentials, &port);
   builder.RegisterService(&classifier);
-  JobsService jobs_service(jobs->get(), authorizer->get());
-  builder.RegisterService(&jobs_service);
+  std::unique_ptr<JobsService> jobs_service;
+  if (jobs != nullptr) {
+    jobs_service = std::make_unique<JobsService>(jobs.get(), authorizer->get());
+    builder.RegisterService(jobs_service.get());
+  }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config->max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config->max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config->max_concurrent_streams);
@@ -277,8 +285,10 @@ int Run(int argc, char** argv) {
   health->SetServingStatus(false);
   const absl::Time deadline = absl::Now() + config->shutdown_grace;
   // A running training job saves its state at its next step and resumes on the next start.
-  (*jobs)->Shutdown();
-  Log("jobs stopped");
+  if (jobs != nullptr) {
+    jobs->Shutdown();
+    Log("jobs stopped");
+  }
   // Stops accepting calls and waits for those in flight (their batches keep running).
   server->Shutdown(absl::ToChronoTime(deadline));
   Log("RPCs finished; draining batchers");
