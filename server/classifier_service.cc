@@ -17,22 +17,6 @@ namespace pb = taylorshift::v1;
 
 constexpr char kClassifyRole[] = "classify";
 
-absl::StatusOr<AttentionPath> FromProtoPath(pb::AttentionPath path) {
-  switch (path) {
-    case pb::ATTENTION_PATH_AUTO:
-      return AttentionPath::kAuto;
-    case pb::ATTENTION_PATH_DIRECT:
-      return AttentionPath::kDirect;
-    case pb::ATTENTION_PATH_EFFICIENT:
-      return AttentionPath::kEfficient;
-    case pb::ATTENTION_PATH_SOFTMAX:
-      return AttentionPath::kSoftmax;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("path: unknown attention path value ", static_cast<int>(path)));
-  }
-}
-
 pb::AttentionPath ToProtoPath(AttentionPath path) {
   switch (path) {
     case AttentionPath::kDirect:
@@ -321,6 +305,22 @@ class ClassifyStreamReactor final
 };
 
 }  // namespace
+
+absl::StatusOr<AttentionPath> FromProtoPath(pb::AttentionPath path) {
+  switch (path) {
+    case pb::ATTENTION_PATH_AUTO:
+      return AttentionPath::kAuto;
+    case pb::ATTENTION_PATH_DIRECT:
+      return AttentionPath::kDirect;
+    case pb::ATTENTION_PATH_EFFICIENT:
+      return AttentionPath::kEfficient;
+    case pb::ATTENTION_PATH_SOFTMAX:
+      return AttentionPath::kSoftmax;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("path: unknown attention path value ", static_cast<int>(path)));
+  }
+}
 
 void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
   info->set_name(model.name());

@@ -15,6 +15,10 @@
 
 namespace ts::server {
 
+// The API's attention path as the model library's; INVALID_ARGUMENT naming `path` for a value
+// outside the enum.
+absl::StatusOr<AttentionPath> FromProtoPath(taylorshift::v1::AttentionPath path);
+
 // The served model as the API describes it (ListModels, GetModel, PromoteCheckpoint).
 void FillModelInfo(const ServedModel& model, taylorshift::v1::ModelInfo* info);
 

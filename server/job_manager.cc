@@ -19,6 +19,7 @@
 #include "model/checkpoint.h"
 #include "model/torch_compat.h"
 #include "model/training.h"
+#include "server/classifier_service.h"
 #include "server/job_spec.h"
 
 namespace ts::server {
@@ -62,19 +63,6 @@ void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
   out->set_seconds(seconds);
   out->set_nanos(static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) /
                                            absl::Nanoseconds(1)));
-}
-
-AttentionPath ToModelPath(pb::AttentionPath path) {
-  switch (path) {
-    case pb::ATTENTION_PATH_DIRECT:
-      return AttentionPath::kDirect;
-    case pb::ATTENTION_PATH_EFFICIENT:
-      return AttentionPath::kEfficient;
-    case pb::ATTENTION_PATH_SOFTMAX:
-      return AttentionPath::kSoftmax;
-    default:
-      return AttentionPath::kAuto;
-  }
 }
 
 // The same name rule as configured models.
@@ -681,7 +669,9 @@ absl::Status JobManager::RunTraining(const std::shared_ptr<Active>& active) {
   options.batch_size = spec.batch_size();
   options.grad_clip_norm = spec.grad_clip();
   options.seed = spec.seed();
-  options.path = ToModelPath(spec.path());
+  auto path = FromProtoPath(spec.path());
+  if (!path.ok()) return path.status();
+  options.path = *path;
   options.log_interval = static_cast<std::int64_t>(spec.log_interval());
   options.eval_interval = static_cast<std::int64_t>(spec.eval_interval());
   options.checkpoint_interval = static_cast<std::int64_t>(spec.checkpoint_interval());
@@ -916,8 +906,10 @@ absl::Status JobManager::RunEvaluation(const std::shared_ptr<Active>& active) {
   auto data = LoadSource(spec.data(), loaded->metadata.labels, "data");
   if (!data.ok()) return data.status();
   if (active->cancel) return absl::CancelledError("cancelled by request");
+  auto attention = FromProtoPath(spec.path());
+  if (!attention.ok()) return attention.status();
   auto result = EvaluateClassifier(loaded->model, loaded->options, data->examples,
-                                   spec.batch_size(), ToModelPath(spec.path()));
+                                   spec.batch_size(), *attention);
   if (!result.ok()) return result.status();
   {
     absl::MutexLock lock(&mu_);

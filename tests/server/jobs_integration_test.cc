@@ -98,24 +98,7 @@ pb::TrainingSpec TinySpec(const std::string& name, std::uint64_t steps) {
   return spec;
 }
 
-struct CommandOutput {
-  int exit_code = -1;
-  std::vector<std::string> lines;
-  std::string text;
-};
-
-CommandOutput RunCommand(const std::string& command) {
-  CommandOutput out;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out.text += buffer;
-  const int status = ::pclose(pipe);
-  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::stringstream lines(out.text);
-  for (std::string line; std::getline(lines, line);) out.lines.push_back(line);
-  return out;
-}
+using ts::testing::RunCommand;
 
 class JobsIntegrationTest : public ::testing::Test {
  protected:

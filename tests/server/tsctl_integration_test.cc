@@ -15,24 +15,7 @@
 namespace ts {
 namespace {
 
-struct Output {
-  int exit_code = -1;
-  std::vector<std::string> lines;
-  std::string text;
-};
-
-Output RunCommand(const std::string& command) {
-  Output out;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out.text += buffer;
-  const int status = ::pclose(pipe);
-  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::stringstream lines(out.text);
-  for (std::string line; std::getline(lines, line);) out.lines.push_back(line);
-  return out;
-}
+using ts::testing::RunCommand;
 
 class TsctlTest : public ::testing::Test {
  protected:

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -104,6 +105,27 @@ class ServerProcess {
   int starts_ = 0;
   std::string ready_file_, log_file_, grpc_address_, metrics_address_;
 };
+
+// Output of a shell command (stdout and stderr together).
+struct CommandOutput {
+  int exit_code = -1;
+  std::vector<std::string> lines;
+  std::string text;
+};
+
+// Runs `command` through /bin/sh and collects its output and exit status.
+inline CommandOutput RunCommand(const std::string& command) {
+  CommandOutput out;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out.text += buffer;
+  const int status = ::pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::stringstream lines(out.text);
+  for (std::string line; std::getline(lines, line);) out.lines.push_back(line);
+  return out;
+}
 
 // GET http://address/path over loopback (HTTP/1.0, 10 s timeouts); returns the body, or ""
 // on any error.
