@@ -1,0 +1,208 @@
+// Training throughput: ts::Trainer::Step (forward, backward, gradient clipping and an AdamW
+// step) on generated ListOps batches whose every sequence is exactly L bytes, for the direct,
+// efficient and auto attention paths, so the paths can be compared on the work a training job
+// does (docs/PERFORMANCE.md, "Training throughput"). Reports examples/s and tokens/s as rates
+// and `peak_MiB`, by how much one step raises the process's peak resident memory above what it
+// held before the step (activations saved for backward, gradients, temporaries; see
+// MeasurePeakResidentBytes for why not the tensor-counting allocator).
+//
+//   train_bench [--threads=N] [--lengths=500,1000,2000] [--heads=4,2] [--embed_dim=64]
+//               [--depth=2] [--batch=8] [benchmark flags, e.g. --benchmark_out=FILE
+//               --benchmark_out_format=json]
+//
+// --heads takes a list: each head count is one model (head dim d = embed_dim / heads), so the
+// crossover of `auto` can be checked at more than one d in the same run.
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/peak_memory.h"
+#include "model/datasets.h"
+#include "model/encoder.h"
+#include "model/torch_compat.h"
+#include "model/training.h"
+
+namespace ts::bench {
+namespace {
+
+struct Flags {
+  int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  std::vector<std::int64_t> lengths = {500, 1000, 2000};
+  std::vector<std::int64_t> heads = {4, 2};
+  std::int64_t embed_dim = 64;
+  std::int64_t depth = 2;
+  std::int64_t batch = 8;
+};
+
+// Examples in each generated training set: enough for a few distinct batches.
+constexpr std::int64_t kBatchesPerSet = 4;
+// The model's positional table; every benchmarked length must fit.
+constexpr std::int64_t kMaxLength = 2048;
+
+// Generated once per length (min_length = max_length = length) and shared by every benchmark of
+// that length.
+const absl::StatusOr<std::vector<LabeledSequence>>& ListOpsOfLength(std::int64_t length,
+                                                                    std::int64_t count) {
+  static std::map<std::int64_t, absl::StatusOr<std::vector<LabeledSequence>>> sets;
+  if (auto it = sets.find(length); it != sets.end()) return it->second;
+  ListOpsGeneratorOptions options;
+  options.count = count;
+  options.min_length = length;
+  options.max_length = length;
+  options.seed = static_cast<std::uint64_t>(length);
+  absl::StatusOr<Dataset> dataset = GenerateListOpsDataset(options);
+  if (!dataset.ok()) return sets.emplace(length, dataset.status()).first->second;
+  std::vector<LabeledSequence> set;
+  for (auto& e : dataset->examples) set.push_back({std::move(e.tokens), e.label});
+  return sets.emplace(length, std::move(set)).first->second;
+}
+
+TaylorShiftEncoderOptions ModelOptions(const Flags& flags, std::int64_t heads) {
+  TaylorShiftEncoderOptions options(flags.embed_dim, flags.depth, heads, kMaxLength,
+                                    /*num_classes=*/10);
+  options.mlp_hidden(2 * flags.embed_dim);
+  return options;
+}
+
+void BM_TrainStep(benchmark::State& state, AttentionPath path, std::int64_t length,
+                  std::int64_t heads, const Flags& flags) {
+  const auto& examples = ListOpsOfLength(length, kBatchesPerSet * flags.batch);
+  if (!examples.ok()) {
+    state.SkipWithError(std::string(examples.status().message()).c_str());
+    return;
+  }
+  const TaylorShiftEncoderOptions encoder = ModelOptions(flags, heads);
+  TrainingOptions options;
+  options.optimizer = OptimizerKind::kAdamW;
+  options.lr = 1e-4;
+  options.batch_size = flags.batch;
+  // Never reached: Step() refuses to run past `steps`.
+  options.steps = std::int64_t{1} << 40;
+  options.path = path;
+  auto trainer = Trainer::Create(encoder, options, *examples, {});
+  if (!trainer.ok()) {
+    state.SkipWithError(std::string(trainer.status().message()).c_str());
+    return;
+  }
+  absl::Status status;
+  const auto step = [&] {
+    if (auto result = (*trainer)->Step(); !result.ok()) status = result.status();
+  };
+  // The first step doubles as the warm-up (thread pool start, first page faults). The AdamW
+  // moments it allocates (2 floats per parameter, under 1 MiB for the default model) are within
+  // its peak.
+  const std::int64_t peak = MeasurePeakResidentBytes(step);
+  if (!status.ok()) {
+    state.SkipWithError(std::string(status.message()).c_str());
+    return;
+  }
+  for (auto _ : state) step();
+  if (!status.ok()) {
+    state.SkipWithError(std::string(status.message()).c_str());
+    return;
+  }
+  const std::int64_t tokens = length + 1;  // incl. CLS
+  const AttentionPath resolved = (*trainer)->model()->ResolvePath(path, tokens);
+  // The concrete path that ran (what `auto` resolved to).
+  state.SetLabel(std::string(AttentionPathName(resolved)));
+  state.counters["examples/s"] = benchmark::Counter(static_cast<double>(flags.batch),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(flags.batch * length),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  if (peak >= 0) state.counters["peak_MiB"] = static_cast<double>(peak) / (1 << 20);
+}
+
+std::vector<std::int64_t> ParseList(const char* text) {
+  std::vector<std::int64_t> values;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) values.push_back(std::atoll(item.c_str()));
+  }
+  return values;
+}
+
+Flags ParseFlags(int* argc, char** argv) {
+  Flags flags;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&](const std::string& name) -> const char* {
+      const std::string prefix = name + "=";
+      if (arg.rfind(prefix, 0) == 0) return argv[i] + prefix.size();
+      return nullptr;
+    };
+    if (const char* v = value("--threads")) {
+      flags.threads = std::atoi(v);
+    } else if (const char* v = value("--lengths")) {
+      flags.lengths = ParseList(v);
+    } else if (const char* v = value("--heads")) {
+      flags.heads = ParseList(v);
+    } else if (const char* v = value("--embed_dim")) {
+      flags.embed_dim = std::atoll(v);
+    } else if (const char* v = value("--depth")) {
+      flags.depth = std::atoll(v);
+    } else if (const char* v = value("--batch")) {
+      flags.batch = std::atoll(v);
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  *argc = out;
+  return flags;
+}
+
+void RegisterAll(const Flags& flags) {
+  for (const std::int64_t heads : flags.heads) {
+    for (const std::int64_t length : flags.lengths) {
+      for (const auto path :
+           {AttentionPath::kDirect, AttentionPath::kEfficient, AttentionPath::kAuto}) {
+        const std::string name = "BM_TrainStep_" + std::string(AttentionPathName(path)) +
+                                 "/L:" + std::to_string(length) +
+                                 "/C:" + std::to_string(flags.embed_dim) +
+                                 "/H:" + std::to_string(heads) +
+                                 "/depth:" + std::to_string(flags.depth) +
+                                 "/batch:" + std::to_string(flags.batch);
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [=](benchmark::State& s) { BM_TrainStep(s, path, length, heads, flags); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(1.0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ts::bench
+
+int main(int argc, char** argv) {
+  const auto flags = ts::bench::ParseFlags(&argc, argv);
+  ts::compat::SetThreads(flags.threads);
+  benchmark::AddCustomContext("intra_op_threads", std::to_string(flags.threads));
+  benchmark::AddCustomContext("device", "cpu");
+  benchmark::AddCustomContext("torch_version", ts::compat::TorchVersion());
+  benchmark::AddCustomContext("model", "embed_dim=" + std::to_string(flags.embed_dim) +
+                                           " depth=" + std::to_string(flags.depth) +
+                                           " mlp_hidden=" + std::to_string(2 * flags.embed_dim) +
+                                           " max_length=" + std::to_string(ts::bench::kMaxLength) +
+                                           " batch=" + std::to_string(flags.batch) +
+                                           " optimizer=adamw");
+  ts::bench::RegisterAll(flags);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
