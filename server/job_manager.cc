@@ -693,6 +693,8 @@ absl::Status JobManager::RunTraining(const std::shared_ptr<Active>& active) {
     if (!resumed.ok()) return Prefixed(resumed.status(), "resuming from the training state: ");
     trainer = std::move(*resumed);
     Log(absl::StrCat("job ", id, " resumes at step ", trainer->step()));
+    // The steps after the saved state are trained again: their first records go.
+    if (auto s = store_->TruncateHistory(id, trainer->step()); !s.ok()) return s;
   } else if (!spec.init_from().empty()) {
     auto path = ResolveCheckpointReference(spec.init_from(), "init_from");
     if (!path.ok()) return path.status();

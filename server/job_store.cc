@@ -729,6 +729,21 @@ absl::Status JobStore::RecordCheckpoint(const std::string& job_id,
   return RunChildInsert(*upsert, job_id);
 }
 
+absl::Status JobStore::TruncateHistory(const std::string& job_id, std::int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status exists = CheckJobExists(job_id); !exists.ok()) return exists;
+  Transaction transaction(db_.get(), path_);
+  if (absl::Status status = transaction.Begin(); !status.ok()) return status;
+  for (const char* sql : {"DELETE FROM job_metrics WHERE job_id = ?1 AND step > ?2",
+                          "DELETE FROM job_evaluations WHERE job_id = ?1 AND step > ?2"}) {
+    absl::StatusOr<Statement> remove = Statement::Prepare(db_.get(), path_, sql);
+    if (!remove.ok()) return remove.status();
+    remove->BindText(1, job_id).BindInt(2, step);
+    if (absl::Status status = remove->Run(); !status.ok()) return status;
+  }
+  return transaction.Commit();
+}
+
 absl::Status JobStore::RemoveCheckpoint(const std::string& job_id, const std::string& path) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Statement> remove = Statement::Prepare(

@@ -84,7 +84,8 @@ class JobStore {
   // QUEUED and RUNNING jobs, oldest first: what to resume after a restart.
   absl::StatusOr<std::vector<taylorshift::v1::Job>> UnfinishedJobs();
 
-  // Per-job history, each in the order appended (a resumed job may append a step again).
+  // Per-job history, each in the order appended (a resumed job first drops the steps it will
+  // train again: TruncateHistory).
   // Appending to or reading an unknown job is NOT_FOUND.
   absl::Status AppendMetric(const std::string& job_id, const JobMetricRow& row);
   absl::StatusOr<std::vector<JobMetricRow>> Metrics(const std::string& job_id);
@@ -92,6 +93,10 @@ class JobStore {
                                 const taylorshift::v1::EvaluationReport& report);
   absl::StatusOr<std::vector<taylorshift::v1::EvaluationReport>> Evaluations(
       const std::string& job_id);
+
+  // Drops the loss-curve rows and validation runs of steps after `step` (a job resuming from a
+  // state saved at `step` trains those steps again). NOT_FOUND for an unknown job.
+  absl::Status TruncateHistory(const std::string& job_id, std::int64_t step);
 
   // Checkpoint files a job has on disk, in the order first recorded. Recording a (kind, path)
   // the job already has replaces that entry; RemoveCheckpoint removes every kind of `path`,

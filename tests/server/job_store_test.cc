@@ -512,6 +512,32 @@ TEST_F(JobStoreTest, EvaluationsRoundTrip) {
             "0.85");
 }
 
+TEST_F(JobStoreTest, TruncateHistoryDropsStepsAfterTheResumePoint) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a"));
+  Create(*store, MakeTrainingJob("b"));
+  for (const std::int64_t step : {10, 20, 30}) {
+    ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
+    ASSERT_TRUE(store->AppendMetric("job-2", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
+  }
+  ASSERT_TRUE(store->AppendEvaluation("job-1", MakeReport(20, 0.5)).ok());
+  ASSERT_TRUE(store->AppendEvaluation("job-1", MakeReport(30, 0.6)).ok());
+  ASSERT_TRUE(store->TruncateHistory("job-1", 20).ok());
+  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics("job-1");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  ASSERT_EQ(metrics->size(), 2u);
+  EXPECT_EQ(metrics->back().step, 20);
+  absl::StatusOr<std::vector<EvaluationReport>> reports = store->Evaluations("job-1");
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 1u);
+  EXPECT_EQ(reports->front().step(), 20u);
+  metrics = store->Metrics("job-2");  // other jobs keep theirs
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->size(), 3u);
+  EXPECT_EQ(store->TruncateHistory("job-9", 0).code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(JobStoreTest, CheckpointsRecordReplaceAndRemove) {
   std::unique_ptr<JobStore> store = OpenStore();
   ASSERT_NE(store, nullptr);
