@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/peak_memory.h"
 #include "model/datasets.h"
@@ -46,8 +47,15 @@ struct Flags {
 
 // Examples in each generated training set: enough for a few distinct batches.
 constexpr std::int64_t kBatchesPerSet = 4;
-// The model's positional table; every benchmarked length must fit.
+// The model's positional table (max_length), raised to the longest benchmarked length if that is
+// longer, so that no sequence is cut.
 constexpr std::int64_t kMaxLength = 2048;
+
+std::int64_t ModelMaxLength(const Flags& flags) {
+  std::int64_t longest = kMaxLength;
+  for (const std::int64_t length : flags.lengths) longest = std::max(longest, length);
+  return longest;
+}
 
 // Generated once per length (min_length = max_length = length) and shared by every benchmark of
 // that length.
@@ -68,10 +76,18 @@ const absl::StatusOr<std::vector<LabeledSequence>>& ListOpsOfLength(std::int64_t
 }
 
 TaylorShiftEncoderOptions ModelOptions(const Flags& flags, std::int64_t heads) {
-  TaylorShiftEncoderOptions options(flags.embed_dim, flags.depth, heads, kMaxLength,
+  TaylorShiftEncoderOptions options(flags.embed_dim, flags.depth, heads, ModelMaxLength(flags),
                                     /*num_classes=*/10);
   options.mlp_hidden(2 * flags.embed_dim);
   return options;
+}
+
+// The fixed part of the model and training setup, for the benchmark context.
+std::string DescribeModel(const Flags& flags) {
+  return "embed_dim=" + std::to_string(flags.embed_dim) + " depth=" + std::to_string(flags.depth) +
+         " mlp_hidden=" + std::to_string(2 * flags.embed_dim) +
+         " max_length=" + std::to_string(ModelMaxLength(flags)) +
+         " batch=" + std::to_string(flags.batch) + " optimizer=adamw";
 }
 
 void BM_TrainStep(benchmark::State& state, AttentionPath path, std::int64_t length,
@@ -86,7 +102,8 @@ void BM_TrainStep(benchmark::State& state, AttentionPath path, std::int64_t leng
   options.optimizer = OptimizerKind::kAdamW;
   options.lr = 1e-4;
   options.batch_size = flags.batch;
-  // Never reached: Step() refuses to run past `steps`.
+  // Effectively unlimited (Step() fails once `steps` are done); with no warmup the cosine
+  // schedule then keeps the learning rate at `lr`.
   options.steps = std::int64_t{1} << 40;
   options.path = path;
   auto trainer = Trainer::Create(encoder, options, *examples, {});
@@ -167,15 +184,13 @@ void RegisterAll(const Flags& flags) {
     for (const std::int64_t length : flags.lengths) {
       for (const auto path :
            {AttentionPath::kDirect, AttentionPath::kEfficient, AttentionPath::kAuto}) {
-        const std::string name = "BM_TrainStep_" + std::string(AttentionPathName(path)) +
-                                 "/L:" + std::to_string(length) +
-                                 "/C:" + std::to_string(flags.embed_dim) +
-                                 "/H:" + std::to_string(heads) +
-                                 "/depth:" + std::to_string(flags.depth) +
-                                 "/batch:" + std::to_string(flags.batch);
+        const std::string name =
+            "BM_TrainStep_" + std::string(AttentionPathName(path)) +
+            "/L:" + std::to_string(length) + "/C:" + std::to_string(flags.embed_dim) +
+            "/H:" + std::to_string(heads) + "/depth:" + std::to_string(flags.depth) +
+            "/batch:" + std::to_string(flags.batch);
         benchmark::RegisterBenchmark(
-            name.c_str(),
-            [=](benchmark::State& s) { BM_TrainStep(s, path, length, heads, flags); })
+            name.c_str(), [=](benchmark::State& s) { BM_TrainStep(s, path, length, heads, flags); })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime()
             ->MinTime(1.0);
@@ -193,12 +208,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("intra_op_threads", std::to_string(flags.threads));
   benchmark::AddCustomContext("device", "cpu");
   benchmark::AddCustomContext("torch_version", ts::compat::TorchVersion());
-  benchmark::AddCustomContext("model", "embed_dim=" + std::to_string(flags.embed_dim) +
-                                           " depth=" + std::to_string(flags.depth) +
-                                           " mlp_hidden=" + std::to_string(2 * flags.embed_dim) +
-                                           " max_length=" + std::to_string(ts::bench::kMaxLength) +
-                                           " batch=" + std::to_string(flags.batch) +
-                                           " optimizer=adamw");
+  benchmark::AddCustomContext("model", ts::bench::DescribeModel(flags));
   ts::bench::RegisterAll(flags);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
