@@ -539,20 +539,7 @@ std::string JobTable(const std::vector<Job>& jobs) {
                     metrics != nullptr ? absl::StrFormat("%.4f", metrics->accuracy()) : "-",
                     HasTime(job.create_time()) ? FormatTime(job.create_time()) : "-"});
   }
-  std::vector<std::size_t> widths(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (std::size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      absl::StrAppend(&line, row[i]);
-      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
-    }
-    absl::StrAppend(&out, line, "\n");
-  }
-  return out;
+  return FormatTable(rows);
 }
 
 std::string PromoteText(const taylorshift::v1::PromoteCheckpointResponse& response) {

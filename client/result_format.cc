@@ -53,18 +53,8 @@ std::string ModelJson(const ModelInfo& model) {
   return json.str();
 }
 
-std::string ModelTable(const taylorshift::v1::ListModelsResponse& models) {
-  std::vector<std::vector<std::string>> rows = {{"NAME", "VERSION", "MODALITY", "CLASSES",
-                                                 "MAX_LEN", "DIM", "DEPTH", "HEADS", "D",
-                                                 "CROSSOVER", "POLICY", "DEVICE"}};
-  for (const ModelInfo& model : models.models()) {
-    rows.push_back({model.name(), model.version(), model.modality(),
-                    absl::StrCat(model.labels_size()), absl::StrCat(model.max_length()),
-                    absl::StrCat(model.embed_dim()), absl::StrCat(model.depth()),
-                    absl::StrCat(model.heads()), absl::StrCat(model.head_dim()),
-                    absl::StrCat(model.crossover_tokens(), " (", model.crossover_source(), ")"),
-                    model.over_length_policy(), model.device()});
-  }
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  if (rows.empty()) return "";
   std::vector<std::size_t> widths(rows[0].size(), 0);
   for (const auto& row : rows) {
     for (std::size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
@@ -79,6 +69,21 @@ std::string ModelTable(const taylorshift::v1::ListModelsResponse& models) {
     absl::StrAppend(&out, line, "\n");
   }
   return out;
+}
+
+std::string ModelTable(const taylorshift::v1::ListModelsResponse& models) {
+  std::vector<std::vector<std::string>> rows = {{"NAME", "VERSION", "MODALITY", "CLASSES",
+                                                 "MAX_LEN", "DIM", "DEPTH", "HEADS", "D",
+                                                 "CROSSOVER", "POLICY", "DEVICE"}};
+  for (const ModelInfo& model : models.models()) {
+    rows.push_back({model.name(), model.version(), model.modality(),
+                    absl::StrCat(model.labels_size()), absl::StrCat(model.max_length()),
+                    absl::StrCat(model.embed_dim()), absl::StrCat(model.depth()),
+                    absl::StrCat(model.heads()), absl::StrCat(model.head_dim()),
+                    absl::StrCat(model.crossover_tokens(), " (", model.crossover_source(), ")"),
+                    model.over_length_policy(), model.device()});
+  }
+  return FormatTable(rows);
 }
 
 std::string ModelDetails(const ModelInfo& model) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "grpcpp/support/status.h"
 #include "model/json_writer.h"
@@ -29,6 +30,9 @@ std::string ModelJson(const taylorshift::v1::ModelInfo& model);
 // The same object, as the next value of `json` (e.g. inside a promotion result).
 void WriteModelJson(JsonWriter& json, const taylorshift::v1::ModelInfo& model);
 // A table with a header row and one row per model, ending in a newline.
+// Rows as left-aligned columns two spaces apart, one line each (rows[0] is the header).
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
+
 std::string ModelTable(const taylorshift::v1::ListModelsResponse& models);
 // "key: value" lines for one model.
 std::string ModelDetails(const taylorshift::v1::ModelInfo& model);
