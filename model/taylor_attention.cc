@@ -113,28 +113,14 @@ void FillFeatures(const T* __restrict x, T* __restrict out, std::int64_t rows, s
   });
 }
 
-torch::Tensor Features(const torch::Tensor& x, bool differentiable) {
+// φ(x) with tensor operations, for devices other than the CPU (the CPU kernels fill one chunk
+// of one head at a time with FillFeatures): d strided products, then the linear and constant
+// parts.
+torch::Tensor Features(const torch::Tensor& x) {
   const std::int64_t d = x.size(-1);
-  if (differentiable) {
-    const auto idx = torch::triu_indices(d, d, 0, torch::TensorOptions().device(x.device()));
-    auto sizes = x.sizes().vec();
-    sizes.back() = 1;
-    return torch::cat({x.index_select(-1, idx[0]) * x.index_select(-1, idx[1]), x,
-                       torch::ones(sizes, x.options())},
-                      -1);
-  }
   auto sizes = x.sizes().vec();
   sizes.back() = FeatureCount(d);
   auto out = torch::empty(sizes, x.options());
-  if (x.device().is_cpu()) {
-    const auto xc = x.contiguous();
-    const std::int64_t rows = xc.numel() / std::max<std::int64_t>(d, 1);
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "TaylorFeatures", [&] {
-      FillFeatures<scalar_t>(xc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), rows, d);
-    });
-    return out;
-  }
-  // Other devices: d strided products, then the linear and constant parts.
   std::int64_t offset = 0;
   for (std::int64_t i = 0; i < d; ++i) {
     const std::int64_t len = d - i;
@@ -144,6 +130,49 @@ torch::Tensor Features(const torch::Tensor& x, bool differentiable) {
   }
   out.narrow(-1, offset, d).copy_(x);
   out.narrow(-1, offset + d, 1).fill_(1);
+  return out;
+}
+
+// The feature map's Jacobian applied to a feature-space gradient: out = (∂φ(x)/∂x)ᵀ g for each
+// row. With g split like φ into g_ij (i ≤ j), g_lin and g_1, out_m = Σ_{i≤j} g_ij (δ_im x_j +
+// δ_jm x_i) + g_lin,m: the products' terms are (G + Gᵀ) x with G the upper triangle of g_ij, so a
+// row costs O(d²) and nothing wider than g exists.
+template <typename T>
+void FeatureGradRows(const T* __restrict x, const T* __restrict g, T* __restrict out,
+                     std::int64_t rows, std::int64_t d) {
+  const std::int64_t width = FeatureCount(d);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* __restrict xr = x + r * d;
+    const T* __restrict gr = g + r * width;
+    T* __restrict o = out + r * d;
+    for (std::int64_t i = 0; i < d; ++i) o[i] = T(0);
+    for (std::int64_t i = 0; i < d; ++i) {
+      const T xi = xr[i];
+      T acc = T(0);
+      for (std::int64_t j = i; j < d; ++j) {
+        const T gij = *gr++;
+        acc += gij * xr[j];
+        o[j] += gij * xi;
+      }
+      o[i] += acc;
+    }
+    for (std::int64_t i = 0; i < d; ++i) o[i] += *gr++;
+  }
+}
+
+// FeatureGradRows with tensor operations, for devices other than the CPU: x [..., n, d],
+// g [..., n, F] → [..., n, d].
+torch::Tensor FeatureGrad(const torch::Tensor& x, const torch::Tensor& g) {
+  const std::int64_t d = x.size(-1);
+  auto out = g.narrow(-1, d * (d + 1) / 2, d).clone();
+  std::int64_t offset = 0;
+  for (std::int64_t i = 0; i < d; ++i) {
+    const std::int64_t len = d - i;
+    const auto g_i = g.narrow(-1, offset, len);
+    out.narrow(-1, i, len).addcmul_(g_i, x.narrow(-1, i, 1));
+    out.narrow(-1, i, 1).add_((g_i * x.narrow(-1, i, len)).sum(-1, /*keepdim=*/true));
+    offset += len;
+  }
   return out;
 }
 
@@ -187,14 +216,18 @@ void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t, const t
   });
 }
 
+// When `kv_out` [BH, F, d+1] and `den_out` [BH, N, 1] are defined, KV (coefficients applied) and
+// the denominators are written there for the backward pass; y is the same either way.
 void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torch::Tensor& v_p,
-                  const torch::Tensor& coefficients, torch::Tensor& y, std::int64_t chunk) {
+                  const torch::Tensor& coefficients, torch::Tensor& y, std::int64_t chunk,
+                  const torch::Tensor& kv_out, const torch::Tensor& den_out) {
   const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
   const std::int64_t features = FeatureCount(d);
   at::parallel_for(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
     auto buffer = torch::empty({std::min(chunk, tokens), features}, q_s.options());
     for (std::int64_t h = begin; h < end; ++h) {
-      auto kv = torch::zeros({features, d + 1}, q_s.options());
+      auto kv = kv_out.defined() ? kv_out[h].zero_()
+                                 : torch::zeros({features, d + 1}, q_s.options());
       for (std::int64_t start = 0; start < tokens; start += chunk) {
         const std::int64_t n = std::min(chunk, tokens - start);
         auto psi = buffer.narrow(0, 0, n);
@@ -215,10 +248,168 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
         const auto nom = torch::mm(phi, kv);
         auto out = y[h].narrow(0, start, n);
         at::div_out(out, nom.narrow(1, 1, d), nom.narrow(1, 0, 1));
+        if (den_out.defined()) den_out[h].narrow(0, start, n).copy_(nom.narrow(1, 0, 1));
       }
     }
   });
 }
+
+// Forward of the efficient path on contiguous scaled inputs q_s, k_s [BH, N, d] and v_p
+// [BH, N, d+1]: y [BH, N, d], and optionally KV and the denominators as in EfficientCpu.
+void EfficientForward(const torch::Tensor& q_s, const torch::Tensor& k_s, const torch::Tensor& v_p,
+                      const torch::Tensor& coefficients, std::int64_t chunk, torch::Tensor& y,
+                      const torch::Tensor& kv_out, const torch::Tensor& den_out) {
+  if (q_s.device().is_cpu()) {
+    EfficientCpu(q_s, k_s, v_p, coefficients, y, chunk, kv_out, den_out);
+    return;
+  }
+  const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
+  // KV = Σ_j ψ(k_j) v'_jᵀ, accumulated chunk by chunk: no N×d² tensor ever exists.
+  auto kv = kv_out.defined() ? kv_out.zero_()
+                             : torch::zeros({bh, FeatureCount(d), d + 1}, q_s.options());
+  for (std::int64_t start = 0; start < tokens; start += chunk) {
+    const std::int64_t n = std::min(chunk, tokens - start);
+    kv.baddbmm_(Features(k_s.narrow(1, start, n)).transpose(1, 2),
+                v_p.narrow(1, start, n));
+  }
+  kv.mul_(coefficients);
+  torch::Tensor nom;
+  for (std::int64_t start = 0; start < tokens; start += chunk) {
+    const std::int64_t n = std::min(chunk, tokens - start);
+    if (!nom.defined() || nom.size(1) != n) nom = torch::empty({bh, n, d + 1}, q_s.options());
+    at::bmm_out(nom, Features(q_s.narrow(1, start, n)), kv);
+    auto y_c = y.narrow(1, start, n);
+    at::div_out(y_c, nom.narrow(-1, 1, d), nom.narrow(-1, 0, 1));
+    if (den_out.defined()) den_out.narrow(1, start, n).copy_(nom.narrow(-1, 0, 1));
+  }
+}
+
+// Backward of the efficient path, given dnom = ∂L/∂nom [BH, N, d+1]. Queries: dKV = Σ φ(q_i)
+// dnom_iᵀ and ∂L/∂φ(q_i) = KV dnom_i; keys: with dKV₀ = coef ⊙ dKV, ∂L/∂v'_j = dKV₀ᵀ ψ(k_j) and
+// ∂L/∂ψ(k_j) = dKV₀ v'_j. Features are recomputed chunk by chunk, so one head holds two chunks of
+// features and dKV besides the O(N·d) inputs and gradients. Writes dq, dk [BH, N, d] and dv
+// [BH, N, d+1] (contiguous).
+void EfficientBackwardCpu(const torch::Tensor& q_s, const torch::Tensor& k_s,
+                          const torch::Tensor& v_p, const torch::Tensor& coefficients,
+                          const torch::Tensor& kv, const torch::Tensor& dnom, torch::Tensor& dq,
+                          torch::Tensor& dk, torch::Tensor& dv, std::int64_t chunk) {
+  const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
+  const std::int64_t features = FeatureCount(d);
+  at::parallel_for(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t rows = std::min(chunk, tokens);
+    auto feature_buffer = torch::empty({rows, features}, q_s.options());
+    auto grad_buffer = torch::empty({rows, features}, q_s.options());
+    for (std::int64_t h = begin; h < end; ++h) {
+      auto dkv = torch::zeros({features, d + 1}, q_s.options());
+      const auto kv_t = kv[h].t();
+      for (std::int64_t start = 0; start < tokens; start += chunk) {
+        const std::int64_t n = std::min(chunk, tokens - start);
+        auto phi = feature_buffer.narrow(0, 0, n);
+        auto dphi = grad_buffer.narrow(0, 0, n);
+        const auto dnom_c = dnom[h].narrow(0, start, n);
+        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatures", [&] {
+          FillFeatures<scalar_t>(q_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
+                                 phi.data_ptr<scalar_t>(), n, d);
+        });
+        dkv.addmm_(phi.t(), dnom_c);
+        at::mm_out(dphi, dnom_c, kv_t);
+        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatureGrad", [&] {
+          FeatureGradRows<scalar_t>(q_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
+                                    dphi.data_ptr<scalar_t>(),
+                                    dq[h].narrow(0, start, n).data_ptr<scalar_t>(), n, d);
+        });
+      }
+      dkv.mul_(coefficients);
+      const auto dkv_t = dkv.t();
+      for (std::int64_t start = 0; start < tokens; start += chunk) {
+        const std::int64_t n = std::min(chunk, tokens - start);
+        auto psi = feature_buffer.narrow(0, 0, n);
+        auto dpsi = grad_buffer.narrow(0, 0, n);
+        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatures", [&] {
+          FillFeatures<scalar_t>(k_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
+                                 psi.data_ptr<scalar_t>(), n, d);
+        });
+        auto dv_c = dv[h].narrow(0, start, n);
+        at::mm_out(dv_c, psi, dkv);
+        at::mm_out(dpsi, v_p[h].narrow(0, start, n), dkv_t);
+        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatureGrad", [&] {
+          FeatureGradRows<scalar_t>(k_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
+                                    dpsi.data_ptr<scalar_t>(),
+                                    dk[h].narrow(0, start, n).data_ptr<scalar_t>(), n, d);
+        });
+      }
+    }
+  });
+}
+
+// EfficientBackwardCpu with batched GEMMs, for devices other than the CPU.
+void EfficientBackwardBatched(const torch::Tensor& q_s, const torch::Tensor& k_s,
+                              const torch::Tensor& v_p, const torch::Tensor& coefficients,
+                              const torch::Tensor& kv, const torch::Tensor& dnom,
+                              torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv,
+                              std::int64_t chunk) {
+  const std::int64_t tokens = q_s.size(1);
+  auto dkv = torch::zeros_like(kv);
+  const auto kv_t = kv.transpose(1, 2);
+  for (std::int64_t start = 0; start < tokens; start += chunk) {
+    const std::int64_t n = std::min(chunk, tokens - start);
+    const auto q_c = q_s.narrow(1, start, n);
+    const auto dnom_c = dnom.narrow(1, start, n);
+    dkv.baddbmm_(Features(q_c).transpose(1, 2), dnom_c);
+    dq.narrow(1, start, n).copy_(FeatureGrad(q_c, torch::bmm(dnom_c, kv_t)));
+  }
+  dkv.mul_(coefficients);
+  const auto dkv_t = dkv.transpose(1, 2);
+  for (std::int64_t start = 0; start < tokens; start += chunk) {
+    const std::int64_t n = std::min(chunk, tokens - start);
+    const auto k_c = k_s.narrow(1, start, n);
+    auto dv_c = dv.narrow(1, start, n);
+    at::bmm_out(dv_c, Features(k_c), dkv);
+    dk.narrow(1, start, n).copy_(FeatureGrad(k_c, torch::bmm(v_p.narrow(1, start, n), dkv_t)));
+  }
+}
+
+// The core of the efficient path under autograd: y = nom[:, 1:] / nom[:, :1] with
+// nom = φ(q_s)·KV and KV = coef ⊙ Σ_j ψ(k_j) v'_jᵀ, for q_s, k_s [BH, N, d] (scaled),
+// v_p [BH, N, d+1] and coefficients [F, 1] (constant). Saves the inputs, KV, y and the
+// denominators — O(N·d + F·d) per head — and recomputes the features chunk by chunk in backward,
+// where autograd through the chunk loop would keep every chunk's N×F features alive.
+// Not twice differentiable.
+class EfficientCore : public torch::autograd::Function<EfficientCore> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_s,
+                               const torch::Tensor& k_s, const torch::Tensor& v_p,
+                               const torch::Tensor& coefficients, std::int64_t chunk) {
+    const auto q = q_s.contiguous(), k = k_s.contiguous(), v = v_p.contiguous();
+    const std::int64_t bh = q.size(0), tokens = q.size(1), d = q.size(2);
+    auto y = torch::empty({bh, tokens, d}, q.options());
+    auto kv = torch::empty({bh, FeatureCount(d), d + 1}, q.options());
+    auto den = torch::empty({bh, tokens, 1}, q.options());
+    EfficientForward(q, k, v, coefficients, chunk, y, kv, den);
+    ctx->save_for_backward({q, k, v, coefficients, kv, den, y});
+    ctx->saved_data["chunk"] = chunk;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &coefficients = saved[3];
+    const auto &kv = saved[4], &den = saved[5], &y = saved[6];
+    const std::int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const auto grad_y = grad_outputs[0].contiguous();
+    // Quotient rule for y = nom₁:/nom₀: ∂L/∂nom₀ = −⟨∂L/∂y, y⟩/nom₀, ∂L/∂nom₁: = (∂L/∂y)/nom₀.
+    const auto dnom =
+        torch::cat({-(grad_y * y).sum(-1, /*keepdim=*/true), grad_y}, -1).div_(den);
+    auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
+    if (q.device().is_cpu()) {
+      EfficientBackwardCpu(q, k, v, coefficients, kv, dnom, dq, dk, dv, chunk);
+    } else {
+      EfficientBackwardBatched(q, k, v, coefficients, kv, dnom, dq, dk, dv, chunk);
+    }
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -310,38 +501,13 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
       FeatureCoefficients(d, options.a, options.b * alpha * alpha,
                           options.c * alpha * alpha * alpha * alpha, q.options())
           .view({features, 1});
-  if (!grad && q.device().is_cpu()) {
-    auto y = torch::empty({bh, s.tokens, d}, q.options());
-    EfficientCpu(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, y, chunk);
-    return y.view({s.batch, s.heads, s.tokens, d});
+  if (grad) {
+    return EfficientCore::apply(q_s, k_s, v_p, coefficients, chunk)
+        .view({s.batch, s.heads, s.tokens, d});
   }
-  // KV = Σ_j ψ(k_j) v'_jᵀ, accumulated chunk by chunk: no N×d² tensor ever exists.
-  torch::Tensor kv = torch::zeros({bh, features, d + 1}, q.options());
-  for (std::int64_t start = 0; start < s.tokens; start += chunk) {
-    const std::int64_t n = std::min(chunk, s.tokens - start);
-    const auto psi = Features(k_s.narrow(1, start, n), grad);
-    const auto v_c = v_p.narrow(1, start, n);
-    kv = grad ? kv.baddbmm(psi.transpose(1, 2), v_c) : kv.baddbmm_(psi.transpose(1, 2), v_c);
-  }
-  kv = grad ? kv * coefficients : kv.mul_(coefficients);
-
   auto y = torch::empty({bh, s.tokens, d}, q.options());
-  std::vector<torch::Tensor> outputs;
-  torch::Tensor nom;
-  for (std::int64_t start = 0; start < s.tokens; start += chunk) {
-    const std::int64_t n = std::min(chunk, s.tokens - start);
-    const auto phi = Features(q_s.narrow(1, start, n), grad);
-    if (grad) {
-      nom = torch::bmm(phi, kv);
-      outputs.push_back(nom.narrow(-1, 1, d) / nom.narrow(-1, 0, 1));
-    } else {
-      if (!nom.defined() || nom.size(1) != n) nom = torch::empty({bh, n, d + 1}, q.options());
-      at::bmm_out(nom, phi, kv);
-      auto y_c = y.narrow(1, start, n);
-      at::div_out(y_c, nom.narrow(-1, 1, d), nom.narrow(-1, 0, 1));
-    }
-  }
-  if (grad) y = outputs.size() == 1 ? outputs.front() : torch::cat(outputs, 1);
+  EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk, y,
+                   {}, {});
   return y.view({s.batch, s.heads, s.tokens, d});
 }
 

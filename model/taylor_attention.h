@@ -6,7 +6,7 @@
 // does not depend on the batch it is computed in. Rows of padded queries are finite but
 // meaningless. All functions are differentiable when autograd is on; when it is off they use
 // in-place kernels that keep at most one block of scores (direct) or one chunk of features
-// (efficient) alive. Errors are thrown as c10::Error (callers at the model boundary convert).
+// (efficient) alive. The efficient path has its own backward (see TaylorEfficient). Errors are thrown as c10::Error (callers at the model boundary convert).
 #pragma once
 
 #include <torch/torch.h>
@@ -43,7 +43,11 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
                            const torch::Tensor& key_padding_mask,
                            const TaylorKernelOptions& options);
 
-// Same result in O(N·d³) from the d(d+1)/2 symmetric features of q⊠q, chunked over N.
+// Same result in O(N·d³) from the d(d+1)/2 symmetric features of q⊠q, chunked over N. Under
+// autograd, a custom backward recomputes the features chunk by chunk: what a call keeps for
+// backward is O(N·d + F·d) per head (F = d(d+1)/2 + d + 1), and backward holds at most two
+// chunks of features per head at a time, never the N×F features of a whole sequence. The
+// forward computes the same values with and without autograd. Not twice differentiable.
 torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_padding_mask,
                               const TaylorKernelOptions& options);

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <vector>
 
 #include "model/cost_model.h"
 #include "model/taylor_attention.h"
+#include "model/torch_compat.h"
 
 namespace ts {
 namespace {
@@ -162,6 +165,161 @@ TEST(TaylorGradientTest, DirectAndEfficientGradientsAgreeAndMatchFiniteDifferenc
       }
     }
   }
+}
+
+// The efficient path's own backward against autograd through TaylorEfficientReference (full d²
+// features, no chunks) in float64: q, k, v and the per-head temperature, on a padded batch whose
+// sequences span several chunks, with and without output normalisation and for other Taylor
+// coefficients than the default.
+class TaylorEfficientBackwardTest
+    : public ::testing::TestWithParam<std::tuple<int, bool, double, double, double>> {};
+
+TEST_P(TaylorEfficientBackwardTest, GradientsMatchAutogradThroughReference) {
+  const auto [d, output_normalize, a, b, c] = GetParam();
+  torch::manual_seed(17 + d + (output_normalize ? 1 : 0));
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const std::int64_t batch = 2, heads = 3, n = 37;
+  const auto mask = torch::arange(n).unsqueeze(0).ge(torch::tensor({37, 20}).unsqueeze(1));
+  const auto q0 = torch::randn({batch, heads, n, d}, opts);
+  const auto k0 = torch::randn({batch, heads, n, d}, opts);
+  const auto v0 = torch::randn({batch, heads, n, d}, opts);
+  const auto tau0 = torch::rand({1, heads, 1, 1}, opts) * 2.5 + 0.5;
+  // Padded query rows are meaningless: the loss ignores them, as training does.
+  const auto weight = torch::randn({batch, heads, n, d}, opts) *
+                      mask.logical_not().view({batch, 1, n, 1}).to(torch::kFloat64);
+  TaylorKernelOptions options;
+  options.a = a;
+  options.b = b;
+  options.c = c;
+  options.output_normalize = output_normalize;
+  options.efficient_chunk_tokens = 8;  // 5 chunks, the last one partial
+  std::vector<std::vector<torch::Tensor>> grads;
+  std::vector<torch::Tensor> outputs;
+  for (const auto path : {AttentionPath::kEfficientReference, AttentionPath::kEfficient}) {
+    auto q = q0.clone().requires_grad_(true);
+    auto k = k0.clone().requires_grad_(true);
+    auto v = v0.clone().requires_grad_(true);
+    auto tau = tau0.clone().requires_grad_(true);
+    const auto [q_hat, k_hat] = NormalizeQueryKey(q, k, tau);
+    const auto y = RunAttentionPath(path, q_hat, k_hat, v, mask, options);
+    (y * weight).sum().backward();
+    outputs.push_back(y.detach());
+    grads.push_back({q.grad(), k.grad(), v.grad(), tau.grad()});
+  }
+  EXPECT_LE(RelativeError(outputs[1], outputs[0]), 1e-12);
+  const char* names[] = {"q", "k", "v", "temperature"};
+  for (std::size_t t = 0; t < 4; ++t) {
+    ASSERT_TRUE(grads[1][t].defined()) << names[t];
+    EXPECT_GT(grads[0][t].abs().max().item<double>(), 0.0) << names[t];
+    EXPECT_LE(RelativeError(grads[1][t], grads[0][t]), 1e-10) << names[t] << " d=" << d;
+  }
+  // Padded keys get no gradient: they are not part of any sequence.
+  const auto padded_keys = Slice(20, n);
+  EXPECT_EQ(grads[1][1][1].index({Slice(), padded_keys}).abs().max().item<double>(), 0.0);
+  EXPECT_EQ(grads[1][2][1].index({Slice(), padded_keys}).abs().max().item<double>(), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, TaylorEfficientBackwardTest,
+                         ::testing::Values(std::make_tuple(4, true, 0.5, 1.0, 1.0),
+                                           std::make_tuple(4, false, 0.5, 1.0, 1.0),
+                                           std::make_tuple(8, true, 0.5, 1.0, 1.0),
+                                           std::make_tuple(8, false, 1.0, 0.5, 0.25),
+                                           std::make_tuple(16, true, 0.25, -0.5, 0.5)));
+
+TEST(TaylorEfficientBackwardTest, TemperatureGradientMatchesFiniteDifferences) {
+  torch::manual_seed(23);
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const std::int64_t batch = 2, heads = 2, n = 21, d = 4;
+  const auto mask = torch::arange(n).unsqueeze(0).ge(torch::tensor({21, 9}).unsqueeze(1));
+  const auto q = torch::randn({batch, heads, n, d}, opts);
+  const auto k = torch::randn({batch, heads, n, d}, opts);
+  const auto v = torch::randn({batch, heads, n, d}, opts);
+  const auto weight = torch::randn({batch, heads, n, d}, opts) *
+                      mask.logical_not().view({batch, 1, n, 1}).to(torch::kFloat64);
+  TaylorKernelOptions options;
+  options.efficient_chunk_tokens = 4;
+  const auto loss_of = [&](const torch::Tensor& tau) {
+    const auto [q_hat, k_hat] = NormalizeQueryKey(q, k, tau);
+    return (TaylorEfficient(q_hat, k_hat, v, mask, options) * weight).sum();
+  };
+  auto tau = torch::tensor({0.7, 1.9}, opts).view({1, heads, 1, 1}).requires_grad_(true);
+  loss_of(tau).backward();
+  torch::NoGradGuard no_grad;
+  const double eps = 1e-6;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    auto plus = tau.detach().clone(), minus = tau.detach().clone();
+    plus.view(-1)[h] += eps;
+    minus.view(-1)[h] -= eps;
+    const double numeric =
+        (loss_of(plus).item<double>() - loss_of(minus).item<double>()) / (2 * eps);
+    const double analytic = tau.grad().view(-1)[h].item<double>();
+    EXPECT_NEAR(numeric, analytic, 1e-7 * std::max(1.0, std::abs(analytic))) << "head " << h;
+  }
+}
+
+TEST(TaylorEfficientBackwardTest, Float32GradientsStayCloseToFloat64) {
+  torch::manual_seed(29);
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const std::int64_t n = 3000, d = 16;
+  const auto q0 = torch::randn({1, 2, n, d}, opts);
+  const auto k0 = torch::randn({1, 2, n, d}, opts);
+  const auto v0 = torch::randn({1, 2, n, d}, opts);
+  const auto weight = torch::randn({1, 2, n, d}, opts);
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    auto q = q0.to(dtype).clone().requires_grad_(true);
+    auto k = k0.to(dtype).clone().requires_grad_(true);
+    auto v = v0.to(dtype).clone().requires_grad_(true);
+    const auto [q_hat, k_hat] = NormalizeQueryKey(q, k, {});
+    (TaylorEfficient(q_hat, k_hat, v, {}, {}) * weight.to(dtype)).sum().backward();
+    grads.push_back({q.grad(), k.grad(), v.grad()});
+  }
+  for (std::size_t t = 0; t < 3; ++t) {
+    ASSERT_TRUE(torch::isfinite(grads[1][t]).all().item<bool>()) << "input " << t;
+    EXPECT_LE(RelativeError(grads[1][t], grads[0][t]), 1e-4) << "input " << t;
+  }
+}
+
+// What autograd keeps between forward and backward, and the peak of backward, must not grow
+// with the N×F features (F = 561 at d = 32): a training step at long N would otherwise hold
+// N·F floats per head and layer. Counted by the CPU allocator wrapper (tensor bytes only).
+TEST(TaylorEfficientBackwardTest, MemoryDoesNotHoldFeaturesOfTheWholeSequence) {
+  torch::manual_seed(31);
+  const std::int64_t heads = 2, n = 4096, d = 32, features = d * (d + 1) / 2 + d + 1;
+  const std::int64_t float_bytes = 4;
+  compat::CountCpuAllocations();
+  auto q = torch::randn({1, heads, n, d}).requires_grad_(true);
+  auto k = torch::randn({1, heads, n, d}).requires_grad_(true);
+  auto v = torch::randn({1, heads, n, d}).requires_grad_(true);
+  const auto weight = torch::randn({1, heads, n, d});
+  TaylorKernelOptions options;
+  options.efficient_chunk_tokens = 256;
+  // One tensor of the sequence's features per head, and one [N, d+1] tensor per head.
+  const std::int64_t all_features = heads * n * features * float_bytes;
+  const std::int64_t per_token_row = heads * n * (d + 1) * float_bytes;
+  const std::int64_t chunk_features =
+      2 * std::max(1, at::get_num_threads()) * options.efficient_chunk_tokens * features *
+      float_bytes;
+
+  const auto before = compat::GetCpuAllocationCounts().current_bytes;
+  compat::ResetPeakCpuAllocations();
+  auto loss = (TaylorEfficient(q, k, v, {}, options) * weight).sum();
+  const auto after_forward = compat::GetCpuAllocationCounts();
+  const std::int64_t held = after_forward.current_bytes - before;
+  // Kept: the scaled q, k and v' (plus y and the denominators), about 5 rows per token. Autograd
+  // through the chunk loop kept the features of both sides: more than 2 · all_features.
+  EXPECT_LE(held, 8 * per_token_row) << "forward keeps " << held << " bytes for backward";
+  EXPECT_LT(held, all_features / 3);
+
+  compat::ResetPeakCpuAllocations();
+  loss.backward();
+  const std::int64_t backward_peak = compat::GetCpuAllocationCounts().peak_bytes - before;
+  // What forward kept, the gradients of y, nom, q, k, v and v' (and the leaves' .grad), and two
+  // chunks of features per thread: about 11 rows per token.
+  EXPECT_LE(backward_peak, 16 * per_token_row + chunk_features)
+      << "backward peaks at " << backward_peak << " bytes";
+  EXPECT_LT(backward_peak, all_features);
+  ASSERT_TRUE(q.grad().defined() && k.grad().defined() && v.grad().defined());
 }
 
 TEST(TaylorCoefficientsTest, RejectsPolynomialsThatCanBeNegative) {
