@@ -48,6 +48,19 @@ absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
   return bytes;
 }
 
+absl::Status WriteFileBytes(const std::string& path, const std::string& bytes) {
+  errno = 0;
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) return ErrnoStatus(errno, absl::StrCat("cannot create ", path));
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
+  const int write_error = errno;
+  // fclose flushes: a full disk may only show here.
+  if (std::fclose(file) != 0 || !written) {
+    return ErrnoStatus(written ? errno : write_error, absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadStreamBytes(std::istream& in, const std::string& name) {
   std::ostringstream buffer;
   if (in.peek() != std::char_traits<char>::eof()) buffer << in.rdbuf();

@@ -276,7 +276,7 @@ void WriteMessageJson(JsonWriter& json, const pb::Message& message) {
   json.EndObject();
 }
 
-std::string JobJson(const Job& job) {
+std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse* history) {
   JsonWriter json;
   json.BeginObject();
   json.Key("id").String(job.id());
@@ -330,6 +330,25 @@ std::string JobJson(const Job& job) {
     WriteMessageJson(json, job.evaluation());
   } else {
     json.Null();
+  }
+  if (history != nullptr) {
+    json.Key("history").BeginObject();
+    json.Key("loss_curve").BeginArray();
+    for (const taylorshift::v1::LossPoint& point : history->loss_curve()) {
+      json.BeginObject();
+      json.Key("step").Int(static_cast<std::int64_t>(point.step()));
+      WriteNumber(json.Key("loss"), point.loss());
+      WriteNumber(json.Key("learning_rate"), point.learning_rate());
+      WriteNumber(json.Key("examples_per_second"), point.examples_per_second());
+      json.Key("time");
+      WriteTime(json, point.time());
+      json.EndObject();
+    }
+    json.EndArray();
+    json.Key("validations").BeginArray();
+    for (const EvaluationReport& report : history->validations()) WriteReportJson(json, report);
+    json.EndArray();
+    json.EndObject();
   }
   json.EndObject();
   return json.str();

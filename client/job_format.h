@@ -63,7 +63,12 @@ const taylorshift::v1::EvaluationReport* JobMetrics(const taylorshift::v1::Job& 
 // without their prefix; Timestamps as RFC 3339 strings).
 void WriteMessageJson(JsonWriter& json, const google::protobuf::Message& message);
 
-std::string JobJson(const taylorshift::v1::Job& job);
+// With `history` (tsctl jobs get --curve --json), the object ends in
+//   "history":{"loss_curve":[{"step":10,"loss":1.09,"learning_rate":0.0003,
+//                             "examples_per_second":812.5,"time":"…"},…],
+//              "validations":[{…a report as in "metrics"…},…]}
+std::string JobJson(const taylorshift::v1::Job& job,
+                    const taylorshift::v1::GetJobHistoryResponse* history = nullptr);
 std::string JobEventJson(const taylorshift::v1::JobEvent& event);
 std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& response);
 

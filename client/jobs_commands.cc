@@ -11,10 +11,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/command_line.h"
 #include "client/file_util.h"
 #include "client/job_format.h"
+#include "client/job_plot.h"
 #include "client/proto_names.h"
 #include "grpcpp/grpcpp.h"
 #include "server/job_spec.h"
@@ -30,6 +32,11 @@ using taylorshift::v1::Jobs;
 constexpr std::int64_t kDefaultTimeoutMs = 30000;
 // ListJobs answers at most this many jobs per page.
 constexpr std::int64_t kMaxPageSize = 1000;
+// GetJobHistory pages: the server's maximum (entries of a few dozen bytes each, so a page
+// stays far below the default 4 MiB message limit), and a bound on how many are followed
+// (10^8 entries, far beyond any job: only a misbehaving server gets there).
+constexpr std::uint32_t kHistoryPageSize = 10000;
+constexpr int kMaxHistoryPages = 10000;
 
 std::unique_ptr<Jobs::Stub> NewJobsStub(const ConnectionOptions& options) {
   std::shared_ptr<grpc::Channel> channel = ConnectOrReport(options);
@@ -182,9 +189,96 @@ int RunJobsList(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+// Every page of the job's history, followed from the first to the last and concatenated.
+grpc::Status FetchHistory(Jobs::Stub& stub, const ConnectionOptions& connection,
+                          const std::string& id, std::int64_t timeout_ms,
+                          taylorshift::v1::GetJobHistoryResponse* history) {
+  taylorshift::v1::GetJobHistoryRequest request;
+  request.set_id(id);
+  request.set_page_size(kHistoryPageSize);
+  for (int page = 0; page < kMaxHistoryPages; ++page) {
+    grpc::ClientContext context;
+    PrepareContext(connection, timeout_ms, &context);
+    taylorshift::v1::GetJobHistoryResponse response;
+    const grpc::Status status = stub.GetJobHistory(&context, request, &response);
+    if (!status.ok()) return status;
+    const bool empty = response.loss_curve().empty() && response.validations().empty();
+    for (auto& point : *response.mutable_loss_curve()) {
+      *history->add_loss_curve() = std::move(point);
+    }
+    for (auto& report : *response.mutable_validations()) {
+      *history->add_validations() = std::move(report);
+    }
+    if (response.next_page_token().empty()) return grpc::Status::OK;
+    // A page that moves nothing forward would repeat forever.
+    if (empty || response.next_page_token() == request.page_token()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          "the server answered a page without progress (an empty page, or the "
+                          "same page_token again)");
+    }
+    request.set_page_token(response.next_page_token());
+  }
+  return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                      absl::StrCat("job ", id, " has more than ", kMaxHistoryPages,
+                                   " pages of history; stopped following them"));
+}
+
+// "F.png" → ".png"; "" when the file name has no extension.
+std::string Extension(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  return path.substr(dot);
+}
+
+// jobs plot ID --out F.svg: the job's loss curve and validation accuracy as an SVG file.
+int RunJobsPlot(const std::vector<std::string>& args) {
+  Flags flags = PlotFlags();
+  if (!flags.Parse(args)) return Usage(flags.error());
+  if (flags.positionals().size() != 1) return Usage("jobs plot takes exactly one job ID");
+  const std::string id = flags.positionals()[0];
+  const std::string out = flags.String("out", "");
+  if (out.empty()) {
+    flags.Fail("jobs plot needs --out FILE.svg");
+  } else if (const std::string extension = Extension(out);
+             !absl::EqualsIgnoreCase(extension, ".svg")) {
+    flags.Fail(absl::StrCat("--out ", out, ": only SVG output is supported (a file name ending in ",
+                            ".svg); got ",
+                            extension.empty() ? "no extension" : "'" + extension + "'"));
+  }
+  const ConnectionOptions connection = ConnectionFromFlags(flags);
+  const std::int64_t timeout_ms = UnaryTimeoutMs(flags);
+  if (flags.failed()) return Usage(flags.error());
+  std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
+  if (stub == nullptr) return kExitError;
+
+  Job job;
+  {
+    grpc::ClientContext context;
+    PrepareContext(connection, timeout_ms, &context);
+    taylorshift::v1::GetJobRequest request;
+    request.set_id(id);
+    const grpc::Status status = stub->GetJob(&context, request, &job);
+    if (!status.ok()) return RpcFailed("GetJob", connection, status);
+  }
+  taylorshift::v1::GetJobHistoryResponse history;
+  if (const grpc::Status status = FetchHistory(*stub, connection, id, timeout_ms, &history);
+      !status.ok()) {
+    return RpcFailed("GetJobHistory", connection, status);
+  }
+  const std::string title =
+      absl::StrCat(job.id(), " ", job.name(), ": training loss and validation accuracy");
+  if (absl::Status written = WriteFileBytes(out, HistorySvg(history, title)); !written.ok()) {
+    return LocalError(written);
+  }
+  std::cout << "wrote " << out << " (" << history.loss_curve_size() << " loss points, "
+            << history.validations_size() << " validation runs)" << std::endl;
+  return kExitOk;
+}
+
 // jobs get|cancel|watch ID.
 int RunJobsWithId(const std::string& subcommand, const std::vector<std::string>& args) {
-  Flags flags(CommonValueFlags(), {"json", "tls"});
+  Flags flags(CommonValueFlags(), {"json", "tls", "curve"});
   if (!flags.Parse(args)) return Usage(flags.error());
   if (flags.positionals().size() != 1) {
     return Usage(absl::StrCat("jobs ", subcommand, " takes exactly one job ID"));
@@ -194,6 +288,8 @@ int RunJobsWithId(const std::string& subcommand, const std::vector<std::string>&
   const std::int64_t timeout_ms = UnaryTimeoutMs(flags);
   const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags);
   const bool json = flags.Has("json");
+  const bool curve = flags.Has("curve");
+  if (curve && subcommand != "get") flags.Fail("--curve goes with jobs get");
   if (flags.failed()) return Usage(flags.error());
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   if (stub == nullptr) return kExitError;
@@ -207,7 +303,17 @@ int RunJobsWithId(const std::string& subcommand, const std::vector<std::string>&
     request.set_id(id);
     const grpc::Status status = stub->GetJob(&context, request, &job);
     if (!status.ok()) return RpcFailed("GetJob", connection, status);
-    std::cout << (json ? JobJson(job) + "\n" : JobDetails(job));
+    if (!curve) {
+      std::cout << (json ? JobJson(job) + "\n" : JobDetails(job));
+    } else {
+      taylorshift::v1::GetJobHistoryResponse history;
+      if (const grpc::Status fetched = FetchHistory(*stub, connection, id, timeout_ms, &history);
+          !fetched.ok()) {
+        return RpcFailed("GetJobHistory", connection, fetched);
+      }
+      std::cout << (json ? JobJson(job, &history) + "\n"
+                         : absl::StrCat(JobDetails(job), "\n", HistoryText(history)));
+    }
   } else {
     taylorshift::v1::CancelJobRequest request;
     request.set_id(id);
@@ -228,6 +334,8 @@ Flags SubmitFlags() { return Flags(With(CommonValueFlags(), {"spec"}), {"json", 
 Flags ListFlags() {
   return Flags(With(CommonValueFlags(), {"state", "kind", "limit"}), {"json", "tls"});
 }
+
+Flags PlotFlags() { return Flags(With(CommonValueFlags(), {"out"}), {"tls"}); }
 
 Flags PromoteFlags() {
   return Flags(With(CommonValueFlags(), {"job", "checkpoint", "model"}),
@@ -303,15 +411,16 @@ int RunEval(const std::vector<std::string>& args) {
 }
 
 int RunJobs(const std::vector<std::string>& args) {
-  if (args.empty()) return Usage("jobs needs a subcommand: list, get, cancel or watch");
+  if (args.empty()) return Usage("jobs needs a subcommand: list, get, cancel, watch or plot");
   const std::string subcommand = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (subcommand == "list") return RunJobsList(rest);
+  if (subcommand == "plot") return RunJobsPlot(rest);
   if (subcommand == "get" || subcommand == "cancel" || subcommand == "watch") {
     return RunJobsWithId(subcommand, rest);
   }
   return Usage(absl::StrCat("unknown jobs subcommand '", subcommand,
-                            "' (expected list, get, cancel or watch)"));
+                            "' (expected list, get, cancel, watch or plot)"));
 }
 
 int RunPromote(const std::vector<std::string>& args) {

@@ -90,8 +90,12 @@ Jobs (the Jobs service; the admin role when the server has tokens):
   jobs list [--state queued|running|succeeded|failed|cancelled]
             [--kind training|evaluation] [--limit N] [--json]
                                           jobs, newest first (all pages, or the first N)
-  jobs get ID [--json]                    one job: progress, metrics with per-class
-                                          precision/recall and confusion, checkpoints
+  jobs get ID [--curve] [--json]          one job: progress, metrics with per-class
+                                          precision/recall and confusion, checkpoints;
+                                          --curve adds text charts of its loss curve and
+                                          validation accuracy (--json: "history")
+  jobs plot ID --out FILE.svg             write the loss curve and validation accuracy as
+                                          an SVG chart (SVG only)
   jobs cancel ID [--json]                 cancel a queued or running job
   jobs watch ID [--json]                  follow a job as train --wait does
   promote  (--job ID [--last] | --checkpoint PATH) --model NAME [--require-better] [--json]

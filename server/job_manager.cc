@@ -417,6 +417,11 @@ absl::StatusOr<pb::ListJobsResponse> JobManager::ListJobs(
   return store_->ListJobs(request);
 }
 
+absl::StatusOr<pb::GetJobHistoryResponse> JobManager::GetJobHistory(
+    const pb::GetJobHistoryRequest& request) const {
+  return store_->History(request);
+}
+
 absl::StatusOr<pb::Job> JobManager::CancelJob(const std::string& id) {
   std::shared_ptr<Active> active;
   {

@@ -88,6 +88,9 @@ class JobManager {
   absl::StatusOr<taylorshift::v1::Job> GetJob(const std::string& id) const;
   absl::StatusOr<taylorshift::v1::ListJobsResponse> ListJobs(
       const taylorshift::v1::ListJobsRequest& request) const;
+  // One page of the job's loss curve and validation runs (JobStore::History).
+  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> GetJobHistory(
+      const taylorshift::v1::GetJobHistoryRequest& request) const;
   // A queued job is cancelled at once; a running one stops before its next step (training) or
   // after its evaluation pass; a finished one is FAILED_PRECONDITION.
   absl::StatusOr<taylorshift::v1::Job> CancelJob(const std::string& id);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -130,8 +131,18 @@ absl::Status SqliteError(sqlite3* db, int rc, const std::string& path, absl::str
                       absl::StrCat("job store ", path, ": ", what, ": ", message));
 }
 
+// A caller's value quoted in a message: at most kMaxEchoedBytes of it (cut at a UTF-8
+// character boundary), so a huge id cannot blow up the error or the logs.
+constexpr std::size_t kMaxEchoedBytes = 100;
+std::string Echo(absl::string_view value) {
+  if (value.size() <= kMaxEchoedBytes) return std::string(value);
+  std::size_t cut = kMaxEchoedBytes;
+  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(value.substr(0, cut), "... (", value.size(), " bytes)");
+}
+
 absl::Status JobNotFound(const std::string& id) {
-  return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  return absl::NotFoundError(absl::StrCat("job ", Echo(id), " not found"));
 }
 
 // A prepared statement; finalized on destruction. Bind errors are kept and reported by the
@@ -176,6 +187,10 @@ class Statement {
   Statement& BindText(int index, const std::string& value) {
     return Check(sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT,
                                      SQLITE_UTF8));
+  }
+  Statement& BindText(const char* name, const std::string& value) {
+    const int index = sqlite3_bind_parameter_index(stmt_, name);
+    return index == 0 ? *this : BindText(index, value);
   }
   Statement& BindBlob(int index, const std::string& value) {
     return Check(sqlite3_bind_blob64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT));
@@ -400,6 +415,44 @@ absl::StatusOr<std::int64_t> DecodePageToken(const std::string& token, int state
         "page_token was issued for a different state/kind filter than this request's");
   }
   return last_seq;
+}
+
+// History pages. An entry's place in a job's history: (step, kind, rowid) with the loss
+// point (kind 0) before the validation run (kind 1) of a step; rowid only breaks ties a step
+// should never have. A token is web-safe base64 of "<step>.<kind>.<rowid>.<job id>" for the
+// last entry returned, so it only continues the history it came from.
+struct HistoryPosition {
+  std::int64_t step = -1;  // before every entry: steps are >= 0
+  int kind = 1;
+  std::int64_t rowid = 0;
+};
+constexpr int kLossPointEntry = 0;
+constexpr int kValidationEntry = 1;
+
+std::string EncodeHistoryToken(const HistoryPosition& position, const std::string& job_id) {
+  return absl::WebSafeBase64Escape(
+      absl::StrCat(position.step, ".", position.kind, ".", position.rowid, ".", job_id));
+}
+
+absl::StatusOr<HistoryPosition> DecodeHistoryToken(const std::string& token,
+                                                   const std::string& job_id) {
+  const absl::Status malformed = absl::InvalidArgumentError(
+      "page_token is malformed; pass the next_page_token of a previous GetJobHistory response");
+  std::string text;
+  if (!absl::WebSafeBase64Unescape(token, &text)) return malformed;
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, absl::MaxSplits('.', 3));
+  HistoryPosition position;
+  if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &position.step) || position.step < 0 ||
+      !absl::SimpleAtoi(parts[1], &position.kind) ||
+      (position.kind != kLossPointEntry && position.kind != kValidationEntry) ||
+      !absl::SimpleAtoi(parts[2], &position.rowid)) {
+    return malformed;
+  }
+  if (parts[3] != job_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token was issued for job ", Echo(parts[3]), ", not for ", Echo(job_id)));
+  }
+  return position;
 }
 
 }  // namespace
@@ -706,6 +759,99 @@ absl::StatusOr<std::vector<EvaluationReport>> JobStore::Evaluations(const std::s
     if (absl::Status status = CheckJobExists(job_id); !status.ok()) return status;
   }
   return reports;
+}
+
+absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> JobStore::History(
+    const taylorshift::v1::GetJobHistoryRequest& request) {
+  const std::string& job_id = request.id();
+  if (job_id.empty()) return absl::InvalidArgumentError("id is required");
+  if (request.page_size() > kMaxHistoryPageSize) {
+    return absl::InvalidArgumentError(absl::StrCat("page_size ", request.page_size(),
+                                                   " is over the limit of ", kMaxHistoryPageSize));
+  }
+  const std::int64_t page_size =
+      request.page_size() == 0 ? kDefaultHistoryPageSize : request.page_size();
+  HistoryPosition after;
+  if (!request.page_token().empty()) {
+    absl::StatusOr<HistoryPosition> decoded = DecodeHistoryToken(request.page_token(), job_id);
+    if (!decoded.ok()) return decoded.status();
+    after = *decoded;
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (absl::Status exists = CheckJobExists(job_id); !exists.ok()) return exists;
+  // Up to one page plus one entry of each kind after `after`: merged by position, the first
+  // page_size of them are this page and anything left over means there is a next one.
+  absl::StatusOr<Statement> points = Statement::Prepare(
+      db_.get(), path_,
+      "SELECT rowid, step, loss, learning_rate, examples_per_second, time_ms FROM job_metrics "
+      "WHERE job_id = :job AND (step > :step OR (step = :step AND :kind = 0 AND rowid > :rowid)) "
+      "ORDER BY step, rowid LIMIT :limit");
+  if (!points.ok()) return points.status();
+  absl::StatusOr<Statement> validations = Statement::Prepare(
+      db_.get(), path_,
+      "SELECT rowid, step, report FROM job_evaluations "
+      "WHERE job_id = :job AND (step > :step OR (step = :step AND (:kind = 0 OR rowid > :rowid))) "
+      "ORDER BY step, rowid LIMIT :limit");
+  if (!validations.ok()) return validations.status();
+  for (Statement* select : {&*points, &*validations}) {
+    select->BindText(":job", job_id)
+        .BindInt(":step", after.step)
+        .BindInt(":kind", after.kind)
+        .BindInt(":rowid", after.rowid)
+        .BindInt(":limit", page_size + 1);
+  }
+
+  taylorshift::v1::GetJobHistoryResponse response;
+  absl::StatusOr<bool> point_row = points->Step();
+  if (!point_row.ok()) return point_row.status();
+  absl::StatusOr<bool> validation_row = validations->Step();
+  if (!validation_row.ok()) return validation_row.status();
+  HistoryPosition last;
+  std::int64_t taken = 0;
+  const auto position = [](const Statement& select, int kind) {
+    return HistoryPosition{select.ColumnInt(1), kind, select.ColumnInt(0)};
+  };
+  while (*point_row || *validation_row) {
+    bool take_point = *point_row;
+    if (*point_row && *validation_row) {
+      const HistoryPosition point = position(*points, kLossPointEntry);
+      const HistoryPosition validation = position(*validations, kValidationEntry);
+      take_point = std::tie(point.step, point.kind, point.rowid) <
+                   std::tie(validation.step, validation.kind, validation.rowid);
+    }
+    if (taken == page_size) {
+      response.set_next_page_token(EncodeHistoryToken(last, job_id));
+      break;
+    }
+    ++taken;
+    if (take_point) {
+      last = position(*points, kLossPointEntry);
+      const std::int64_t step = last.step;
+      taylorshift::v1::LossPoint* entry = response.add_loss_curve();
+      entry->set_step(static_cast<std::uint64_t>(step));
+      entry->set_loss(points->ColumnDouble(2));
+      entry->set_learning_rate(points->ColumnDouble(3));
+      entry->set_examples_per_second(points->ColumnDouble(4));
+      *entry->mutable_time() = FromUnixMillis(points->ColumnInt(5));
+      point_row = points->Step();
+      if (!point_row.ok()) return point_row.status();
+    } else {
+      last = position(*validations, kValidationEntry);
+      EvaluationReport* report = response.add_validations();
+      if (!report->ParseFromString(validations->ColumnBlob(2))) {
+        return absl::DataLossError(absl::StrCat("job store ", path_, ": an evaluation report of ",
+                                                Echo(job_id), " does not parse"));
+      }
+      if (!request.include_class_reports()) {
+        report->clear_classes();
+        report->clear_confusion();
+      }
+      validation_row = validations->Step();
+      if (!validation_row.ok()) return validation_row.status();
+    }
+  }
+  return response;
 }
 
 absl::Status JobStore::RecordCheckpoint(const std::string& job_id,

@@ -57,6 +57,9 @@ class JobStore {
   // ListJobs page sizes.
   static constexpr std::uint32_t kDefaultPageSize = 50;
   static constexpr std::uint32_t kMaxPageSize = 1000;
+  // History page sizes (entries: loss points plus validation runs).
+  static constexpr std::uint32_t kDefaultHistoryPageSize = 1000;
+  static constexpr std::uint32_t kMaxHistoryPageSize = 10000;
 
   // Opens (creating the file and its parent directories if missing) the database at `path`
   // and brings its schema to kSchemaVersion. FAILED_PRECONDITION when the file is not a
@@ -93,6 +96,14 @@ class JobStore {
                                 const taylorshift::v1::EvaluationReport& report);
   absl::StatusOr<std::vector<taylorshift::v1::EvaluationReport>> Evaluations(
       const std::string& job_id);
+
+  // One page of the job's history (the paging contract is GetJobHistoryRequest's in
+  // jobs.proto): page_size 0 means kDefaultHistoryPageSize, more than kMaxHistoryPageSize is
+  // INVALID_ARGUMENT, and so is a malformed token or one issued for another job; NOT_FOUND for
+  // an unknown job. Validation runs keep their per-class reports and confusion matrix only with
+  // request.include_class_reports().
+  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> History(
+      const taylorshift::v1::GetJobHistoryRequest& request);
 
   // Drops the loss-curve rows and validation runs of steps after `step` (a job resuming from a
   // state saved at `step` trains those steps again). NOT_FOUND for an unknown job.

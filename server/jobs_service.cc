@@ -184,6 +184,17 @@ grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* con
   });
 }
 
+grpc::ServerUnaryReactor* JobsService::GetJobHistory(grpc::CallbackServerContext* context,
+                                                     const pb::GetJobHistoryRequest* request,
+                                                     pb::GetJobHistoryResponse* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    auto history = manager_->GetJobHistory(*request);
+    if (!history.ok()) return history.status();
+    *response = std::move(*history);
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* context,
                                                  const pb::CancelJobRequest* request,
                                                  pb::Job* response) {

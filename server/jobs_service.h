@@ -36,6 +36,9 @@ class JobsService final : public taylorshift::v1::Jobs::CallbackService {
       grpc::CallbackServerContext* context,
       const taylorshift::v1::PromoteCheckpointRequest* request,
       taylorshift::v1::PromoteCheckpointResponse* response) final;
+  grpc::ServerUnaryReactor* GetJobHistory(grpc::CallbackServerContext* context,
+                                          const taylorshift::v1::GetJobHistoryRequest* request,
+                                          taylorshift::v1::GetJobHistoryResponse* response) final;
 
  private:
   JobManager* manager_;

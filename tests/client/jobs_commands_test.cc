@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -185,6 +186,16 @@ TEST(JobsCommandsTest, RefusalsBeforeConnecting) {
   EXPECT_EQ(RunJobs(with_server({"cancel", "a", "b"})), kExitUsage);
   EXPECT_EQ(RunJobs(with_server({"list", "--state", "done"})), kExitUsage);
   EXPECT_EQ(RunPromote(with_server({"--model", "m"})), kExitUsage);
+  EXPECT_EQ(RunJobs(with_server({"cancel", "j-1", "--curve"})), kExitUsage);
+  EXPECT_EQ(RunJobs(with_server({"plot", "j-1"})), kExitUsage);  // no --out
+
+  // jobs plot writes SVG only, and says so before connecting.
+  for (const char* out : {"curve.png", "curve", "dir.svg/curve", "curve.svg.pdf"}) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(RunJobs(with_server({"plot", "j-1", "--out", out})), kExitUsage) << out;
+    EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+                HasSubstr("only SVG output is supported (a file name ending in .svg)"));
+  }
 
   // A spec that does not parse is an error (1) named with the file and the key, sent nowhere.
   TempSpec spec("name: x\nmodel: {heads: many}\n");
@@ -479,6 +490,107 @@ TEST_F(JobsCommandsServiceTest, GetCancelAndPromote) {
   EXPECT_EQ(request.which(), taylorshift::v1::CHECKPOINT_CHOICE_LAST);
   EXPECT_TRUE(request.require_at_least_current_accuracy());
   EXPECT_THAT(service_.record().rpcs, ElementsAre("GetJob", "CancelJob", "PromoteCheckpoint"));
+}
+
+// A history in pages of two entries, as a server would split it.
+std::vector<taylorshift::v1::GetJobHistoryResponse> HistoryPages() {
+  using taylorshift::v1::GetJobHistoryResponse;
+  return {
+      FromText<GetJobHistoryResponse>(R"pb(loss_curve { step: 10 loss: 2.0 }
+                                           loss_curve { step: 20 loss: 1.5 }
+                                           next_page_token: "1")pb"),
+      FromText<GetJobHistoryResponse>(R"pb(loss_curve { step: 30 loss: 1.0 }
+                                           validations { step: 30 accuracy: 0.5 }
+                                           next_page_token: "2")pb"),
+      FromText<GetJobHistoryResponse>(R"pb(loss_curve { step: 40 loss: 0.5 }
+                                           validations { step: 40 accuracy: 0.75 })pb"),
+  };
+}
+
+TEST_F(JobsCommandsServiceTest, GetCurveFollowsEveryHistoryPage) {
+  FakeJobsService::Script script;
+  script.job = FromText<Job>(
+      R"pb(id: "j-4" kind: JOB_KIND_TRAINING name: "t" state: JOB_STATE_SUCCEEDED)pb");
+  script.history_pages = HistoryPages();
+  service_.set_script(script);
+
+  const Output text = Capture([&] { return RunJobs(Args({"get", "j-4", "--curve"})); });
+  EXPECT_EQ(text.status, kExitOk) << text.err;
+  const auto histories = service_.record().histories;
+  ASSERT_EQ(histories.size(), 3u);
+  EXPECT_EQ(histories[0].id(), "j-4");
+  EXPECT_EQ(histories[0].page_token(), "");
+  EXPECT_EQ(histories[1].page_token(), "1");
+  EXPECT_EQ(histories[2].page_token(), "2");
+  EXPECT_EQ(histories[0].page_size(), 10000u);
+  EXPECT_EQ(text.lines[0], "id: j-4");
+  EXPECT_THAT(text.lines, ::testing::Contains(
+                              "loss curve: 4 points, steps 10 to 40; loss 2 at the first, 0.5 at "
+                              "the last, lowest 0.5 at step 40"));
+  EXPECT_THAT(text.lines, ::testing::Contains("validation accuracy: 2 runs; best 0.75 at step 40, "
+                                              "last 0.75 at step 40"));
+  EXPECT_THAT(text.lines, ::testing::Contains(StartsWith("  2 |*")));  // the top row
+
+  FakeJobsService json_service;
+  json_service.Start();
+  json_service.set_script(script);
+  const Output json = Capture([&] {
+    return RunJobs({"get", "j-4", "--curve", "--json", "--server", json_service.address()});
+  });
+  EXPECT_EQ(json.status, kExitOk) << json.err;
+  taylorshift::v1::GetJobHistoryResponse all;
+  for (const auto& page : HistoryPages()) {
+    all.mutable_loss_curve()->MergeFrom(page.loss_curve());
+    all.mutable_validations()->MergeFrom(page.validations());
+  }
+  EXPECT_THAT(json.lines, ElementsAre(JobJson(script.job, &all)));
+  EXPECT_THAT(json.lines[0], HasSubstr(R"("history":{"loss_curve":[{"step":10,"loss":2,)"));
+}
+
+TEST_F(JobsCommandsServiceTest, AHistoryPageWithoutProgressIsAnError) {
+  FakeJobsService::Script script;
+  script.job = FromText<Job>(R"pb(id: "j-4" state: JOB_STATE_RUNNING)pb");
+  // The second page is empty yet points on: following it would never end.
+  script.history_pages = {
+      FromText<taylorshift::v1::GetJobHistoryResponse>(R"pb(loss_curve { step: 10 loss: 2.0 }
+                                                            next_page_token: "1")pb"),
+      FromText<taylorshift::v1::GetJobHistoryResponse>(R"pb(next_page_token: "1")pb"),
+  };
+  service_.set_script(script);
+  const Output out = Capture([&] { return RunJobs(Args({"get", "j-4", "--curve"})); });
+  EXPECT_EQ(out.status, kExitError);
+  EXPECT_THAT(out.err, HasSubstr("GetJobHistory"));
+  EXPECT_THAT(out.err, HasSubstr("without progress"));
+  EXPECT_EQ(service_.record().histories.size(), 2u);
+}
+
+TEST_F(JobsCommandsServiceTest, PlotWritesTheWholeHistoryAsSvg) {
+  FakeJobsService::Script script;
+  script.job = FromText<Job>(
+      R"pb(id: "j-4" kind: JOB_KIND_TRAINING name: "tiny" state: JOB_STATE_SUCCEEDED)pb");
+  script.history_pages = HistoryPages();
+  service_.set_script(script);
+  const std::string path = ::testing::TempDir() + "jobs_commands_test_curve.SVG";
+  std::remove(path.c_str());
+  const Output out = Capture([&] { return RunJobs(Args({"plot", "j-4", "--out", path})); });
+  EXPECT_EQ(out.status, kExitOk) << out.err;
+  EXPECT_THAT(out.lines, ElementsAre("wrote " + path + " (4 loss points, 2 validation runs)"));
+  EXPECT_THAT(service_.record().rpcs,
+              ElementsAre("GetJob", "GetJobHistory", "GetJobHistory", "GetJobHistory"));
+  std::ifstream file(path);
+  const std::string svg((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(svg, StartsWith("<?xml"));
+  EXPECT_THAT(svg, HasSubstr("<title>j-4 tiny: training loss and validation accuracy</title>"));
+  EXPECT_THAT(svg, HasSubstr("<polyline class=\"loss\""));
+  std::remove(path.c_str());
+
+  // A file that cannot be written is an error naming it.
+  const std::string unwritable = ::testing::TempDir() + "no-such-dir/curve.svg";
+  const Output failed = Capture([&] {
+    return RunJobs(Args({"plot", "j-4", "--out", unwritable}));
+  });
+  EXPECT_EQ(failed.status, kExitError);
+  EXPECT_THAT(failed.err, HasSubstr("cannot create " + unwritable));
 }
 
 }  // namespace

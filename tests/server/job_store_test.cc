@@ -538,6 +538,212 @@ TEST_F(JobStoreTest, TruncateHistoryDropsStepsAfterTheResumePoint) {
   EXPECT_EQ(store->TruncateHistory("job-9", 0).code(), absl::StatusCode::kNotFound);
 }
 
+// Pages through job_id's history with `page_size` (at most 1000 pages); every page's size and
+// token are checked on the way.
+struct HistoryPages {
+  std::vector<taylorshift::v1::GetJobHistoryResponse> pages;
+  taylorshift::v1::GetJobHistoryResponse all;  // the pages concatenated
+};
+HistoryPages PageThrough(JobStore& store, const std::string& job_id, std::uint32_t page_size,
+                         bool include_class_reports = false) {
+  HistoryPages out;
+  taylorshift::v1::GetJobHistoryRequest request;
+  request.set_id(job_id);
+  request.set_page_size(page_size);
+  request.set_include_class_reports(include_class_reports);
+  const std::uint32_t limit = page_size == 0 ? JobStore::kDefaultHistoryPageSize : page_size;
+  for (int i = 0; i < 1000; ++i) {
+    absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> page = store.History(request);
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) break;
+    const int entries = page->loss_curve_size() + page->validations_size();
+    EXPECT_LE(entries, static_cast<int>(limit));
+    // Only the last page may be short.
+    if (!page->next_page_token().empty()) {
+      EXPECT_EQ(entries, static_cast<int>(limit));
+    }
+    out.pages.push_back(*page);
+    out.all.mutable_loss_curve()->MergeFrom(page->loss_curve());
+    out.all.mutable_validations()->MergeFrom(page->validations());
+    if (page->next_page_token().empty()) break;
+    request.set_page_token(page->next_page_token());
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> PointSteps(const taylorshift::v1::GetJobHistoryResponse& history) {
+  std::vector<std::uint64_t> steps;
+  for (const auto& point : history.loss_curve()) steps.push_back(point.step());
+  return steps;
+}
+
+std::vector<std::uint64_t> ValidationSteps(const taylorshift::v1::GetJobHistoryResponse& history) {
+  std::vector<std::uint64_t> steps;
+  for (const auto& report : history.validations()) steps.push_back(report.step());
+  return steps;
+}
+
+TEST_F(JobStoreTest, HistoryPagesReturnEveryPointAndValidationOnceInStepOrder) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a"));
+  Create(*store, MakeTrainingJob("b"));
+  std::vector<std::uint64_t> point_steps, validation_steps;
+  for (std::int64_t step = 10; step <= 250; step += 10) {
+    ASSERT_TRUE(store
+                    ->AppendMetric("job-1", JobMetricRow{step, 3.0 - step / 100.0, step * 1e-5,
+                                                         100.0 + step, 1700000000000 + step})
+                    .ok());
+    ASSERT_TRUE(store->AppendMetric("job-2", JobMetricRow{step, 9.0, 1.0, 1.0, 1}).ok());
+    point_steps.push_back(static_cast<std::uint64_t>(step));
+    if (step % 50 == 0) {
+      ASSERT_TRUE(
+          store->AppendEvaluation("job-1", MakeReport(static_cast<std::uint64_t>(step), 0.5)).ok());
+      validation_steps.push_back(static_cast<std::uint64_t>(step));
+    }
+  }
+  // 25 points and 5 validation runs: 30 entries, split alike for any page size.
+  for (const std::uint32_t page_size : {1u, 2u, 3u, 7u, 29u, 30u, 31u, 0u}) {
+    SCOPED_TRACE(page_size);
+    const HistoryPages paged = PageThrough(*store, "job-1", page_size);
+    const std::uint32_t size = page_size == 0 ? JobStore::kDefaultHistoryPageSize : page_size;
+    EXPECT_EQ(paged.pages.size(), (30 + size - 1) / size);
+    EXPECT_EQ(PointSteps(paged.all), point_steps);
+    EXPECT_EQ(ValidationSteps(paged.all), validation_steps);
+  }
+
+  // Step order across the two lists: a step's point comes before its validation run.
+  const HistoryPages fives = PageThrough(*store, "job-1", 5);
+  ASSERT_EQ(fives.pages.size(), 6u);
+  EXPECT_THAT(PointSteps(fives.pages[0]), ElementsAre(10, 20, 30, 40, 50));
+  EXPECT_THAT(ValidationSteps(fives.pages[0]), IsEmpty());
+  EXPECT_THAT(PointSteps(fives.pages[1]), ElementsAre(60, 70, 80, 90));
+  EXPECT_THAT(ValidationSteps(fives.pages[1]), ElementsAre(50));
+
+  // The values come through; class reports only on request.
+  const taylorshift::v1::GetJobHistoryResponse& all = fives.all;
+  ASSERT_EQ(all.loss_curve_size(), 25);
+  const taylorshift::v1::LossPoint& point = all.loss_curve(2);  // step 30
+  EXPECT_EQ(point.step(), 30u);
+  EXPECT_DOUBLE_EQ(point.loss(), 2.7);
+  EXPECT_DOUBLE_EQ(point.learning_rate(), 30e-5);
+  EXPECT_DOUBLE_EQ(point.examples_per_second(), 130.0);
+  EXPECT_EQ(point.time().seconds(), 1700000000);
+  EXPECT_EQ(point.time().nanos(), 30000000);
+  EvaluationReport summary = MakeReport(100, 0.5);
+  summary.clear_classes();
+  summary.clear_confusion();
+  EXPECT_THAT(all.validations(1), EqualsProto(summary));
+  const HistoryPages full = PageThrough(*store, "job-1", 4, /*include_class_reports=*/true);
+  ASSERT_EQ(full.all.validations_size(), 5);
+  EXPECT_THAT(full.all.validations(1), EqualsProto(MakeReport(100, 0.5)));
+
+  // Another job's history is its own; a known job without one is one empty page.
+  EXPECT_EQ(PageThrough(*store, "job-2", 0).all.loss_curve_size(), 25);
+  EXPECT_THAT(PageThrough(*store, "job-2", 0).all.validations(), IsEmpty());
+  Create(*store, MakeEvaluationJob("e"));
+  const HistoryPages empty = PageThrough(*store, "job-3", 0);
+  ASSERT_EQ(empty.pages.size(), 1u);
+  EXPECT_THAT(empty.all.loss_curve(), IsEmpty());
+  EXPECT_THAT(empty.all.validations(), IsEmpty());
+  // An evaluation job's report is its one validation run.
+  ASSERT_TRUE(store->AppendEvaluation("job-3", MakeReport(0, 0.8)).ok());
+  EXPECT_THAT(ValidationSteps(PageThrough(*store, "job-3", 1).all), ElementsAre(0));
+}
+
+TEST_F(JobStoreTest, HistoryPagingFollowsAJobThatIsStillRunning) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a"));
+  for (const std::int64_t step : {10, 20, 30}) {
+    ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
+  }
+  ASSERT_TRUE(store->AppendEvaluation("job-1", MakeReport(30, 0.5)).ok());
+  taylorshift::v1::GetJobHistoryRequest request;
+  request.set_id("job-1");
+  request.set_page_size(2);
+  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> first = store->History(request);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(PointSteps(*first), ElementsAre(10, 20));
+  ASSERT_FALSE(first->next_page_token().empty());
+  // Meanwhile the job resumes from step 20 (dropping 30 and its validation run) and goes on.
+  ASSERT_TRUE(store->TruncateHistory("job-1", 20).ok());
+  for (const std::int64_t step : {30, 40}) {
+    ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{step, 0.5, 1e-3, 1.0, step}).ok());
+  }
+  ASSERT_TRUE(store->AppendEvaluation("job-1", MakeReport(40, 0.75)).ok());
+  request.set_page_token(first->next_page_token());
+  request.set_page_size(3);
+  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> rest = store->History(request);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_THAT(PointSteps(*rest), ElementsAre(30, 40));
+  ASSERT_EQ(rest->loss_curve_size(), 2);
+  EXPECT_DOUBLE_EQ(rest->loss_curve(0).loss(), 0.5);  // step 30 as trained again
+  EXPECT_THAT(ValidationSteps(*rest), ElementsAre(40));
+  EXPECT_TRUE(rest->next_page_token().empty());
+  // Read from the start, the history is the resumed one.
+  const HistoryPages again = PageThrough(*store, "job-1", 2);
+  EXPECT_THAT(PointSteps(again.all), ElementsAre(10, 20, 30, 40));
+  EXPECT_DOUBLE_EQ(again.all.loss_curve(2).loss(), 0.5);
+  EXPECT_THAT(ValidationSteps(again.all), ElementsAre(40));
+}
+
+TEST_F(JobStoreTest, HistoryRejectsBadRequestsNamingTheProblem) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a"));
+  Create(*store, MakeTrainingJob("b"));
+  for (const std::int64_t step : {10, 20, 30}) {
+    ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
+  }
+  taylorshift::v1::GetJobHistoryRequest request;
+  request.set_id("job-1");
+
+  request.set_page_size(JobStore::kMaxHistoryPageSize + 1);
+  absl::Status status = store->History(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("page_size 10001 is over the limit of 10000"));
+  request.set_page_size(JobStore::kMaxHistoryPageSize);
+  EXPECT_TRUE(store->History(request).ok());
+
+  request.set_page_size(1);
+  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> page = store->History(request);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_FALSE(page->next_page_token().empty());
+  const std::string token = page->next_page_token();
+  for (const std::string& bad :
+       {std::string("not base64!"), absl::WebSafeBase64Escape("10.0.1"),
+        absl::WebSafeBase64Escape("x.0.1.job-1"), absl::WebSafeBase64Escape("10.7.1.job-1"),
+        absl::WebSafeBase64Escape("-5.0.1.job-1")}) {
+    request.set_page_token(bad);
+    status = store->History(request).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("page_token is malformed")) << bad;
+  }
+  // A token continues only the history it came from.
+  request.set_id("job-2");
+  request.set_page_token(token);
+  status = store->History(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("issued for job job-1, not for job-2"));
+
+  request.clear_page_token();
+  request.set_id("job-42");
+  status = store->History(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(), "job job-42 not found");
+  // A huge id is cut in the message.
+  request.set_id("job-" + std::string(5000, '9'));
+  status = store->History(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("job-" + std::string(96, '9') + "... (5004 bytes)"));
+  EXPECT_LT(status.message().size(), 160u);
+  request.set_id("");
+  status = store->History(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("id is required"));
+}
+
 TEST_F(JobStoreTest, CheckpointsRecordReplaceAndRemove) {
   std::unique_ptr<JobStore> store = OpenStore();
   ASSERT_NE(store, nullptr);

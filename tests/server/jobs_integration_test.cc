@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -514,6 +516,148 @@ TEST_F(JobsIntegrationTest, JobsNeedTheAdminRole) {
   pb::JobEvent event;
   EXPECT_FALSE(reader->Read(&event));
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  const auto history = [&](const std::string& token) {
+    grpc::ClientContext history_context;
+    SetDeadline(history_context);
+    history_context.AddMetadata("authorization", "Bearer " + token);
+    pb::GetJobHistoryRequest history_request;
+    history_request.set_id("job-1");
+    pb::GetJobHistoryResponse response;
+    return jobs_->GetJobHistory(&history_context, history_request, &response).error_code();
+  };
+  EXPECT_EQ(history("reader"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(history("operator"), grpc::StatusCode::NOT_FOUND);  // allowed; there is no job-1
+}
+
+// Counts the non-overlapping occurrences of `needle` in `text`.
+std::size_t Count(const std::string& text, const std::string& needle) {
+  std::size_t count = 0;
+  for (std::size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + needle.size())) {
+    ++count;
+  }
+  return count;
+}
+
+TEST_F(JobsIntegrationTest, LossCurveOverGrpcPagesAndThroughTsctl) {
+  StartServer();
+  auto spec = TinySpec("curve", 60);
+  spec.set_log_interval(5);    // loss points at 5, 10, ..., 60
+  spec.set_eval_interval(20);  // validation runs at 20, 40, 60
+  spec.set_checkpoint_interval(20);
+  pb::Job job;
+  ASSERT_TRUE(Submit(spec, &job).ok());
+  const auto events = Watch(job.id(), 90);
+  ASSERT_FALSE(events.empty());
+  const pb::Job done = events.back().job();
+  ASSERT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason() << "\n" << server_.Log();
+
+  // Pages of 4 entries: 12 points and 3 validation runs come back in 4 pages, each once.
+  std::vector<std::uint64_t> point_steps, validation_steps;
+  std::vector<pb::GetJobHistoryResponse> pages;
+  pb::GetJobHistoryRequest request;
+  request.set_id(job.id());
+  request.set_page_size(4);
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (int i = 0; i < 100 && Clock::now() < deadline; ++i) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::GetJobHistoryResponse page;
+    const grpc::Status status = jobs_->GetJobHistory(&context, request, &page);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_LE(page.loss_curve_size() + page.validations_size(), 4);
+    for (const auto& point : page.loss_curve()) point_steps.push_back(point.step());
+    for (const auto& report : page.validations()) validation_steps.push_back(report.step());
+    pages.push_back(page);
+    if (page.next_page_token().empty()) break;
+    request.set_page_token(page.next_page_token());
+  }
+  ASSERT_EQ(pages.size(), 4u);
+  EXPECT_EQ(point_steps,
+            (std::vector<std::uint64_t>{5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60}));
+  EXPECT_EQ(validation_steps, (std::vector<std::uint64_t>{20, 40, 60}));
+  // The curve is the job's: its last point is the final progress, its best run the best one.
+  const pb::LossPoint& last_point = pages.back().loss_curve(pages.back().loss_curve_size() - 1);
+  EXPECT_EQ(last_point.loss(), done.progress().loss());
+  EXPECT_GT(last_point.time().seconds(), 0);
+  double best_accuracy = 0;
+  for (const auto& page : pages) {
+    for (const auto& report : page.validations()) {
+      best_accuracy = std::max(best_accuracy, report.accuracy());
+      EXPECT_EQ(report.classes_size(), 0);  // only with include_class_reports
+    }
+  }
+  EXPECT_EQ(best_accuracy, done.best_validation().accuracy());
+
+  // Refusals name the problem (and cut a huge id).
+  const auto refused = [&](const pb::GetJobHistoryRequest& bad) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::GetJobHistoryResponse response;
+    return jobs_->GetJobHistory(&context, bad, &response);
+  };
+  pb::GetJobHistoryRequest bad;
+  bad.set_id("job-77");
+  grpc::Status status = refused(bad);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("job-77"), std::string::npos) << status.error_message();
+  bad.set_id(std::string(300, 'x'));
+  status = refused(bad);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_LT(status.error_message().size(), 150u) << status.error_message();
+  bad.set_id(job.id());
+  bad.set_page_size(50000);
+  status = refused(bad);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("10000"), std::string::npos) << status.error_message();
+  bad.set_page_size(0);
+  bad.set_page_token("garbage");
+  status = refused(bad);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("page_token"), std::string::npos);
+
+  // tsctl jobs get --curve: the job, then the charts.
+  const std::string tsctl = std::string(TS_TSCTL_BINARY) + " ";
+  const std::string server = " --server " + server_.grpc_address();
+  const auto curve = RunCommand(tsctl + "jobs get " + job.id() + " --curve" + server);
+  ASSERT_EQ(curve.exit_code, 0) << curve.text;
+  EXPECT_NE(curve.text.find("state: SUCCEEDED"), std::string::npos) << curve.text;
+  EXPECT_NE(curve.text.find("loss curve: 12 points, steps 5 to 60"), std::string::npos)
+      << curve.text;
+  EXPECT_NE(curve.text.find("validation accuracy: 3 runs"), std::string::npos) << curve.text;
+  EXPECT_EQ(Count(curve.text, " +" + std::string(60, '-')), 2u) << curve.text;  // two charts
+
+  const auto json = RunCommand(tsctl + "jobs get " + job.id() + " --curve --json" + server);
+  ASSERT_EQ(json.exit_code, 0) << json.text;
+  ASSERT_EQ(json.lines.size(), 1u) << json.text;
+  auto object = ParseJsonObject(json.lines[0]);
+  ASSERT_TRUE(object.ok()) << object.status() << "\n" << json.text;
+  EXPECT_EQ((*object)["history"].type, JsonField::Type::kObject);
+  const std::string history = json.lines[0].substr(json.lines[0].find("\"history\":"));
+  EXPECT_EQ(Count(history, "\"learning_rate\":"), 12u) << history;
+  EXPECT_EQ(Count(history, "\"accuracy\":"), 3u) << history;
+
+  // tsctl jobs plot: an SVG with 12 loss vertices and 3 accuracy points; only .svg.
+  const std::string svg_path = dir_ + "/curve.svg";
+  const auto plot = RunCommand(tsctl + "jobs plot " + job.id() + " --out " + svg_path + server);
+  ASSERT_EQ(plot.exit_code, 0) << plot.text;
+  EXPECT_NE(plot.text.find("12 loss points, 3 validation runs"), std::string::npos) << plot.text;
+  std::ifstream file(svg_path);
+  const std::string svg((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u) << svg.substr(0, 200);
+  EXPECT_NE(svg.find("<title>job-1 curve: training loss and validation accuracy</title>"),
+            std::string::npos);
+  const std::size_t loss_line = svg.find("<polyline class=\"loss\"");
+  ASSERT_NE(loss_line, std::string::npos);
+  const std::size_t points = svg.find("points=\"", loss_line) + 8;
+  EXPECT_EQ(Count(svg.substr(points, svg.find('"', points) - points), ","), 12u);
+  EXPECT_EQ(Count(svg, "<circle "), 3u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  const auto png =
+      RunCommand(tsctl + "jobs plot " + job.id() + " --out " + dir_ + "/c.png" + server);
+  EXPECT_EQ(png.exit_code, 2) << png.text;
+  EXPECT_NE(png.text.find("only SVG output is supported"), std::string::npos) << png.text;
+  EXPECT_NE(png.text.find("'.png'"), std::string::npos) << png.text;
 }
 
 TEST_F(JobsIntegrationTest, TsctlTrainsWaitsListsAndPromotes) {

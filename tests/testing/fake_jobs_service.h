@@ -3,8 +3,9 @@
 // the caller's "authorization" header, and answers from the script: `job` for the unary job
 // RPCs, `events` for WatchJob (then OK, or `watch_end`), `jobs` for ListJobs in pages of
 // page_size (default `default_page_size`; the token is the next index), `promoted` for
-// PromoteCheckpoint. Tests set the script before the call and read the records after it.
-// Thread-safe.
+// PromoteCheckpoint, `history` for GetJobHistory in `history_pages` (each answered as scripted,
+// the token is the next page's index). Tests set the script before the call and read the records
+// after it. Thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -31,6 +32,7 @@ class FakeJobsService final : public taylorshift::v1::Jobs::Service {
     std::vector<taylorshift::v1::Job> jobs;
     std::uint32_t default_page_size = 2;
     taylorshift::v1::PromoteCheckpointResponse promoted;
+    std::vector<taylorshift::v1::GetJobHistoryResponse> history_pages;
   };
   struct Record {
     std::vector<std::string> rpcs;  // names, in call order
@@ -40,6 +42,7 @@ class FakeJobsService final : public taylorshift::v1::Jobs::Service {
     std::vector<taylorshift::v1::ListJobsRequest> lists;
     std::string id;  // of the last Get/Cancel/Watch
     taylorshift::v1::PromoteCheckpointRequest promote;
+    std::vector<taylorshift::v1::GetJobHistoryRequest> histories;
   };
 
   ~FakeJobsService() override {
@@ -150,6 +153,21 @@ class FakeJobsService final : public taylorshift::v1::Jobs::Service {
     Note("PromoteCheckpoint", *context);
     record_.promote = *request;
     *response = script_.promoted;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJobHistory(grpc::ServerContext* context,
+                             const taylorshift::v1::GetJobHistoryRequest* request,
+                             taylorshift::v1::GetJobHistoryResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    Note("GetJobHistory", *context);
+    record_.histories.push_back(*request);
+    std::size_t page = 0;
+    if (!request->page_token().empty() &&
+        (!absl::SimpleAtoi(request->page_token(), &page) || page >= script_.history_pages.size())) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad page_token");
+    }
+    if (page < script_.history_pages.size()) *response = script_.history_pages[page];
     return grpc::Status::OK;
   }
 
