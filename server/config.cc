@@ -346,6 +346,7 @@ absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfi
                      {"max_concurrent", Int(&jobs->max_concurrent)},
                      {"max_queued", Int(&jobs->max_queued)},
                      {"threads_per_job", Int(&jobs->threads_per_job)},
+                     {"serving_reserved_cores", Int(&jobs->serving_reserved_cores)},
                      {"keep_checkpoints", Int(&jobs->keep_checkpoints)},
                      {"limits",
                       [&limits](const YAML::Node& value, const std::string& at) {
@@ -373,7 +374,8 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
   const std::vector<absl::Status> checks = {
       CheckAtLeast(std::string("jobs.max_concurrent"), jobs.max_concurrent, 1),
       CheckAtLeast(std::string("jobs.max_queued"), jobs.max_queued, 1),
-      CheckAtLeast(std::string("jobs.threads_per_job"), jobs.threads_per_job, 1),
+      CheckAtLeast(std::string("jobs.threads_per_job"), jobs.threads_per_job, 0),
+      CheckAtLeast(std::string("jobs.serving_reserved_cores"), jobs.serving_reserved_cores, 0),
       CheckAtLeast(std::string("jobs.keep_checkpoints"), jobs.keep_checkpoints, 1),
       CheckAtLeast<std::int64_t>("jobs.limits.max_steps", limits.max_steps, 1),
       CheckAtLeast<std::int64_t>("jobs.limits.max_batch_size", limits.max_batch_size, 1),
@@ -392,6 +394,7 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
         absl::StrCat("jobs.limits.max_generate_count: must be <= ", kMaxGenerateCount,
                      " (the ListOps generator's limit), got ", limits.max_generate_count));
   }
+  // Automatic (0) resolves below the cap when the job starts: only explicit values are checked.
   if (limits.max_threads > 0 && jobs.threads_per_job > limits.max_threads) {
     return absl::InvalidArgumentError(
         absl::StrCat("jobs.threads_per_job: must be <= jobs.limits.max_threads (",
@@ -414,6 +417,12 @@ std::string OverLengthPolicyName(OverLengthPolicy policy) {
       return "window";
   }
   return "unknown";
+}
+
+int ThreadsPerJob(const JobsConfig& jobs, int num_cores) {
+  if (jobs.threads_per_job > 0) return jobs.threads_per_job;
+  const int free_cores = num_cores - jobs.serving_reserved_cores;
+  return std::max(1, free_cores / std::max(1, jobs.max_concurrent));
 }
 
 absl::Status ValidateServerConfig(const ServerConfig& config) {

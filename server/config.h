@@ -61,7 +61,14 @@ struct JobsConfig {
   bool enabled = true;       // false = no Jobs service: the server runs no jobs
   int max_concurrent = 1;    // jobs running at once
   int max_queued = 64;       // QUEUED jobs at most; more → RESOURCE_EXHAUSTED
-  int threads_per_job = 1;   // intra-op threads of a job whose spec leaves `threads` at 0
+  // Intra-op threads of a job whose spec leaves `threads` at 0; 0 = automatic: the cores that
+  // serving does not reserve, shared by the jobs that run at once (ThreadsPerJob).
+  int threads_per_job = 0;
+  // Cores kept for serving when threads_per_job is automatic. 1 by default: a job's OpenMP
+  // threads stall whenever one of their cores is busy (docs/PERFORMANCE.md, "Threads"), so a
+  // job that also took the core serving runs on would slow both; on a 2-core machine the
+  // automatic default is thus 1 thread, on 16 cores 15.
+  int serving_reserved_cores = 1;
   int keep_checkpoints = 2;  // last K checkpoints kept per job besides the best
   JobLimits limits;
 };
@@ -93,5 +100,10 @@ absl::StatusOr<ModelConfig> ParseModelFlag(const std::string& flag);
 
 // Semantic checks shared by the parser and flag overrides (unique names, limits > 0, ...).
 absl::Status ValidateServerConfig(const ServerConfig& config);
+
+// The threads of a job whose spec leaves `threads` at 0 on a machine with `num_cores` cores:
+// jobs.threads_per_job when set, else max(1, (num_cores − jobs.serving_reserved_cores) /
+// jobs.max_concurrent). Job specs then cap it at jobs.limits.max_threads.
+int ThreadsPerJob(const JobsConfig& jobs, int num_cores);
 
 }  // namespace ts::server

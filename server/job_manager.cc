@@ -157,6 +157,8 @@ JobManager::JobManager(JobManagerOptions options, std::unique_ptr<JobStore> stor
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions options,
                                                                ModelRegistry* registry,
                                                                Metrics* metrics, Clock* clock) {
+  // threads_per_job 0 (automatic) becomes this machine's number once, before any spec uses it.
+  options.jobs.threads_per_job = ThreadsPerJob(options.jobs, options.num_cores);
   if (auto s = MakeDirectories(options.state_dir); !s.ok()) return s;
   if (auto s = MakeDirectories(options.data_root); !s.ok()) return s;
   auto data_root = DataRoot::Create(options.data_root);

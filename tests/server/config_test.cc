@@ -368,7 +368,8 @@ TEST(ConfigTest, JobsDefaults) {
   EXPECT_TRUE(jobs.enabled);
   EXPECT_EQ(jobs.max_concurrent, 1);
   EXPECT_EQ(jobs.max_queued, 64);
-  EXPECT_EQ(jobs.threads_per_job, 1);
+  EXPECT_EQ(jobs.threads_per_job, 0);
+  EXPECT_EQ(jobs.serving_reserved_cores, 1);
   EXPECT_EQ(jobs.keep_checkpoints, 2);
   EXPECT_EQ(jobs.limits.max_steps, 1000000);
   EXPECT_EQ(jobs.limits.max_batch_size, 1024);
@@ -387,6 +388,7 @@ jobs:
   max_concurrent: 2
   max_queued: 5
   threads_per_job: 3
+  serving_reserved_cores: 2
   keep_checkpoints: 4
   limits:
     max_steps: 500
@@ -405,6 +407,7 @@ jobs:
   EXPECT_EQ(jobs.max_concurrent, 2);
   EXPECT_EQ(jobs.max_queued, 5);
   EXPECT_EQ(jobs.threads_per_job, 3);
+  EXPECT_EQ(jobs.serving_reserved_cores, 2);
   EXPECT_EQ(jobs.keep_checkpoints, 4);
   EXPECT_EQ(jobs.limits.max_steps, 500);
   EXPECT_EQ(jobs.limits.max_batch_size, 64);
@@ -432,7 +435,9 @@ TEST(ConfigTest, JobsRejectsUnknownKeysAndWrongTypes) {
 TEST(ConfigTest, JobsRejectsOutOfRangeValues) {
   ExpectRejected("jobs: {max_concurrent: 0}\n", {"jobs.max_concurrent: must be > 0, got 0"});
   ExpectRejected("jobs: {max_queued: 0}\n", {"jobs.max_queued: must be > 0, got 0"});
-  ExpectRejected("jobs: {threads_per_job: 0}\n", {"jobs.threads_per_job: must be > 0, got 0"});
+  ExpectRejected("jobs: {threads_per_job: -1}\n", {"jobs.threads_per_job: must be >= 0, got -1"});
+  ExpectRejected("jobs: {serving_reserved_cores: -1}\n",
+                 {"jobs.serving_reserved_cores: must be >= 0, got -1"});
   ExpectRejected("jobs: {keep_checkpoints: -1}\n", {"jobs.keep_checkpoints: must be > 0, got -1"});
   for (const char* limit : {"max_steps", "max_batch_size", "max_length", "max_embed_dim",
                             "max_depth", "max_generate_count", "max_epochs"}) {
@@ -447,6 +452,34 @@ TEST(ConfigTest, JobsRejectsOutOfRangeValues) {
                  {"jobs.threads_per_job: must be <= jobs.limits.max_threads (2), got 4"});
   // max_threads 0 means the number of cores, which the config does not know: no cross-check.
   EXPECT_TRUE(ParseServerConfig("jobs: {threads_per_job: 4, limits: {max_threads: 0}}\n", "").ok());
+}
+
+TEST(ConfigTest, AutomaticJobThreadsUseTheCoresServingDoesNotReserve) {
+  absl::StatusOr<ServerConfig> config = ParseServerConfig("", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  // Default: automatic, one core kept for serving.
+  EXPECT_EQ(ThreadsPerJob(config->jobs, 16), 15);
+  EXPECT_EQ(ThreadsPerJob(config->jobs, 2), 1);
+  // Never below one thread, even when serving reserves every core.
+  EXPECT_EQ(ThreadsPerJob(config->jobs, 1), 1);
+
+  config = ParseServerConfig("jobs: {serving_reserved_cores: 0}\n", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(ThreadsPerJob(config->jobs, 2), 2);
+
+  config = ParseServerConfig("jobs: {serving_reserved_cores: 4, max_concurrent: 3}\n", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  // The free cores are shared by the jobs that run at once: (16 - 4) / 3.
+  EXPECT_EQ(ThreadsPerJob(config->jobs, 16), 4);
+  EXPECT_EQ(ThreadsPerJob(config->jobs, 4), 1);
+
+  // An explicit value is kept whatever the machine.
+  config = ParseServerConfig("jobs: {threads_per_job: 3, serving_reserved_cores: 8}\n", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(ThreadsPerJob(config->jobs, 2), 3);
+  EXPECT_EQ(ThreadsPerJob(config->jobs, 64), 3);
+  // Automatic threads are capped when a job starts, so a cap below the cores is no conflict.
+  EXPECT_TRUE(ParseServerConfig("jobs: {threads_per_job: 0, limits: {max_threads: 2}}\n", "").ok());
 }
 
 TEST(ConfigTest, ValidateChecksJobs) {
@@ -524,6 +557,7 @@ TEST_F(ShippedConfigTest, DefaultYamlServesListops) {
   EXPECT_EQ(config->jobs.max_concurrent, jobs.max_concurrent);
   EXPECT_EQ(config->jobs.max_queued, jobs.max_queued);
   EXPECT_EQ(config->jobs.threads_per_job, jobs.threads_per_job);
+  EXPECT_EQ(config->jobs.serving_reserved_cores, jobs.serving_reserved_cores);
   EXPECT_EQ(config->jobs.keep_checkpoints, jobs.keep_checkpoints);
   EXPECT_EQ(config->jobs.limits.max_steps, jobs.limits.max_steps);
   EXPECT_EQ(config->jobs.limits.max_batch_size, jobs.limits.max_batch_size);
