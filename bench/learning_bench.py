@@ -126,13 +126,11 @@ def train_service(server, task, work, steps, eval_every, threads):
     final = events[-1]
     if final.get("state") != "SUCCEEDED":
         raise RuntimeError(f"{task}: training job ended {final.get('state')}: {final}")
-    curve = [{"step": e["step"], "validation_accuracy": e["report"]["accuracy"]
-              if "report" in e else e["validation"]["accuracy"]}
+    curve = [{"step": e["step"], "validation_accuracy": e["metrics"]["accuracy"]}
              for e in events if e.get("event") == "validation"]
-    rates = [e["progress"]["examples_per_second"] for e in events
-             if e.get("event") == "progress" and e["progress"].get("examples_per_second")]
-    losses = [(e["progress"]["step"], e["progress"]["loss"]) for e in events
-              if e.get("event") == "progress"]
+    rates = [e["examples_per_second"] for e in events
+             if e.get("event") == "progress" and e.get("examples_per_second")]
+    losses = [(e["step"], e["loss"]) for e in events if e.get("event") == "progress"]
     eval_spec = os.path.join(work, f"{task}-test.yaml")
     with open(eval_spec, "w") as f:
         f.write(f"name: {task}-test\njob_id: {final['id']}\n"

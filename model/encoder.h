@@ -149,8 +149,11 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   explicit TaylorShiftEncoderImpl(const TaylorShiftEncoderOptions& options);
 
   void reset();
-  // timm-like initialisation: Linear weights N(0, 0.02²) truncated at ±2σ, biases 0, norms 1/0,
-  // cls_token N(0, 1e-6²), temperatures 1, GroupNorm 1/0, conv weights Kaiming-uniform.
+  // Initialisation for byte-level models (docs/TRAINING.md): the linear token embedding N(0, 1)
+  // (a lookup table, so tokens outweigh the sin/cos positions), other Linear weights LibTorch's
+  // Kaiming-uniform (bound 1/√fan_in) with biases 0, norms 1/0, cls_token N(0, 0.02²),
+  // temperatures 1, GroupNorm 1/0, conv weights Kaiming-uniform. Imported reference weights
+  // replace all of it.
   void reset_parameters();
 
   // tokens: [B, N] integer ids in [0, vocab_size), right-padded, N ≤ max_length.

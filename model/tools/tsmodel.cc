@@ -25,6 +25,7 @@
 #include "model/calibration.h"
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
+#include "model/datasets.h"
 #include "model/encoder.h"
 #include "model/json_writer.h"
 #include "model/reference_import.h"
@@ -57,6 +58,10 @@ commands:
   calibrate CKPT --out FILE [--batch B] [--device cpu|cuda[:N]] [--max-tokens N] [--repeats R]
       Measure direct vs efficient attention for this model's heads on this machine and write
       the crossover to FILE (the --calibration input of predict/info and the server).
+  listops --out FILE.jsonl --count N [--min-length 500] [--max-length 2000] [--seed 1]
+      Write the procedural ListOps examples a training job's `format: listops` source makes
+      with the same settings, as JSON Lines ({"text": ..., "label": "0".."9"}), so other
+      trainers (bench/reference_train.py) can learn from exactly the same data.
 
 every command: --threads N (intra-op threads; default: every core), --help
 )";
@@ -424,6 +429,40 @@ absl::Status Calibrate(const Args& args) {
   return absl::OkStatus();
 }
 
+absl::Status ListOps(const Args& args) {
+  if (!args.positional.empty()) throw UsageError{"listops takes no positional arguments"};
+  const std::string out = StringFlag(args, "out", "");
+  if (out.empty()) throw UsageError{"listops needs --out FILE.jsonl"};
+  if (args.flags.count("count") == 0) throw UsageError{"listops needs --count N"};
+  ListOpsGeneratorOptions options;
+  for (auto [flag, field] : {std::pair<const char*, std::int64_t*>{"count", &options.count},
+                             {"min-length", &options.min_length},
+                             {"max-length", &options.max_length}}) {
+    auto value = IntFlag(args, flag, *field, 0);
+    if (!value.ok()) throw UsageError{std::string(value.status().message())};
+    *field = *value;
+  }
+  auto seed = IntFlag(args, "seed", 1, 0);
+  if (!seed.ok()) throw UsageError{std::string(seed.status().message())};
+  options.seed = static_cast<std::uint64_t>(*seed);
+  auto dataset = GenerateListOpsDataset(options);
+  if (!dataset.ok()) return dataset.status();
+  std::string text;
+  for (const Example& example : dataset->examples) {
+    JsonWriter json;
+    json.BeginObject().Key("text").String(example.tokens);
+    json.Key("label").String(dataset->label_names[static_cast<std::size_t>(example.label)]);
+    json.EndObject();
+    absl::StrAppend(&text, json.str(), "\n");
+  }
+  std::ofstream file(out, std::ios::binary | std::ios::trunc);
+  file << text;
+  file.close();
+  if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write ", out));
+  std::cout << "wrote " << out << ": " << dataset->examples.size() << " ListOps examples\n";
+  return absl::OkStatus();
+}
+
 struct Command {
   const char* name;
   absl::Status (*run)(const Args&);
@@ -442,6 +481,7 @@ int Main(int argc, char** argv) {
         "seed", "threads"}},
       {"info", Info, {"threads", "calibration"}},
       {"calibrate", Calibrate, {"out", "threads", "batch", "device", "max-tokens", "repeats"}},
+      {"listops", ListOps, {"out", "count", "min-length", "max-length", "seed", "threads"}},
   };
   if (argc < 2) {
     std::cerr << kUsage;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "model/datasets.h"
+#include "model/json_writer.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {
@@ -81,6 +83,30 @@ class TsmodelTest : public ::testing::Test {
   std::string dir_;
   std::string checkpoint_;
 };
+
+TEST_F(TsmodelTest, ListOpsWritesTheJobGeneratorsExamplesAsJsonLines) {
+  const std::string out = dir_ + "/listops.jsonl";
+  const ToolRun run = Tsmodel("listops --out " + out +
+                              " --count 25 --min-length 10 --max-length 80 --seed 4 --threads 1");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ListOpsGeneratorOptions options;
+  options.count = 25;
+  options.min_length = 10;
+  options.max_length = 80;
+  options.seed = 4;
+  auto expected = GenerateListOpsDataset(options);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  std::string lines;
+  for (const Example& example : expected->examples) {
+    JsonWriter json;
+    json.BeginObject().Key("text").String(example.tokens);
+    json.Key("label").String(expected->label_names[static_cast<std::size_t>(example.label)]);
+    json.EndObject();
+    lines += json.str() + "\n";
+  }
+  EXPECT_EQ(ReadText(out), lines);
+  EXPECT_EQ(Tsmodel("listops --out " + out).exit_code, 2);  // --count is required
+}
 
 TEST_F(TsmodelTest, ImportThenInfo) {
   Import();
