@@ -20,4 +20,11 @@ std::int64_t SpeedCrossoverN0(std::int64_t head_dim);
 // N1 = ¼[d²+2d+1+√(d⁴+12d³+14d²+4d+1)] rounded up: tokens from which efficient needs less memory.
 std::int64_t MemoryCrossoverN1(std::int64_t head_dim);
 
+// Tokens (incl. CLS) above which the efficient path trains faster than the direct one: a whole
+// training step (forward, backward, optimizer) measured by bench/run_train_bench on the 2-core
+// CPU machine (docs/PERFORMANCE.md, "Training throughput") at d = 8, 16, 32; log-log
+// interpolated between them, and N0(d) times the ratio measured at the nearest end beyond them.
+// Training jobs resolve `auto` with it: backward costs the paths differently than inference does.
+std::int64_t TrainingCrossoverTokens(std::int64_t head_dim);
+
 }  // namespace ts

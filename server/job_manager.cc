@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "model/atomic_file.h"
 #include "model/checkpoint.h"
+#include "model/cost_model.h"
 #include "model/torch_compat.h"
 #include "model/training.h"
 #include "server/classifier_service.h"
@@ -731,6 +732,12 @@ absl::Status JobManager::RunTraining(const std::shared_ptr<Active>& active) {
         Trainer::Create(encoder, options, std::move(train->examples), std::move(validation));
     if (!created.ok()) return created.status();
     trainer = std::move(*created);
+  }
+  // `auto` switches paths at the crossover measured for training steps: backward costs the
+  // paths differently than serving's forward does. Checkpoints keep the model's own setting.
+  if (options.path == AttentionPath::kAuto) {
+    const TaylorShiftEncoderOptions& e = trainer->encoder_options();
+    trainer->model()->set_crossover_tokens(TrainingCrossoverTokens(e.embed_dim() / e.heads()));
   }
   const bool has_validation = spec.data().validation().split() > 0 ||
                               (spec.data().has_validation() &&
