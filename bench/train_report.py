@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Turns train_bench JSON into the training-throughput table of docs/PERFORMANCE.md.
 
-Usage: /usr/bin/python3 bench/train_report.py RESULTS.json [--markdown OUT.md]
-(see bench/run_train_bench). Every ratio is between benchmarks of the one run in RESULTS.json; with
---benchmark_repetitions, between the medians of the repetitions.
+Usage: /usr/bin/python3 bench/train_report.py RESULTS.json [RESULTS.json ...] [--markdown OUT.md]
+(see bench/run_train_bench). One section per file; every ratio is between benchmarks of the one run
+in that file; with --benchmark_repetitions, between the medians of the repetitions.
 """
 import argparse
 import json
@@ -69,67 +69,90 @@ def load(path):
     return data.get("context", {}), runs
 
 
-def markdown(context, runs):
-    out = []
+def machine_line(context):
     load_avg = context.get("load_avg", "?")
     if isinstance(load_avg, list):
         load_avg = ", ".join(f"{x:.2f}" for x in load_avg)
-    out.append(f"Machine: {context.get('num_cpus', '?')} CPUs "
-               f"({context.get('mhz_per_cpu', '?')} MHz), intra-op threads "
-               f"{context.get('intra_op_threads', '?')}, LibTorch "
-               f"{context.get('torch_version', '?')}, run {context.get('date', '?')}, "
-               f"load average at the start {load_avg}.\n")
-    out.append(f"Model: {context.get('model', '?')}; ListOps batches of exactly L bytes "
-               "(L + 1 tokens with CLS).\n")
-    for (c, h, depth, batch) in sorted(runs, key=lambda m: -m[1]):
-        rows = runs[(c, h, depth, batch)]
-        lengths = sorted({n for (_, n) in rows})
-        out.append(f"\n### C = {c}, H = {h} (d = {c // h}), depth {depth}, batch {batch}\n")
-        out.append("| L | direct ex/s | efficient ex/s | auto ex/s | efficient/direct | auto/best "
-                   "| auto ran | peak MiB direct / efficient |")
-        out.append("|---:|---:|---:|---:|---:|---:|:---|---:|")
-        for n in lengths:
-            d, e, a = (rows.get((p, n)) for p in PATHS)
+    return (f"Machine: {context.get('num_cpus', '?')} CPUs "
+            f"({context.get('mhz_per_cpu', '?')} MHz), intra-op threads "
+            f"{context.get('intra_op_threads', '?')}, LibTorch "
+            f"{context.get('torch_version', '?')}, run {context.get('date', '?')}, "
+            f"load average at the start {load_avg}.")
 
-            def rate(r):
-                if r is None:
-                    return "—"
-                return "error" if "error" in r else f"{r['examples_per_s']:.2f}"
 
-            def peak(r):
-                return "—" if r is None or "error" in r else f"{r['peak_mib']:.0f}"
+def model_table(model, rows):
+    c, h, depth, batch = model
+    lengths = sorted({n for (_, n) in rows})
+    out = [f"\n### C = {c}, H = {h} (d = {c // h}), depth {depth}, batch {batch}\n",
+           "| L | direct ex/s | efficient ex/s | auto ex/s | efficient/direct | auto/best "
+           "| auto ran | peak MiB direct / efficient | memory efficient/direct |",
+           "|---:|---:|---:|---:|---:|---:|:---|---:|---:|"]
+    for n in lengths:
+        d, e, a = (rows.get((p, n)) for p in PATHS)
 
-            ratio, auto_ratio, picks = "—", "—", "—"
-            if all(r is not None and "error" not in r for r in (d, e, a)):
-                ratio = f"{e['examples_per_s'] / d['examples_per_s']:.2f}x"
-                best_path = "efficient" if e["examples_per_s"] >= d["examples_per_s"] else "direct"
-                best = max(d["examples_per_s"], e["examples_per_s"])
-                auto_ratio = f"{a['examples_per_s'] / best:.2f}x"
-                if abs(e["examples_per_s"] / d["examples_per_s"] - 1) < TIE:
-                    picks = f"{a['ran']} (tie)"
-                elif a["ran"] == best_path:
-                    picks = f"{a['ran']} (right)"
-                else:
-                    picks = f"{a['ran']} (wrong: {best_path} is faster)"
-            out.append(f"| {n} | {rate(d)} | {rate(e)} | {rate(a)} | {ratio} | {auto_ratio} "
-                       f"| {picks} | {peak(d)} / {peak(e)} |")
+        def ok(r):
+            return r is not None and "error" not in r
+
+        def rate(r):
+            if r is None:
+                return "—"
+            return "error" if "error" in r else f"{r['examples_per_s']:.2f}"
+
+        def peak(r):
+            return f"{r['peak_mib']:.0f}" if ok(r) else "—"
+
+        ratio, auto_ratio, picks, memory = "—", "—", "—", "—"
+        if ok(d) and ok(e):
+            ratio = f"{e['examples_per_s'] / d['examples_per_s']:.2f}x"
+            if d["peak_mib"] > 0:
+                memory = f"{e['peak_mib'] / d['peak_mib']:.2f}x"
+        if ok(d) and ok(e) and ok(a):
+            best_path = "efficient" if e["examples_per_s"] >= d["examples_per_s"] else "direct"
+            best = max(d["examples_per_s"], e["examples_per_s"])
+            auto_ratio = f"{a['examples_per_s'] / best:.2f}x"
+            if abs(e["examples_per_s"] / d["examples_per_s"] - 1) < TIE:
+                picks = f"{a['ran']} (tie)"
+            elif a["ran"] == best_path:
+                picks = f"{a['ran']} (right)"
+            else:
+                picks = f"{a['ran']} (wrong: {best_path} is faster)"
+        out.append(f"| {n} | {rate(d)} | {rate(e)} | {rate(a)} | {ratio} | {auto_ratio} "
+                   f"| {picks} | {peak(d)} / {peak(e)} | {memory} |")
+    return out
+
+
+def markdown(results):
+    """results: [(context, runs)] in the order of the files."""
+    out = []
+    for context, runs in results:
+        out.append(machine_line(context) + "\n")
+        out.append(f"Model: {context.get('model', '?')}; ListOps batches of exactly L bytes "
+                   "(L + 1 tokens with CLS).\n")
+        for model in sorted(runs, key=lambda m: -m[1]):
+            out.extend(model_table(model, runs[model]))
+        out.append("")
     out.append("\n### Training crossover (L from which efficient trains faster than direct)\n")
-    out.append("| C | H | d | measured (log-interpolated) | N0 formula (tokens incl. CLS) |")
-    out.append("|---:|---:|---:|---:|---:|")
-    for (c, h, depth, batch) in sorted(runs, key=lambda m: -m[1]):
-        out.append(f"| {c} | {h} | {c // h} | {crossover(runs[(c, h, depth, batch)])} | {n0(c // h)} |")
+    out.append("| C | H | d | batch | measured (log-interpolated) | N0 formula (tokens incl. CLS) |")
+    out.append("|---:|---:|---:|---:|---:|---:|")
+    for _, runs in results:
+        for (c, h, depth, batch) in sorted(runs, key=lambda m: -m[1]):
+            out.append(f"| {c} | {h} | {c // h} | {batch} "
+                       f"| {crossover(runs[(c, h, depth, batch)])} | {n0(c // h)} |")
     return "\n".join(out) + "\n"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("results")
+    parser.add_argument("results", nargs="+")
     parser.add_argument("--markdown")
     args = parser.parse_args()
-    context, runs = load(args.results)
-    if not runs:
-        sys.exit(f"{args.results}: no BM_TrainStep results")
-    text = markdown(context, runs)
+    results = []
+    for path in args.results:
+        context, runs = load(path)
+        if not runs:
+            sys.exit(f"{path}: no BM_TrainStep results")
+        results.append((context, runs))
+    text = markdown(results)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(text)

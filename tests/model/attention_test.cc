@@ -307,7 +307,7 @@ TEST(TaylorEfficientBackwardTest, MemoryDoesNotHoldFeaturesOfTheWholeSequence) {
   const auto after_forward = compat::GetCpuAllocationCounts();
   const std::int64_t held = after_forward.current_bytes - before;
   // Kept: the scaled q, k and v' (plus y and the denominators), about 5 rows per token. Autograd
-  // through the chunk loop kept the features of both sides: more than 2 · all_features.
+  // through the chunk loop kept, per side, the features and the two factors of their products.
   EXPECT_LE(held, 8 * per_token_row) << "forward keeps " << held << " bytes for backward";
   EXPECT_LT(held, all_features / 3);
 
