@@ -88,6 +88,27 @@ TEST(EncoderTest, ConvEmbedNamesAndShapesFollowTheReference) {
   EXPECT_EQ(shapes.count("blocks.0.attn.qkv.bias"), 0u);
 }
 
+TEST(EncoderTest, FreshTokenEmbeddingOutweighsThePositionsItIsAddedTo) {
+  // docs/TRAINING.md, "Initialisation": a token's vector must not drown in its sin/cos position
+  // (RMS 1/√2), or the first LayerNorm passes on positions only and nothing is learned (issue 9;
+  // ViT's 0.02 gave tokens RMS 0.02). The CLS token must stand clear of LayerNorm's √eps = 1e-3.
+  torch::manual_seed(3);
+  TaylorShiftEncoder model(TaylorShiftEncoderOptions(64, 1, 8, 512, 4));
+  const double token_rms = model->patch_embed->weight.square().mean().sqrt().item<double>();
+  const double position_rms = model->pe.square().mean().sqrt().item<double>();
+  EXPECT_NEAR(position_rms, std::sqrt(0.5), 0.01);
+  EXPECT_NEAR(token_rms, 1.0, 0.05);
+  EXPECT_GT(token_rms, 1.3 * position_rms);
+  const double cls_std = model->cls_token.std().item<double>();
+  EXPECT_GT(cls_std, 10 * 1e-3);
+  EXPECT_NEAR(cls_std, 0.02, 0.006);
+  for (const auto& item : model->named_parameters()) {
+    if (item.key().size() > 5 && item.key().substr(item.key().size() - 5) == ".bias") {
+      EXPECT_EQ(item.value().abs().max().item<double>(), 0.0) << item.key();
+    }
+  }
+}
+
 TEST(EncoderTest, CountParametersMatchesTheArchitecture) {
   TaylorShiftEncoder model(SmallOptions());
   const std::int64_t c = 16, v = 256, l = 32, k = 3, h = 4;
