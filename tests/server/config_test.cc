@@ -529,14 +529,20 @@ class ShippedConfigTest : public ::testing::Test {
   }
 };
 
-TEST_F(ShippedConfigTest, DefaultYamlServesListops) {
+TEST_F(ShippedConfigTest, DefaultYamlServesTheTwoDemoModels) {
   absl::StatusOr<ServerConfig> config = LoadServerConfig((ConfigDir() / "default.yaml").string());
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->listen, "127.0.0.1:50051");
   EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
   EXPECT_TRUE(config->tls.cert_file.empty());
   EXPECT_TRUE(config->auth.tokens.empty());
-  ASSERT_EQ(config->models.size(), 1u);
+  ASSERT_EQ(config->models.size(), 2u);
+  EXPECT_EQ(config->models[1].name, "source-lang");
+  EXPECT_EQ(config->models[1].checkpoint,
+            (std::filesystem::absolute(ConfigDir()) / "../models/source-lang-demo.tsckpt")
+                .lexically_normal()
+                .string());
+  EXPECT_EQ(config->models[1].over_length, OverLengthPolicy::kTruncate);
   const ModelConfig& model = config->models[0];
   EXPECT_EQ(model.name, "listops");
   const std::filesystem::path expected_checkpoint =
