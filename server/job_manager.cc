@@ -831,8 +831,10 @@ absl::Status JobManager::RunTraining(const std::shared_ptr<Active>& active) {
     return absl::OkStatus();
   };
 
+  // Training throughput counts the optimizer steps only: validation runs and checkpoints in
+  // between would otherwise make a job look slower than its training is.
   std::int64_t examples_since_log = 0;
-  auto log_start = absl::Now();
+  absl::Duration step_time_since_log = absl::ZeroDuration();
   while (!trainer->done()) {
     if (active->cancel) return absl::CancelledError("cancelled by request");
     {
@@ -843,16 +845,18 @@ absl::Status JobManager::RunTraining(const std::shared_ptr<Active>& active) {
         return absl::AbortedError("server shutting down");
       }
     }
+    const absl::Time step_start = absl::Now();
     auto step = trainer->Step();
+    step_time_since_log += absl::Now() - step_start;
     if (!step.ok()) return step.status();
     examples_since_log += options.batch_size;
     const std::int64_t s = step->step;
     const bool last_step = trainer->done();
     if (s % options.log_interval == 0 || last_step) {
-      const double seconds = absl::ToDoubleSeconds(absl::Now() - log_start);
+      const double seconds = absl::ToDoubleSeconds(step_time_since_log);
       const double rate = seconds > 0 ? static_cast<double>(examples_since_log) / seconds : 0;
       examples_since_log = 0;
-      log_start = absl::Now();
+      step_time_since_log = absl::ZeroDuration();
       {
         absl::MutexLock lock(&mu_);
         auto* progress = active->job.mutable_progress();
