@@ -15,6 +15,7 @@
 
 #include "bench/peak_memory.h"
 #include "model/cost_model.h"
+#include "model/heap_policy.h"
 #include "model/taylor_attention.h"
 #include "model/torch_compat.h"
 
@@ -142,6 +143,11 @@ int main(int argc, char** argv) {
   const auto flags = ts::bench::ParseFlags(&argc, argv);
   ts::compat::SetThreads(flags.threads);
   benchmark::AddCustomContext("intra_op_threads", std::to_string(flags.threads));
+  // The heap policy of tsserver and tsmodel (model/heap_policy.h), so the numbers are theirs.
+  if (ts::KeepFreedHeapMemory(ts::kDefaultHeapKeepFreedBytes).ok()) {
+    benchmark::AddCustomContext("heap_keep_freed_bytes",
+                                std::to_string(ts::kDefaultHeapKeepFreedBytes));
+  }
   benchmark::AddCustomContext("device", flags.device);
   benchmark::AddCustomContext("torch_version", ts::compat::TorchVersion());
   ts::bench::RegisterAll(flags);

@@ -30,6 +30,7 @@
 #include "bench/peak_memory.h"
 #include "model/datasets.h"
 #include "model/encoder.h"
+#include "model/heap_policy.h"
 #include "model/torch_compat.h"
 #include "model/training.h"
 
@@ -206,6 +207,11 @@ int main(int argc, char** argv) {
   const auto flags = ts::bench::ParseFlags(&argc, argv);
   ts::compat::SetThreads(flags.threads);
   benchmark::AddCustomContext("intra_op_threads", std::to_string(flags.threads));
+  // The heap policy of tsserver and tsmodel (model/heap_policy.h), so the numbers are theirs.
+  if (ts::KeepFreedHeapMemory(ts::kDefaultHeapKeepFreedBytes).ok()) {
+    benchmark::AddCustomContext("heap_keep_freed_bytes",
+                                std::to_string(ts::kDefaultHeapKeepFreedBytes));
+  }
   benchmark::AddCustomContext("device", "cpu");
   benchmark::AddCustomContext("torch_version", ts::compat::TorchVersion());
   benchmark::AddCustomContext("model", ts::bench::DescribeModel(flags));

@@ -435,6 +435,7 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
   const std::vector<absl::Status> checks = {
       CheckAtLeast(std::string("intra_op_threads"), config.intra_op_threads, 0),
       CheckAtLeast(std::string("grpc_threads"), config.grpc_threads, 0),
+      CheckAtLeast<std::int64_t>("heap_keep_freed_bytes", config.heap_keep_freed_bytes, 0),
       CheckAtLeast<std::int64_t>("max_message_bytes", config.max_message_bytes, 1),
       CheckAtLeast(std::string("max_concurrent_streams"), config.max_concurrent_streams, 1),
   };
@@ -521,6 +522,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
             {"metrics_listen", String(&config.metrics_listen)},
             {"intra_op_threads", Int(&config.intra_op_threads)},
             {"grpc_threads", Int(&config.grpc_threads)},
+            {"heap_keep_freed_bytes", Int64(&config.heap_keep_freed_bytes)},
             {"max_message_bytes", Int64(&config.max_message_bytes)},
             {"max_concurrent_streams", Int(&config.max_concurrent_streams)},
             {"shutdown_grace_ms", Duration(&config.shutdown_grace, absl::Milliseconds(1))},

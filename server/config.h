@@ -78,6 +78,9 @@ struct ServerConfig {
   std::string metrics_listen = "127.0.0.1:9464";  // empty = no metrics endpoint
   int intra_op_threads = 0;            // 0 = number of cores
   int grpc_threads = 0;                // callback executor threads hint; 0 = gRPC default
+  // Freed memory kept in the heap for the next batch or training step (model/heap_policy.h);
+  // 0 = the C library's defaults.
+  std::int64_t heap_keep_freed_bytes = std::int64_t{1} << 30;
   std::int64_t max_message_bytes = 64 << 20;
   int max_concurrent_streams = 256;
   absl::Duration shutdown_grace = absl::Seconds(30);

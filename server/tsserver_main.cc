@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "model/heap_policy.h"
 #include "model/torch_compat.h"
 #include "server/auth.h"
 #include "server/classifier_service.h"
@@ -183,6 +184,10 @@ int Run(int argc, char** argv) {
                           ? config->intra_op_threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   compat::SetThreads(threads);
+  if (auto heap = KeepFreedHeapMemory(config->heap_keep_freed_bytes); !heap.ok()) {
+    Log(absl::StrCat("configuration error: ", heap.message()));
+    return 1;
+  }
 
   auto metrics = Metrics::Create(config->metrics_listen);
   if (!metrics.ok()) {

@@ -26,6 +26,7 @@
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
 #include "model/datasets.h"
+#include "model/heap_policy.h"
 #include "model/encoder.h"
 #include "model/json_writer.h"
 #include "model/reference_import.h"
@@ -510,6 +511,10 @@ int Main(int argc, char** argv) {
   try {
     if (auto status = ApplyThreads(*args); !status.ok())
       throw UsageError{std::string(status.message())};
+    // Keep freed tensor memory for the next batch (model/heap_policy.h).
+    if (auto status = KeepFreedHeapMemory(kDefaultHeapKeepFreedBytes); !status.ok()) {
+      std::cerr << "tsmodel: warning: " << status.message() << "\n";
+    }
     if (auto status = command->run(*args); !status.ok()) {
       std::cerr << "tsmodel " << name << ": error: " << status.message() << "\n";
       return kExitError;

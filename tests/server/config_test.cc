@@ -93,6 +93,7 @@ TEST(ConfigTest, EmptyDocumentGivesDefaults) {
   EXPECT_EQ(config->listen, "127.0.0.1:50051");
   EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
   EXPECT_EQ(config->intra_op_threads, 0);
+  EXPECT_EQ(config->heap_keep_freed_bytes, std::int64_t{1} << 30);
   EXPECT_EQ(config->grpc_threads, 0);
   EXPECT_EQ(config->max_message_bytes, 64 << 20);
   EXPECT_EQ(config->max_concurrent_streams, 256);
@@ -232,6 +233,8 @@ TEST(ConfigTest, RejectsBadValues) {
   ExpectRejected("metrics_listen: 9464\n", {"metrics_listen: must be host:port"});
   ExpectRejected("max_concurrent_streams: 0\n", {"max_concurrent_streams: must be > 0, got 0"});
   ExpectRejected("intra_op_threads: -1\n", {"intra_op_threads: must be >= 0, got -1"});
+  ExpectRejected("heap_keep_freed_bytes: -5\n",
+                 {"heap_keep_freed_bytes: must be >= 0, got -5"});
   ExpectRejected("max_message_bytes: 4294967296\n", {"max_message_bytes: must be <="});
   ExpectRejected("shutdown_grace_ms: -5\n", {"shutdown_grace_ms: must be >= 0, got -5"});
   ExpectRejected(
