@@ -348,8 +348,13 @@ class MonitoringTest(unittest.TestCase):
             return values and values[0] == scraped_requests_total(s)
 
         wait_for(scraped, 60, "Prometheus to scrape every request tsserver has counted")
-        # Two more scrapes, so that series first seen in the last one have two samples.
-        time.sleep(2.5)
+        # rate() needs two samples of a series: wait until every request counter has them (a
+        # fixed sleep was not enough on a loaded machine, where scrapes come late).
+        def two_samples_each():
+            result = s.query("count_over_time(taylorshift_requests_total[5m]) < 2")
+            return result.get("status") == "success" and not result["data"]["result"]
+
+        wait_for(two_samples_each, 60, "two samples of every request counter")
         # ...and has evaluated every rule at least once since.
         def evaluated():
             groups = s.api("rules")["data"]["groups"]
