@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Static checks of the deployment bundle: docker-compose.yml (and its GPU override), the
-Grafana provisioning, the Kubernetes manifests (with the ServiceMonitor's scrape job) and the
-Dockerfiles (with their build-context ignore files) parse, agree with each other and with the
-server's configurations, and reference only files that exist. Every shipped tsserver
-configuration is also started with the real tsserver, and its health answered by `tsctl
-health` as the images' HEALTHCHECK asks for it.
+Grafana provisioning, the Kubernetes manifests (with the ServiceMonitor's scrape job and the
+PyTorchJob of deploy/k8s/training) and the Dockerfiles (with their build-context ignore files)
+parse, agree with each other and with the server's configurations, and reference only files that
+exist. Every shipped tsserver configuration is also started with the real tsserver, and its
+health answered by `tsctl health` as the images' HEALTHCHECK asks for it; the PyTorchJob's
+command is run by the real tsworker as two ranks on loopback.
 
 Usage: manifests_test.py --build-dir DIR --tsserver BIN --tsctl BIN --tsmodel BIN
+       [--tsworker BIN]   (default: tsworker next to tsserver)
 (the binaries' shared libraries must be installed by the runtime images)."""
 
 import argparse
@@ -17,6 +19,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +35,17 @@ ARGS = None
 COMPOSE_FILES = [os.path.join(lib.ROOT, "docker-compose.yml"),
                  os.path.join(lib.DEPLOY, "docker-compose.gpu.yml")]
 K8S_DIR = os.path.join(lib.DEPLOY, "k8s")
+# Data-parallel training with tsworker under the Kubeflow Training Operator.
+TRAINING_DIR = os.path.join(K8S_DIR, "training")
+# tsworker's standalone command line (docs/DISTRIBUTED.md): every flag it takes, and those
+# without which it cannot run.
+TSWORKER_FLAGS = {"--spec", "--job-dir", "--data-root", "--threads", "--collective-timeout"}
+TSWORKER_REQUIRED_FLAGS = {"--spec", "--job-dir", "--data-root"}
+# What the Training Operator sets in every container of a PyTorchJob that has a Master; a
+# manifest that set them too would fight it.
+OPERATOR_ENV = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}
+# The operator takes the rendezvous port from this container's port of this name.
+OPERATOR_CONTAINER, OPERATOR_PORT = "pytorch", "pytorchjob-port"
 CONFIG_DIR = os.path.join(lib.DEPLOY, "config")
 # Serving and jobs in one process: compose, the Kubernetes jobs replica, the images' default.
 SERVER_CONFIG = os.path.join(CONFIG_DIR, "tsserver.yaml")
@@ -65,6 +79,116 @@ def jobs_enabled(config):
 
 def port_of(address):
     return int(address.rsplit(":", 1)[1])
+
+
+def tsworker():
+    """The tsworker binary: --tsworker, else the one built next to tsserver."""
+    return ARGS.tsworker or os.path.join(os.path.dirname(ARGS.tsserver), "tsworker")
+
+
+def generated_files(kustomization):
+    """{ConfigMap key: file path} of the files that a kustomization's ConfigMap generators read."""
+    here = os.path.dirname(kustomization)
+    out = {}
+    for generator in load_yaml(kustomization).get("configMapGenerator", []):
+        for entry in generator.get("files", []):
+            key, _, source = entry.rpartition("=")
+            out[key or os.path.basename(source)] = os.path.join(here, source)
+    return out
+
+
+def kustomization_objects(folder):
+    """The objects of a kustomization whose resources are files: those files' documents and a
+    ConfigMap per generator, as written (before kustomize sets namespace and images)."""
+    path = os.path.join(folder, "kustomization.yaml")
+    doc = load_yaml(path)
+    objects = []
+    for resource in doc.get("resources", []):
+        with open(os.path.join(folder, resource)) as f:
+            objects += [d for d in yaml.safe_load_all(f) if d is not None]
+    for generator in doc.get("configMapGenerator", []):
+        data = {}
+        for entry in generator.get("files", []):
+            key, _, source = entry.rpartition("=")
+            with open(os.path.join(folder, source)) as f:
+                data[key or os.path.basename(source)] = f.read()
+        objects.append({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": generator["name"]}, "data": data})
+    return objects
+
+
+def rank_container(job):
+    """The Master's container that the Training Operator configures (its name is fixed)."""
+    pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    return [c for c in pod["containers"] if c["name"] == OPERATOR_CONTAINER][0]
+
+
+def tsworker_argv(container):
+    """The container's command line, which must start with tsworker."""
+    return list(container.get("command", [])) + list(container.get("args", []))
+
+
+def flags_of(argv):
+    """{--flag: value} of command-line arguments of the form --flag=value (None for others)."""
+    out = {}
+    for arg in argv:
+        name, equals, value = arg.partition("=")
+        out[name] = value if equals and name.startswith("--") else None
+    return out
+
+
+def mount_holding(container, path):
+    """The volumeMount whose mountPath holds `path` (the deepest one), or None."""
+    best = None
+    for mount in container.get("volumeMounts", []):
+        root = mount["mountPath"].rstrip("/")
+        if path == root or path.startswith(root + "/"):
+            if best is None or len(root) > len(best["mountPath"].rstrip("/")):
+                best = mount
+    return best
+
+
+def documented_spec_keys():
+    """(keys, data source keys, generate keys) that docs/JOBS.md documents for training specs:
+    the dotted keys of its "Spec reference" table (a row's `.depth` continues the key before
+    it), the keys of a data source and of a ListOps generator."""
+    with open(os.path.join(lib.ROOT, "docs", "JOBS.md")) as f:
+        text = f.read()
+    section = text.split("## Spec reference", 1)[1]
+    keys = set()
+    for line in section.split("\n## ", 1)[0].splitlines():
+        if not line.startswith("| `"):
+            continue
+        prefix = ""
+        for key in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            if key.startswith("."):
+                key = prefix + key
+            keys.add(key)
+            prefix = key.rsplit(".", 1)[0] if "." in key else ""
+    sources = re.search(r"Data sources: `\{([^}]*)\}`", section).group(1)
+    generate = re.search(r"`generate: \{([^}]*)\}`", section).group(1)
+    return (keys, {k.strip() for k in sources.split(",")},
+            {k.split(":")[0].strip() for k in generate.split(",")})
+
+
+def image_binaries(steps):
+    """{name: folder} of the files the last stage copies from the build stage."""
+    last = max(stage for stage, _, _ in steps)
+    out = {}
+    for stage, instruction, args in steps:
+        if stage != last or instruction not in ("COPY", "ADD"):
+            continue
+        flags, sources, destination = copy_words(args)
+        if any(f.startswith("--from=") for f in flags) and destination.endswith("/"):
+            out.update({os.path.basename(s): destination for s in sources})
+    return out
+
+
+def free_port():
+    """A TCP port on loopback that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def compose_mounts(service):
@@ -310,12 +434,14 @@ class KubernetesTest(unittest.TestCase):
                 docs = [d for d in yaml.safe_load_all(f) if d is not None]
             self.assertTrue(docs, path)
             self.docs[path] = docs
-        # Objects of the manifests; kustomization files and the patches they name are not.
+        # Objects of the manifests; kustomization files, the patches they name and the files
+        # their ConfigMap generators read are not.
         patches = set()
         for path, docs in self.docs.items():
             if os.path.basename(path) == "kustomization.yaml":
                 patches |= {os.path.join(os.path.dirname(path), p["path"])
                             for p in docs[0].get("patches", [])}
+                patches |= set(generated_files(path).values())
         self.objects = {}
         for path, docs in self.docs.items():
             if os.path.basename(path) == "kustomization.yaml" or path in patches:
@@ -327,7 +453,7 @@ class KubernetesTest(unittest.TestCase):
 
     def test_kustomizations_reference_existing_files(self):
         kustomizations = [p for p in self.docs if os.path.basename(p) == "kustomization.yaml"]
-        self.assertEqual(len(kustomizations), 2)
+        self.assertEqual(len(kustomizations), 3)
         for path in kustomizations:
             doc = self.docs[path][0]
             here = os.path.dirname(path)
@@ -335,6 +461,8 @@ class KubernetesTest(unittest.TestCase):
                 self.assertTrue(os.path.exists(os.path.join(here, resource)), f"{path}: {resource}")
             for patch in doc.get("patches", []):
                 self.assertTrue(os.path.isfile(os.path.join(here, patch["path"])), f"{path}: {patch}")
+            for source in generated_files(path).values():
+                self.assertTrue(os.path.isfile(source), f"{path}: {source}")
 
     def test_configmap_is_the_shipped_configs(self):
         configmap = self.objects[("ConfigMap", "taylorshift-config")][0]
@@ -481,6 +609,375 @@ class KubernetesTest(unittest.TestCase):
             container = serving["spec"]["template"]["spec"]["containers"][0]
             self.assertEqual(container["image"], image)
             self.assertEqual("nvidia.com/gpu" in container["resources"]["limits"], overlay == "gpu")
+        # The training kustomization: the claims, the spec's ConfigMap (spec.yaml verbatim) and
+        # the PyTorchJob, in the base's namespace, with the image set on every rank.
+        result = subprocess.run([kubectl, "kustomize", TRAINING_DIR], capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        docs = list(yaml.safe_load_all(result.stdout))
+        self.assertEqual(sorted(d["kind"] for d in docs),
+                         ["ConfigMap", "PersistentVolumeClaim", "PersistentVolumeClaim",
+                          "PyTorchJob"])
+        for doc in docs:
+            self.assertEqual(doc["metadata"]["namespace"], "taylorshift", doc["metadata"]["name"])
+        configmap = [d for d in docs if d["kind"] == "ConfigMap"][0]
+        generated = generated_files(os.path.join(TRAINING_DIR, "kustomization.yaml"))
+        for key, source in generated.items():
+            with open(source) as f:
+                self.assertEqual(configmap["data"][key], f.read(), source)
+        job = [d for d in docs if d["kind"] == "PyTorchJob"][0]
+        for replica in job["spec"]["pytorchReplicaSpecs"].values():
+            for container in replica["template"]["spec"]["containers"]:
+                self.assertEqual(container["image"], "taylorshift-serve:cpu")
+
+
+class TrainingKubernetesTest(unittest.TestCase):
+    """deploy/k8s/training: a PyTorchJob whose ranks run tsworker on the spec of the
+    kustomization's ConfigMap, with the data and the job dir on claims that every rank mounts,
+    in the namespace and with the image of the base."""
+
+    def setUp(self):
+        self.objects = {(d["kind"], d["metadata"]["name"]): d
+                        for d in kustomization_objects(TRAINING_DIR)}
+        jobs = [d for (kind, _), d in self.objects.items() if kind == "PyTorchJob"]
+        self.assertEqual(len(jobs), 1)
+        self.job = jobs[0]
+        self.replicas = self.job["spec"]["pytorchReplicaSpecs"]
+        self.pod = self.replicas["Master"]["template"]["spec"]
+        self.container = rank_container(self.job)
+        self.argv = tsworker_argv(self.container)
+        self.flags = flags_of(self.argv[1:])
+        self.world_size = sum(r.get("replicas", 1) for r in self.replicas.values())
+        self.base_jobs = load_yaml(os.path.join(K8S_DIR, "base", "jobs-deployment.yaml"))
+
+    def spec(self):
+        """The spec tsworker reads: the ConfigMap key at --spec."""
+        path = self.flags["--spec"]
+        mount = mount_holding(self.container, path)
+        self.assertIsNotNone(mount, f"--spec {path} is on no volume")
+        volumes = {v["name"]: v for v in self.pod["volumes"]}
+        self.assertIn("configMap", volumes[mount["name"]], path)
+        configmap = self.objects[("ConfigMap", volumes[mount["name"]]["configMap"]["name"])]
+        key = os.path.relpath(path, mount["mountPath"])
+        self.assertIn(key, configmap["data"], path)
+        return yaml.safe_load(configmap["data"][key])
+
+    def test_kustomization_is_in_the_namespace_and_image_of_the_base(self):
+        base = load_yaml(os.path.join(K8S_DIR, "base", "kustomization.yaml"))
+        training = load_yaml(os.path.join(TRAINING_DIR, "kustomization.yaml"))
+        self.assertEqual(training["namespace"], base["namespace"])
+        self.assertEqual(training["images"], base["images"])
+        # The namespace is the base's to create (and to delete with it).
+        self.assertNotIn("Namespace", {kind for kind, _ in self.objects})
+        base_image = self.base_jobs["spec"]["template"]["spec"]["containers"][0]["image"]
+        for replica in self.replicas.values():
+            for container in replica["template"]["spec"]["containers"]:
+                self.assertEqual(container["image"], base_image)
+
+    def test_job_is_a_master_and_workers_that_restart_on_failure(self):
+        self.assertEqual(self.job["apiVersion"], "kubeflow.org/v1")
+        self.assertEqual(set(self.replicas), {"Master", "Worker"})
+        self.assertEqual(self.replicas["Master"]["replicas"], 1)
+        self.assertGreaterEqual(self.replicas["Worker"]["replicas"], 1)
+        for name, replica in self.replicas.items():
+            self.assertEqual(replica["restartPolicy"], "OnFailure", name)
+        # A fixed world: WORLD_SIZE is the replica count, one tsworker per pod.
+        self.assertNotIn("elasticPolicy", self.job["spec"])
+        self.assertIn(self.job["spec"].get("nprocPerNode", "1"), ("1", 1))
+        # Ranks differ only in the RANK the operator gives them.
+        self.assertEqual(self.replicas["Master"]["template"], self.replicas["Worker"]["template"])
+        ports = {p["name"]: p["containerPort"] for p in self.container.get("ports", [])}
+        self.assertIn(OPERATOR_PORT, ports)
+        for env in self.container.get("env", []):
+            self.assertNotIn(env["name"], OPERATOR_ENV)
+        # SIGTERM lets the ranks finish a step and rank 0 save the state before the kill.
+        self.assertGreaterEqual(self.pod["terminationGracePeriodSeconds"], 30)
+
+    def test_ranks_run_tsworker_with_flags_it_takes(self):
+        self.assertEqual(self.argv[0], "tsworker")
+        for arg, value in self.flags.items():
+            self.assertIsNotNone(value, f"{arg}: not of the form --flag=value")
+        self.assertLessEqual(set(self.flags), TSWORKER_FLAGS)
+        self.assertLessEqual(TSWORKER_REQUIRED_FLAGS, set(self.flags))
+        for flag in ("--spec", "--job-dir", "--data-root"):
+            self.assertTrue(os.path.isabs(self.flags[flag]), flag)
+        # Both images put tsworker on PATH next to tsserver.
+        for path in DOCKERFILES:
+            binaries = image_binaries(dockerfile_instructions(path))
+            self.assertEqual(binaries.get("tsworker"), binaries.get("tsserver"), path)
+            self.assertIn(binaries.get("tsworker"), ("/usr/local/bin/", "/usr/bin/"), path)
+        # Intra-op threads match the CPU request (LibTorch would take every core of the node).
+        resources = self.container["resources"]
+        self.assertEqual(int(self.flags["--threads"]), int(resources["requests"]["cpu"]))
+        self.assertGreater(int(self.flags.get("--collective-timeout", "1")), 0)
+        self.assertIn("memory", resources["limits"])
+        self.assertIn("memory", resources["requests"])
+
+    def test_pods_run_as_the_images_user(self):
+        base = self.base_jobs["spec"]["template"]["spec"]["securityContext"]
+        for replica in self.replicas.values():
+            context = replica["template"]["spec"]["securityContext"]
+            self.assertTrue(context["runAsNonRoot"])
+            # The user of the base's pods and the images, so files copied in are readable.
+            for key in ("runAsUser", "runAsGroup", "fsGroup"):
+                self.assertEqual(context[key], base[key], key)
+
+    def test_volumes_are_the_kustomization_claims_and_config(self):
+        volumes = {v["name"]: v for v in self.pod["volumes"]}
+        for mount in self.container["volumeMounts"]:
+            self.assertIn(mount["name"], volumes)
+        for volume in volumes.values():
+            if "persistentVolumeClaim" in volume:
+                self.assertIn(("PersistentVolumeClaim",
+                               volume["persistentVolumeClaim"]["claimName"]), self.objects)
+            if "configMap" in volume:
+                self.assertIn(("ConfigMap", volume["configMap"]["name"]), self.objects)
+
+        def claim(path):
+            mount = mount_holding(self.container, path)
+            self.assertIsNotNone(mount, f"{path} is on no volume")
+            volume = volumes[mount["name"]]
+            self.assertIn("persistentVolumeClaim", volume, path)
+            name = volume["persistentVolumeClaim"]["claimName"]
+            return mount, self.objects[("PersistentVolumeClaim", name)]
+
+        # Every rank reads the data, on whichever node it runs; none writes it.
+        mount, data = claim(self.flags["--data-root"])
+        self.assertTrue(mount.get("readOnly"), "the data root is mounted writable")
+        self.assertTrue({"ReadWriteMany", "ReadOnlyMany"} & set(data["spec"]["accessModes"]))
+        # Rank 0 writes the job dir, every rank reads its training state on a restart.
+        mount, checkpoints = claim(self.flags["--job-dir"])
+        self.assertFalse(mount.get("readOnly"), "the job dir is mounted read-only")
+        self.assertIn("ReadWriteMany", checkpoints["spec"]["accessModes"])
+        self.assertNotEqual(data["metadata"]["name"], checkpoints["metadata"]["name"])
+        # A job dir per spec name, so that another spec does not resume this one's state.
+        self.assertEqual(os.path.basename(self.flags["--job-dir"].rstrip("/")), self.spec()["name"])
+        if self.container["securityContext"].get("readOnlyRootFilesystem"):
+            tmp = mount_holding(self.container, "/tmp")
+            self.assertTrue(tmp and "emptyDir" in volumes[tmp["name"]], "no writable /tmp")
+
+    def test_spec_is_a_training_spec_for_this_world(self):
+        spec = self.spec()
+        keys, source_keys, generate_keys = documented_spec_keys()
+        for key, value in spec.items():
+            if key == "data":
+                for name, source in value.items():
+                    self.assertIn(f"data.{name}", keys)
+                    for source_key, source_value in source.items():
+                        if name == "validation" and source_key == "split":
+                            continue
+                        self.assertIn(source_key, source_keys, f"data.{name}")
+                        if source_key == "generate":
+                            self.assertLessEqual(set(source_value), generate_keys)
+                    path = source.get("path")
+                    if path is not None:
+                        # Inside the data root: relative, without `..`.
+                        self.assertFalse(os.path.isabs(path), path)
+                        self.assertNotIn("..", path.split("/"), path)
+            elif isinstance(value, dict):
+                for sub in value:
+                    self.assertIn(f"{key}.{sub}", keys, f"{key}.{sub} is not in docs/JOBS.md")
+            else:
+                self.assertIn(key, keys, f"{key} is not in docs/JOBS.md")
+        self.assertRegex(spec["name"], r"^[A-Za-z0-9_.-]{1,64}$")
+        self.assertIn("train", spec["data"])
+        self.assertEqual(len({"steps", "epochs"} & set(spec)), 1, "one of steps and epochs")
+        model = spec["model"]
+        self.assertEqual(model["embed_dim"] % model["heads"], 0)
+        self.assertEqual(model["embed_dim"] % 2, 0)
+        # Every rank takes an equal slice of each global batch.
+        self.assertEqual(spec.get("batch_size", 16) % self.world_size, 0,
+                         f"batch_size is not divisible by the {self.world_size} ranks")
+        # The world is the replica count; a `workers` here could only disagree with it.
+        self.assertIn(spec.get("workers", self.world_size), (self.world_size,))
+
+    def test_files_pod_mounts_the_claims_where_the_ranks_do(self):
+        pod = load_yaml(os.path.join(TRAINING_DIR, "files-pod.yaml"))
+        training = load_yaml(os.path.join(TRAINING_DIR, "kustomization.yaml"))
+        self.assertNotIn("files-pod.yaml", training["resources"])
+        spec = pod["spec"]
+        container = spec["containers"][0]
+        rank_volumes = {v["name"]: v for v in self.pod["volumes"]}
+        rank_claims = {rank_volumes[m["name"]]["persistentVolumeClaim"]["claimName"]: m
+                       for m in self.container["volumeMounts"]
+                       if "persistentVolumeClaim" in rank_volumes[m["name"]]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        claims = {}
+        for mount in container["volumeMounts"]:
+            volume = volumes[mount["name"]]
+            if "persistentVolumeClaim" in volume:
+                claims[volume["persistentVolumeClaim"]["claimName"]] = mount
+        self.assertEqual(set(claims), set(rank_claims))
+        for name, mount in claims.items():
+            self.assertEqual(mount["mountPath"], rank_claims[name]["mountPath"], name)
+            self.assertFalse(mount.get("readOnly"), f"{name}: files cannot be copied in")
+        for key in ("runAsUser", "runAsGroup", "fsGroup"):
+            self.assertEqual(spec["securityContext"][key], self.pod["securityContext"][key], key)
+
+    def test_distributed_doc_uses_the_cli_and_existing_paths(self):
+        with open(os.path.join(lib.ROOT, "docs", "DISTRIBUTED.md")) as f:
+            text = f.read()
+        commands = 0
+        for line in re.sub(r"\\\n", " ", text).splitlines():
+            words = line.replace("`", " ").split()
+            for i, word in enumerate(words):
+                if os.path.basename(word) != "tsworker" or i + 1 == len(words):
+                    continue
+                flags = [w.split("=", 1)[0] for w in words[i + 1:] if w.startswith("--")]
+                if flags:
+                    commands += 1
+                    self.assertLessEqual(set(flags), TSWORKER_FLAGS, line)
+        self.assertGreater(commands, 0, "no tsworker command line in docs/DISTRIBUTED.md")
+        for path in set(re.findall(r"\b(deploy/[A-Za-z0-9_./-]*[A-Za-z0-9_])", text)):
+            self.assertTrue(os.path.exists(os.path.join(lib.ROOT, path)), path)
+        self.assertIn(f"{self.job['metadata']['name']}-master-0", text)
+
+
+class TrainingWorkerTest(unittest.TestCase):
+    """The PyTorchJob's command run by the real tsworker: two ranks on loopback with the
+    environment the Training Operator gives them (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK),
+    the ConfigMap's spec with its model made tiny and its steps few, data files at the paths the
+    spec names, and the pod's mounts moved into a temp dir (the job dir not created)."""
+
+    def setUp(self):
+        self.assertTrue(os.access(tsworker(), os.X_OK), f"{tsworker()}: build target tsworker")
+        objects = kustomization_objects(TRAINING_DIR)
+        job = [d for d in objects if d["kind"] == "PyTorchJob"][0]
+        pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        self.container = rank_container(job)
+        self.tmp = tempfile.mkdtemp(prefix="ts-tsworker-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.roots = {}
+        for mount in self.container["volumeMounts"]:
+            self.roots[mount["mountPath"].rstrip("/")] = os.path.join(self.tmp, mount["name"])
+            os.makedirs(self.roots[mount["mountPath"].rstrip("/")])
+        argv = tsworker_argv(self.container)
+        self.flags = flags_of(argv[1:])
+        # The ConfigMap's files where its volume is mounted; the spec is kept aside to shrink.
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for mount in self.container["volumeMounts"]:
+            if "configMap" in volumes[mount["name"]]:
+                name = volumes[mount["name"]]["configMap"]["name"]
+                configmap = [d for d in objects if d["kind"] == "ConfigMap"
+                             and d["metadata"]["name"] == name][0]
+                for key, value in configmap["data"].items():
+                    with open(os.path.join(self.local(mount["mountPath"]), key), "w") as f:
+                        f.write(value)
+        with open(self.local(self.flags["--spec"])) as f:
+            self.spec = yaml.safe_load(f)
+        self.job_dir = self.local(self.flags["--job-dir"])
+        self.write_data()
+
+    def local(self, path):
+        """Where a path inside the pod is in the temp dir."""
+        root = max((r for r in self.roots if path == r or path.startswith(r + "/")), key=len)
+        return os.path.join(self.roots[root], os.path.relpath(path, root))
+
+    def write_data(self):
+        """Small JSON Lines files (two classes: letters, digits) at the spec's data paths."""
+        for name, source in self.spec["data"].items():
+            if "path" not in source:
+                continue
+            self.assertEqual(source.get("format"), "jsonl", f"data.{name}: the test writes jsonl")
+            path = os.path.join(self.local(self.flags["--data-root"]), source["path"])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                for i in range(64 if name == "train" else 16):
+                    text = ("abcdefgh" if i % 2 else "01234567")[i % 8:] * 3
+                    f.write(json.dumps({"text": text, "label": "letters" if i % 2 else "digits"}))
+                    f.write("\n")
+
+    def start_ranks(self, steps, world_size=2):
+        """Starts world_size tsworker processes with the pod's command and a small spec;
+        returns [(process, log path)]."""
+        spec = dict(self.spec)
+        spec["model"] = dict(spec["model"], embed_dim=16, depth=1, heads=2, max_length=64)
+        spec.pop("epochs", None)
+        spec.update(steps=steps, checkpoint_interval=2, eval_interval=2, log_interval=1)
+        if "warmup_steps" in spec.get("optimizer", {}):
+            spec["optimizer"] = dict(spec["optimizer"], warmup_steps=1)
+        for source in spec["data"].values():
+            if "generate" in source:
+                source["generate"] = dict(source["generate"], count=64)
+        with open(self.local(self.flags["--spec"]), "w") as f:
+            yaml.safe_dump(spec, f)
+        argv = [tsworker()]
+        for flag, value in self.flags.items():
+            if flag == "--threads":
+                value = "1"
+            elif flag == "--collective-timeout":
+                value = "60"  # a rank that dies fails the test in a minute, not ten
+            elif value.startswith("/"):
+                value = self.local(value)
+            argv.append(f"{flag}={value}")
+        env = {k: v for k, v in os.environ.items() if k not in OPERATOR_ENV | {"LOCAL_RANK"}}
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                   WORLD_SIZE=str(world_size))
+        ranks = []
+        for rank in range(world_size):
+            log_path = os.path.join(self.tmp, f"rank-{rank}.log")
+            with open(log_path, "w") as log:
+                process = subprocess.Popen(argv, env=dict(env, RANK=str(rank)), stdout=log,
+                                           stderr=subprocess.STDOUT)
+            self.addCleanup(self.kill, process)
+            ranks.append((process, log_path))
+        return ranks
+
+    @staticmethod
+    def kill(process):
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    @staticmethod
+    def logs(ranks):
+        out = []
+        for rank, (_, path) in enumerate(ranks):
+            with open(path) as f:
+                out.append(f"--- rank {rank}:\n{f.read()[-2000:]}")
+        return "\n".join(out)
+
+    def wait(self, ranks, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        for process, _ in ranks:
+            try:
+                process.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.fail(f"tsworker ranks still running after {timeout_s} s:\n{self.logs(ranks)}")
+
+    def test_ranks_train_the_spec_to_the_end(self):
+        ranks = self.start_ranks(steps=4)
+        self.wait(ranks, 240)
+        for rank, (process, _) in enumerate(ranks):
+            self.assertEqual(process.returncode, 0, f"rank {rank}:\n{self.logs(ranks)}")
+        # Rank 0 wrote the checkpoints into the job dir, which it created.
+        files = set(os.listdir(self.job_dir))
+        self.assertLessEqual({"step-4.tsckpt", "best.tsckpt"}, files, self.logs(ranks))
+        info = subprocess.run([ARGS.tsmodel, "info", os.path.join(self.job_dir, "best.tsckpt")],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(info.returncode, 0, info.stdout + info.stderr)
+
+    def test_sigterm_stops_every_rank_with_the_state_saved(self):
+        """What a deleted PyTorchJob or a drained node does to the pods: the ranks stop
+        together, rank 0 saves the training state, and they exit 0 with "stopped" logged."""
+        ranks = self.start_ranks(steps=100000)
+        state = os.path.join(self.job_dir, "training_state.pt")
+        deadline = time.monotonic() + 240
+        while not os.path.exists(state):
+            for process, _ in ranks:
+                if process.poll() is not None:
+                    self.fail(f"a rank exited with {process.returncode}:\n{self.logs(ranks)}")
+            if time.monotonic() > deadline:
+                self.fail(f"no {state} after 240 s:\n{self.logs(ranks)}")
+            time.sleep(0.2)
+        for process, _ in ranks:
+            process.send_signal(signal.SIGTERM)
+        self.wait(ranks, 120)
+        for rank, (process, _) in enumerate(ranks):
+            self.assertEqual(process.returncode, 0, f"rank {rank}:\n{self.logs(ranks)}")
+        with open(ranks[0][1]) as f:
+            self.assertIn("stopped", f.read().lower())
+        self.assertTrue(os.path.exists(state), self.logs(ranks))
 
 
 def operator_job_label(monitor, endpoint, service):
@@ -661,13 +1158,14 @@ def needed_packages(binaries):
 
 # Always present in debian:12-slim.
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6"}
-# What the CUDA image takes from the LibTorch zip instead of Debian.
-DEBIAN_TORCH = {"libtorch-dev", "libopenblas0-openmp"}
+# What the CUDA image takes from the LibTorch zip instead of Debian (the zip's c10d brings its
+# own gloo headers and library).
+DEBIAN_TORCH = {"libtorch-dev", "libopenblas0-openmp", "libgloo-dev"}
 
 
 class DockerfileTest(unittest.TestCase):
     def test_dockerfiles(self):
-        binaries = [ARGS.tsserver, ARGS.tsctl, ARGS.tsmodel]
+        binaries = [ARGS.tsserver, tsworker(), ARGS.tsctl, ARGS.tsmodel]
         needed = needed_packages(binaries) - BASE_PACKAGES
         relative = sorted(os.path.relpath(b, ARGS.build_dir) for b in binaries)
         for path in DOCKERFILES:
@@ -690,7 +1188,7 @@ class DockerfileTest(unittest.TestCase):
             runtime_packages = {p for i, a in runtime if i == "RUN" for p in apt_packages(a)}
             missing = needed - runtime_packages
             if name.endswith(".cuda"):
-                missing = {p for p in missing if not p.startswith("libtorch")}
+                missing = {p for p in missing if not p.startswith(("libtorch", "libgloo"))}
             self.assertEqual(missing, set(), f"{name}: runtime stage lacks libraries")
             # Sources copied from the context exist; the binaries come from the build tree.
             copied = []
@@ -818,5 +1316,6 @@ if __name__ == "__main__":
     parser.add_argument("--tsserver", required=True)
     parser.add_argument("--tsctl", required=True)
     parser.add_argument("--tsmodel", required=True)
+    parser.add_argument("--tsworker", help="default: tsworker in the folder of --tsserver")
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
