@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "model/inputs.h"
 #include "model/json_reader.h"
+#include "model/quoted.h"
 
 namespace ts {
 namespace {
@@ -616,23 +617,23 @@ absl::StatusOr<std::string> DataRoot::Resolve(std::string_view relative) const {
   }
   if (path[0] == '/') {
     return absl::InvalidArgumentError(
-        absl::StrCat("data path \"", path, "\" is absolute; give it relative to the data root"));
+        absl::StrCat("data path ", Quoted(path), " is absolute; give it relative to the data root"));
   }
   for (const absl::string_view part : absl::StrSplit(path, '/')) {
     if (part == "..") {
       return absl::InvalidArgumentError(
-          absl::StrCat("data path \"", path, "\" contains \"..\"; it must stay in the data root"));
+          absl::StrCat("data path ", Quoted(path), " contains \"..\"; it must stay in the data root"));
     }
   }
   std::error_code ec;
   const fs::path resolved = fs::weakly_canonical(fs::path(root_) / path, ec);
   if (ec) {
     return absl::InvalidArgumentError(
-        absl::StrCat("data path \"", path, "\" cannot be resolved: ", ec.message()));
+        absl::StrCat("data path ", Quoted(path), " cannot be resolved: ", ec.message()));
   }
   if (!IsInside(resolved, root_)) {
     return absl::PermissionDeniedError(
-        absl::StrCat("data path \"", path, "\" leads outside the data root"));
+        absl::StrCat("data path ", Quoted(path), " leads outside the data root"));
   }
   // weakly_canonical resolves every link that exists; one left in the path dangles, and could
   // later point anywhere.
@@ -642,7 +643,7 @@ absl::StatusOr<std::string> DataRoot::Resolve(std::string_view relative) const {
     prefix /= part;
     if (fs::is_symlink(fs::symlink_status(prefix, ec))) {
       return absl::PermissionDeniedError(
-          absl::StrCat("data path \"", path, "\" goes through a symlink that does not resolve"));
+          absl::StrCat("data path ", Quoted(path), " goes through a symlink that does not resolve"));
     }
   }
   return resolved.string();

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <new>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,15 @@ absl::Status StatusFromException(const std::exception& e, std::string_view conte
   const bool argument_error = dynamic_cast<const c10::IndexError*>(&e) != nullptr ||
                               dynamic_cast<const c10::ValueError*>(&e) != nullptr ||
                               dynamic_cast<const c10::TypeError*>(&e) != nullptr;
+  // Allocation failures (the CPU allocator's "can't allocate memory", CUDA's "out of memory",
+  // std::bad_alloc) are RESOURCE_EXHAUSTED and say "out of memory" whatever raised them.
+  const bool out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+                             message.find("can't allocate memory") != std::string::npos ||
+                             message.find("out of memory") != std::string::npos;
+  if (out_of_memory) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(std::string(context), ": out of memory: ", message));
+  }
   const std::string text = absl::StrCat(std::string(context), ": ", message);
   return argument_error ? absl::InvalidArgumentError(text) : absl::InternalError(text);
 }

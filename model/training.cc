@@ -143,6 +143,9 @@ absl::Status ValidateTrainingOptions(const TrainingOptions& o) {
   if (o.log_interval < 0) return bad("log_interval", "must be >= 0");
   if (o.eval_interval < 0) return bad("eval_interval", "must be >= 0");
   if (o.checkpoint_interval < 0) return bad("checkpoint_interval", "must be >= 0");
+  if (o.dtype != torch::kFloat32 && o.dtype != torch::kFloat64) {
+    return bad("dtype", "must be float32 or float64");
+  }
   return absl::OkStatus();
 }
 
@@ -213,7 +216,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TaylorShiftEncode
   if (absl::Status s = ValidateTrainingOptions(options); !s.ok()) return s;
   auto model = CatchTorch("building the model", [&] {
     torch::manual_seed(options.seed);
-    return TaylorShiftEncoder(encoder);
+    TaylorShiftEncoder fresh(encoder);
+    fresh->to(options.dtype);
+    return fresh;
   });
   if (!model.ok()) return model.status();
   return CreateChecked(*std::move(model), encoder, options, std::move(train),
@@ -236,7 +241,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TaylorShiftEncoder mode
                                                    ") does not match the encoder options (",
                                                    DescribeEncoderOptions(encoder), ")"));
   }
+  if (auto s = CatchTorch("converting the model", [&] {
+        model->to(options.dtype);
+        return 0;
+      });
+      !s.ok()) {
+    return s.status();
+  }
   return CreateChecked(std::move(model), encoder, options, std::move(train), std::move(validation));
+}
+
+absl::Status Trainer::SetDataParallel(DataParallelGroup* group) {
+  if (group != nullptr && options_.batch_size % group->world_size() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size ", options_.batch_size, " is not divisible by the ",
+                     group->world_size(), " data-parallel ranks"));
+  }
+  data_parallel_ = group;
+  if (group == nullptr) return absl::OkStatus();
+  std::vector<torch::Tensor> tensors = model_->parameters();
+  for (const auto& buffer : model_->buffers()) tensors.push_back(buffer);
+  return group->Broadcast(tensors);
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::CreateChecked(
@@ -339,15 +364,33 @@ absl::StatusOr<TrainingStepResult> Trainer::Step() {
     const double lr = CosineWarmupLearningRate(options_, step);
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     if (HasStochasticLayers(encoder_options_)) {
-      torch::manual_seed(Mix(options_.seed ^ Mix(static_cast<std::uint64_t>(step) << 1)));
+      // Ranks draw different masks (rank 0 draws what a single trainer draws).
+      const std::uint64_t rank =
+          data_parallel_ != nullptr ? static_cast<std::uint64_t>(data_parallel_->rank()) : 0;
+      torch::manual_seed(Mix(options_.seed ^ Mix(static_cast<std::uint64_t>(step) << 1)) ^
+                         (rank == 0 ? 0 : Mix(rank * 0x9E3779B97F4A7C15ull)));
     }
-    const Batch batch = MakeBatch(NextBatch(), encoder_options_.max_length(), ModelDevice(model_));
+    std::vector<const LabeledSequence*> examples = NextBatch();
+    if (data_parallel_ != nullptr && data_parallel_->world_size() > 1) {
+      const std::size_t slice = examples.size() / static_cast<std::size_t>(data_parallel_->world_size());
+      const std::size_t first = slice * static_cast<std::size_t>(data_parallel_->rank());
+      examples = std::vector<const LabeledSequence*>(examples.begin() + first,
+                                                     examples.begin() + first + slice);
+    }
+    const Batch batch = MakeBatch(examples, encoder_options_.max_length(), ModelDevice(model_));
     model_->train();
     optimizer_->zero_grad();
     const torch::Tensor logits = model_->forward(batch.tokens, batch.lengths, options_.path);
-    const torch::Tensor loss =
-        torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), batch.labels);
+    // float32 at least (bf16/fp16 logits are promoted); float64 models keep float64.
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(
+        logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32),
+        batch.labels);
     loss.backward();
+    if (data_parallel_ != nullptr) {
+      if (absl::Status s = data_parallel_->AverageGradients(model_->parameters()); !s.ok()) {
+        throw std::runtime_error(std::string(s.message()));
+      }
+    }
     if (options_.grad_clip_norm > 0) {
       torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.grad_clip_norm);
     }

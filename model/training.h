@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/attention_path.h"
+#include "model/data_parallel.h"
 #include "model/datasets.h"
 #include "model/encoder.h"
 
@@ -62,6 +63,9 @@ struct TrainingOptions {
   std::int64_t log_interval = 10;
   std::int64_t eval_interval = 0;
   std::int64_t checkpoint_interval = 0;
+  // Parameters and activations of a fresh or init_from model: kFloat32 or kFloat64 (a resumed
+  // trainer keeps the dtype it saved).
+  torch::Dtype dtype = torch::kFloat32;
 };
 
 // OK when every field is in the range its comment states.
@@ -115,9 +119,10 @@ absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
 // Data order: epoch e visits the training set in a permutation drawn from (seed, e); a batch
 // takes the next batch_size examples and runs on into the next epoch when one ends, so the
 // position (epoch, index) determines all future batches. Stochastic layers (dropout,
-// drop-path) draw from LibTorch's global CPU generator, reseeded from (seed, step) before each
-// step: a single trainer is reproducible and resumable, but trainers running concurrently with
-// dropout in one process perturb each other's draws. Sequences longer than the model's
+// drop-path) draw from LibTorch's global CPU generator, reseeded from (seed, step, rank) before
+// each step: a single trainer is reproducible and resumable, but trainers running concurrently
+// with dropout in one process perturb each other's draws (the server runs each job in its own
+// worker process for this and other reasons). Sequences longer than the model's
 // max_length keep their first max_length bytes. Not thread-safe; all methods on one thread.
 // LibTorch exceptions come back as absl::Status.
 class Trainer {
@@ -146,7 +151,14 @@ class Trainer {
                                                          std::vector<LabeledSequence> validation);
 
   // One optimizer step on the next batch. FAILED_PRECONDITION once `steps` steps are done.
+  // With a data-parallel group, every rank draws the same global batch and trains on its slice
+  // (ranks × slice = batch_size), and gradients are averaged over the ranks before clipping, so
+  // every rank takes the step one rank would take on the whole batch; the loss is this rank's.
   absl::StatusOr<TrainingStepResult> Step();
+
+  // Trains as one rank of `group` (not owned; null = alone). batch_size must be divisible by
+  // the world size (INVALID_ARGUMENT otherwise). Copies rank 0's weights to every rank.
+  absl::Status SetDataParallel(DataParallelGroup* group);
 
   // Loss and metrics of the model on `examples` (eval mode, no gradients, batches of
   // batch_size); the model returns to train mode afterwards.
@@ -191,6 +203,7 @@ class Trainer {
   std::int64_t epoch_index_ = 0;
   std::int64_t order_epoch_ = -1;  // epoch that order_ belongs to
   std::vector<std::int64_t> order_;
+  DataParallelGroup* data_parallel_ = nullptr;
 };
 
 }  // namespace ts

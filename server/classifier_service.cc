@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "model/cost_model.h"
+#include "model/quoted.h"
 #include "server/grpc_status.h"
 
 namespace ts::server {
@@ -64,16 +65,18 @@ void ClassifierService::StartClassify(grpc::CallbackServerContext* context,
                                       const pb::ClassifyRequest& request, ClassifyDone done) {
   const absl::Time received = clock_->Now();
   const std::string model_name = request.model();
+  // The metrics' model label: a name that is not served is "(unknown)", so that clients cannot
+  // create a series per name they send.
+  const std::string label = model_name.empty()                       ? "-"
+                            : registry_->Find(model_name) != nullptr ? model_name
+                                                                     : "(unknown)";
   // Every exit goes through here: metrics, then the caller's callback.
-  auto finish = [this, model_name, received, done](const absl::Status& status,
-                                                   pb::ClassifyResponse response) {
+  auto finish = [this, label, received, done](const absl::Status& status,
+                                              pb::ClassifyResponse response) {
     if (metrics_ != nullptr) {
-      metrics_->RecordRequest(model_name.empty() ? "-" : model_name, StatusCodeName(status.code()),
+      metrics_->RecordRequest(label, StatusCodeName(status.code()),
                               absl::ToDoubleSeconds(clock_->Now() - received));
-      if (!status.ok()) {
-        metrics_->RecordRejected(model_name.empty() ? "-" : model_name,
-                                 RejectReason(status.code()));
-      }
+      if (!status.ok()) metrics_->RecordRejected(label, RejectReason(status.code()));
     }
     done(status, std::move(response));
   };
@@ -88,7 +91,7 @@ void ClassifierService::StartClassify(grpc::CallbackServerContext* context,
     std::vector<std::string> names;
     for (const auto& m : registry_->List()) names.push_back(m->name());
     return finish(absl::NotFoundError(
-                      absl::StrCat("model '", model_name, "' is not served (",
+                      absl::StrCat("model ", Quoted(model_name), " is not served (",
                                    names.empty() ? "none are" : absl::StrJoin(names, ", "), ")")),
                   {});
   }
@@ -101,8 +104,8 @@ void ClassifierService::StartClassify(grpc::CallbackServerContext* context,
       break;
     case pb::ClassifyRequest::kImage: {
       if (model->metadata().modality != "pixels") {
-        return finish(absl::InvalidArgumentError(absl::StrCat("image: model '", model_name,
-                                                              "' takes documents (modality ",
+        return finish(absl::InvalidArgumentError(absl::StrCat("image: model ", Quoted(model_name),
+                                                              " takes documents (modality ",
                                                               model->metadata().modality, ")")),
                       {});
       }
@@ -121,7 +124,7 @@ void ClassifierService::StartClassify(grpc::CallbackServerContext* context,
   auto prepared = PrepareTokens(tokens, model->length_policy());
   if (!prepared.ok()) {
     return finish(absl::InvalidArgumentError(
-                      absl::StrCat("model '", model_name, "': ", prepared.status().message())),
+                      absl::StrCat("model ", Quoted(model_name), ": ", prepared.status().message())),
                   {});
   }
   const std::uint32_t classes = static_cast<std::uint32_t>(model->metadata().labels.size());
@@ -306,22 +309,6 @@ class ClassifyStreamReactor final
 
 }  // namespace
 
-absl::StatusOr<AttentionPath> FromProtoPath(pb::AttentionPath path) {
-  switch (path) {
-    case pb::ATTENTION_PATH_AUTO:
-      return AttentionPath::kAuto;
-    case pb::ATTENTION_PATH_DIRECT:
-      return AttentionPath::kDirect;
-    case pb::ATTENTION_PATH_EFFICIENT:
-      return AttentionPath::kEfficient;
-    case pb::ATTENTION_PATH_SOFTMAX:
-      return AttentionPath::kSoftmax;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("path: unknown attention path value ", static_cast<int>(path)));
-  }
-}
-
 void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
   info->set_name(model.name());
   info->set_version(model.version());
@@ -368,7 +355,7 @@ grpc::ServerUnaryReactor* ClassifierService::GetModel(grpc::CallbackServerContex
   const auto model = registry_->Find(request->name());
   if (model == nullptr) {
     reactor->Finish(ToGrpcStatus(
-        absl::NotFoundError(absl::StrCat("model '", request->name(), "' is not served"))));
+        absl::NotFoundError(absl::StrCat("model ", Quoted(request->name()), " is not served"))));
     return reactor;
   }
   FillModelInfo(*model, response);

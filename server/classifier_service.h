@@ -9,15 +9,13 @@
 #include "absl/status/statusor.h"
 #include "server/auth.h"
 #include "server/clock.h"
+#include "server/job_spec.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 
 namespace ts::server {
 
-// The API's attention path as the model library's; INVALID_ARGUMENT naming `path` for a value
-// outside the enum.
-absl::StatusOr<AttentionPath> FromProtoPath(taylorshift::v1::AttentionPath path);
 
 // The served model as the API describes it (ListModels, GetModel, PromoteCheckpoint).
 void FillModelInfo(const ServedModel& model, taylorshift::v1::ModelInfo* info);

@@ -348,6 +348,16 @@ absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfi
                      {"threads_per_job", Int(&jobs->threads_per_job)},
                      {"serving_reserved_cores", Int(&jobs->serving_reserved_cores)},
                      {"keep_checkpoints", Int(&jobs->keep_checkpoints)},
+                     {"worker_binary", String(&jobs->worker_binary)},
+                     {"heartbeat_interval_ms",
+                      Duration(&jobs->heartbeat_interval, absl::Milliseconds(1))},
+                     {"heartbeat_timeout_ms",
+                      Duration(&jobs->heartbeat_timeout, absl::Milliseconds(1))},
+                     {"stop_grace_ms", Duration(&jobs->stop_grace, absl::Milliseconds(1))},
+                     {"memory_budget_bytes", Int64(&jobs->memory_budget_bytes)},
+                     {"memory_admission", Bool(&jobs->memory_admission)},
+                     {"worker_address_space_overhead_bytes",
+                      Int64(&jobs->worker_address_space_overhead_bytes)},
                      {"limits",
                       [&limits](const YAML::Node& value, const std::string& at) {
                         return ReadMap(
@@ -361,6 +371,8 @@ absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfi
                                 {"max_threads", Int(&limits.max_threads)},
                                 {"max_generate_count", Int64(&limits.max_generate_count)},
                                 {"max_epochs", Int64(&limits.max_epochs)},
+                                {"max_workers", Int(&limits.max_workers)},
+                                {"max_retries", Int(&limits.max_retries)},
                             });
                       }},
                  });
@@ -385,6 +397,11 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
       CheckAtLeast(std::string("jobs.limits.max_threads"), limits.max_threads, 0),
       CheckAtLeast<std::int64_t>("jobs.limits.max_generate_count", limits.max_generate_count, 1),
       CheckAtLeast<std::int64_t>("jobs.limits.max_epochs", limits.max_epochs, 1),
+      CheckAtLeast(std::string("jobs.limits.max_workers"), limits.max_workers, 1),
+      CheckAtLeast(std::string("jobs.limits.max_retries"), limits.max_retries, 0),
+      CheckAtLeast<std::int64_t>("jobs.memory_budget_bytes", jobs.memory_budget_bytes, 0),
+      CheckAtLeast<std::int64_t>("jobs.worker_address_space_overhead_bytes",
+                                 jobs.worker_address_space_overhead_bytes, 0),
   };
   for (const absl::Status& check : checks) {
     if (!check.ok()) return check;
@@ -393,6 +410,21 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
     return absl::InvalidArgumentError(
         absl::StrCat("jobs.limits.max_generate_count: must be <= ", kMaxGenerateCount,
                      " (the ListOps generator's limit), got ", limits.max_generate_count));
+  }
+  for (const auto& [key, value] : {std::pair<const char*, absl::Duration>{
+                                        "jobs.heartbeat_interval_ms", jobs.heartbeat_interval},
+                                    {"jobs.heartbeat_timeout_ms", jobs.heartbeat_timeout},
+                                    {"jobs.stop_grace_ms", jobs.stop_grace}}) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(key, ": must be > 0, got ",
+                                                     absl::ToInt64Milliseconds(value)));
+    }
+  }
+  if (jobs.heartbeat_timeout <= jobs.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "jobs.heartbeat_timeout_ms: must be > jobs.heartbeat_interval_ms (",
+        absl::ToInt64Milliseconds(jobs.heartbeat_interval), "), got ",
+        absl::ToInt64Milliseconds(jobs.heartbeat_timeout)));
   }
   // Automatic (0) resolves below the cap when the job starts: only explicit values are checked.
   if (limits.max_threads > 0 && jobs.threads_per_job > limits.max_threads) {
@@ -417,6 +449,30 @@ std::string OverLengthPolicyName(OverLengthPolicy policy) {
       return "window";
   }
   return "unknown";
+}
+
+std::int64_t MemoryBudgetBytes(const JobsConfig& jobs) {
+  if (jobs.memory_budget_bytes > 0) return jobs.memory_budget_bytes;
+  std::int64_t limit = 0;
+  {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    std::int64_t kib = 0;
+    while (meminfo >> key >> kib) {
+      if (key == "MemTotal:") {
+        limit = kib * 1024;
+        break;
+      }
+      meminfo.ignore(256, '\n');
+    }
+  }
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");  // cgroup v2; "max" = no limit
+  std::string text;
+  std::int64_t cgroup_limit = 0;
+  if (cgroup >> text && absl::SimpleAtoi(text, &cgroup_limit) && cgroup_limit > 0) {
+    limit = limit > 0 ? std::min(limit, cgroup_limit) : cgroup_limit;
+  }
+  return limit > 0 ? limit / 2 : std::int64_t{1} << 30;
 }
 
 int ThreadsPerJob(const JobsConfig& jobs, int num_cores) {

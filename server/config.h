@@ -54,6 +54,8 @@ struct JobLimits {
   int max_threads = 0;                         // a spec's threads; 0 = number of cores
   std::int64_t max_generate_count = 10000000;  // examples a listops generator may make
   std::int64_t max_epochs = 10000;             // a training spec's epochs
+  int max_workers = 8;                         // a training spec's workers (ranks)
+  int max_retries = 10;                        // a spec's max_retries
 };
 
 // Training and evaluation jobs (the Jobs service).
@@ -70,6 +72,22 @@ struct JobsConfig {
   // automatic default is thus 1 thread, on 16 cores 15.
   int serving_reserved_cores = 1;
   int keep_checkpoints = 2;  // last K checkpoints kept per job besides the best
+  // Worker processes (server/job_process.h). Empty = `tsworker` in tsserver's own directory.
+  std::string worker_binary;
+  absl::Duration heartbeat_interval = absl::Seconds(1);  // worker → server
+  absl::Duration heartbeat_timeout = absl::Seconds(60);  // silence that fails a job as hung
+  absl::Duration stop_grace = absl::Seconds(30);  // SIGTERM (cancel, shutdown) → SIGKILL
+  // Memory the jobs may use together; 0 = automatic: half of the machine's memory or of the
+  // container's limit (cgroup memory.max), whichever is lower. A job whose estimated peak
+  // (all ranks) exceeds it is refused at submission; queued jobs start only while the running
+  // jobs' estimates and theirs fit.
+  std::int64_t memory_budget_bytes = 0;
+  // false = no refusal at submission (the workers' address-space limit still applies).
+  bool memory_admission = true;
+  // Each rank runs under RLIMIT_AS = memory_budget_bytes / ranks + this: the address space a
+  // worker maps without using it (libraries, thread stacks, allocator reservations; ~1.1 GiB
+  // measured for one thread).
+  std::int64_t worker_address_space_overhead_bytes = std::int64_t{2} << 30;
   JobLimits limits;
 };
 
@@ -108,5 +126,9 @@ absl::Status ValidateServerConfig(const ServerConfig& config);
 // jobs.threads_per_job when set, else max(1, (num_cores − jobs.serving_reserved_cores) /
 // jobs.max_concurrent). Job specs then cap it at jobs.limits.max_threads.
 int ThreadsPerJob(const JobsConfig& jobs, int num_cores);
+
+// jobs.memory_budget_bytes, or when 0 half of the lower of the machine's memory (MemTotal)
+// and the cgroup's memory.max.
+std::int64_t MemoryBudgetBytes(const JobsConfig& jobs);
 
 }  // namespace ts::server

@@ -14,13 +14,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "model/atomic_file.h"
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
-#include "model/torch_compat.h"
-#include "model/training.h"
+#include "model/quoted.h"
 #include "server/classifier_service.h"
+#include "server/job_process.h"
 #include "server/job_spec.h"
 
 namespace ts::server {
@@ -29,8 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kTrainingStateFile[] = "training_state.pt";
-constexpr char kBestCheckpointFile[] = "best.tsckpt";
 constexpr char kAccuracyKey[] = "validation_accuracy";
 
 std::string KindName(pb::JobKind kind) {
@@ -75,7 +74,7 @@ absl::Status CheckModelName(const std::string& name) {
                   });
   if (!ok) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model: must match [A-Za-z0-9_.-]{1,64}, got \"", name, "\""));
+        absl::StrCat("model: must match [A-Za-z0-9_.-]{1,64}, got ", Quoted(name)));
   }
   return absl::OkStatus();
 }
@@ -83,36 +82,6 @@ absl::Status CheckModelName(const std::string& name) {
 absl::Status Prefixed(const absl::Status& status, const std::string& prefix) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
-
-pb::EvaluationReport ToReport(const EvaluationResult& result,
-                              const std::vector<std::string>& labels, std::int64_t step) {
-  pb::EvaluationReport report;
-  report.set_step(static_cast<std::uint64_t>(step));
-  report.set_examples(static_cast<std::uint64_t>(result.examples));
-  report.set_loss(result.loss);
-  report.set_accuracy(result.metrics.accuracy);
-  report.set_macro_f1(result.metrics.macro_f1);
-  report.set_examples_per_second(result.examples_per_second);
-  for (std::size_t c = 0; c < labels.size(); ++c) {
-    auto* cls = report.add_classes();
-    cls->set_label(labels[c]);
-    const double p = c < result.metrics.precision.size() ? result.metrics.precision[c] : 0.0;
-    const double r = c < result.metrics.recall.size() ? result.metrics.recall[c] : 0.0;
-    cls->set_precision(p);
-    cls->set_recall(r);
-    cls->set_f1(p + r > 0 ? 2 * p * r / (p + r) : 0.0);
-    std::int64_t support = 0;
-    if (c < result.metrics.confusion.size()) {
-      for (const auto count : result.metrics.confusion[c]) support += count;
-    }
-    cls->set_support(static_cast<std::uint64_t>(support));
-  }
-  for (const auto& row : result.metrics.confusion) {
-    auto* out = report.add_confusion();
-    for (const auto count : row) out->add_counts(static_cast<std::uint64_t>(count));
-  }
-  return report;
 }
 
 std::optional<double> RecordedAccuracy(const CheckpointMetadata& metadata) {
@@ -140,6 +109,13 @@ absl::Status MakeDirectories(const std::string& dir) {
 struct JobManager::Active {
   pb::Job job;  // guarded by JobManager::mu_ for reads from other threads
   std::atomic<bool> cancel{false};
+  absl::Mutex process_mu;
+  JobProcess* process ABSL_GUARDED_BY(process_mu) = nullptr;  // while its workers run
+  // Stops the workers (cancel, shutdown); they are told again if they start later.
+  void StopProcess() {
+    absl::MutexLock lock(&process_mu);
+    if (process != nullptr) process->Stop();
+  }
 };
 
 // --------------------------------------------------------------------------------------------
@@ -153,7 +129,8 @@ JobManager::JobManager(JobManagerOptions options, std::unique_ptr<JobStore> stor
       data_root_(std::move(data_root)),
       registry_(registry),
       metrics_(metrics),
-      clock_(clock) {}
+      clock_(clock),
+      memory_budget_(MemoryBudgetBytes(options_.jobs)) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions options,
                                                                ModelRegistry* registry,
@@ -209,11 +186,15 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
 JobManager::~JobManager() { Shutdown(); }
 
 void JobManager::Shutdown() {
+  std::vector<std::shared_ptr<Active>> running;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_ && workers_.empty()) return;
     stopping_ = true;
+    for (const auto& [id, active] : active_) running.push_back(active);
   }
+  // Running workers stop at their next step boundary and save their state (SIGTERM).
+  for (const auto& active : running) active->StopProcess();
   {
     // Open watches end now (an event of type TYPE_UNSPECIFIED says so): their jobs will not
     // reach a final state in this process.
@@ -278,8 +259,8 @@ absl::Status JobManager::CheckSourcePaths(const pb::DataSource& source,
   if (!resolved.ok()) return Prefixed(resolved.status(), absl::StrCat(field, ".path: "));
   std::error_code error;
   if (!fs::exists(*resolved, error)) {
-    return absl::NotFoundError(absl::StrCat(field, ".path: \"", source.path(),
-                                            "\" does not exist in the data root"));
+    return absl::NotFoundError(absl::StrCat(field, ".path: ", Quoted(source.path()),
+                                            " does not exist in the data root"));
   }
   return absl::OkStatus();
 }
@@ -322,7 +303,7 @@ absl::StatusOr<std::string> JobManager::ResolveCheckpointReference(const std::st
   std::error_code error;
   if (!fs::is_regular_file(*resolved, error)) {
     return absl::NotFoundError(
-        absl::StrCat(field, ": \"", reference, "\" is not a file in the data root"));
+        absl::StrCat(field, ": ", Quoted(reference), " is not a file in the data root"));
   }
   return *resolved;
 }
@@ -365,11 +346,72 @@ absl::StatusOr<pb::Job> JobManager::SubmitTraining(pb::TrainingSpec spec) {
     auto path = ResolveCheckpointReference(spec.init_from(), "init_from");
     if (!path.ok()) return path.status();
   }
+  const std::int64_t estimate = EstimateMemory(spec);
+  const std::int64_t budget = MemoryBudgetBytes(options_.jobs);
+  if (options_.jobs.memory_admission && estimate > budget) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the job's estimated peak memory is %d bytes (%.2f GiB over %d rank(s): batch_size %d, "
+        "max_length %d, embed_dim %d, depth %d), more than jobs.memory_budget_bytes %d (%.2f GiB)",
+        estimate, estimate / 1073741824.0, std::max<std::uint32_t>(spec.workers(), 1),
+        spec.batch_size(), spec.model().max_length(), spec.model().embed_dim(),
+        spec.model().depth(), budget, budget / 1073741824.0));
+  }
   pb::Job job;
   job.set_kind(pb::JOB_KIND_TRAINING);
   job.set_name(spec.name());
+  job.mutable_progress()->set_memory_estimate_bytes(static_cast<std::uint64_t>(estimate));
   *job.mutable_training() = std::move(spec);
   return Enqueue(std::move(job));
+}
+
+std::int64_t JobManager::EstimateMemory(const pb::TrainingSpec& spec) const {
+  const int ranks = static_cast<int>(std::max<std::uint32_t>(spec.workers(), 1));
+  // The data every rank holds: the files' sizes (a folder's files), or the generated examples.
+  std::int64_t data_bytes = 0;
+  for (const pb::DataSource* source : {&spec.data().train(), &spec.data().validation()}) {
+    if (source->format() == "listops") {
+      data_bytes += static_cast<std::int64_t>(source->generate().count() *
+                                              (source->generate().max_length() + 64));
+      continue;
+    }
+    if (source->path().empty()) continue;
+    auto resolved = data_root_.Resolve(source->path());
+    if (!resolved.ok()) continue;
+    std::error_code error;
+    if (fs::is_directory(*resolved, error)) {
+      for (fs::recursive_directory_iterator it(*resolved, error), end; !error && it != end;
+           it.increment(error)) {
+        if (it->is_regular_file(error)) data_bytes += static_cast<std::int64_t>(it->file_size(error));
+      }
+    } else {
+      const auto size = fs::file_size(*resolved, error);
+      if (!error) data_bytes += static_cast<std::int64_t>(size);
+    }
+  }
+  TrainingMemoryShape shape;
+  shape.batch = std::max<std::int64_t>(spec.batch_size(), 1) / ranks;
+  shape.element_bytes = spec.dtype() == "float64" ? 8 : 4;
+  shape.data_bytes = 2 * data_bytes;  // examples are copied once while loading
+  shape.num_classes = std::max(spec.labels_size(), 16);
+  if (spec.init_from().empty()) {
+    const auto& m = spec.model();
+    shape.embed_dim = m.embed_dim();
+    shape.depth = m.depth();
+    shape.heads = m.heads();
+    shape.mlp_hidden = static_cast<std::int64_t>(std::llround(m.embed_dim() * m.mlp_ratio()));
+    shape.max_length = m.max_length();
+    shape.efficient = spec.path() == pb::ATTENTION_PATH_EFFICIENT;
+  }
+  TrainingMemoryEstimate estimate = EstimateTrainingMemory(shape);
+  if (!spec.init_from().empty()) {
+    // The shape is in the checkpoint, which the server does not load at submission: the
+    // weights count (5 copies of the file), activations are not (the workers' limit holds).
+    auto path = ResolveCheckpointReference(spec.init_from(), "init_from");
+    std::error_code error;
+    const auto size = path.ok() ? fs::file_size(*path, error) : 0;
+    if (!error) estimate.total_bytes += 5 * static_cast<std::int64_t>(size);
+  }
+  return estimate.total_bytes * ranks;
 }
 
 absl::StatusOr<pb::Job> JobManager::SubmitEvaluation(pb::EvaluationSpec spec) {
@@ -383,8 +425,7 @@ absl::StatusOr<pb::Job> JobManager::SubmitEvaluation(pb::EvaluationSpec spec) {
   switch (spec.target_case()) {
     case pb::EvaluationSpec::kModel:
       if (registry_->Find(spec.model()) == nullptr) {
-        return absl::NotFoundError(absl::StrCat("model: no served model named \"", spec.model(),
-                                                "\""));
+        return absl::NotFoundError(absl::StrCat("model: no served model named ", Quoted(spec.model())));
       }
       break;
     case pb::EvaluationSpec::kJobId:
@@ -455,7 +496,11 @@ absl::StatusOr<pb::Job> JobManager::CancelJob(const std::string& id) {
       active_.erase(id);
     }
   }
-  if (was_queued) SetState(*active, pb::JOB_STATE_CANCELLED, "cancelled by request while queued");
+  if (was_queued) {
+    SetState(*active, pb::JOB_STATE_CANCELLED, "cancelled by request while queued");
+  } else {
+    active->StopProcess();  // SIGTERM now, SIGKILL after jobs.stop_grace
+  }
   absl::MutexLock lock(&mu_);
   return active->job;
 }
@@ -539,14 +584,21 @@ void JobManager::WorkerLoop() {
     std::shared_ptr<Active> active;
     {
       absl::MutexLock lock(&mu_);
+      // The head of the queue starts when its memory estimate fits beside the running jobs'
+      // (or nothing runs): jobs.memory_budget_bytes holds for all jobs together.
       mu_.Await(absl::Condition(
           +[](JobManager* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
-            return m->stopping_ || !m->queue_.empty();
+            if (m->stopping_) return true;
+            if (m->queue_.empty()) return false;
+            const auto need = static_cast<std::int64_t>(
+                m->queue_.front()->job.progress().memory_estimate_bytes());
+            return m->running_memory_ == 0 || m->running_memory_ + need <= m->memory_budget_;
           },
           this));
       if (stopping_) return;
       active = queue_.front();
       queue_.pop_front();
+      running_memory_ += static_cast<std::int64_t>(active->job.progress().memory_estimate_bytes());
     }
     RunJob(active);
   }
@@ -555,392 +607,269 @@ void JobManager::WorkerLoop() {
 void JobManager::RunJob(const std::shared_ptr<Active>& active) {
   SetState(*active, pb::JOB_STATE_RUNNING, "");
   const bool training = active->job.kind() == pb::JOB_KIND_TRAINING;
-  const std::uint32_t threads =
-      training ? active->job.training().threads() : active->job.evaluation().threads();
-  compat::SetThisThreadIntraOpThreads(static_cast<int>(std::max<std::uint32_t>(threads, 1)));
-  absl::Status status = training ? RunTraining(active) : RunEvaluation(active);
-  bool stopped_for_shutdown = false;
-  {
-    absl::MutexLock lock(&mu_);
-    stopped_for_shutdown = stopping_ && absl::IsAborted(status);
-  }
-  if (stopped_for_shutdown) {
-    // Left RUNNING in the store: the next start queues it again and it resumes.
-    Log(absl::StrCat("job ", active->job.id(), " interrupted by shutdown; it resumes on the next "
-                                                "start"));
-  } else if (active->cancel) {
-    SetState(*active, pb::JOB_STATE_CANCELLED, "cancelled by request");
-  } else if (status.ok()) {
-    SetState(*active, pb::JOB_STATE_SUCCEEDED, "");
-  } else {
-    SetState(*active, pb::JOB_STATE_FAILED, std::string(status.message()));
+  const std::uint32_t max_retries = training ? active->job.training().max_retries()
+                                             : active->job.evaluation().max_retries();
+  for (;;) {
+    bool stopped = false;
+    const absl::Status status = RunAttempt(active, &stopped);
+    bool shutting_down = false;
+    {
+      absl::MutexLock lock(&mu_);
+      shutting_down = stopping_;
+    }
+    if (active->cancel) {
+      SetState(*active, pb::JOB_STATE_CANCELLED, "cancelled by request");
+    } else if (shutting_down && (stopped || !status.ok())) {
+      // Left RUNNING in the store: the next start queues it again and it resumes.
+      Log(absl::StrCat("job ", active->job.id(),
+                       " interrupted by shutdown; it resumes on the next start"));
+    } else if (status.ok()) {
+      SetState(*active, pb::JOB_STATE_SUCCEEDED, "");
+    } else {
+      std::uint32_t retries = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        retries = active->job.progress().retries();
+      }
+      // A failure of the spec or the data fails the same way again: only a worker that died or
+      // hung, or ran out of memory, is retried.
+      const bool retriable = absl::IsInternal(status) || absl::IsResourceExhausted(status) ||
+                             absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+      if (retriable && retries < max_retries) {
+        {
+          absl::MutexLock lock(&mu_);
+          active->job.mutable_progress()->set_retries(retries + 1);
+        }
+        Log(absl::StrCat("job ", active->job.id(), " attempt ", retries + 1, " failed (",
+                         status.message(), "); retrying from its last saved state (",
+                         retries + 1, " of max_retries ", max_retries, ")"));
+        Publish(*active, pb::JobEvent::PROGRESS);
+        continue;
+      }
+      SetState(*active, pb::JOB_STATE_FAILED, std::string(status.message()));
+    }
+    break;
   }
   absl::MutexLock lock(&mu_);
+  running_memory_ -= static_cast<std::int64_t>(active->job.progress().memory_estimate_bytes());
   active_.erase(active->job.id());
 }
 
-absl::StatusOr<Dataset> JobManager::LoadSource(const pb::DataSource& source,
-                                               const std::vector<std::string>& labels,
-                                               const std::string& field) const {
-  DatasetReadOptions read;
-  read.skip_malformed = source.skip_malformed();
-  read.labels = labels;
-  read.confine_to = data_root_.root();
-  absl::StatusOr<Dataset> dataset;
-  if (source.format() == "listops") {
-    ListOpsGeneratorOptions generate;
-    generate.count = static_cast<std::int64_t>(source.generate().count());
-    generate.min_length = static_cast<std::int64_t>(source.generate().min_length());
-    generate.max_length = static_cast<std::int64_t>(source.generate().max_length());
-    generate.seed = source.generate().seed();
-    dataset = GenerateListOpsDataset(generate);
-  } else {
-    auto path = data_root_.Resolve(source.path());
-    if (!path.ok()) return Prefixed(path.status(), absl::StrCat(field, ".path: "));
-    if (source.format() == "jsonl") {
-      dataset = ReadJsonLinesDataset(*path, read);
-    } else if (source.format() == "folder") {
-      dataset = ReadFolderDataset(*path, read);
-    } else if (source.format() == "lra_tsv") {
-      dataset = ReadListOpsTsvDataset(*path, read);
-    } else if (source.format() == "cifar10") {
-      dataset = ReadCifar10Dataset(*path, read);
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".format: unknown format \"", source.format(), "\""));
-    }
-  }
-  if (!dataset.ok()) return Prefixed(dataset.status(), absl::StrCat(field, ": "));
-  return dataset;
-}
-
-absl::Status JobManager::RunTraining(const std::shared_ptr<Active>& active) {
-  const std::string id = active->job.id();
-  pb::TrainingSpec spec = active->job.training();
-  const std::string dir = JobDir(id);
-  if (auto s = MakeDirectories(dir); !s.ok()) return s;
-
-  // Data.
-  std::vector<std::string> labels(spec.labels().begin(), spec.labels().end());
-  auto train = LoadSource(spec.data().train(), labels, "data.train");
-  if (!train.ok()) return train.status();
-  if (labels.empty()) labels = train->label_names;
-  std::vector<Example> validation;
-  std::int64_t skipped = train->skipped;
-  if (spec.data().validation().split() > 0) {
-    auto split = SplitDataset(std::move(train->examples), spec.data().validation().split(),
-                              spec.seed());
-    if (!split.ok()) return Prefixed(split.status(), "data.validation.split: ");
-    train->examples = std::move(split->train);
-    validation = std::move(split->validation);
-  } else if (spec.data().has_validation() && !spec.data().validation().format().empty()) {
-    auto loaded = LoadSource(spec.data().validation(), labels, "data.validation");
-    if (!loaded.ok()) return loaded.status();
-    skipped += loaded->skipped;
-    validation = std::move(loaded->examples);
-  }
-  if (auto s = FinalizeTrainingSpec(&spec, static_cast<std::int64_t>(train->examples.size()),
-                                    options_.jobs);
-      !s.ok()) {
-    return s;
-  }
+absl::StatusOr<pb::WorkerTask> JobManager::MakeTask(const Active& active) const {
+  pb::WorkerTask task;
   {
     absl::MutexLock lock(&mu_);
-    *active->job.mutable_training() = spec;
-    active->job.clear_labels();
-    for (const auto& label : labels) active->job.add_labels(label);
-    auto* progress = active->job.mutable_progress();
-    progress->set_total_steps(spec.steps());
-    progress->set_train_examples(train->examples.size());
-    progress->set_validation_examples(validation.size());
-    progress->set_skipped_examples(static_cast<std::uint64_t>(skipped));
+    *task.mutable_job() = active.job;
   }
-  if (skipped > 0) {
-    Log(absl::StrCat("job ", id, ": skipped ", skipped, " malformed records, first: ",
-                     train->skip_reasons.empty() ? "" : train->skip_reasons.front()));
+  const pb::Job& job = task.job();
+  task.set_job_dir(JobDir(job.id()));
+  task.set_data_root(data_root_.root());
+  task.set_heartbeat_ms(
+      static_cast<std::uint32_t>(absl::ToInt64Milliseconds(options_.jobs.heartbeat_interval)));
+  task.set_heap_keep_freed_bytes(static_cast<std::uint64_t>(options_.heap_keep_freed_bytes));
+  task.set_max_steps(static_cast<std::uint64_t>(options_.jobs.limits.max_steps));
+  if (job.kind() == pb::JOB_KIND_TRAINING) {
+    task.set_threads(job.training().threads());
+    if (!job.training().init_from().empty()) {
+      auto path = ResolveCheckpointReference(job.training().init_from(), "init_from");
+      if (!path.ok()) return path.status();
+      task.set_init_from_path(*path);
+    }
+    return task;
   }
-  Publish(*active, pb::JobEvent::PROGRESS);
-
-  // Options.
-  TrainingOptions options;
-  auto optimizer = ParseOptimizerKind(spec.optimizer().name());
-  if (!optimizer.ok()) return Prefixed(optimizer.status(), "optimizer.name: ");
-  options.optimizer = *optimizer;
-  options.lr = spec.optimizer().lr();
-  options.weight_decay = spec.optimizer().weight_decay();
-  options.beta1 = spec.optimizer().beta1();
-  options.beta2 = spec.optimizer().beta2();
-  options.eps = spec.optimizer().eps();
-  options.warmup_steps = static_cast<std::int64_t>(spec.optimizer().warmup_steps());
-  options.min_lr_ratio = spec.optimizer().min_lr_ratio();
-  options.steps = static_cast<std::int64_t>(spec.steps());
-  options.batch_size = spec.batch_size();
-  options.grad_clip_norm = spec.grad_clip();
-  options.seed = spec.seed();
-  auto path = FromProtoPath(spec.path());
-  if (!path.ok()) return path.status();
-  options.path = *path;
-  options.log_interval = static_cast<std::int64_t>(spec.log_interval());
-  options.eval_interval = static_cast<std::int64_t>(spec.eval_interval());
-  options.checkpoint_interval = static_cast<std::int64_t>(spec.checkpoint_interval());
-  if (auto s = ValidateTrainingOptions(options); !s.ok()) return s;
-
-  const std::int64_t num_classes = static_cast<std::int64_t>(labels.size());
-  const std::string state_path = (fs::path(dir) / kTrainingStateFile).string();
-  std::unique_ptr<Trainer> trainer;
-  CheckpointMetadata metadata;
-  metadata.modality = spec.modality();
-  metadata.labels = labels;
-  metadata.provenance["created_by"] = "tsserver training job";
-  metadata.provenance["job_id"] = id;
-  metadata.provenance["job_name"] = spec.name();
-  std::error_code exists_error;
-  if (fs::exists(state_path, exists_error)) {
-    auto resumed =
-        Trainer::Resume(state_path, options, std::move(train->examples), std::move(validation));
-    if (!resumed.ok()) return Prefixed(resumed.status(), "resuming from the training state: ");
-    trainer = std::move(*resumed);
-    Log(absl::StrCat("job ", id, " resumes at step ", trainer->step()));
-    // The steps after the saved state are trained again: their first records go.
-    if (auto s = store_->TruncateHistory(id, trainer->step()); !s.ok()) return s;
-  } else if (!spec.init_from().empty()) {
-    auto path = ResolveCheckpointReference(spec.init_from(), "init_from");
-    if (!path.ok()) return path.status();
-    auto loaded = LoadCheckpoint(*path);
-    if (!loaded.ok()) return Prefixed(loaded.status(), "init_from: ");
-    if (loaded->options.num_classes() != num_classes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "init_from: the checkpoint has ", loaded->options.num_classes(),
-          " classes, the data has ", num_classes));
-    }
-    metadata.provenance["init_from"] = spec.init_from();
-    auto created = Trainer::Create(std::move(loaded->model), loaded->options, options,
-                                   std::move(train->examples), std::move(validation));
-    if (!created.ok()) return created.status();
-    trainer = std::move(*created);
-  } else {
-    const auto& m = spec.model();
-    TaylorShiftEncoderOptions encoder(m.embed_dim(), m.depth(), m.heads(), m.max_length(),
-                                      num_classes);
-    encoder.mlp_hidden(static_cast<std::int64_t>(std::llround(m.embed_dim() * m.mlp_ratio())));
-    encoder.conv_embed(m.conv_embed());
-    encoder.drop_rate(m.drop_rate());
-    encoder.drop_path(m.drop_path());
-    encoder.attn_drop(m.attn_drop());
-    if (auto s = ValidateEncoderOptions(encoder); !s.ok()) return Prefixed(s, "model: ");
-    auto created =
-        Trainer::Create(encoder, options, std::move(train->examples), std::move(validation));
-    if (!created.ok()) return created.status();
-    trainer = std::move(*created);
-  }
-  // `auto` switches paths at the crossover measured for training steps: backward costs the
-  // paths differently than serving's forward does. Checkpoints keep the model's own setting.
-  if (options.path == AttentionPath::kAuto) {
-    const TaylorShiftEncoderOptions& e = trainer->encoder_options();
-    trainer->model()->set_crossover_tokens(TrainingCrossoverTokens(e.embed_dim() / e.heads()));
-  }
-  const bool has_validation = spec.data().validation().split() > 0 ||
-                              (spec.data().has_validation() &&
-                               !spec.data().validation().format().empty());
-
-  // The best accuracy so far (a resumed job keeps its record).
-  std::optional<double> best_accuracy;
-  {
-    absl::MutexLock lock(&mu_);
-    if (active->job.has_best_validation()) best_accuracy = active->job.best_validation().accuracy();
-    active->job.mutable_progress()->set_step(static_cast<std::uint64_t>(trainer->step()));
-  }
-  std::optional<double> last_accuracy;
-  const std::int64_t train_size = static_cast<std::int64_t>(
-      active->job.progress().train_examples());
-
-  const auto save_checkpoint = [&](const std::string& path, const std::string& kind,
-                                   std::int64_t step) -> absl::Status {
-    CheckpointMetadata m = metadata;
-    m.provenance["step"] = absl::StrCat(step);
-    if (last_accuracy) m.provenance[kAccuracyKey] = absl::StrFormat("%.17g", *last_accuracy);
-    auto s = SaveCheckpoint(path, trainer->encoder_options(), m, trainer->model());
-    if (!s.ok()) return s;
-    pb::CheckpointInfo info;
-    info.set_kind(kind);
-    info.set_step(static_cast<std::uint64_t>(step));
-    info.set_path(path);
-    if (last_accuracy) {
-      info.set_validation_accuracy(*last_accuracy);
-      info.set_has_validation_accuracy(true);
-    }
-    SetTimestamp(clock_->Now(), info.mutable_time());
-    if (kind == "best") {
-      (void)store_->RemoveCheckpoint(id, path);
-    }
-    if (auto r = store_->RecordCheckpoint(id, info); !r.ok()) return r;
-    std::vector<std::string> removed;
-    {
-      absl::MutexLock lock(&mu_);
-      auto* list = active->job.mutable_checkpoints();
-      if (kind == "best") {
-        for (int i = 0; i < list->size(); ++i) {
-          if (list->Get(i).kind() == "best") {
-            list->DeleteSubrange(i, 1);
-            break;
-          }
-        }
-      }
-      *list->Add() = info;
-      // Keep the last K "last" checkpoints.
-      int lasts = 0;
-      for (const auto& c : *list) lasts += c.kind() == "last" ? 1 : 0;
-      const int keep = static_cast<int>(std::max<std::uint32_t>(spec.keep_checkpoints(), 1));
-      for (int i = 0; i < list->size() && lasts > keep;) {
-        if (list->Get(i).kind() == "last") {
-          removed.push_back(list->Get(i).path());
-          list->DeleteSubrange(i, 1);
-          --lasts;
-        } else {
-          ++i;
-        }
-      }
-    }
-    for (const auto& path_to_remove : removed) {
-      std::error_code error;
-      fs::remove(path_to_remove, error);
-      (void)store_->RemoveCheckpoint(id, path_to_remove);
-    }
-    Publish(*active, pb::JobEvent::CHECKPOINT, &info);
-    return absl::OkStatus();
-  };
-
-  const auto validate = [&](std::int64_t step) -> absl::Status {
-    auto result = trainer->EvaluateValidation();
-    if (!result.ok()) return result.status();
-    const pb::EvaluationReport report = ToReport(*result, labels, step);
-    (void)store_->AppendEvaluation(id, report);
-    last_accuracy = report.accuracy();
-    const bool improved = !best_accuracy || report.accuracy() > *best_accuracy;
-    {
-      absl::MutexLock lock(&mu_);
-      *active->job.mutable_validation() = report;
-      if (improved) *active->job.mutable_best_validation() = report;
-    }
-    if (metrics_ != nullptr) metrics_->SetJobValidationAccuracy(id, report.accuracy());
-    Publish(*active, pb::JobEvent::VALIDATION);
-    if (improved) {
-      best_accuracy = report.accuracy();
-      return save_checkpoint((fs::path(dir) / kBestCheckpointFile).string(), "best", step);
-    }
-    return absl::OkStatus();
-  };
-
-  // Training throughput counts the optimizer steps only: validation runs and checkpoints in
-  // between would otherwise make a job look slower than its training is.
-  std::int64_t examples_since_log = 0;
-  absl::Duration step_time_since_log = absl::ZeroDuration();
-  while (!trainer->done()) {
-    if (active->cancel) return absl::CancelledError("cancelled by request");
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) {
-        // Keep everything trained so far: the next start resumes from here.
-        if (auto s = trainer->SaveState(state_path); !s.ok()) return s;
-        return absl::AbortedError("server shutting down");
-      }
-    }
-    const absl::Time step_start = absl::Now();
-    auto step = trainer->Step();
-    step_time_since_log += absl::Now() - step_start;
-    if (!step.ok()) return step.status();
-    examples_since_log += options.batch_size;
-    const std::int64_t s = step->step;
-    const bool last_step = trainer->done();
-    if (s % options.log_interval == 0 || last_step) {
-      const double seconds = absl::ToDoubleSeconds(step_time_since_log);
-      const double rate = seconds > 0 ? static_cast<double>(examples_since_log) / seconds : 0;
-      examples_since_log = 0;
-      step_time_since_log = absl::ZeroDuration();
-      {
-        absl::MutexLock lock(&mu_);
-        auto* progress = active->job.mutable_progress();
-        progress->set_step(static_cast<std::uint64_t>(s));
-        progress->set_loss(step->loss);
-        progress->set_learning_rate(step->lr);
-        progress->set_examples_per_second(rate);
-        progress->set_epoch(train_size > 0 ? static_cast<double>(s) *
-                                                 static_cast<double>(options.batch_size) /
-                                                 static_cast<double>(train_size)
-                                           : 0.0);
-      }
-      JobMetricRow row;
-      row.step = s;
-      row.loss = step->loss;
-      row.learning_rate = step->lr;
-      row.examples_per_second = rate;
-      row.time_ms = absl::ToUnixMillis(clock_->Now());
-      (void)store_->AppendMetric(id, row);
-      if (metrics_ != nullptr) metrics_->SetJobProgress(id, s, step->loss, rate);
-      Publish(*active, pb::JobEvent::PROGRESS);
-    }
-    if (has_validation && (s % options.eval_interval == 0 || last_step)) {
-      if (auto v = validate(s); !v.ok()) return v;
-    }
-    if (s % options.checkpoint_interval == 0 || last_step) {
-      const std::string path = (fs::path(dir) / absl::StrCat("step-", s, ".tsckpt")).string();
-      if (auto c = save_checkpoint(path, "last", s); !c.ok()) return c;
-      // The training state goes after the checkpoint: a resume never starts behind it.
-      if (!last_step) {
-        if (auto t = trainer->SaveState(state_path); !t.ok()) return t;
-      }
-    }
-  }
-  std::error_code error;
-  fs::remove(state_path, error);
-  return absl::OkStatus();
-}
-
-absl::Status JobManager::RunEvaluation(const std::shared_ptr<Active>& active) {
-  const pb::EvaluationSpec spec = active->job.evaluation();
-  std::string path;
+  const pb::EvaluationSpec& spec = job.evaluation();
+  task.set_threads(spec.threads());
   switch (spec.target_case()) {
     case pb::EvaluationSpec::kModel: {
       const auto model = registry_->Find(spec.model());
       if (model == nullptr) {
-        return absl::NotFoundError(absl::StrCat("model: no served model named \"", spec.model(),
-                                                "\""));
+        return absl::NotFoundError(
+            absl::StrCat("model: no served model named ", Quoted(spec.model())));
       }
-      path = model->config().checkpoint;
+      task.set_checkpoint_path(model->config().checkpoint);
       break;
     }
     case pb::EvaluationSpec::kJobId: {
-      auto p = JobCheckpoint(spec.job_id(), pb::CHECKPOINT_CHOICE_BEST);
-      if (!p.ok()) return p.status();
-      path = *p;
+      auto path = JobCheckpoint(spec.job_id(), pb::CHECKPOINT_CHOICE_BEST);
+      if (!path.ok()) return path.status();
+      task.set_checkpoint_path(*path);
       break;
     }
     default: {
-      auto p = ResolveCheckpointReference(spec.checkpoint(), "checkpoint");
-      if (!p.ok()) return p.status();
-      path = *p;
+      auto path = ResolveCheckpointReference(spec.checkpoint(), "checkpoint");
+      if (!path.ok()) return path.status();
+      task.set_checkpoint_path(*path);
     }
   }
-  auto loaded = LoadCheckpoint(path);
-  if (!loaded.ok()) return loaded.status();
-  auto data = LoadSource(spec.data(), loaded->metadata.labels, "data");
-  if (!data.ok()) return data.status();
-  if (active->cancel) return absl::CancelledError("cancelled by request");
-  auto attention = FromProtoPath(spec.path());
-  if (!attention.ok()) return attention.status();
-  auto result = EvaluateClassifier(loaded->model, loaded->options, data->examples,
-                                   spec.batch_size(), *attention);
-  if (!result.ok()) return result.status();
+  return task;
+}
+
+absl::Status JobManager::RunAttempt(const std::shared_ptr<Active>& active, bool* stopped) {
+  const std::string id = active->job.id();
+  auto task = MakeTask(*active);
+  if (!task.ok()) return task.status();
+  if (auto s = MakeDirectories(task->job_dir()); !s.ok()) return s;
+  const std::string task_file = (fs::path(task->job_dir()) / "task.pb").string();
+  if (auto s = WriteFileAtomically(task_file, task->SerializeAsString()); !s.ok()) return s;
+
+  const int world = task->job().kind() == pb::JOB_KIND_TRAINING
+                        ? static_cast<int>(std::max<std::uint32_t>(task->job().training().workers(), 1))
+                        : 1;
+  JobProcessOptions process_options;
+  process_options.binary = WorkerBinary();
+  process_options.task_file = task_file;
+  process_options.world_size = world;
+  process_options.threads = static_cast<int>(std::max<std::uint32_t>(task->threads(), 1));
+  process_options.address_space_bytes = static_cast<std::uint64_t>(
+      MemoryBudgetBytes(options_.jobs) / world +
+      options_.jobs.worker_address_space_overhead_bytes);
+  process_options.heartbeat_timeout = options_.jobs.heartbeat_timeout;
+  process_options.stop_grace = options_.jobs.stop_grace;
+  auto process = JobProcess::Start(
+      process_options,
+      [this, active](const pb::WorkerMessage& message) { ApplyWorkerMessage(*active, message); },
+      [this, id](int rank, const std::string& line) {
+        Log(absl::StrCat("job ", id, " rank ", rank, ": ", line));
+      });
+  if (!process.ok()) return process.status();
+  std::vector<std::string> pids;
+  for (const pid_t pid : (*process)->pids()) pids.push_back(absl::StrCat(pid));
+  Log(absl::StrCat("job ", id, ": worker process", world > 1 ? "es " : " ",
+                   absl::StrJoin(pids, ", "), " started (", world, " rank", world > 1 ? "s" : "",
+                   ", address space limit ", process_options.address_space_bytes, " bytes each)"));
+  {
+    absl::MutexLock lock(&active->process_mu);
+    active->process = process->get();
+  }
+  // A cancel or a shutdown that came before the process existed.
+  bool stop_now = active->cancel;
   {
     absl::MutexLock lock(&mu_);
-    *active->job.mutable_report() = ToReport(*result, loaded->metadata.labels, 0);
-    active->job.clear_labels();
-    for (const auto& label : loaded->metadata.labels) active->job.add_labels(label);
-    active->job.mutable_progress()->set_validation_examples(data->examples.size());
-    active->job.mutable_progress()->set_skipped_examples(static_cast<std::uint64_t>(data->skipped));
+    stop_now = stop_now || stopping_;
   }
-  (void)store_->AppendEvaluation(active->job.id(), active->job.report());
-  return absl::OkStatus();
+  if (stop_now) (*process)->Stop();
+  const JobProcessOutcome outcome = (*process)->Wait();
+  {
+    absl::MutexLock lock(&active->process_mu);
+    active->process = nullptr;
+  }
+  *stopped = outcome.stopped;
+  return outcome.status;
+}
+
+void JobManager::ApplyWorkerMessage(Active& active, const pb::WorkerMessage& message) {
+  const std::string& id = active.job.id();
+  switch (message.kind_case()) {
+    case pb::WorkerMessage::kStarted: {
+      const pb::WorkerStarted& started = message.started();
+      {
+        absl::MutexLock lock(&mu_);
+        if (started.has_spec()) *active.job.mutable_training() = started.spec();
+        active.job.clear_labels();
+        for (const auto& label : started.labels()) active.job.add_labels(label);
+        auto* progress = active.job.mutable_progress();
+        progress->set_total_steps(started.total_steps());
+        progress->set_train_examples(started.train_examples());
+        progress->set_validation_examples(started.validation_examples());
+        progress->set_skipped_examples(started.skipped_examples());
+        if (started.resumed_step() > 0) progress->set_step(started.resumed_step());
+      }
+      if (started.resumed_step() > 0) {
+        Log(absl::StrCat("job ", id, " resumes at step ", started.resumed_step()));
+        // The steps after the saved state are trained again: their first records go.
+        (void)store_->TruncateHistory(id, static_cast<std::int64_t>(started.resumed_step()));
+      }
+      Publish(active, pb::JobEvent::PROGRESS);
+      return;
+    }
+    case pb::WorkerMessage::kProgress: {
+      const pb::WorkerProgress& p = message.progress();
+      {
+        absl::MutexLock lock(&mu_);
+        auto* progress = active.job.mutable_progress();
+        progress->set_step(p.step());
+        progress->set_loss(p.loss());
+        progress->set_learning_rate(p.learning_rate());
+        progress->set_examples_per_second(p.examples_per_second());
+        progress->set_epoch(p.epoch());
+      }
+      JobMetricRow row;
+      row.step = static_cast<std::int64_t>(p.step());
+      row.loss = p.loss();
+      row.learning_rate = p.learning_rate();
+      row.examples_per_second = p.examples_per_second();
+      row.time_ms = p.time_ms();
+      (void)store_->AppendMetric(id, row);
+      if (metrics_ != nullptr) {
+        metrics_->SetJobProgress(id, row.step, p.loss(), p.examples_per_second());
+      }
+      Publish(active, pb::JobEvent::PROGRESS);
+      return;
+    }
+    case pb::WorkerMessage::kValidation: {
+      const pb::EvaluationReport& report = message.validation();
+      (void)store_->AppendEvaluation(id, report);
+      {
+        absl::MutexLock lock(&mu_);
+        *active.job.mutable_validation() = report;
+        if (!active.job.has_best_validation() ||
+            report.accuracy() > active.job.best_validation().accuracy()) {
+          *active.job.mutable_best_validation() = report;
+        }
+      }
+      if (metrics_ != nullptr) metrics_->SetJobValidationAccuracy(id, report.accuracy());
+      Publish(active, pb::JobEvent::VALIDATION);
+      return;
+    }
+    case pb::WorkerMessage::kCheckpoint: {
+      const pb::CheckpointInfo& info = message.checkpoint().checkpoint();
+      if (info.kind() == "best") (void)store_->RemoveCheckpoint(id, info.path());
+      (void)store_->RecordCheckpoint(id, info);
+      for (const auto& removed : message.checkpoint().removed_paths()) {
+        (void)store_->RemoveCheckpoint(id, removed);
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        auto* list = active.job.mutable_checkpoints();
+        for (int i = 0; i < list->size();) {
+          const auto& c = list->Get(i);
+          const bool replaced = info.kind() == "best" && c.kind() == "best";
+          const bool removed =
+              std::find(message.checkpoint().removed_paths().begin(),
+                        message.checkpoint().removed_paths().end(),
+                        c.path()) != message.checkpoint().removed_paths().end();
+          if (replaced || removed) {
+            list->DeleteSubrange(i, 1);
+          } else {
+            ++i;
+          }
+        }
+        *list->Add() = info;
+      }
+      Publish(active, pb::JobEvent::CHECKPOINT, &info);
+      return;
+    }
+    case pb::WorkerMessage::kReport: {
+      {
+        absl::MutexLock lock(&mu_);
+        *active.job.mutable_report() = message.report();
+      }
+      (void)store_->AppendEvaluation(id, message.report());
+      return;
+    }
+    case pb::WorkerMessage::kLog:
+      Log(absl::StrCat("job ", id, ": ", message.log()));
+      return;
+    default:
+      return;
+  }
+}
+
+std::string JobManager::WorkerBinary() const {
+  if (!options_.jobs.worker_binary.empty()) return options_.jobs.worker_binary;
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  return error ? std::string("tsworker") : (self.parent_path() / "tsworker").string();
 }
 
 // --------------------------------------------------------------------------------------------

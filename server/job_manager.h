@@ -2,8 +2,10 @@
 // checkpoints to serving.
 //
 // Jobs go QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED (the reason is kept). At most
-// jobs.max_concurrent run at once, each on its own worker thread with its own intra-op thread
-// count (the spec's `threads`), so serving keeps its threads. Every job, its progress, metrics,
+// jobs.max_concurrent run at once (and only while their memory estimates fit
+// jobs.memory_budget_bytes), each in its own tsworker processes (server/job_process.h; one per
+// data-parallel rank) with the spec's `threads`: a job that crashes, hangs or runs out of memory
+// fails alone (retried up to the spec's max_retries), never the server. Every job, its progress, metrics,
 // validation reports and checkpoints are persisted in a SQLite store (JobStore) under the state
 // dir; a training job also keeps its training state (weights, optimizer, schedule, data
 // position) in `<state_dir>/jobs/<id>/training_state.pt`, rewritten atomically at each
@@ -15,10 +17,11 @@
 //   jobs/<id>/step-<N>.tsckpt        the last jobs.keep_checkpoints checkpoints of a training job
 //   jobs/<id>/best.tsckpt            the checkpoint with the best validation accuracy
 //   jobs/<id>/training_state.pt      the resumable state (removed when the job succeeds)
+//   jobs/<id>/task.pb                the WorkerTask its workers were started with
 //   models/<name>/<version>.tsckpt   promoted checkpoints (what the registry serves)
 //
-// The training loop itself is ts::Trainer (model/training.h); this class schedules, persists,
-// reports and promotes. It knows nothing of gRPC. Thread-safe.
+// The jobs themselves are worker/jobs.h, run by tsworker; this class admits, schedules,
+// supervises, persists, reports and promotes. It knows nothing of gRPC. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -41,6 +44,7 @@
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "taylorshift/v1/jobs.pb.h"
+#include "taylorshift/v1/worker.pb.h"
 
 namespace ts::server {
 
@@ -49,6 +53,7 @@ struct JobManagerOptions {
   std::string state_dir;  // created when missing
   std::string data_root;  // created when missing; every data path of a spec resolves inside it
   int num_cores = 1;      // what `threads: 0` and jobs.limits.max_threads = 0 mean
+  std::int64_t heap_keep_freed_bytes = 0;  // passed to the workers (model/heap_policy.h)
   // Settings of a model first served by a promotion (a name not in the configuration).
   ModelConfig promoted_model_defaults;
   // Called after a promotion serves a model (health status, logs). May be empty.
@@ -91,8 +96,9 @@ class JobManager {
   // One page of the job's loss curve and validation runs (JobStore::History).
   absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> GetJobHistory(
       const taylorshift::v1::GetJobHistoryRequest& request) const;
-  // A queued job is cancelled at once; a running one stops before its next step (training) or
-  // after its evaluation pass; a finished one is FAILED_PRECONDITION.
+  // A queued job is cancelled at once; a running one gets SIGTERM (training stops at its next
+  // step boundary, evaluation at once; SIGKILL after jobs.stop_grace); a finished one is
+  // FAILED_PRECONDITION.
   absl::StatusOr<taylorshift::v1::Job> CancelJob(const std::string& id);
 
   // Calls `listener` with a SNAPSHOT of the job now and then with each of its events, from the
@@ -120,13 +126,17 @@ class JobManager {
              ModelRegistry* registry, Metrics* metrics, Clock* clock);
 
   void WorkerLoop();
+  // Runs the job in worker processes until it is final (retrying a failed worker up to the
+  // spec's max_retries), or stopped by a shutdown.
   void RunJob(const std::shared_ptr<Active>& active);
-  absl::Status RunTraining(const std::shared_ptr<Active>& active);
-  absl::Status RunEvaluation(const std::shared_ptr<Active>& active);
-
-  absl::StatusOr<Dataset> LoadSource(const taylorshift::v1::DataSource& source,
-                                     const std::vector<std::string>& labels,
-                                     const std::string& field) const;
+  // One run of the job's workers; `stopped` = they stopped on request with the state saved.
+  absl::Status RunAttempt(const std::shared_ptr<Active>& active, bool* stopped);
+  absl::StatusOr<taylorshift::v1::WorkerTask> MakeTask(const Active& active) const;
+  // Applies a worker's report to the job, the store, the metrics and the watchers.
+  void ApplyWorkerMessage(Active& active, const taylorshift::v1::WorkerMessage& message);
+  std::string WorkerBinary() const;
+  // The peak memory of the spec's job, all ranks (model/cost_model.h).
+  std::int64_t EstimateMemory(const taylorshift::v1::TrainingSpec& spec) const;
   absl::Status CheckSourcePaths(const taylorshift::v1::DataSource& source,
                                 const std::string& field) const;
   absl::StatusOr<std::string> ResolveCheckpointReference(const std::string& reference,
@@ -153,6 +163,8 @@ class JobManager {
   std::map<std::string, std::shared_ptr<Active>> active_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Active>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  const std::int64_t memory_budget_;  // MemoryBudgetBytes(options_.jobs)
+  std::int64_t running_memory_ ABSL_GUARDED_BY(mu_) = 0;  // estimates of the running jobs
 
   struct Watcher {
     std::string job_id;

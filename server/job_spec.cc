@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "model/quoted.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "server/yaml_fields.h"
@@ -271,7 +272,7 @@ bool IsNameCharacter(char c) {
 absl::Status CheckName(const std::string& name) {
   if (name.empty()) return Invalid("name", "required");
   if (name.size() > kMaxNameLength || !std::all_of(name.begin(), name.end(), IsNameCharacter)) {
-    return Invalid("name", absl::StrCat("must match ", kNameRule, ", got \"", name, "\""));
+    return Invalid("name", absl::StrCat("must match ", kNameRule, ", got ", Quoted(name)));
   }
   return absl::OkStatus();
 }
@@ -281,13 +282,13 @@ absl::Status CheckDataPath(const std::string& key, const std::string& path) {
   if (path.empty()) return Invalid(key, "must not be empty");
   if (path.find('\0') != std::string::npos) return Invalid(key, "contains a NUL byte");
   if (path.front() == '/') {
-    return Invalid(key, absl::StrCat("must be relative to the data root, got \"", path, "\""));
+    return Invalid(key, absl::StrCat("must be relative to the data root, got ", Quoted(path)));
   }
   for (const absl::string_view part : absl::StrSplit(path, '/')) {
     if (part == "..") {
       return Invalid(
           key,
-          absl::StrCat("must stay inside the data root (no \"..\" component), got \"", path, "\""));
+          absl::StrCat("must stay inside the data root (no \"..\" component), got ", Quoted(path)));
     }
   }
   return absl::OkStatus();
@@ -341,7 +342,7 @@ absl::Status NormalizeSource(const std::string& key, DataSource* source, const J
   }
   if (std::find(DataFormats().begin(), DataFormats().end(), format) == DataFormats().end()) {
     return Invalid(key + ".format",
-                   absl::StrCat("must be one of ", formats, "; got \"", format, "\""));
+                   absl::StrCat("must be one of ", formats, "; got ", Quoted(format)));
   }
   if (format != "listops") {
     if (source->has_generate()) {
@@ -492,7 +493,7 @@ absl::Status NormalizeOptimizer(TrainingSpec* spec) {
   if (name.empty()) name = "adamw";
   if (name != "adamw" && name != "lamb") {
     return Invalid("optimizer.name",
-                   absl::StrCat("must be adamw or lamb, got \"", optimizer->name(), "\""));
+                   absl::StrCat("must be adamw or lamb, got ", Quoted(optimizer->name())));
   }
   optimizer->set_name(name);
   if (optimizer->lr() == 0) optimizer->set_lr(0.001);
@@ -627,7 +628,23 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const JobsConfig& jobs, i
   }
   if (spec->modality() != "bytes" && spec->modality() != "pixels") {
     return Invalid("modality",
-                   absl::StrCat("must be bytes or pixels, got \"", spec->modality(), "\""));
+                   absl::StrCat("must be bytes or pixels, got ", Quoted(spec->modality())));
+  }
+  if (spec->workers() == 0) spec->set_workers(1);
+  if (spec->workers() > static_cast<std::uint32_t>(jobs.limits.max_workers)) {
+    return Exceeds("workers", spec->workers(), "max_workers", jobs.limits.max_workers);
+  }
+  if (spec->batch_size() % spec->workers() != 0) {
+    return Invalid("batch_size", absl::StrCat(spec->batch_size(), " is not divisible by workers ",
+                                              spec->workers(),
+                                              " (each rank takes an equal slice of every batch)"));
+  }
+  if (spec->max_retries() > static_cast<std::uint32_t>(jobs.limits.max_retries)) {
+    return Exceeds("max_retries", spec->max_retries(), "max_retries", jobs.limits.max_retries);
+  }
+  if (spec->dtype().empty()) spec->set_dtype("float32");
+  if (spec->dtype() != "float32" && spec->dtype() != "float64") {
+    return Invalid("dtype", absl::StrCat("must be float32 or float64, got ", Quoted(spec->dtype())));
   }
   if (spec->steps() > 0) {
     FillIntervals(spec);
@@ -700,7 +717,26 @@ absl::Status NormalizeEvaluationSpec(EvaluationSpec* spec, const JobsConfig& job
   status = NormalizeBatchSize(spec, jobs);
   if (status.ok()) status = CheckAttentionPath(spec->path());
   if (status.ok()) status = NormalizeThreads(spec, jobs, num_cores);
+  if (status.ok() && spec->max_retries() > static_cast<std::uint32_t>(jobs.limits.max_retries)) {
+    return Exceeds("max_retries", spec->max_retries(), "max_retries", jobs.limits.max_retries);
+  }
   return status;
+}
+
+absl::StatusOr<AttentionPath> FromProtoPath(taylorshift::v1::AttentionPath path) {
+  switch (path) {
+    case taylorshift::v1::ATTENTION_PATH_AUTO:
+      return AttentionPath::kAuto;
+    case taylorshift::v1::ATTENTION_PATH_DIRECT:
+      return AttentionPath::kDirect;
+    case taylorshift::v1::ATTENTION_PATH_EFFICIENT:
+      return AttentionPath::kEfficient;
+    case taylorshift::v1::ATTENTION_PATH_SOFTMAX:
+      return AttentionPath::kSoftmax;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("path: unknown attention path value ", static_cast<int>(path)));
+  }
 }
 
 }  // namespace ts::server

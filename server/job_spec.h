@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/attention_path.h"
 #include "server/config.h"
 #include "taylorshift/v1/jobs.pb.h"
 
@@ -57,5 +58,8 @@ absl::Status FinalizeTrainingSpec(taylorshift::v1::TrainingSpec* spec, std::int6
 // batch_size (default 16, ≤ jobs.limits.max_batch_size), path, threads.
 absl::Status NormalizeEvaluationSpec(taylorshift::v1::EvaluationSpec* spec, const JobsConfig& jobs,
                                      int num_cores);
+
+// The API's attention path → the model's (INVALID_ARGUMENT "path: ..." for an unknown value).
+absl::StatusOr<AttentionPath> FromProtoPath(taylorshift::v1::AttentionPath path);
 
 }  // namespace ts::server

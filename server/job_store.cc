@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "model/quoted.h"
 
 namespace ts::server {
 namespace {
@@ -131,18 +132,8 @@ absl::Status SqliteError(sqlite3* db, int rc, const std::string& path, absl::str
                       absl::StrCat("job store ", path, ": ", what, ": ", message));
 }
 
-// A caller's value quoted in a message: at most kMaxEchoedBytes of it (cut at a UTF-8
-// character boundary), so a huge id cannot blow up the error or the logs.
-constexpr std::size_t kMaxEchoedBytes = 100;
-std::string Echo(absl::string_view value) {
-  if (value.size() <= kMaxEchoedBytes) return std::string(value);
-  std::size_t cut = kMaxEchoedBytes;
-  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;
-  return absl::StrCat(value.substr(0, cut), "... (", value.size(), " bytes)");
-}
-
 absl::Status JobNotFound(const std::string& id) {
-  return absl::NotFoundError(absl::StrCat("job ", Echo(id), " not found"));
+  return absl::NotFoundError(absl::StrCat("job ", Capped(id), " not found"));
 }
 
 // A prepared statement; finalized on destruction. Bind errors are kept and reported by the
@@ -450,7 +441,7 @@ absl::StatusOr<HistoryPosition> DecodeHistoryToken(const std::string& token,
   }
   if (parts[3] != job_id) {
     return absl::InvalidArgumentError(
-        absl::StrCat("page_token was issued for job ", Echo(parts[3]), ", not for ", Echo(job_id)));
+        absl::StrCat("page_token was issued for job ", Capped(parts[3]), ", not for ", Capped(job_id)));
   }
   return position;
 }
@@ -841,7 +832,7 @@ absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> JobStore::History(
       EvaluationReport* report = response.add_validations();
       if (!report->ParseFromString(validations->ColumnBlob(2))) {
         return absl::DataLossError(absl::StrCat("job store ", path_, ": an evaluation report of ",
-                                                Echo(job_id), " does not parse"));
+                                                Capped(job_id), " does not parse"));
       }
       if (!request.include_class_reports()) {
         report->clear_classes();

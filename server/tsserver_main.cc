@@ -220,6 +220,7 @@ int Run(int argc, char** argv) {
     job_options.state_dir = config->state_dir;
     job_options.data_root = config->data_root;
     job_options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    job_options.heap_keep_freed_bytes = config->heap_keep_freed_bytes;
     job_options.on_model_served = [&health](const std::string& name) {
       if (health != nullptr) health->SetServingStatus(name, true);
     };

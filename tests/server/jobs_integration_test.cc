@@ -1,15 +1,21 @@
-// Jobs against a real `tsserver` process on loopback: a tiny model learns a generated task over
+// Jobs against a real `tsserver` process on loopback (each job in tsworker processes): a tiny model learns a generated task over
 // gRPC and beats a held-out accuracy far above chance; an evaluation job reports on a test set;
 // promotion under concurrent Classify load fails no request and switches versions; the promoted
 // version survives a restart; kill -9 mid-training resumes from the checkpoint with the step
 // count continuing; cancel works; bad specs and paths outside the data root are refused and the
-// server keeps serving; job metrics are exported.
+// server keeps serving; job metrics are exported. Worker supervision: a worker killed with
+// SIGKILL fails its job with the signal named (or is retried), a hung one is failed by the
+// heartbeat timeout, a job past its memory limit fails "out of memory" while the server keeps
+// its size, an oversized spec is refused at submission, 1/2/4 data-parallel ranks reach the
+// same float64 weights, a 2-rank job dies with a killed server and resumes, an evaluation job
+// cancels mid-pass, and client input in errors is capped.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -726,3 +732,341 @@ TEST_F(JobsIntegrationTest, TsctlTrainsWaitsListsAndPromotes) {
 
 }  // namespace
 }  // namespace ts
+
+// ---------------------------------------------------------------------------------------------
+// Worker processes: every job runs in tsworker processes that tsserver supervises.
+
+// The tsworker processes whose parent is `parent`.
+std::vector<pid_t> WorkerPids(pid_t parent) {
+  std::vector<pid_t> pids;
+  const auto listing = RunCommand("ls /proc");
+  for (const auto& entry : listing.lines) {
+    if (entry.empty() || !std::all_of(entry.begin(), entry.end(), ::isdigit)) continue;
+    std::ifstream stat("/proc/" + entry + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');
+    if (close == std::string::npos || text.find("(tsworker)") == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) pids.push_back(static_cast<pid_t>(std::stol(entry)));
+  }
+  return pids;
+}
+
+// tsworker processes still alive whose command line names a file under `dir`.
+int WorkersUnder(const std::string& dir) {
+  return RunCommand("pgrep -f -c -- '--task=" + dir + "'").exit_code == 0
+             ? std::stoi(RunCommand("pgrep -f -c -- '--task=" + dir + "'").lines.at(0))
+             : 0;
+}
+
+long ResidentKb(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  long value = 0;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      status >> value;
+      return value;
+    }
+    status.ignore(1 << 12, '\n');
+  }
+  return -1;
+}
+
+class WorkerSupervisionTest : public JobsIntegrationTest {
+ protected:
+  // Replaces the jobs section of the configuration.
+  void SetJobsConfig(const std::string& jobs) {
+    std::ifstream in(dir_ + "/config.yaml");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto at = text.find("jobs: {max_concurrent: 1, threads_per_job: 1}");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, std::string("jobs: {max_concurrent: 1, threads_per_job: 1}").size(),
+                 "jobs: {max_concurrent: 1, threads_per_job: 1, " + jobs + "}");
+    std::ofstream(dir_ + "/config.yaml") << text;
+  }
+
+  // Waits until the job has reported `step` steps; returns its worker pids.
+  std::vector<pid_t> WaitForStep(const std::string& id, std::uint64_t step) {
+    Watch(id, 90, [&](const pb::JobEvent& e) { return e.job().progress().step() >= step; });
+    return WorkerPids(server_.pid());
+  }
+
+  // Classify requests in a loop on another thread until Finish(); counts failures.
+  struct Load {
+    std::atomic<bool> stop{false};
+    std::atomic<int> ok{0}, failed{0};
+    std::string first_error;
+    std::thread thread;
+  };
+  void StartLoad(Load* load) {
+    load->thread = std::thread([this, load] {
+      const auto deadline = Clock::now() + std::chrono::seconds(240);
+      while (!load->stop && Clock::now() < deadline) {
+        pb::ClassifyResponse response;
+        const grpc::Status status = Classify("ABC def 123", &response);
+        if (status.ok()) {
+          ++load->ok;
+        } else if (load->failed++ == 0) {
+          load->first_error = status.error_message();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+  }
+  static void FinishLoad(Load* load) {
+    load->stop = true;
+    load->thread.join();
+  }
+};
+
+TEST_F(WorkerSupervisionTest, AWorkerKilledMidStepFailsItsJobWithTheSignalWhileServingGoesOn) {
+  StartServer();
+  Load load;
+  StartLoad(&load);
+  pb::Job job;
+  ASSERT_TRUE(Submit(TinySpec("killed", 100000), &job).ok());
+  const auto pids = WaitForStep(job.id(), 20);
+  ASSERT_EQ(pids.size(), 1u) << server_.Log();
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  const auto events = Watch(job.id(), 60);
+  FinishLoad(&load);
+  ASSERT_FALSE(events.empty());
+  const pb::Job& done = events.back().job();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_FAILED) << server_.Log();
+  EXPECT_NE(done.reason().find("SIGKILL"), std::string::npos) << done.reason();
+  EXPECT_EQ(load.failed, 0) << load.first_error;
+  EXPECT_GT(load.ok, 0);
+  EXPECT_TRUE(WorkerPids(server_.pid()).empty());
+  pb::ClassifyResponse response;
+  EXPECT_TRUE(Classify("still serving", &response).ok());
+}
+
+TEST_F(WorkerSupervisionTest, WithMaxRetriesAKilledWorkerResumesFromItsStateAndSucceeds) {
+  StartServer();
+  auto spec = TinySpec("retried", 120);
+  spec.set_checkpoint_interval(20);
+  spec.set_eval_interval(120);
+  spec.set_max_retries(1);
+  pb::Job job;
+  ASSERT_TRUE(Submit(spec, &job).ok());
+  const auto pids = WaitForStep(job.id(), 50);
+  ASSERT_EQ(pids.size(), 1u) << server_.Log();
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  const auto events = Watch(job.id(), 120);
+  ASSERT_FALSE(events.empty());
+  const pb::Job& done = events.back().job();
+  ASSERT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason() << "\n" << server_.Log();
+  EXPECT_EQ(done.progress().retries(), 1u);
+  EXPECT_EQ(done.progress().step(), 120u);
+  EXPECT_NE(server_.Log().find("retrying from its last saved state"), std::string::npos);
+  EXPECT_NE(server_.Log().find("resumes at step 40"), std::string::npos) << server_.Log();
+}
+
+TEST_F(WorkerSupervisionTest, AHungWorkerIsFailedByTheHeartbeatTimeoutAndKilled) {
+  SetJobsConfig("heartbeat_interval_ms: 200, heartbeat_timeout_ms: 3000");
+  StartServer();
+  pb::Job job;
+  ASSERT_TRUE(Submit(TinySpec("hung", 100000), &job).ok());
+  const auto pids = WaitForStep(job.id(), 10);
+  ASSERT_EQ(pids.size(), 1u) << server_.Log();
+  ASSERT_EQ(::kill(pids[0], SIGSTOP), 0);
+  const auto events = Watch(job.id(), 60);
+  ASSERT_FALSE(events.empty());
+  const pb::Job& done = events.back().job();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_FAILED);
+  EXPECT_NE(done.reason().find("no heartbeat"), std::string::npos) << done.reason();
+  EXPECT_TRUE(WorkerPids(server_.pid()).empty());
+}
+
+// A spec far beyond the budget: 64 sequences of 4,096 tokens on the direct path.
+pb::TrainingSpec HugeSpec() {
+  pb::TrainingSpec spec;
+  spec.set_name("huge");
+  auto* model = spec.mutable_model();
+  model->set_embed_dim(64);
+  model->set_depth(1);
+  model->set_heads(4);
+  model->set_max_length(4096);
+  auto* train = spec.mutable_data()->mutable_train();
+  train->set_format("listops");
+  train->mutable_generate()->set_count(64);
+  train->mutable_generate()->set_min_length(3900);
+  train->mutable_generate()->set_max_length(4000);
+  spec.set_batch_size(64);
+  spec.set_steps(10);
+  spec.set_threads(1);
+  spec.set_path(pb::ATTENTION_PATH_DIRECT);
+  return spec;
+}
+
+TEST_F(WorkerSupervisionTest, AnOversizedSpecIsRefusedAtSubmissionWithItsEstimate) {
+  SetJobsConfig("memory_budget_bytes: 1073741824");
+  StartServer();
+  pb::Job job;
+  const grpc::Status status = Submit(HugeSpec(), &job);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("estimated peak memory"), std::string::npos)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("jobs.memory_budget_bytes 1073741824"), std::string::npos)
+      << status.error_message();
+  // A small job fits the same budget.
+  EXPECT_TRUE(Submit(TinySpec("small", 10), &job).ok());
+}
+
+TEST_F(WorkerSupervisionTest, AJobPastItsMemoryLimitFailsOutOfMemoryAndTheServerKeepsItsSize) {
+  // Admission off: the estimate lets everything through, the workers' limit must hold.
+  SetJobsConfig(
+      "memory_budget_bytes: 536870912, memory_admission: false, "
+      "worker_address_space_overhead_bytes: 1610612736");
+  StartServer();
+  pb::ClassifyResponse response;
+  ASSERT_TRUE(Classify("warm up", &response).ok());
+  const long before_kb = ResidentKb(server_.pid());
+  pb::Job job;
+  ASSERT_TRUE(Submit(HugeSpec(), &job).ok());
+  const auto events = Watch(job.id(), 120);
+  ASSERT_FALSE(events.empty());
+  const pb::Job& done = events.back().job();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_FAILED);
+  EXPECT_NE(done.reason().find("out of memory"), std::string::npos) << done.reason();
+  ASSERT_TRUE(Classify("still serving", &response).ok());
+  const long after_kb = ResidentKb(server_.pid());
+  EXPECT_LT(std::abs(after_kb - before_kb), 50 * 1024)
+      << "server RSS " << before_kb << " kB before, " << after_kb << " kB after";
+}
+
+TEST_F(WorkerSupervisionTest, DataParallelRanksReachTheWeightsOfOneRankWithTheSameGlobalBatch) {
+  StartServer();
+  std::map<int, std::string> checkpoints;
+  for (const int workers : {1, 2, 4}) {
+    auto spec = TinySpec("ranks-" + std::to_string(workers), 20);
+    spec.set_dtype("float64");
+    spec.set_workers(static_cast<std::uint32_t>(workers));
+    spec.set_checkpoint_interval(20);
+    spec.set_eval_interval(20);
+    pb::Job job;
+    ASSERT_TRUE(Submit(spec, &job).ok());
+    const auto events = Watch(job.id(), 180);
+    ASSERT_FALSE(events.empty());
+    const pb::Job& done = events.back().job();
+    ASSERT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason() << "\n" << server_.Log();
+    for (const auto& c : done.checkpoints()) {
+      if (c.kind() == "last" && c.step() == 20) checkpoints[workers] = c.path();
+    }
+    ASSERT_EQ(checkpoints.count(workers), 1u);
+  }
+  auto one = LoadCheckpoint(checkpoints[1]);
+  ASSERT_TRUE(one.ok()) << one.status();
+  const auto reference = StateDict(one->model);
+  for (const int workers : {2, 4}) {
+    auto other = LoadCheckpoint(checkpoints[workers]);
+    ASSERT_TRUE(other.ok()) << other.status();
+    for (const auto& [name, tensor] : StateDict(other->model)) {
+      ASSERT_EQ(tensor.scalar_type(), torch::kFloat64) << name;
+      const torch::Tensor& expected = reference.at(name);
+      const double error = (tensor - expected).abs().max().item<double>();
+      const double scale = std::max(expected.abs().max().item<double>(), 1e-3);
+      EXPECT_LT(error / scale, 1e-10) << workers << " ranks, " << name;
+    }
+  }
+}
+
+TEST_F(WorkerSupervisionTest, ATwoRankJobDiesWithTheServerAndResumesAfterKillNine) {
+  StartServer();
+  auto spec = TinySpec("two-ranks", 200);
+  spec.set_workers(2);
+  spec.set_checkpoint_interval(20);
+  spec.set_eval_interval(200);
+  pb::Job job;
+  ASSERT_TRUE(Submit(spec, &job).ok());
+  std::uint64_t checkpoint_step = 0;
+  Watch(job.id(), 90, [&](const pb::JobEvent& e) {
+    if (e.type() == pb::JobEvent::CHECKPOINT && e.checkpoint().kind() == "last") {
+      checkpoint_step = e.checkpoint().step();
+    }
+    return checkpoint_step >= 40;
+  });
+  ASSERT_GE(checkpoint_step, 40u) << server_.Log();
+  ASSERT_EQ(WorkerPids(server_.pid()).size(), 2u);
+  ASSERT_EQ(server_.Stop(SIGKILL), 128 + SIGKILL);
+  // No orphans: both ranks die with the server.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (WorkersUnder(dir_) > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(WorkersUnder(dir_), 0);
+
+  StartServer();
+  const auto events = Watch(job.id(), 180);
+  ASSERT_FALSE(events.empty());
+  const pb::Job& done = events.back().job();
+  ASSERT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason() << "\n" << server_.Log();
+  EXPECT_EQ(done.progress().resumes(), 1u);
+  EXPECT_EQ(done.progress().step(), 200u);
+  EXPECT_NE(server_.Log().find("resumes at step"), std::string::npos) << server_.Log();
+}
+
+TEST_F(WorkerSupervisionTest, AnEvaluationJobIsCancelledMidPass) {
+  StartServer();
+  pb::EvaluationSpec spec;
+  spec.set_name("long-eval");
+  spec.set_model("docs");
+  spec.mutable_data()->set_format("listops");
+  spec.mutable_data()->mutable_generate()->set_count(200000);
+  spec.mutable_data()->mutable_generate()->set_min_length(40);
+  spec.mutable_data()->mutable_generate()->set_max_length(64);
+  spec.set_batch_size(1);
+  spec.set_threads(1);
+  pb::Job job;
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::SubmitEvaluationRequest request;
+    *request.mutable_spec() = spec;
+    ASSERT_TRUE(jobs_->SubmitEvaluation(&context, request, &job).ok());
+  }
+  Watch(job.id(), 60, [](const pb::JobEvent& e) {
+    return e.job().state() == pb::JOB_STATE_RUNNING && e.job().progress().validation_examples() > 0;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto start = Clock::now();
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::CancelJobRequest request;
+    request.set_id(job.id());
+    pb::Job cancelled;
+    ASSERT_TRUE(jobs_->CancelJob(&context, request, &cancelled).ok());
+  }
+  const auto events = Watch(job.id(), 60);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().job().state(), pb::JOB_STATE_CANCELLED) << server_.Log();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  EXPECT_FALSE(events.back().job().has_report());
+}
+
+TEST_F(WorkerSupervisionTest, ErrorsQuoteClientInputCapped) {
+  StartServer();
+  grpc::ClientContext context;
+  SetDeadline(context);
+  pb::ClassifyRequest request;
+  request.set_model(std::string(10000, 'm'));
+  request.set_document("text");
+  pb::ClassifyResponse response;
+  const grpc::Status status = classifier_->Classify(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_LT(status.error_message().size(), 400u);
+  EXPECT_NE(status.error_message().find("(10000 bytes)"), std::string::npos);
+
+  auto spec = TinySpec("far-away", 10);
+  spec.mutable_data()->mutable_train()->set_path(std::string(10000, 'p'));
+  pb::Job job;
+  const grpc::Status refused = Submit(spec, &job);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_LT(refused.error_message().size(), 400u) << refused.error_message().substr(0, 400);
+}
+

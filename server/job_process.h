@@ -1,0 +1,83 @@
+// JobProcess: the tsworker processes of one job (one per data-parallel rank), started and
+// supervised by tsserver. Each rank gets the task file, its rank in the environment (MASTER_ADDR
+// 127.0.0.1, a free MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK), an events pipe and a pipe for
+// its stderr, an address-space limit (RLIMIT_AS), and dies with the server (PR_SET_PDEATHSIG,
+// and the worker exits when its pipe breaks or it is re-parented). Supervision ends the job when:
+//   - every rank exited: the rank-0 result says finished / stopped / failed;
+//   - a rank died (signal or non-zero exit without a result), or sent nothing for the heartbeat
+//     timeout: every other rank is killed at once (they would wait in their next all-reduce);
+//   - Stop(): SIGTERM to every rank, SIGKILL to those still alive after the grace period.
+// Torch-free and gRPC-free; the job manager turns the outcome into the job's state.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "taylorshift/v1/worker.pb.h"
+
+namespace ts::server {
+
+struct JobProcessOptions {
+  std::string binary;     // tsworker
+  std::string task_file;  // a serialized WorkerTask
+  int world_size = 1;
+  int threads = 1;                          // OMP_NUM_THREADS of each rank
+  std::uint64_t address_space_bytes = 0;    // RLIMIT_AS of each rank; 0 = unlimited
+  absl::Duration heartbeat_timeout = absl::Seconds(60);
+  absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM → SIGKILL
+  std::size_t log_lines_kept = 20;          // of each rank's stderr, for failure reasons
+};
+
+struct JobProcessOutcome {
+  // OK: finished; ABORTED with stopped = true: stopped on Stop() with the state saved;
+  // otherwise why the job failed (the worker's own error, or the signal / exit code, the hang).
+  absl::Status status;
+  bool stopped = false;
+  std::vector<std::string> last_log_lines;  // rank 0's (or the failing rank's) last stderr lines
+};
+
+class JobProcess {
+ public:
+  using MessageHandler = std::function<void(const taylorshift::v1::WorkerMessage& message)>;
+  using LogHandler = std::function<void(int rank, const std::string& line)>;
+
+  // Starts every rank. `on_message` gets each rank's messages but heartbeats, `on_log` each
+  // stderr line, both on the thread that calls Wait().
+  static absl::StatusOr<std::unique_ptr<JobProcess>> Start(const JobProcessOptions& options,
+                                                           MessageHandler on_message,
+                                                           LogHandler on_log);
+  ~JobProcess();  // kills and reaps whatever still runs
+
+  // Thread-safe: asks the ranks to stop (SIGTERM now, SIGKILL after options.stop_grace).
+  void Stop();
+  // Supervises until every rank has exited (call once).
+  JobProcessOutcome Wait();
+
+  std::vector<pid_t> pids() const;
+
+ private:
+  struct Rank;
+  explicit JobProcess(const JobProcessOptions& options);
+  void KillAll(int signal);
+
+  const JobProcessOptions options_;
+  MessageHandler on_message_;
+  LogHandler on_log_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::atomic<bool> stop_requested_{false};
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT).
+absl::StatusOr<int> PickFreeLoopbackPort();
+
+}  // namespace ts::server

@@ -1,0 +1,40 @@
+// An evaluation job: one pass of a checkpoint over a data set. It has no step boundaries to
+// stop at; a SIGTERM ends the process at once (tsworker_main.cc).
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "server/job_spec.h"
+#include "worker/job_data.h"
+#include "worker/jobs.h"
+
+namespace ts::worker {
+namespace pb = taylorshift::v1;
+
+absl::Status RunEvaluationJob(const JobContext& context) {
+  const pb::WorkerTask& task = *context.task;
+  const pb::EvaluationSpec& spec = task.job().evaluation();
+  auto root = DataRoot::Create(task.data_root());
+  if (!root.ok()) return root.status();
+  auto loaded = LoadCheckpoint(task.checkpoint_path());
+  if (!loaded.ok()) return loaded.status();
+  auto data = LoadSource(*root, spec.data(), loaded->metadata.labels, "data");
+  if (!data.ok()) return data.status();
+  auto attention = server::FromProtoPath(spec.path());
+  if (!attention.ok()) return attention.status();
+
+  pb::WorkerMessage started;
+  for (const auto& label : loaded->metadata.labels) started.mutable_started()->add_labels(label);
+  started.mutable_started()->set_validation_examples(data->examples.size());
+  started.mutable_started()->set_skipped_examples(static_cast<std::uint64_t>(data->skipped));
+  started.mutable_started()->set_world_size(1);
+  context.emit(started);
+
+  auto result = EvaluateClassifier(loaded->model, loaded->options, data->examples,
+                                   spec.batch_size(), *attention);
+  if (!result.ok()) return result.status();
+  pb::WorkerMessage report;
+  *report.mutable_report() = ToReport(*result, loaded->metadata.labels, 0);
+  context.emit(report);
+  return absl::OkStatus();
+}
+
+}  // namespace ts::worker

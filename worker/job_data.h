@@ -1,0 +1,29 @@
+// What both kinds of job share: loading a spec's data source inside the data root, and turning
+// an evaluation result into the API's report.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/datasets.h"
+#include "model/training.h"
+#include "taylorshift/v1/jobs.pb.h"
+
+namespace ts::worker {
+
+// Reads (or generates, for listops) one data source; `field` prefixes errors ("data.train: ...").
+absl::StatusOr<Dataset> LoadSource(const DataRoot& root, const taylorshift::v1::DataSource& source,
+                                   const std::vector<std::string>& labels,
+                                   const std::string& field);
+
+taylorshift::v1::EvaluationReport ToReport(const EvaluationResult& result,
+                                           const std::vector<std::string>& labels,
+                                           std::int64_t step);
+
+// `status` with `prefix` before its message (OK stays OK).
+absl::Status Prefixed(const absl::Status& status, const std::string& prefix);
+
+}  // namespace ts::worker

@@ -1,0 +1,328 @@
+// A training job as one rank of a data-parallel world (a world of one when alone). Every rank
+// loads the data and builds the same model; rank 0 validates, writes checkpoints and the
+// training state, and reports. The ranks agree on stopping at each step boundary.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "model/checkpoint.h"
+#include "model/cost_model.h"
+#include "model/training.h"
+#include "server/job_spec.h"
+#include "worker/job_data.h"
+#include "worker/jobs.h"
+
+namespace ts::worker {
+namespace pb = taylorshift::v1;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kTrainingStateFile[] = "training_state.pt";
+constexpr char kBestCheckpointFile[] = "best.tsckpt";
+constexpr char kAccuracyKey[] = "validation_accuracy";
+
+void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
+  const std::int64_t seconds = absl::ToUnixSeconds(time);
+  out->set_seconds(seconds);
+  out->set_nanos(static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) /
+                                           absl::Nanoseconds(1)));
+}
+
+absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
+  TrainingOptions options;
+  auto optimizer = ParseOptimizerKind(spec.optimizer().name());
+  if (!optimizer.ok()) return Prefixed(optimizer.status(), "optimizer.name: ");
+  options.optimizer = *optimizer;
+  options.lr = spec.optimizer().lr();
+  options.weight_decay = spec.optimizer().weight_decay();
+  options.beta1 = spec.optimizer().beta1();
+  options.beta2 = spec.optimizer().beta2();
+  options.eps = spec.optimizer().eps();
+  options.warmup_steps = static_cast<std::int64_t>(spec.optimizer().warmup_steps());
+  options.min_lr_ratio = spec.optimizer().min_lr_ratio();
+  options.steps = static_cast<std::int64_t>(spec.steps());
+  options.batch_size = spec.batch_size();
+  options.grad_clip_norm = spec.grad_clip();
+  options.seed = spec.seed();
+  auto path = server::FromProtoPath(spec.path());
+  if (!path.ok()) return path.status();
+  options.path = *path;
+  options.log_interval = static_cast<std::int64_t>(spec.log_interval());
+  options.eval_interval = static_cast<std::int64_t>(spec.eval_interval());
+  options.checkpoint_interval = static_cast<std::int64_t>(spec.checkpoint_interval());
+  if (spec.dtype() == "float64") {
+    options.dtype = torch::kFloat64;
+  } else if (!spec.dtype().empty() && spec.dtype() != "float32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype: must be float32 or float64, got \"", spec.dtype().substr(0, 64), "\""));
+  }
+  if (auto s = ValidateTrainingOptions(options); !s.ok()) return s;
+  return options;
+}
+
+}  // namespace
+
+absl::Status RunTrainingJob(const JobContext& context) {
+  const pb::WorkerTask& task = *context.task;
+  const std::string& id = task.job().id();
+  pb::TrainingSpec spec = task.job().training();
+  DataParallelGroup& group = *context.group;
+  const bool reporter = group.rank() == 0;
+  const auto emit_log = [&](const std::string& line) {
+    pb::WorkerMessage message;
+    message.set_log(line);
+    context.emit(std::move(message));
+  };
+  const std::string dir = task.job_dir();
+  std::error_code dir_error;
+  fs::create_directories(dir, dir_error);
+  if (dir_error) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", dir_error.message()));
+  }
+  auto root = DataRoot::Create(task.data_root());
+  if (!root.ok()) return root.status();
+
+  // Data.
+  std::vector<std::string> labels(spec.labels().begin(), spec.labels().end());
+  auto train = LoadSource(*root, spec.data().train(), labels, "data.train");
+  if (!train.ok()) return train.status();
+  if (labels.empty()) labels = train->label_names;
+  std::vector<Example> validation;
+  std::int64_t skipped = train->skipped;
+  if (spec.data().validation().split() > 0) {
+    auto split = SplitDataset(std::move(train->examples), spec.data().validation().split(),
+                              spec.seed());
+    if (!split.ok()) return Prefixed(split.status(), "data.validation.split: ");
+    train->examples = std::move(split->train);
+    validation = std::move(split->validation);
+  } else if (spec.data().has_validation() && !spec.data().validation().format().empty()) {
+    auto loaded = LoadSource(*root, spec.data().validation(), labels, "data.validation");
+    if (!loaded.ok()) return loaded.status();
+    skipped += loaded->skipped;
+    validation = std::move(loaded->examples);
+  }
+  server::JobsConfig jobs;
+  if (task.max_steps() > 0) jobs.limits.max_steps = static_cast<std::int64_t>(task.max_steps());
+  if (auto s = server::FinalizeTrainingSpec(
+          &spec, static_cast<std::int64_t>(train->examples.size()), jobs);
+      !s.ok()) {
+    return s;
+  }
+  if (skipped > 0 && reporter) {
+    emit_log(absl::StrCat("skipped ", skipped, " malformed records, first: ",
+                          train->skip_reasons.empty() ? "" : train->skip_reasons.front()));
+  }
+  const std::int64_t train_size = static_cast<std::int64_t>(train->examples.size());
+  const std::int64_t validation_size = static_cast<std::int64_t>(validation.size());
+
+  auto options = OptionsFromSpec(spec);
+  if (!options.ok()) return options.status();
+  const std::int64_t num_classes = static_cast<std::int64_t>(labels.size());
+  const std::string state_path = (fs::path(dir) / kTrainingStateFile).string();
+  std::unique_ptr<Trainer> trainer;
+  CheckpointMetadata metadata;
+  metadata.modality = spec.modality();
+  metadata.labels = labels;
+  metadata.provenance["created_by"] = "tsserver training job";
+  metadata.provenance["job_id"] = id;
+  metadata.provenance["job_name"] = spec.name();
+  std::uint64_t resumed_step = 0;
+  std::error_code exists_error;
+  if (fs::exists(state_path, exists_error)) {
+    auto resumed =
+        Trainer::Resume(state_path, *options, std::move(train->examples), std::move(validation));
+    if (!resumed.ok()) return Prefixed(resumed.status(), "resuming from the training state: ");
+    trainer = std::move(*resumed);
+    resumed_step = static_cast<std::uint64_t>(trainer->step());
+  } else if (!task.init_from_path().empty()) {
+    auto loaded = LoadCheckpoint(task.init_from_path());
+    if (!loaded.ok()) return Prefixed(loaded.status(), "init_from: ");
+    if (loaded->options.num_classes() != num_classes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "init_from: the checkpoint has ", loaded->options.num_classes(),
+          " classes, the data has ", num_classes));
+    }
+    metadata.provenance["init_from"] = spec.init_from();
+    auto created = Trainer::Create(std::move(loaded->model), loaded->options, *options,
+                                   std::move(train->examples), std::move(validation));
+    if (!created.ok()) return created.status();
+    trainer = std::move(*created);
+  } else {
+    const auto& m = spec.model();
+    TaylorShiftEncoderOptions encoder(m.embed_dim(), m.depth(), m.heads(), m.max_length(),
+                                      num_classes);
+    encoder.mlp_hidden(static_cast<std::int64_t>(std::llround(m.embed_dim() * m.mlp_ratio())));
+    encoder.conv_embed(m.conv_embed());
+    encoder.drop_rate(m.drop_rate());
+    encoder.drop_path(m.drop_path());
+    encoder.attn_drop(m.attn_drop());
+    if (auto s = ValidateEncoderOptions(encoder); !s.ok()) return Prefixed(s, "model: ");
+    auto created =
+        Trainer::Create(encoder, *options, std::move(train->examples), std::move(validation));
+    if (!created.ok()) return created.status();
+    trainer = std::move(*created);
+  }
+  if (auto s = trainer->SetDataParallel(&group); !s.ok()) return s;
+  // `auto` switches paths at the crossover measured for training steps: backward costs the
+  // paths differently than serving's forward does. Checkpoints keep the model's own setting.
+  if (options->path == AttentionPath::kAuto) {
+    const TaylorShiftEncoderOptions& e = trainer->encoder_options();
+    trainer->model()->set_crossover_tokens(TrainingCrossoverTokens(e.embed_dim() / e.heads()));
+  }
+  if (reporter) {
+    pb::WorkerMessage message;
+    auto* started = message.mutable_started();
+    started->set_total_steps(spec.steps());
+    started->set_train_examples(static_cast<std::uint64_t>(train_size));
+    started->set_validation_examples(static_cast<std::uint64_t>(validation_size));
+    started->set_skipped_examples(static_cast<std::uint64_t>(skipped));
+    for (const auto& label : labels) started->add_labels(label);
+    started->set_resumed_step(resumed_step);
+    *started->mutable_spec() = spec;
+    started->set_world_size(group.world_size());
+    context.emit(std::move(message));
+  }
+  const bool has_validation = spec.data().validation().split() > 0 ||
+                              (spec.data().has_validation() &&
+                               !spec.data().validation().format().empty());
+
+  std::optional<double> best_accuracy;
+  if (task.job().has_best_validation()) best_accuracy = task.job().best_validation().accuracy();
+  std::optional<double> last_accuracy;
+  std::vector<pb::CheckpointInfo> checkpoints(task.job().checkpoints().begin(),
+                                              task.job().checkpoints().end());
+
+  const auto save_checkpoint = [&](const std::string& path, const std::string& kind,
+                                   std::int64_t step) -> absl::Status {
+    CheckpointMetadata m = metadata;
+    m.provenance["step"] = absl::StrCat(step);
+    if (last_accuracy) m.provenance[kAccuracyKey] = absl::StrFormat("%.17g", *last_accuracy);
+    if (auto s = SaveCheckpoint(path, trainer->encoder_options(), m, trainer->model()); !s.ok()) {
+      return s;
+    }
+    pb::WorkerMessage message;
+    auto* info = message.mutable_checkpoint()->mutable_checkpoint();
+    info->set_kind(kind);
+    info->set_step(static_cast<std::uint64_t>(step));
+    info->set_path(path);
+    if (last_accuracy) {
+      info->set_validation_accuracy(*last_accuracy);
+      info->set_has_validation_accuracy(true);
+    }
+    SetTimestamp(absl::Now(), info->mutable_time());
+    if (kind == "best") {
+      for (auto it = checkpoints.begin(); it != checkpoints.end(); ++it) {
+        if (it->kind() == "best") {
+          checkpoints.erase(it);
+          break;
+        }
+      }
+    }
+    checkpoints.push_back(*info);
+    // Keep the last K "last" checkpoints.
+    int lasts = 0;
+    for (const auto& c : checkpoints) lasts += c.kind() == "last" ? 1 : 0;
+    const int keep = static_cast<int>(std::max<std::uint32_t>(spec.keep_checkpoints(), 1));
+    for (auto it = checkpoints.begin(); it != checkpoints.end() && lasts > keep;) {
+      if (it->kind() == "last") {
+        std::error_code error;
+        fs::remove(it->path(), error);
+        message.mutable_checkpoint()->add_removed_paths(it->path());
+        it = checkpoints.erase(it);
+        --lasts;
+      } else {
+        ++it;
+      }
+    }
+    context.emit(std::move(message));
+    return absl::OkStatus();
+  };
+
+  const auto validate = [&](std::int64_t step) -> absl::Status {
+    auto result = trainer->EvaluateValidation();
+    if (!result.ok()) return result.status();
+    pb::WorkerMessage message;
+    *message.mutable_validation() = ToReport(*result, labels, step);
+    last_accuracy = result->metrics.accuracy;
+    const bool improved = !best_accuracy || *last_accuracy > *best_accuracy;
+    context.emit(std::move(message));
+    if (improved) {
+      best_accuracy = last_accuracy;
+      return save_checkpoint((fs::path(dir) / kBestCheckpointFile).string(), "best", step);
+    }
+    return absl::OkStatus();
+  };
+
+  // Throughput counts the optimizer steps only: validation runs and checkpoints in between
+  // would otherwise make a job look slower than its training is.
+  std::int64_t examples_since_log = 0;
+  absl::Duration step_time_since_log = absl::ZeroDuration();
+  const double world = group.world_size();
+  while (!trainer->done()) {
+    // Every rank stops at the same step boundary: a rank that went on alone would wait for
+    // the others in its next all-reduce.
+    auto stop = group.Sum({context.stop != nullptr && context.stop->load() ? 1.0 : 0.0});
+    if (!stop.ok()) return stop.status();
+    if ((*stop)[0] > 0) {
+      if (reporter) {
+        if (auto s = trainer->SaveState(state_path); !s.ok()) return s;
+      }
+      return absl::AbortedError(absl::StrCat("stopped at step ", trainer->step()));
+    }
+    const absl::Time step_start = absl::Now();
+    auto step = trainer->Step();
+    step_time_since_log += absl::Now() - step_start;
+    if (!step.ok()) return step.status();
+    examples_since_log += options->batch_size;
+    const std::int64_t s = step->step;
+    const bool last_step = trainer->done();
+    if (s % options->log_interval == 0 || last_step) {
+      // The loss of the whole global batch: the mean of the ranks' slice means.
+      auto losses = group.Sum({step->loss});
+      if (!losses.ok()) return losses.status();
+      const double seconds = absl::ToDoubleSeconds(step_time_since_log);
+      const double rate = seconds > 0 ? static_cast<double>(examples_since_log) / seconds : 0;
+      examples_since_log = 0;
+      step_time_since_log = absl::ZeroDuration();
+      if (reporter) {
+        pb::WorkerMessage message;
+        auto* progress = message.mutable_progress();
+        progress->set_step(static_cast<std::uint64_t>(s));
+        progress->set_loss((*losses)[0] / world);
+        progress->set_learning_rate(step->lr);
+        progress->set_examples_per_second(rate);
+        progress->set_epoch(train_size > 0 ? static_cast<double>(s) *
+                                                 static_cast<double>(options->batch_size) /
+                                                 static_cast<double>(train_size)
+                                           : 0.0);
+        progress->set_time_ms(absl::ToUnixMillis(absl::Now()));
+        context.emit(std::move(message));
+      }
+    }
+    if (!reporter) continue;
+    if (has_validation && (s % options->eval_interval == 0 || last_step)) {
+      if (auto v = validate(s); !v.ok()) return v;
+    }
+    if (s % options->checkpoint_interval == 0 || last_step) {
+      const std::string path = (fs::path(dir) / absl::StrCat("step-", s, ".tsckpt")).string();
+      if (auto c = save_checkpoint(path, "last", s); !c.ok()) return c;
+      // The training state goes after the checkpoint: a resume never starts behind it.
+      if (!last_step) {
+        if (auto t = trainer->SaveState(state_path); !t.ok()) return t;
+      }
+    }
+  }
+  if (reporter) {
+    std::error_code error;
+    fs::remove(state_path, error);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ts::worker

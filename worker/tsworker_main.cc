@@ -1,0 +1,296 @@
+// tsworker: runs one training or evaluation job in its own process.
+//
+//   tsworker --task=FILE --events-fd=N
+//       How tsserver starts it: FILE holds a WorkerTask, and WorkerMessages (heartbeats,
+//       progress, validation, checkpoints, logs, the result) go to the pipe on fd N.
+//   tsworker --spec=SPEC.yaml --job-dir=DIR --data-root=DIR [--threads=N]
+//            [--collective-timeout=SECONDS]
+//       Standalone, for torchrun-style launchers (Kubeflow PyTorchJob): a training spec in the
+//       YAML form tsctl takes; checkpoints and the training state go to DIR (rank 0), and the job
+//       resumes from DIR's training state when there is one. Progress is logged to stderr.
+//
+// The data-parallel world comes from MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (absent: one
+// rank). SIGTERM stops a training job at the next step boundary on every rank (rank 0 saves the
+// training state; exit code 0, "stopped") and ends an evaluation job at once. Exit code 0 when
+// the job finished or stopped, 1 when it failed, 2 for bad flags.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/data_parallel.h"
+#include "model/datasets.h"
+#include "model/heap_policy.h"
+#include "model/torch_compat.h"
+#include "server/job_spec.h"
+#include "worker/event_pipe.h"
+#include "worker/jobs.h"
+
+namespace ts::worker {
+namespace {
+namespace pb = taylorshift::v1;
+
+std::atomic<bool> g_stop{false};
+std::atomic<bool> g_exit_on_term{false};
+
+void OnTerm(int) {
+  if (g_exit_on_term.load()) _exit(128 + SIGTERM);
+  g_stop.store(true);
+}
+
+constexpr char kUsage[] =
+    "usage: tsworker --task=FILE --events-fd=N\n"
+    "       tsworker --spec=SPEC.yaml --job-dir=DIR --data-root=DIR [--threads=N]\n"
+    "                [--collective-timeout=SECONDS]\n";
+
+absl::StatusOr<std::map<std::string, std::string>> ParseFlags(int argc, char** argv) {
+  static const char* const kKnown[] = {"task",    "events-fd", "spec",
+                                       "job-dir", "data-root", "threads",
+                                       "collective-timeout"};
+  std::map<std::string, std::string> flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return absl::CancelledError(kUsage);
+    if (!absl::StartsWith(arg, "--")) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg, "\""));
+    }
+    arg = arg.substr(2);
+    std::string value;
+    if (const auto eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--", arg, " needs a value"));
+    }
+    bool known = false;
+    for (const char* name : kKnown) known = known || arg == name;
+    if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", arg));
+    flags[arg] = value;
+  }
+  return flags;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A standalone task: the spec normalised as tsserver would, its init_from inside the data root.
+absl::StatusOr<pb::WorkerTask> StandaloneTask(const std::map<std::string, std::string>& flags) {
+  for (const char* required : {"spec", "job-dir", "data-root"}) {
+    if (flags.count(required) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--", required, " is required with --spec"));
+    }
+  }
+  auto text = ReadFile(flags.at("spec"));
+  if (!text.ok()) return text.status();
+  auto spec = server::ParseTrainingSpecYaml(*text);
+  if (!spec.ok()) return spec.status();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  server::JobsConfig jobs;
+  jobs.threads_per_job = cores;
+  if (auto s = server::NormalizeTrainingSpec(&*spec, jobs, cores); !s.ok()) return s;
+  pb::WorkerTask task;
+  task.mutable_job()->set_id(spec->name());
+  task.mutable_job()->set_name(spec->name());
+  task.mutable_job()->set_kind(pb::JOB_KIND_TRAINING);
+  task.set_job_dir(flags.at("job-dir"));
+  task.set_data_root(flags.at("data-root"));
+  task.set_threads(spec->threads());
+  if (!spec->init_from().empty()) {
+    if (absl::StartsWith(spec->init_from(), "job:")) {
+      return absl::InvalidArgumentError(
+          "init_from: job references need tsserver; give a checkpoint path in the data root");
+    }
+    auto root = DataRoot::Create(task.data_root());
+    if (!root.ok()) return root.status();
+    auto path = root->Resolve(spec->init_from());
+    if (!path.ok()) return path.status();
+    task.set_init_from_path(*path);
+  }
+  *task.mutable_job()->mutable_training() = std::move(*spec);
+  return task;
+}
+
+std::string Describe(const pb::WorkerMessage& message) {
+  switch (message.kind_case()) {
+    case pb::WorkerMessage::kStarted: {
+      const auto& s = message.started();
+      return absl::StrCat("started: ", s.total_steps(), " steps, ", s.train_examples(),
+                          " training and ", s.validation_examples(), " validation examples, ",
+                          s.world_size(), " rank(s)",
+                          s.resumed_step() > 0 ? absl::StrCat(", resumed at step ", s.resumed_step())
+                                               : "");
+    }
+    case pb::WorkerMessage::kProgress: {
+      const auto& p = message.progress();
+      return absl::StrFormat("step %d: loss %.4f, lr %.3g, %.1f examples/s, epoch %.2f", p.step(),
+                             p.loss(), p.learning_rate(), p.examples_per_second(), p.epoch());
+    }
+    case pb::WorkerMessage::kValidation:
+      return absl::StrFormat("validation at step %d: accuracy %.4f, loss %.4f",
+                             message.validation().step(), message.validation().accuracy(),
+                             message.validation().loss());
+    case pb::WorkerMessage::kCheckpoint:
+      return absl::StrCat("checkpoint (", message.checkpoint().checkpoint().kind(), "): ",
+                          message.checkpoint().checkpoint().path());
+    case pb::WorkerMessage::kReport:
+      return absl::StrFormat("evaluation: accuracy %.4f on %d examples",
+                             message.report().accuracy(), message.report().examples());
+    case pb::WorkerMessage::kLog:
+      return message.log();
+    default:
+      return "";
+  }
+}
+
+int Main(int argc, char** argv) {
+  auto flags = ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::cerr << (absl::IsCancelled(flags.status()) ? "" : "tsworker: ")
+              << flags.status().message() << (absl::IsCancelled(flags.status()) ? "" : "\n")
+              << (absl::IsCancelled(flags.status()) ? "" : kUsage);
+    return absl::IsCancelled(flags.status()) ? 0 : 2;
+  }
+  const bool supervised = flags->count("task") > 0;
+  absl::StatusOr<pb::WorkerTask> task;
+  int events_fd = -1;
+  if (supervised) {
+    if (flags->count("events-fd") == 0 || !absl::SimpleAtoi(flags->at("events-fd"), &events_fd) ||
+        events_fd < 0) {
+      std::cerr << "tsworker: --task needs --events-fd=N (a file descriptor)\n" << kUsage;
+      return 2;
+    }
+    auto bytes = ReadFile(flags->at("task"));
+    task = bytes.status();
+    if (bytes.ok()) {
+      pb::WorkerTask parsed;
+      if (parsed.ParseFromString(*bytes)) {
+        task = std::move(parsed);
+      } else {
+        task = absl::DataLossError(absl::StrCat(flags->at("task"), ": not a WorkerTask"));
+      }
+    }
+  } else if (flags->count("spec") > 0) {
+    task = StandaloneTask(*flags);
+  } else {
+    std::cerr << "tsworker: give --task or --spec\n" << kUsage;
+    return 2;
+  }
+
+  std::unique_ptr<EventWriter> writer;
+  auto dp = DataParallelFromEnvironment();
+  const int rank = dp.ok() ? dp->rank : 0;
+  if (supervised) writer = std::make_unique<EventWriter>(events_fd, rank);
+  const auto emit = [&](pb::WorkerMessage message) {
+    if (writer != nullptr) {
+      if (!writer->Write(std::move(message)).ok()) _exit(1);  // the server is gone
+      return;
+    }
+    const std::string line = Describe(message);
+    if (!line.empty()) std::cerr << "tsworker[rank " << rank << "] " << line << std::endl;
+  };
+  const auto finish = [&](const absl::Status& status, bool stopped) {
+    pb::WorkerMessage message;
+    message.mutable_result()->set_code(static_cast<int>(status.code()));
+    message.mutable_result()->set_message(std::string(status.message()));
+    message.mutable_result()->set_stopped(stopped);
+    if (writer != nullptr) (void)writer->Write(message);
+    if (!status.ok()) std::cerr << "tsworker[rank " << rank << "] failed: " << status << std::endl;
+    if (stopped) std::cerr << "tsworker[rank " << rank << "] stopped: " << status.message() << std::endl;
+    return status.ok() || stopped ? 0 : 1;
+  };
+  if (!task.ok()) return finish(task.status(), false);
+  if (!dp.ok()) return finish(dp.status(), false);
+
+  // Signals: SIGTERM stops (training) or ends (evaluation); a write to a vanished server
+  // returns EPIPE instead of killing silently.
+  const bool training = task->job().kind() == pb::JOB_KIND_TRAINING;
+  g_exit_on_term.store(!training);
+  struct sigaction term {};
+  term.sa_handler = OnTerm;
+  sigemptyset(&term.sa_mask);
+  sigaction(SIGTERM, &term, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  // Heartbeats: the supervisor fails a worker that stays silent (a hang, a stopped process).
+  std::mutex heartbeat_mu;
+  std::condition_variable heartbeat_cv;
+  bool done = false;
+  std::thread heartbeat;
+  if (writer != nullptr) {
+    const pid_t parent = getppid();
+    const auto interval = std::chrono::milliseconds(std::max<std::uint32_t>(task->heartbeat_ms(), 50));
+    heartbeat = std::thread([&, parent, interval] {
+      std::unique_lock<std::mutex> lock(heartbeat_mu);
+      while (!heartbeat_cv.wait_for(lock, interval, [&] { return done; })) {
+        if (getppid() != parent) _exit(1);  // orphaned: the server died
+        pb::WorkerMessage beat;
+        beat.set_heartbeat(true);
+        if (!writer->Write(std::move(beat)).ok()) _exit(1);
+      }
+    });
+  }
+
+  if (task->heap_keep_freed_bytes() > 0) {
+    (void)KeepFreedHeapMemory(static_cast<std::int64_t>(task->heap_keep_freed_bytes()));
+  }
+  compat::SetThreads(static_cast<int>(std::max<std::uint32_t>(task->threads(), 1)));
+  if (flags->count("collective-timeout") > 0) {
+    int seconds = 0;
+    if (!absl::SimpleAtoi(flags->at("collective-timeout"), &seconds) || seconds <= 0) {
+      return finish(absl::InvalidArgumentError("--collective-timeout: expected seconds > 0"),
+                    false);
+    }
+    dp->timeout = std::chrono::seconds(seconds);
+  }
+
+  absl::Status status;
+  auto group = DataParallelGroup::Connect(*dp);
+  if (!group.ok()) {
+    status = group.status();
+  } else {
+    JobContext context;
+    context.task = &*task;
+    context.emit = [&](pb::WorkerMessage message) {
+      if (rank != 0 && message.kind_case() != pb::WorkerMessage::kLog) return;
+      emit(std::move(message));
+    };
+    context.stop = &g_stop;
+    context.group = group->get();
+    status = training ? RunTrainingJob(context) : RunEvaluationJob(context);
+  }
+  if (heartbeat.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(heartbeat_mu);
+      done = true;
+    }
+    heartbeat_cv.notify_all();
+    heartbeat.join();
+  }
+  const bool stopped = absl::IsAborted(status) && g_stop.load();
+  return finish(stopped ? absl::AbortedError(status.message()) : status, stopped);
+}
+
+}  // namespace
+}  // namespace ts::worker
+
+int main(int argc, char** argv) { return ts::worker::Main(argc, argv); }
