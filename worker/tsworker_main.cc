@@ -180,8 +180,9 @@ int Main(int argc, char** argv) {
       return 2;
     }
     auto bytes = ReadFile(flags->at("task"));
-    task = bytes.status();
-    if (bytes.ok()) {
+    if (!bytes.ok()) {
+      task = bytes.status();
+    } else {
       pb::WorkerTask parsed;
       if (parsed.ParseFromString(*bytes)) {
         task = std::move(parsed);
