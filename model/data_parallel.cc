@@ -20,10 +20,9 @@ absl::StatusOr<int> IntFromEnvironment(const char* name, int fallback, int min, 
   if (value == nullptr || *value == '\0') return fallback;
   int parsed = 0;
   if (!absl::SimpleAtoi(value, &parsed) || parsed < min || parsed > max) {
-    return absl::InvalidArgumentError(absl::StrCat("environment variable ", name, "=\"",
-                                                   std::string(value).substr(0, 64),
-                                                   "\": expected an integer in [", min, ", ", max,
-                                                   "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, "=\"", std::string(value).substr(0, 64),
+                     "\": expected an integer in [", min, ", ", max, "]"));
   }
   return parsed;
 }
@@ -86,8 +85,8 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
     } else {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
-    backend->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        backend->store, options.rank, options.world_size, gloo);
+    backend->group = c10::make_intrusive<c10d::ProcessGroupGloo>(backend->store, options.rank,
+                                                                 options.world_size, gloo);
     group->backend_ = std::move(backend);
     return 0;
   });
@@ -97,45 +96,48 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
 
 absl::Status DataParallelGroup::AverageGradients(const std::vector<torch::Tensor>& parameters) {
   if (options_.world_size == 1) return absl::OkStatus();
-  return CatchTorch("averaging gradients", [&] {
-           torch::NoGradGuard no_grad;
-           // Buckets in reverse parameter order (the order backward produces them), one dtype
-           // each; every bucket's all-reduce is in flight before the first is awaited.
-           std::vector<std::vector<torch::Tensor>> buckets;
-           std::int64_t bucket_bytes = 0;
-           for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
-             const torch::Tensor& grad = it->grad();
-             if (!grad.defined()) continue;
-             const std::int64_t bytes = grad.numel() * static_cast<std::int64_t>(grad.element_size());
-             if (buckets.empty() || bucket_bytes + bytes > options_.bucket_bytes ||
-                 buckets.back().front().scalar_type() != grad.scalar_type()) {
-               buckets.emplace_back();
-               bucket_bytes = 0;
-             }
-             buckets.back().push_back(grad);
-             bucket_bytes += bytes;
-           }
-           std::vector<torch::Tensor> flats;
-           std::vector<WorkPtr> works;
-           for (const auto& bucket : buckets) {
-             std::vector<torch::Tensor> pieces;
-             for (const auto& g : bucket) pieces.push_back(g.reshape({-1}));
-             std::vector<torch::Tensor> flat{torch::cat(pieces)};
-             works.push_back(backend_->group->allreduce(flat));
-             flats.push_back(flat[0]);
-           }
-           const double scale = 1.0 / options_.world_size;
-           for (std::size_t b = 0; b < buckets.size(); ++b) {
-             works[b]->wait();
-             std::int64_t offset = 0;
-             for (auto& g : buckets[b]) {
-               const std::int64_t n = g.numel();
-               g.copy_(flats[b].narrow(0, offset, n).view(g.sizes()).mul_(scale));
-               offset += n;
-             }
-           }
-           return 0;
-         })
+  return CatchTorch("averaging gradients",
+                    [&] {
+                      torch::NoGradGuard no_grad;
+                      // Buckets in reverse parameter order (the order backward produces them), one
+                      // dtype each; every bucket's all-reduce is in flight before the first is
+                      // awaited.
+                      std::vector<std::vector<torch::Tensor>> buckets;
+                      std::int64_t bucket_bytes = 0;
+                      for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
+                        const torch::Tensor& grad = it->grad();
+                        if (!grad.defined()) continue;
+                        const std::int64_t bytes =
+                            grad.numel() * static_cast<std::int64_t>(grad.element_size());
+                        if (buckets.empty() || bucket_bytes + bytes > options_.bucket_bytes ||
+                            buckets.back().front().scalar_type() != grad.scalar_type()) {
+                          buckets.emplace_back();
+                          bucket_bytes = 0;
+                        }
+                        buckets.back().push_back(grad);
+                        bucket_bytes += bytes;
+                      }
+                      std::vector<torch::Tensor> flats;
+                      std::vector<WorkPtr> works;
+                      for (const auto& bucket : buckets) {
+                        std::vector<torch::Tensor> pieces;
+                        for (const auto& g : bucket) pieces.push_back(g.reshape({-1}));
+                        std::vector<torch::Tensor> flat{torch::cat(pieces)};
+                        works.push_back(backend_->group->allreduce(flat));
+                        flats.push_back(flat[0]);
+                      }
+                      const double scale = 1.0 / options_.world_size;
+                      for (std::size_t b = 0; b < buckets.size(); ++b) {
+                        works[b]->wait();
+                        std::int64_t offset = 0;
+                        for (auto& g : buckets[b]) {
+                          const std::int64_t n = g.numel();
+                          g.copy_(flats[b].narrow(0, offset, n).view(g.sizes()).mul_(scale));
+                          offset += n;
+                        }
+                      }
+                      return 0;
+                    })
       .status();
 }
 
@@ -152,14 +154,15 @@ absl::StatusOr<std::vector<double>> DataParallelGroup::Sum(const std::vector<dou
 
 absl::Status DataParallelGroup::Broadcast(const std::vector<torch::Tensor>& tensors) {
   if (options_.world_size == 1) return absl::OkStatus();
-  return CatchTorch("broadcasting from rank 0", [&] {
-           torch::NoGradGuard no_grad;
-           for (const auto& t : tensors) {
-             std::vector<torch::Tensor> one{t.detach()};
-             backend_->group->broadcast(one)->wait();
-           }
-           return 0;
-         })
+  return CatchTorch("broadcasting from rank 0",
+                    [&] {
+                      torch::NoGradGuard no_grad;
+                      for (const auto& t : tensors) {
+                        std::vector<torch::Tensor> one{t.detach()};
+                        backend_->group->broadcast(one)->wait();
+                      }
+                      return 0;
+                    })
       .status();
 }
 

@@ -1,5 +1,6 @@
-// Client input quoted in an error message, capped (model, server and tools use it): a 10,000-character model name must not
-// become a 10,000-character status message (it would overflow the client's metadata limit).
+// Client input quoted in an error message, capped (model, server and tools use it): a
+// 10,000-character model name must not become a 10,000-character status message (it would overflow
+// the client's metadata limit).
 #pragma once
 
 #include <cstddef>

@@ -95,9 +95,9 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
                                                               MessageHandler on_message,
                                                               LogHandler on_log) {
   if (access(options.binary.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the worker binary ", options.binary, " is not executable (jobs.worker_binary): ",
-        std::strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the worker binary ", options.binary,
+                     " is not executable (jobs.worker_binary): ", std::strerror(errno)));
   }
   std::unique_ptr<JobProcess> process(new JobProcess(options));
   process->on_message_ = std::move(on_message);
@@ -126,9 +126,9 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string entry = *e;
-      const bool ours = entry.rfind("MASTER_ADDR=", 0) == 0 || entry.rfind("MASTER_PORT=", 0) == 0 ||
-                        entry.rfind("WORLD_SIZE=", 0) == 0 || entry.rfind("RANK=", 0) == 0 ||
-                        entry.rfind("LOCAL_RANK=", 0) == 0 ||
+      const bool ours = entry.rfind("MASTER_ADDR=", 0) == 0 ||
+                        entry.rfind("MASTER_PORT=", 0) == 0 || entry.rfind("WORLD_SIZE=", 0) == 0 ||
+                        entry.rfind("RANK=", 0) == 0 || entry.rfind("LOCAL_RANK=", 0) == 0 ||
                         entry.rfind("OMP_NUM_THREADS=", 0) == 0;
       if (!ours) env_strings.push_back(entry);
     }
@@ -143,9 +143,8 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
     std::vector<char*> envp;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
-    std::vector<std::string> arg_strings = {options.binary,
-                                            absl::StrCat("--task=", options.task_file),
-                                            "--events-fd=3"};
+    std::vector<std::string> arg_strings = {
+        options.binary, absl::StrCat("--task=", options.task_file), "--events-fd=3"};
     std::vector<char*> argv;
     for (auto& s : arg_strings) argv.push_back(s.data());
     argv.push_back(nullptr);
@@ -201,7 +200,7 @@ void JobProcess::Stop() {
 
 JobProcessOutcome JobProcess::Wait() {
   JobProcessOutcome outcome;
-  std::string failure;       // the first reason the supervisor ended the job
+  std::string failure;  // the first reason the supervisor ended the job
   int failing_rank = -1;
   bool killed = false;
   absl::Time stop_sent = absl::InfiniteFuture();
@@ -317,13 +316,11 @@ JobProcessOutcome JobProcess::Wait() {
           end_all(rank->index, "");
         }
       }
-      if (!rank->exited && !killed &&
-          absl::Now() - rank->last_heard > options_.heartbeat_timeout) {
-        end_all(rank->index,
-                absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
-                             ") sent no heartbeat for ",
-                             absl::FormatDuration(options_.heartbeat_timeout),
-                             " (hung or stopped); killed"));
+      if (!rank->exited && !killed && absl::Now() - rank->last_heard > options_.heartbeat_timeout) {
+        end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
+                                          ") sent no heartbeat for ",
+                                          absl::FormatDuration(options_.heartbeat_timeout),
+                                          " (hung or stopped); killed"));
       }
     }
     bool pipes_open = false;
@@ -340,8 +337,8 @@ JobProcessOutcome JobProcess::Wait() {
 
   // The outcome: rank 0's result decides unless the supervisor ended the job.
   Rank& zero = *ranks_.front();
-  const Rank* reported = failing_rank >= 0 ? ranks_[static_cast<std::size_t>(failing_rank)].get()
-                                           : &zero;
+  const Rank* reported =
+      failing_rank >= 0 ? ranks_[static_cast<std::size_t>(failing_rank)].get() : &zero;
   outcome.last_log_lines.assign(reported->log_tail.begin(), reported->log_tail.end());
   const auto exit_description = [](const Rank& rank) {
     const int ws = rank.wait_status;
@@ -359,33 +356,33 @@ JobProcessOutcome JobProcess::Wait() {
       outcome.status = absl::OkStatus();  // it finished before it saw the request
     } else {
       outcome.stopped = true;
-      outcome.status = absl::AbortedError(
-          saved ? zero.result.message()
-                : absl::StrCat("worker rank 0 ", exit_description(zero),
-                               " before saving its state"));
+      outcome.status =
+          absl::AbortedError(saved ? zero.result.message()
+                                   : absl::StrCat("worker rank 0 ", exit_description(zero),
+                                                  " before saving its state"));
     }
   } else if (zero.have_result) {
-    outcome.status = absl::Status(static_cast<absl::StatusCode>(zero.result.code()),
-                                  zero.result.message());
+    outcome.status =
+        absl::Status(static_cast<absl::StatusCode>(zero.result.code()), zero.result.message());
     // A rank other than 0 that failed explains a rank 0 that then failed in a collective.
     for (const auto& rank : ranks_) {
       if (rank.get() != &zero && rank->have_result && rank->result.code() != 0) {
-        outcome.status = absl::Status(
-            static_cast<absl::StatusCode>(rank->result.code()),
-            absl::StrCat("rank ", rank->index, ": ", rank->result.message()));
+        outcome.status =
+            absl::Status(static_cast<absl::StatusCode>(rank->result.code()),
+                         absl::StrCat("rank ", rank->index, ": ", rank->result.message()));
         outcome.last_log_lines.assign(rank->log_tail.begin(), rank->log_tail.end());
         break;
       }
     }
   } else {
-    outcome.status = absl::InternalError(
-        absl::StrCat("worker rank 0 (pid ", zero.pid, ") ", exit_description(zero),
-                     " without reporting a result"));
+    outcome.status =
+        absl::InternalError(absl::StrCat("worker rank 0 (pid ", zero.pid, ") ",
+                                         exit_description(zero), " without reporting a result"));
   }
   if (!outcome.status.ok() && !outcome.stopped && !outcome.last_log_lines.empty()) {
-    std::vector<std::string> tail(outcome.last_log_lines.end() -
-                                      std::min<std::size_t>(outcome.last_log_lines.size(), 3),
-                                  outcome.last_log_lines.end());
+    std::vector<std::string> tail(
+        outcome.last_log_lines.end() - std::min<std::size_t>(outcome.last_log_lines.size(), 3),
+        outcome.last_log_lines.end());
     outcome.status = absl::Status(
         outcome.status.code(),
         absl::StrCat(outcome.status.message(), "; last log lines: ", absl::StrJoin(tail, " | ")));

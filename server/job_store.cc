@@ -132,8 +132,11 @@ absl::Status SqliteError(sqlite3* db, int rc, const std::string& path, absl::str
                       absl::StrCat("job store ", path, ": ", what, ": ", message));
 }
 
+// Ids and tokens in messages: at most this many bytes of them.
+constexpr std::size_t kEchoedIdBytes = 100;
+
 absl::Status JobNotFound(const std::string& id) {
-  return absl::NotFoundError(absl::StrCat("job ", Capped(id), " not found"));
+  return absl::NotFoundError(absl::StrCat("job ", Capped(id, kEchoedIdBytes), " not found"));
 }
 
 // A prepared statement; finalized on destruction. Bind errors are kept and reported by the
@@ -441,7 +444,8 @@ absl::StatusOr<HistoryPosition> DecodeHistoryToken(const std::string& token,
   }
   if (parts[3] != job_id) {
     return absl::InvalidArgumentError(
-        absl::StrCat("page_token was issued for job ", Capped(parts[3]), ", not for ", Capped(job_id)));
+        absl::StrCat("page_token was issued for job ", Capped(parts[3], kEchoedIdBytes),
+                     ", not for ", Capped(job_id, kEchoedIdBytes)));
   }
   return position;
 }
@@ -832,7 +836,7 @@ absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> JobStore::History(
       EvaluationReport* report = response.add_validations();
       if (!report->ParseFromString(validations->ColumnBlob(2))) {
         return absl::DataLossError(absl::StrCat("job store ", path_, ": an evaluation report of ",
-                                                Capped(job_id), " does not parse"));
+                                                Capped(job_id, kEchoedIdBytes), " does not parse"));
       }
       if (!request.include_class_reports()) {
         report->clear_classes();

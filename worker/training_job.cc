@@ -30,8 +30,8 @@ constexpr char kAccuracyKey[] = "validation_accuracy";
 void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
   const std::int64_t seconds = absl::ToUnixSeconds(time);
   out->set_seconds(seconds);
-  out->set_nanos(static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) /
-                                           absl::Nanoseconds(1)));
+  out->set_nanos(
+      static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1)));
 }
 
 absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
@@ -59,8 +59,8 @@ absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
   if (spec.dtype() == "float64") {
     options.dtype = torch::kFloat64;
   } else if (!spec.dtype().empty() && spec.dtype() != "float32") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dtype: must be float32 or float64, got \"", spec.dtype().substr(0, 64), "\""));
+    return absl::InvalidArgumentError(absl::StrCat("dtype: must be float32 or float64, got \"",
+                                                   spec.dtype().substr(0, 64), "\""));
   }
   if (auto s = ValidateTrainingOptions(options); !s.ok()) return s;
   return options;
@@ -96,8 +96,8 @@ absl::Status RunTrainingJob(const JobContext& context) {
   std::vector<Example> validation;
   std::int64_t skipped = train->skipped;
   if (spec.data().validation().split() > 0) {
-    auto split = SplitDataset(std::move(train->examples), spec.data().validation().split(),
-                              spec.seed());
+    auto split =
+        SplitDataset(std::move(train->examples), spec.data().validation().split(), spec.seed());
     if (!split.ok()) return Prefixed(split.status(), "data.validation.split: ");
     train->examples = std::move(split->train);
     validation = std::move(split->validation);
@@ -144,9 +144,9 @@ absl::Status RunTrainingJob(const JobContext& context) {
     auto loaded = LoadCheckpoint(task.init_from_path());
     if (!loaded.ok()) return Prefixed(loaded.status(), "init_from: ");
     if (loaded->options.num_classes() != num_classes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "init_from: the checkpoint has ", loaded->options.num_classes(),
-          " classes, the data has ", num_classes));
+      return absl::FailedPreconditionError(absl::StrCat("init_from: the checkpoint has ",
+                                                        loaded->options.num_classes(),
+                                                        " classes, the data has ", num_classes));
     }
     metadata.provenance["init_from"] = spec.init_from();
     auto created = Trainer::Create(std::move(loaded->model), loaded->options, *options,
@@ -188,9 +188,9 @@ absl::Status RunTrainingJob(const JobContext& context) {
     started->set_world_size(group.world_size());
     context.emit(std::move(message));
   }
-  const bool has_validation = spec.data().validation().split() > 0 ||
-                              (spec.data().has_validation() &&
-                               !spec.data().validation().format().empty());
+  const bool has_validation =
+      spec.data().validation().split() > 0 ||
+      (spec.data().has_validation() && !spec.data().validation().format().empty());
 
   std::optional<double> best_accuracy;
   if (task.job().has_best_validation()) best_accuracy = task.job().best_validation().accuracy();

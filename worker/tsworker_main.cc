@@ -59,9 +59,8 @@ constexpr char kUsage[] =
     "                [--collective-timeout=SECONDS]\n";
 
 absl::StatusOr<std::map<std::string, std::string>> ParseFlags(int argc, char** argv) {
-  static const char* const kKnown[] = {"task",    "events-fd", "spec",
-                                       "job-dir", "data-root", "threads",
-                                       "collective-timeout"};
+  static const char* const kKnown[] = {
+      "task", "events-fd", "spec", "job-dir", "data-root", "threads", "collective-timeout"};
   std::map<std::string, std::string> flags;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -134,11 +133,10 @@ std::string Describe(const pb::WorkerMessage& message) {
   switch (message.kind_case()) {
     case pb::WorkerMessage::kStarted: {
       const auto& s = message.started();
-      return absl::StrCat("started: ", s.total_steps(), " steps, ", s.train_examples(),
-                          " training and ", s.validation_examples(), " validation examples, ",
-                          s.world_size(), " rank(s)",
-                          s.resumed_step() > 0 ? absl::StrCat(", resumed at step ", s.resumed_step())
-                                               : "");
+      return absl::StrCat(
+          "started: ", s.total_steps(), " steps, ", s.train_examples(), " training and ",
+          s.validation_examples(), " validation examples, ", s.world_size(), " rank(s)",
+          s.resumed_step() > 0 ? absl::StrCat(", resumed at step ", s.resumed_step()) : "");
     }
     case pb::WorkerMessage::kProgress: {
       const auto& p = message.progress();
@@ -150,8 +148,8 @@ std::string Describe(const pb::WorkerMessage& message) {
                              message.validation().step(), message.validation().accuracy(),
                              message.validation().loss());
     case pb::WorkerMessage::kCheckpoint:
-      return absl::StrCat("checkpoint (", message.checkpoint().checkpoint().kind(), "): ",
-                          message.checkpoint().checkpoint().path());
+      return absl::StrCat("checkpoint (", message.checkpoint().checkpoint().kind(),
+                          "): ", message.checkpoint().checkpoint().path());
     case pb::WorkerMessage::kReport:
       return absl::StrFormat("evaluation: accuracy %.4f on %d examples",
                              message.report().accuracy(), message.report().examples());
@@ -165,8 +163,8 @@ std::string Describe(const pb::WorkerMessage& message) {
 int Main(int argc, char** argv) {
   auto flags = ParseFlags(argc, argv);
   if (!flags.ok()) {
-    std::cerr << (absl::IsCancelled(flags.status()) ? "" : "tsworker: ")
-              << flags.status().message() << (absl::IsCancelled(flags.status()) ? "" : "\n")
+    std::cerr << (absl::IsCancelled(flags.status()) ? "" : "tsworker: ") << flags.status().message()
+              << (absl::IsCancelled(flags.status()) ? "" : "\n")
               << (absl::IsCancelled(flags.status()) ? "" : kUsage);
     return absl::IsCancelled(flags.status()) ? 0 : 2;
   }
@@ -216,7 +214,8 @@ int Main(int argc, char** argv) {
     message.mutable_result()->set_stopped(stopped);
     if (writer != nullptr) (void)writer->Write(message);
     if (!status.ok()) std::cerr << "tsworker[rank " << rank << "] failed: " << status << std::endl;
-    if (stopped) std::cerr << "tsworker[rank " << rank << "] stopped: " << status.message() << std::endl;
+    if (stopped)
+      std::cerr << "tsworker[rank " << rank << "] stopped: " << status.message() << std::endl;
     return status.ok() || stopped ? 0 : 1;
   };
   if (!task.ok()) return finish(task.status(), false);
@@ -239,7 +238,8 @@ int Main(int argc, char** argv) {
   std::thread heartbeat;
   if (writer != nullptr) {
     const pid_t parent = getppid();
-    const auto interval = std::chrono::milliseconds(std::max<std::uint32_t>(task->heartbeat_ms(), 50));
+    const auto interval =
+        std::chrono::milliseconds(std::max<std::uint32_t>(task->heartbeat_ms(), 50));
     heartbeat = std::thread([&, parent, interval] {
       std::unique_lock<std::mutex> lock(heartbeat_mu);
       while (!heartbeat_cv.wait_for(lock, interval, [&] { return done; })) {

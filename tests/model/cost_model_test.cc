@@ -118,3 +118,36 @@ TEST(CalibrationTest, MeasuresBothPathsAndReportsACrossoverInRange) {
 
 }  // namespace
 }  // namespace ts
+
+namespace ts {
+namespace {
+
+TEST(TrainingMemoryTest, EstimateGrowsWithWhatAJobHoldsAndDirectOutgrowsEfficient) {
+  TrainingMemoryShape shape;
+  shape.embed_dim = 128;
+  shape.depth = 4;
+  shape.heads = 8;
+  shape.mlp_hidden = 512;
+  shape.max_length = 1024;
+  shape.batch = 8;
+  const auto base = EstimateTrainingMemory(shape);
+  EXPECT_EQ(base.total_bytes, base.state_bytes + base.activation_bytes + base.attention_bytes +
+                                  base.data_bytes + base.runtime_bytes);
+  // Parameters of this encoder: embedding 256·128 + 4 blocks + head, ~0.83 M.
+  EXPECT_GT(base.parameters, 800000);
+  EXPECT_LT(base.parameters, 850000);
+  TrainingMemoryShape twice = shape;
+  twice.batch = 16;
+  EXPECT_GT(EstimateTrainingMemory(twice).activation_bytes, base.activation_bytes * 19 / 10);
+  TrainingMemoryShape wide = shape;
+  wide.element_bytes = 8;
+  EXPECT_EQ(EstimateTrainingMemory(wide).state_bytes, 2 * base.state_bytes);
+  TrainingMemoryShape efficient = shape;
+  efficient.efficient = true;
+  shape.max_length = efficient.max_length = 16384;
+  EXPECT_GT(EstimateTrainingMemory(shape).attention_bytes,
+            20 * EstimateTrainingMemory(efficient).attention_bytes);
+}
+
+}  // namespace
+}  // namespace ts

@@ -81,6 +81,9 @@ threads: 2
 labels: [neg, pos, "3"]
 keep_checkpoints: 3
 modality: pixels
+workers: 2
+max_retries: 1
+dtype: float64
 )yaml";
 
 constexpr char kFullTrainingText[] = R"pb(
@@ -137,6 +140,9 @@ constexpr char kFullTrainingText[] = R"pb(
   labels: [ "neg", "pos", "3" ]
   keep_checkpoints: 3
   modality: "pixels"
+  workers: 2
+  max_retries: 1
+  dtype: "float64"
 )pb";
 
 TrainingSpec ParseOrDie(const std::string& yaml) {
@@ -897,6 +903,34 @@ TEST(EvaluationSpecNormalizeTest, Checks) {
   ExpectEvalError(
       [](EvaluationSpec& s) { s.set_path(static_cast<taylorshift::v1::AttentionPath>(-1)); },
       "path", "unknown attention path");
+}
+
+}  // namespace
+}  // namespace ts::server
+
+namespace ts::server {
+namespace {
+
+TEST(JobSpecWorkersTest, WorkersRetriesAndDtypeAreDefaultedAndChecked) {
+  TrainingSpec spec = IssueSpec();
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  EXPECT_EQ(spec.workers(), 1u);
+  EXPECT_EQ(spec.max_retries(), 0u);
+  EXPECT_EQ(spec.dtype(), "float32");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.set_batch_size(10);
+        s.set_workers(4);
+      },
+      "batch_size", "not divisible by workers 4");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_workers(9); }, "workers",
+                       "exceeds jobs.limits.max_workers 8");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_max_retries(11); }, "max_retries",
+                       "exceeds jobs.limits.max_retries 10");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_dtype("bfloat16"); }, "dtype",
+                       "must be float32 or float64, got \"bfloat16\"");
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_name(std::string(5000, '!')); }, "name",
+                       "(5000 bytes)");
 }
 
 }  // namespace

@@ -170,7 +170,7 @@ TEST_F(ServerIntegrationTest, ErrorsAnswerTheirCodeAndTheServerKeepsServing) {
   pb::ClassifyResponse response;
   auto status = Call(*stub, Document("nope", "abc"), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_NE(status.error_message().find("'nope'"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("\"nope\""), std::string::npos) << status.error_message();
 
   status = Call(*stub, Document("tiny", ""), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
