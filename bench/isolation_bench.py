@@ -74,19 +74,25 @@ threads: {threads}
                 break
             time.sleep(0.1)
         address = open(ready).read().split("grpc=")[1].split()[0]
-        ctl = lambda *a: subprocess.run([tsctl, "--server", address, *a], check=True, capture_output=True,
-                                        text=True).stdout
+        ctl = lambda cmd, *a: subprocess.run([tsctl, *cmd.split(), "--server", address, *a], check=True,
+                                             capture_output=True, text=True).stdout
 
         def load():
             out = ctl("bench", "--model", "serve", "--rate", str(args.rate), "--concurrency", "32",
-                      "--duration-s", str(args.seconds), "--lengths", "uniform:200:1000", "--json")
+                      "--duration-s", str(args.seconds), "--requests", "1000000", "--lengths", "uniform:200:1000", "--json")
             return json.loads(out.strip().splitlines()[-1])
 
+        def parse(text):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                return json.loads(text.strip().splitlines()[-1])
+
         def job(job_id):
-            return json.loads(ctl("jobs", "get", job_id, "--json").strip().splitlines()[-1])
+            return parse(ctl("jobs get", job_id, "--json"))
 
         def wait(job_id, until):
-            for _ in range(36000):
+            for _ in range(6000):
                 j = job(job_id)
                 if until(j):
                     return j
@@ -95,10 +101,10 @@ threads: {threads}
 
         results["serving_alone"] = load()
         busy = ctl("train", "--spec", spec("busy", 100000, 1, 1)).strip().splitlines()[-1]
-        wait(busy, lambda j: j.get("progress", {}).get("step", 0) >= 10)
+        wait(busy, lambda j: (j.get("step") or 0) >= 10)
         results["serving_beside_training"] = load()
         results["training_during_load"] = job(busy).get("progress", {})
-        ctl("jobs", "cancel", busy)
+        ctl("jobs cancel", busy)
         wait(busy, lambda j: j["state"] == "CANCELLED")
 
         for key, workers, threads in [("one_rank_two_threads", 1, 2), ("two_ranks_one_thread", 2, 1)]:
@@ -106,8 +112,8 @@ threads: {threads}
             done = wait(job_id, lambda j: j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"))
             if done["state"] != "SUCCEEDED":
                 raise RuntimeError(f"{key}: {done['state']} {done.get('reason')}")
-            history = json.loads(ctl("jobs", "get", job_id, "--curve", "--json").strip().splitlines()[-1])
-            rates = [p["examples_per_second"] for p in history.get("history", {}).get("loss", [])][1:]
+            history = parse(ctl("jobs get", job_id, "--curve", "--json"))
+            rates = [p["examples_per_second"] for p in history.get("history", {}).get("loss_curve", [])][1:]
             results[key] = {"examples_per_second": sum(rates) / max(len(rates), 1), "points": len(rates)}
     finally:
         server.send_signal(signal.SIGTERM)
