@@ -305,6 +305,9 @@ std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse
   json.Key("validation_examples").Int(static_cast<std::int64_t>(progress.validation_examples()));
   json.Key("skipped_examples").Int(static_cast<std::int64_t>(progress.skipped_examples()));
   json.Key("resumes").Int(progress.resumes());
+  json.Key("retries").Int(progress.retries());
+  json.Key("memory_estimate_bytes")
+      .Int(static_cast<std::int64_t>(progress.memory_estimate_bytes()));
   json.EndObject();
   json.Key("metrics");
   if (const EvaluationReport* metrics = JobMetrics(job); metrics != nullptr) {
@@ -499,7 +502,13 @@ std::string JobDetails(const Job& job) {
     line("train_examples", absl::StrCat(progress.train_examples()));
     line("validation_examples", absl::StrCat(progress.validation_examples()));
     if (progress.resumes() > 0) line("resumes", absl::StrCat(progress.resumes()));
+    if (progress.memory_estimate_bytes() > 0) {
+      line("memory_estimate",
+           absl::StrFormat("%.2f GiB", static_cast<double>(progress.memory_estimate_bytes()) /
+                                           static_cast<double>(1 << 30)));
+    }
   }
+  if (progress.retries() > 0) line("retries", absl::StrCat(progress.retries()));
   if (progress.skipped_examples() > 0) {
     line("skipped_examples", absl::StrCat(progress.skipped_examples()));
   }

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/command_line.h"
 #include "client/file_util.h"
 #include "client/job_format.h"
@@ -276,7 +277,7 @@ int RunJobsPlot(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-// jobs get|cancel|watch ID.
+// jobs get|cancel|delete|watch ID.
 int RunJobsWithId(const std::string& subcommand, const std::vector<std::string>& args) {
   Flags flags(CommonValueFlags(), {"json", "tls", "curve"});
   if (!flags.Parse(args)) return Usage(flags.error());
@@ -313,6 +314,21 @@ int RunJobsWithId(const std::string& subcommand, const std::vector<std::string>&
       }
       std::cout << (json ? JobJson(job, &history) + "\n"
                          : absl::StrCat(JobDetails(job), "\n", HistoryText(history)));
+    }
+  } else if (subcommand == "delete") {
+    taylorshift::v1::DeleteJobRequest request;
+    request.set_id(id);
+    taylorshift::v1::DeleteJobResponse deleted;
+    const grpc::Status status = stub->DeleteJob(&context, request, &deleted);
+    if (!status.ok()) return RpcFailed("DeleteJob", connection, status);
+    if (json) {
+      JsonWriter writer;
+      WriteMessageJson(writer, deleted);
+      std::cout << writer.str() << "\n";
+    } else {
+      std::cout << absl::StrFormat("job %s (%s) deleted: %d files, %.1f MiB freed\n", deleted.id(),
+                                   JobStateName(deleted.state()), deleted.files_removed(),
+                                   static_cast<double>(deleted.bytes_freed()) / (1 << 20));
     }
   } else {
     taylorshift::v1::CancelJobRequest request;
@@ -411,16 +427,19 @@ int RunEval(const std::vector<std::string>& args) {
 }
 
 int RunJobs(const std::vector<std::string>& args) {
-  if (args.empty()) return Usage("jobs needs a subcommand: list, get, cancel, watch or plot");
+  if (args.empty()) {
+    return Usage("jobs needs a subcommand: list, get, cancel, delete, watch or plot");
+  }
   const std::string subcommand = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (subcommand == "list") return RunJobsList(rest);
   if (subcommand == "plot") return RunJobsPlot(rest);
-  if (subcommand == "get" || subcommand == "cancel" || subcommand == "watch") {
+  if (subcommand == "get" || subcommand == "cancel" || subcommand == "delete" ||
+      subcommand == "watch") {
     return RunJobsWithId(subcommand, rest);
   }
   return Usage(absl::StrCat("unknown jobs subcommand '", subcommand,
-                            "' (expected list, get, cancel, watch or plot)"));
+                            "' (expected list, get, cancel, delete, watch or plot)"));
 }
 
 int RunPromote(const std::vector<std::string>& args) {

@@ -1,4 +1,4 @@
-// tsctl's job commands (the taylorshift.v1.Jobs service): train, eval, jobs list|get|cancel|
+// tsctl's job commands (the taylorshift.v1.Jobs service): train, eval, jobs list|get|cancel|delete|
 // watch|plot, promote. Each takes the arguments after its command name and returns tsctl's exit
 // status: 0 success (with --wait / watch: the job SUCCEEDED), 1 an RPC or I/O error or a job
 // that FAILED or was CANCELLED (stderr names the reason), 2 a usage error.
@@ -17,7 +17,7 @@ namespace ts::client {
 int RunTrain(const std::vector<std::string>& args);
 // tsctl eval --spec FILE [--wait] [--json]: the same for SubmitEvaluation.
 int RunEval(const std::vector<std::string>& args);
-// tsctl jobs list|get|cancel|watch|plot ... `jobs get ID --curve` adds the job's loss curve
+// tsctl jobs list|get|cancel|delete|watch|plot ... `jobs get ID --curve` adds the job's loss curve
 // and validation accuracy (every GetJobHistory page) as text charts (--json: a "history" key);
 // `jobs plot ID --out F.svg` writes them as an SVG file (only .svg: another extension is a
 // usage error).

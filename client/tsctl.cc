@@ -97,6 +97,8 @@ Jobs (the Jobs service; the admin role when the server has tokens):
   jobs plot ID --out FILE.svg             write the loss curve and validation accuracy as
                                           an SVG chart (SVG only)
   jobs cancel ID [--json]                 cancel a queued or running job
+  jobs delete ID [--json]                 delete a finished job, its checkpoints and
+                                          history (promoted models stay served)
   jobs watch ID [--json]                  follow a job as train --wait does
   promote  (--job ID [--last] | --checkpoint PATH) --model NAME [--require-better] [--json]
                                           serve a training job's best (--last: latest)

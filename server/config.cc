@@ -340,28 +340,29 @@ absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
 
 absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfig* jobs) {
   JobLimits& limits = jobs->limits;
-  return ReadMap(node, path,
-                 {
-                     {"enabled", Bool(&jobs->enabled)},
-                     {"max_concurrent", Int(&jobs->max_concurrent)},
-                     {"max_queued", Int(&jobs->max_queued)},
-                     {"threads_per_job", Int(&jobs->threads_per_job)},
-                     {"serving_reserved_cores", Int(&jobs->serving_reserved_cores)},
-                     {"keep_checkpoints", Int(&jobs->keep_checkpoints)},
-                     {"worker_binary", String(&jobs->worker_binary)},
-                     {"heartbeat_interval_ms",
-                      Duration(&jobs->heartbeat_interval, absl::Milliseconds(1))},
-                     {"heartbeat_timeout_ms",
-                      Duration(&jobs->heartbeat_timeout, absl::Milliseconds(1))},
-                     {"stop_grace_ms", Duration(&jobs->stop_grace, absl::Milliseconds(1))},
-                     {"memory_budget_bytes", Int64(&jobs->memory_budget_bytes)},
-                     {"memory_admission", Bool(&jobs->memory_admission)},
-                     {"worker_address_space_overhead_bytes",
-                      Int64(&jobs->worker_address_space_overhead_bytes)},
-                     {"limits",
-                      [&limits](const YAML::Node& value, const std::string& at) {
-                        return ReadMap(
-                            value, at,
+  return ReadMap(
+      node, path,
+      {
+          {"enabled", Bool(&jobs->enabled)},
+          {"max_concurrent", Int(&jobs->max_concurrent)},
+          {"max_queued", Int(&jobs->max_queued)},
+          {"threads_per_job", Int(&jobs->threads_per_job)},
+          {"serving_reserved_cores", Int(&jobs->serving_reserved_cores)},
+          {"keep_checkpoints", Int(&jobs->keep_checkpoints)},
+          {"retention_s", Duration(&jobs->retention, absl::Seconds(1))},
+          {"retention_sweep_interval_s",
+           Duration(&jobs->retention_sweep_interval, absl::Seconds(1))},
+          {"worker_binary", String(&jobs->worker_binary)},
+          {"heartbeat_interval_ms", Duration(&jobs->heartbeat_interval, absl::Milliseconds(1))},
+          {"heartbeat_timeout_ms", Duration(&jobs->heartbeat_timeout, absl::Milliseconds(1))},
+          {"stop_grace_ms", Duration(&jobs->stop_grace, absl::Milliseconds(1))},
+          {"memory_budget_bytes", Int64(&jobs->memory_budget_bytes)},
+          {"memory_admission", Bool(&jobs->memory_admission)},
+          {"worker_address_space_overhead_bytes",
+           Int64(&jobs->worker_address_space_overhead_bytes)},
+          {"limits",
+           [&limits](const YAML::Node& value, const std::string& at) {
+             return ReadMap(value, at,
                             {
                                 {"max_steps", Int64(&limits.max_steps)},
                                 {"max_batch_size", Int64(&limits.max_batch_size)},
@@ -374,8 +375,8 @@ absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfi
                                 {"max_workers", Int(&limits.max_workers)},
                                 {"max_retries", Int(&limits.max_retries)},
                             });
-                      }},
-                 });
+           }},
+      });
 }
 
 // The ListOps generator's own ceiling (model/datasets.h); a larger limit could never be used.
@@ -412,19 +413,24 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
                      " (the ListOps generator's limit), got ", limits.max_generate_count));
   }
   for (const auto& [key, value] : {std::pair<const char*, absl::Duration>{
-                                        "jobs.heartbeat_interval_ms", jobs.heartbeat_interval},
-                                    {"jobs.heartbeat_timeout_ms", jobs.heartbeat_timeout},
-                                    {"jobs.stop_grace_ms", jobs.stop_grace}}) {
+                                       "jobs.heartbeat_interval_ms", jobs.heartbeat_interval},
+                                   {"jobs.heartbeat_timeout_ms", jobs.heartbeat_timeout},
+                                   {"jobs.stop_grace_ms", jobs.stop_grace}}) {
     if (value <= absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(absl::StrCat(key, ": must be > 0, got ",
-                                                     absl::ToInt64Milliseconds(value)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": must be > 0, got ", absl::ToInt64Milliseconds(value)));
     }
   }
+  if (jobs.retention_sweep_interval < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("jobs.retention_sweep_interval_s: must be >= 1, got ",
+                     absl::ToInt64Seconds(jobs.retention_sweep_interval)));
+  }
   if (jobs.heartbeat_timeout <= jobs.heartbeat_interval) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "jobs.heartbeat_timeout_ms: must be > jobs.heartbeat_interval_ms (",
-        absl::ToInt64Milliseconds(jobs.heartbeat_interval), "), got ",
-        absl::ToInt64Milliseconds(jobs.heartbeat_timeout)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("jobs.heartbeat_timeout_ms: must be > jobs.heartbeat_interval_ms (",
+                     absl::ToInt64Milliseconds(jobs.heartbeat_interval), "), got ",
+                     absl::ToInt64Milliseconds(jobs.heartbeat_timeout)));
   }
   // Automatic (0) resolves below the cap when the job starts: only explicit values are checked.
   if (limits.max_threads > 0 && jobs.threads_per_job > limits.max_threads) {

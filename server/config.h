@@ -72,6 +72,10 @@ struct JobsConfig {
   // automatic default is thus 1 thread, on 16 cores 15.
   int serving_reserved_cores = 1;
   int keep_checkpoints = 2;  // last K checkpoints kept per job besides the best
+  // Finished jobs (succeeded, failed, cancelled) older than this are deleted with their files,
+  // as DeleteJob does; zero = kept until deleted by request.
+  absl::Duration retention = absl::ZeroDuration();
+  absl::Duration retention_sweep_interval = absl::Minutes(5);  // how often retention runs
   // Worker processes (server/job_process.h). Empty = `tsworker` in tsserver's own directory.
   std::string worker_binary;
   absl::Duration heartbeat_interval = absl::Seconds(1);  // worker → server

@@ -61,17 +61,16 @@ bool IsFinal(pb::JobState state) {
 void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
   const std::int64_t seconds = absl::ToUnixSeconds(time);
   out->set_seconds(seconds);
-  out->set_nanos(static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) /
-                                           absl::Nanoseconds(1)));
+  out->set_nanos(
+      static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1)));
 }
 
 // The same name rule as configured models.
 absl::Status CheckModelName(const std::string& name) {
-  const bool ok = !name.empty() && name.size() <= 64 &&
-                  std::all_of(name.begin(), name.end(), [](char c) {
-                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
-                           c == '-';
-                  });
+  const bool ok =
+      !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+      });
   if (!ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("model: must match [A-Za-z0-9_.-]{1,64}, got ", Quoted(name)));
@@ -122,8 +121,7 @@ struct JobManager::Active {
 // Construction, restore, shutdown
 
 JobManager::JobManager(JobManagerOptions options, std::unique_ptr<JobStore> store,
-                       DataRoot data_root, ModelRegistry* registry, Metrics* metrics,
-                       Clock* clock)
+                       DataRoot data_root, ModelRegistry* registry, Metrics* metrics, Clock* clock)
     : options_(std::move(options)),
       store_(std::move(store)),
       data_root_(std::move(data_root)),
@@ -176,6 +174,9 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
     manager->active_[active->job.id()] = active;
     manager->queue_.push_back(active);
   }
+  if (manager->options_.jobs.retention > absl::ZeroDuration()) {
+    manager->workers_.emplace_back([m = manager.get()] { m->RetentionLoop(); });
+  }
   const int workers = std::max(1, manager->options_.jobs.max_concurrent);
   for (int i = 0; i < workers; ++i) {
     manager->workers_.emplace_back([m = manager.get()] { m->WorkerLoop(); });
@@ -191,6 +192,7 @@ void JobManager::Shutdown() {
     absl::MutexLock lock(&mu_);
     if (stopping_ && workers_.empty()) return;
     stopping_ = true;
+    retention_cv_.SignalAll();
     for (const auto& [id, active] : active_) running.push_back(active);
   }
   // Running workers stop at their next step boundary and save their state (SIGTERM).
@@ -239,8 +241,7 @@ void JobManager::RestorePromotions() {
       continue;
     }
     const auto previous = registry_->Put(*model);
-    if (previous != nullptr && metrics_ != nullptr &&
-        previous->version() != (*model)->version()) {
+    if (previous != nullptr && metrics_ != nullptr && previous->version() != (*model)->version()) {
       metrics_->RemoveModelInfo(record.model, previous->version());
     }
     Log(absl::StrCat("model '", record.model, "' version ", (*model)->version(),
@@ -259,8 +260,8 @@ absl::Status JobManager::CheckSourcePaths(const pb::DataSource& source,
   if (!resolved.ok()) return Prefixed(resolved.status(), absl::StrCat(field, ".path: "));
   std::error_code error;
   if (!fs::exists(*resolved, error)) {
-    return absl::NotFoundError(absl::StrCat(field, ".path: ", Quoted(source.path()),
-                                            " does not exist in the data root"));
+    return absl::NotFoundError(
+        absl::StrCat(field, ".path: ", Quoted(source.path()), " does not exist in the data root"));
   }
   return absl::OkStatus();
 }
@@ -284,10 +285,9 @@ absl::StatusOr<std::string> JobManager::JobCheckpoint(const std::string& job_id,
   const pb::CheckpointInfo* chosen =
       which == pb::CHECKPOINT_CHOICE_LAST ? last : (best != nullptr ? best : last);
   if (chosen == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " (", StateName(job->state()), ") has no ",
-                     which == pb::CHECKPOINT_CHOICE_LAST ? "last" : "best or last",
-                     " checkpoint yet"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " (", StateName(job->state()), ") has no ",
+        which == pb::CHECKPOINT_CHOICE_LAST ? "last" : "best or last", " checkpoint yet"));
   }
   return chosen->path();
 }
@@ -381,7 +381,8 @@ std::int64_t JobManager::EstimateMemory(const pb::TrainingSpec& spec) const {
     if (fs::is_directory(*resolved, error)) {
       for (fs::recursive_directory_iterator it(*resolved, error), end; !error && it != end;
            it.increment(error)) {
-        if (it->is_regular_file(error)) data_bytes += static_cast<std::int64_t>(it->file_size(error));
+        if (it->is_regular_file(error))
+          data_bytes += static_cast<std::int64_t>(it->file_size(error));
       }
     } else {
       const auto size = fs::file_size(*resolved, error);
@@ -425,7 +426,8 @@ absl::StatusOr<pb::Job> JobManager::SubmitEvaluation(pb::EvaluationSpec spec) {
   switch (spec.target_case()) {
     case pb::EvaluationSpec::kModel:
       if (registry_->Find(spec.model()) == nullptr) {
-        return absl::NotFoundError(absl::StrCat("model: no served model named ", Quoted(spec.model())));
+        return absl::NotFoundError(
+            absl::StrCat("model: no served model named ", Quoted(spec.model())));
       }
       break;
     case pb::EvaluationSpec::kJobId:
@@ -503,6 +505,105 @@ absl::StatusOr<pb::Job> JobManager::CancelJob(const std::string& id) {
   }
   absl::MutexLock lock(&mu_);
   return active->job;
+}
+
+namespace {
+
+// The field by which `job` reads job `id`'s checkpoint when it starts, or null.
+const char* UsesCheckpointOf(const pb::Job& job, const std::string& id) {
+  const std::string reference = absl::StrCat("job:", id);
+  if (job.has_training() && job.training().init_from() == reference) return "init_from";
+  if (job.has_evaluation()) {
+    if (job.evaluation().job_id() == id) return "job_id";
+    if (job.evaluation().checkpoint() == reference) return "checkpoint";
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<pb::DeleteJobResponse> JobManager::DeleteJob(const std::string& id,
+                                                            const std::string& reason) {
+  // Serialised with promotions, so that none is copying a checkpoint this removes.
+  absl::MutexLock promote_lock(&promote_mu_);
+  pb::Job job;
+  {
+    absl::MutexLock lock(&mu_);
+    // A job that just reached its final state may still be here for a moment (its worker
+    // thread letting go of it); its record and files are final already.
+    if (const auto it = active_.find(id);
+        it != active_.end() && !IsFinal(it->second->job.state())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", id, " is ", StateName(it->second->job.state()), "; cancel it first"));
+    }
+    auto stored = store_->GetJob(id);
+    if (!stored.ok()) return stored.status();
+    job = *std::move(stored);
+    if (!IsFinal(job.state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, " is ", StateName(job.state()), "; cancel it first"));
+    }
+    for (const auto& [other_id, active] : active_) {
+      if (IsFinal(active->job.state())) continue;
+      if (const char* field = UsesCheckpointOf(active->job, id); field != nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", id, " has a checkpoint that job ", other_id, " (",
+                         StateName(active->job.state()), ") uses as its ", field,
+                         "; delete it after that job has finished"));
+      }
+    }
+  }
+  // Files first: a failure leaves the record, so the deletion can be asked for again.
+  pb::DeleteJobResponse response;
+  response.set_id(id);
+  response.set_state(job.state());
+  const std::string dir = JobDir(id);
+  std::error_code error;
+  if (fs::exists(dir, error)) {
+    for (fs::recursive_directory_iterator it(dir, error), end; !error && it != end;
+         it.increment(error)) {
+      if (!it->is_regular_file(error)) continue;
+      response.set_files_removed(response.files_removed() + 1);
+      response.set_bytes_freed(response.bytes_freed() + it->file_size(error));
+    }
+    fs::remove_all(dir, error);
+  }
+  if (error) {
+    return absl::InternalError(absl::StrCat("deleting job ", id, ": cannot remove ", dir, ": ",
+                                            error.message(), "; the job is kept"));
+  }
+  if (auto status = store_->DeleteJob(id); !status.ok()) return status;
+  if (metrics_ != nullptr) metrics_->RemoveJob(id, KindName(job.kind()), reason);
+  Log(absl::StrCat("job ", id, " (", job.name(), ", ", StateName(job.state()), ") deleted by ",
+                   reason, ": ", response.files_removed(), " files, ", response.bytes_freed(),
+                   " bytes"));
+  return response;
+}
+
+void JobManager::RetentionLoop() {
+  // At most this many jobs per sweep, so that a shutdown is not held up for long.
+  constexpr std::int64_t kMaxPerSweep = 1000;
+  for (;;) {
+    auto expired =
+        store_->FinishedJobsBefore(clock_->Now() - options_.jobs.retention, kMaxPerSweep);
+    if (!expired.ok()) {
+      Log(absl::StrCat("retention: listing finished jobs failed: ", expired.status().message()));
+    } else {
+      for (const std::string& id : *expired) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (stopping_) return;
+        }
+        if (auto deleted = DeleteJob(id, "retention"); !deleted.ok()) {
+          Log(absl::StrCat("retention: job ", id, " kept: ", deleted.status().message()));
+        }
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    const absl::Time next = clock_->Now() + options_.jobs.retention_sweep_interval;
+    while (!stopping_ && clock_->Now() < next) clock_->WaitUntil(retention_cv_, mu_, next);
+    if (stopping_) return;
+  }
 }
 
 absl::StatusOr<std::int64_t> JobManager::Watch(const std::string& id, Listener listener) {
@@ -607,8 +708,8 @@ void JobManager::WorkerLoop() {
 void JobManager::RunJob(const std::shared_ptr<Active>& active) {
   SetState(*active, pb::JOB_STATE_RUNNING, "");
   const bool training = active->job.kind() == pb::JOB_KIND_TRAINING;
-  const std::uint32_t max_retries = training ? active->job.training().max_retries()
-                                             : active->job.evaluation().max_retries();
+  const std::uint32_t max_retries =
+      training ? active->job.training().max_retries() : active->job.evaluation().max_retries();
   for (;;) {
     bool stopped = false;
     const absl::Status status = RunAttempt(active, &stopped);
@@ -641,8 +742,8 @@ void JobManager::RunJob(const std::shared_ptr<Active>& active) {
           active->job.mutable_progress()->set_retries(retries + 1);
         }
         Log(absl::StrCat("job ", active->job.id(), " attempt ", retries + 1, " failed (",
-                         status.message(), "); retrying from its last saved state (",
-                         retries + 1, " of max_retries ", max_retries, ")"));
+                         status.message(), "); retrying from its last saved state (", retries + 1,
+                         " of max_retries ", max_retries, ")"));
         Publish(*active, pb::JobEvent::PROGRESS);
         continue;
       }
@@ -712,17 +813,17 @@ absl::Status JobManager::RunAttempt(const std::shared_ptr<Active>& active, bool*
   const std::string task_file = (fs::path(task->job_dir()) / "task.pb").string();
   if (auto s = WriteFileAtomically(task_file, task->SerializeAsString()); !s.ok()) return s;
 
-  const int world = task->job().kind() == pb::JOB_KIND_TRAINING
-                        ? static_cast<int>(std::max<std::uint32_t>(task->job().training().workers(), 1))
-                        : 1;
+  const int world =
+      task->job().kind() == pb::JOB_KIND_TRAINING
+          ? static_cast<int>(std::max<std::uint32_t>(task->job().training().workers(), 1))
+          : 1;
   JobProcessOptions process_options;
   process_options.binary = WorkerBinary();
   process_options.task_file = task_file;
   process_options.world_size = world;
   process_options.threads = static_cast<int>(std::max<std::uint32_t>(task->threads(), 1));
   process_options.address_space_bytes = static_cast<std::uint64_t>(
-      MemoryBudgetBytes(options_.jobs) / world +
-      options_.jobs.worker_address_space_overhead_bytes);
+      MemoryBudgetBytes(options_.jobs) / world + options_.jobs.worker_address_space_overhead_bytes);
   process_options.heartbeat_timeout = options_.jobs.heartbeat_timeout;
   process_options.stop_grace = options_.jobs.stop_grace;
   auto process = JobProcess::Start(
@@ -834,10 +935,9 @@ void JobManager::ApplyWorkerMessage(Active& active, const pb::WorkerMessage& mes
         for (int i = 0; i < list->size();) {
           const auto& c = list->Get(i);
           const bool replaced = info.kind() == "best" && c.kind() == "best";
-          const bool removed =
-              std::find(message.checkpoint().removed_paths().begin(),
-                        message.checkpoint().removed_paths().end(),
-                        c.path()) != message.checkpoint().removed_paths().end();
+          const bool removed = std::find(message.checkpoint().removed_paths().begin(),
+                                         message.checkpoint().removed_paths().end(),
+                                         c.path()) != message.checkpoint().removed_paths().end();
           if (replaced || removed) {
             list->DeleteSubrange(i, 1);
           } else {
@@ -913,10 +1013,10 @@ absl::StatusOr<Promotion> JobManager::Promote(const pb::PromoteCheckpointRequest
   }
   if (request.require_at_least_current_accuracy() && current != nullptr) {
     if (!promotion.validation_accuracy || !promotion.previous_validation_accuracy) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "require_at_least_current_accuracy: ",
-          !promotion.validation_accuracy ? "the candidate" : "the served version",
-          " has no recorded validation accuracy"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("require_at_least_current_accuracy: ",
+                       !promotion.validation_accuracy ? "the candidate" : "the served version",
+                       " has no recorded validation accuracy"));
     }
     if (*promotion.validation_accuracy < *promotion.previous_validation_accuracy) {
       return absl::FailedPreconditionError(absl::StrFormat(

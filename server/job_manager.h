@@ -5,9 +5,9 @@
 // jobs.max_concurrent run at once (and only while their memory estimates fit
 // jobs.memory_budget_bytes), each in its own tsworker processes (server/job_process.h; one per
 // data-parallel rank) with the spec's `threads`: a job that crashes, hangs or runs out of memory
-// fails alone (retried up to the spec's max_retries), never the server. Every job, its progress, metrics,
-// validation reports and checkpoints are persisted in a SQLite store (JobStore) under the state
-// dir; a training job also keeps its training state (weights, optimizer, schedule, data
+// fails alone (retried up to the spec's max_retries), never the server. Every job, its progress,
+// metrics, validation reports and checkpoints are persisted in a SQLite store (JobStore) under the
+// state dir; a training job also keeps its training state (weights, optimizer, schedule, data
 // position) in `<state_dir>/jobs/<id>/training_state.pt`, rewritten atomically at each
 // checkpoint. After a crash or a restart, jobs that were QUEUED or RUNNING are queued again and
 // continue from that state: the step count, the optimizer and the data order carry on.
@@ -18,6 +18,7 @@
 //   jobs/<id>/best.tsckpt            the checkpoint with the best validation accuracy
 //   jobs/<id>/training_state.pt      the resumable state (removed when the job succeeds)
 //   jobs/<id>/task.pb                the WorkerTask its workers were started with
+// A finished job's directory and record go with DeleteJob, or after jobs.retention.
 //   models/<name>/<version>.tsckpt   promoted checkpoints (what the registry serves)
 //
 // The jobs themselves are worker/jobs.h, run by tsworker; this class admits, schedules,
@@ -100,6 +101,13 @@ class JobManager {
   // step boundary, evaluation at once; SIGKILL after jobs.stop_grace); a finished one is
   // FAILED_PRECONDITION.
   absl::StatusOr<taylorshift::v1::Job> CancelJob(const std::string& id);
+  // Deletes a finished job's directory and then its record (loss curve, validation runs,
+  // checkpoint records); promoted copies under models/ stay served. NOT_FOUND for an unknown
+  // id; FAILED_PRECONDITION for a queued or running job, and for one whose checkpoint a queued
+  // or running job uses (init_from "job:<id>", an evaluation's job_id). `reason` labels the
+  // metric: "request" or "retention".
+  absl::StatusOr<taylorshift::v1::DeleteJobResponse> DeleteJob(
+      const std::string& id, const std::string& reason = "request");
 
   // Calls `listener` with a SNAPSHOT of the job now and then with each of its events, from the
   // job's worker thread (so it must not block), until the job is final — the final STATE event
@@ -126,6 +134,8 @@ class JobManager {
              ModelRegistry* registry, Metrics* metrics, Clock* clock);
 
   void WorkerLoop();
+  // Every jobs.retention_sweep_interval: deletes the finished jobs older than jobs.retention.
+  void RetentionLoop();
   // Runs the job in worker processes until it is final (retrying a failed worker up to the
   // spec's max_retries), or stopped by a shutdown.
   void RunJob(const std::shared_ptr<Active>& active);
@@ -163,8 +173,9 @@ class JobManager {
   std::map<std::string, std::shared_ptr<Active>> active_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Active>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  const std::int64_t memory_budget_;  // MemoryBudgetBytes(options_.jobs)
+  const std::int64_t memory_budget_;                      // MemoryBudgetBytes(options_.jobs)
   std::int64_t running_memory_ ABSL_GUARDED_BY(mu_) = 0;  // estimates of the running jobs
+  absl::CondVar retention_cv_;                            // signalled by Shutdown()
 
   struct Watcher {
     std::string job_id;
@@ -174,7 +185,7 @@ class JobManager {
   std::map<std::int64_t, Watcher> watchers_ ABSL_GUARDED_BY(watch_mu_);
   std::int64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
 
-  absl::Mutex promote_mu_;  // one promotion at a time
+  absl::Mutex promote_mu_;  // one promotion or deletion at a time
 
   std::vector<std::thread> workers_;
 };

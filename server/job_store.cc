@@ -443,9 +443,9 @@ absl::StatusOr<HistoryPosition> DecodeHistoryToken(const std::string& token,
     return malformed;
   }
   if (parts[3] != job_id) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_token was issued for job ", Capped(parts[3], kEchoedIdBytes),
-                     ", not for ", Capped(job_id, kEchoedIdBytes)));
+    return absl::InvalidArgumentError(absl::StrCat("page_token was issued for job ",
+                                                   Capped(parts[3], kEchoedIdBytes), ", not for ",
+                                                   Capped(job_id, kEchoedIdBytes)));
   }
   return position;
 }
@@ -653,6 +653,40 @@ absl::StatusOr<std::vector<Job>> JobStore::UnfinishedJobs() {
     jobs.push_back(*std::move(job));
   }
   return jobs;
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::FinishedJobsBefore(absl::Time cutoff,
+                                                                      std::int64_t limit) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Statement> select = Statement::Prepare(
+      db_.get(), path_,
+      "SELECT id FROM jobs WHERE state IN (?1, ?2, ?3) AND update_ms < ?4 ORDER BY seq LIMIT ?5");
+  if (!select.ok()) return select.status();
+  select->BindInt(1, taylorshift::v1::JOB_STATE_SUCCEEDED)
+      .BindInt(2, taylorshift::v1::JOB_STATE_FAILED)
+      .BindInt(3, taylorshift::v1::JOB_STATE_CANCELLED)
+      .BindInt(4, absl::ToUnixMillis(cutoff))
+      .BindInt(5, limit);
+  std::vector<std::string> ids;
+  while (true) {
+    absl::StatusOr<bool> row = select->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    ids.push_back(select->ColumnText(0));
+  }
+  return ids;
+}
+
+absl::Status JobStore::DeleteJob(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  // Child rows go with it (ON DELETE CASCADE), in the same implicit transaction.
+  absl::StatusOr<Statement> remove =
+      Statement::Prepare(db_.get(), path_, "DELETE FROM jobs WHERE id = ?1");
+  if (!remove.ok()) return remove.status();
+  remove->BindText(1, id);
+  if (absl::Status status = remove->Run(); !status.ok()) return status;
+  if (sqlite3_changes(db_.get()) == 0) return JobNotFound(id);
+  return absl::OkStatus();
 }
 
 absl::Status JobStore::CheckJobExists(const std::string& job_id) {

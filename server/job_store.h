@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 struct sqlite3;
@@ -86,6 +87,13 @@ class JobStore {
       const taylorshift::v1::ListJobsRequest& request);
   // QUEUED and RUNNING jobs, oldest first: what to resume after a restart.
   absl::StatusOr<std::vector<taylorshift::v1::Job>> UnfinishedJobs();
+  // Ids of the SUCCEEDED, FAILED and CANCELLED jobs last written before `cutoff` (their final
+  // state's time, by this machine's clock), oldest first, at most `limit`.
+  absl::StatusOr<std::vector<std::string>> FinishedJobsBefore(absl::Time cutoff,
+                                                              std::int64_t limit);
+  // Deletes the job and its loss curve, validation runs and checkpoint records (one
+  // transaction; promotions stay). NOT_FOUND for an unknown id.
+  absl::Status DeleteJob(const std::string& id);
 
   // Per-job history, each in the order appended (a resumed job first drops the steps it will
   // train again: TruncateHistory).

@@ -19,8 +19,8 @@ constexpr std::size_t kMaxPendingEvents = 256;
 // Runs `body` (returning absl::Status or StatusOr<T> assigned into the response) after the
 // admin check and finishes the unary call.
 template <typename Body>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context,
-                                const Authorizer* authorizer, Body&& body) {
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const Authorizer* authorizer,
+                                Body&& body) {
   auto* reactor = context->DefaultReactor();
   absl::Status status = authorizer->Check(*context, kAdminRole);
   if (status.ok()) status = body();
@@ -151,9 +151,9 @@ grpc::ServerUnaryReactor* JobsService::SubmitTraining(grpc::CallbackServerContex
   });
 }
 
-grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(
-    grpc::CallbackServerContext* context, const pb::SubmitEvaluationRequest* request,
-    pb::Job* response) {
+grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(grpc::CallbackServerContext* context,
+                                                        const pb::SubmitEvaluationRequest* request,
+                                                        pb::Job* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
     auto job = manager_->SubmitEvaluation(request->spec());
     if (!job.ok()) return job.status();
@@ -163,8 +163,7 @@ grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(
 }
 
 grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
-                                              const pb::GetJobRequest* request,
-                                              pb::Job* response) {
+                                              const pb::GetJobRequest* request, pb::Job* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
     auto job = manager_->GetJob(request->id());
     if (!job.ok()) return job.status();
@@ -206,8 +205,19 @@ grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* co
   });
 }
 
-grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(
-    grpc::CallbackServerContext* context, const pb::WatchJobRequest* request) {
+grpc::ServerUnaryReactor* JobsService::DeleteJob(grpc::CallbackServerContext* context,
+                                                 const pb::DeleteJobRequest* request,
+                                                 pb::DeleteJobResponse* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    auto deleted = manager_->DeleteJob(request->id());
+    if (!deleted.ok()) return deleted.status();
+    *response = std::move(*deleted);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(grpc::CallbackServerContext* context,
+                                                              const pb::WatchJobRequest* request) {
   return new WatchReactor(manager_, authorizer_, context, request->id());
 }
 

@@ -29,6 +29,9 @@ class JobsService final : public taylorshift::v1::Jobs::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const taylorshift::v1::CancelJobRequest* request,
                                       taylorshift::v1::Job* response) final;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const taylorshift::v1::DeleteJobRequest* request,
+                                      taylorshift::v1::DeleteJobResponse* response) final;
   grpc::ServerWriteReactor<taylorshift::v1::JobEvent>* WatchJob(
       grpc::CallbackServerContext* context,
       const taylorshift::v1::WatchJobRequest* request) final;

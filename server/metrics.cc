@@ -307,12 +307,14 @@ struct Metrics::Impl {
                           "job_id.")),
         job_step(AddGauge(*registry, "taylorshift_job_step",
                           "Optimizer steps a training job has taken, per job_id.")),
-        job_examples_per_second(AddGauge(
-            *registry, "taylorshift_job_examples_per_second",
-            "Training examples per second since the last progress report, per job_id.")),
+        job_examples_per_second(
+            AddGauge(*registry, "taylorshift_job_examples_per_second",
+                     "Training examples per second since the last progress report, per job_id.")),
         job_validation_accuracy(AddGauge(*registry, "taylorshift_job_validation_accuracy",
-                                         "Accuracy of the latest validation run, per job_id.")) {
-  }
+                                         "Accuracy of the latest validation run, per job_id.")),
+        jobs_deleted(AddCounter(*registry, "taylorshift_jobs_deleted_total",
+                                "Finished jobs deleted with their files, by reason (request: "
+                                "DeleteJob; retention: older than jobs.retention_s).")) {}
 
   void UpdateMemory() {
     // /proc/self/statm: total program size and resident set size, in pages.
@@ -358,6 +360,7 @@ struct Metrics::Impl {
   Family<Gauge>& job_step;
   Family<Gauge>& job_examples_per_second;
   Family<Gauge>& job_validation_accuracy;
+  Family<Counter>& jobs_deleted;
 
   absl::Mutex model_info_mu;
   // (model, version) → its taylorshift_model_info sample, so RemoveModelInfo can find it.
@@ -474,6 +477,23 @@ void Metrics::SetJobProgress(const std::string& job_id, std::int64_t step, doubl
 
 void Metrics::SetJobValidationAccuracy(const std::string& job_id, double accuracy) {
   impl_->job_validation_accuracy.Add({{"job_id", job_id}}).Set(accuracy);
+}
+
+void Metrics::RemoveJob(const std::string& job_id, const std::string& kind,
+                        const std::string& reason) {
+  // Remove() takes the series itself; Has() first, so that a series never set is not created.
+  const auto remove = [](Family<Gauge>& family, const prometheus::Labels& labels) {
+    if (family.Has(labels)) family.Remove(&family.Add(labels));
+  };
+  for (const char* s : {"queued", "running", "succeeded", "failed", "cancelled"}) {
+    remove(impl_->job_state, {{"job_id", job_id}, {"kind", kind}, {"state", s}});
+  }
+  const prometheus::Labels labels = {{"job_id", job_id}};
+  for (Family<Gauge>* family : {&impl_->job_step, &impl_->job_loss, &impl_->job_examples_per_second,
+                                &impl_->job_validation_accuracy}) {
+    remove(*family, labels);
+  }
+  impl_->jobs_deleted.Add({{"reason", reason}}).Increment();
 }
 
 void Metrics::RemoveModelInfo(const std::string& model, const std::string& version) {

@@ -44,6 +44,8 @@ class Metrics {
   void SetJobProgress(const std::string& job_id, std::int64_t step, double loss,
                       double examples_per_second);
   void SetJobValidationAccuracy(const std::string& job_id, double accuracy);
+  // Drops every series of a deleted job and counts the deletion (reason: request, retention).
+  void RemoveJob(const std::string& job_id, const std::string& kind, const std::string& reason);
   // Reads /proc/self/statm and (on CUDA) the device allocator; call before each scrape or
   // periodically.
   void UpdateMemory();

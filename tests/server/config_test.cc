@@ -233,8 +233,7 @@ TEST(ConfigTest, RejectsBadValues) {
   ExpectRejected("metrics_listen: 9464\n", {"metrics_listen: must be host:port"});
   ExpectRejected("max_concurrent_streams: 0\n", {"max_concurrent_streams: must be > 0, got 0"});
   ExpectRejected("intra_op_threads: -1\n", {"intra_op_threads: must be >= 0, got -1"});
-  ExpectRejected("heap_keep_freed_bytes: -5\n",
-                 {"heap_keep_freed_bytes: must be >= 0, got -5"});
+  ExpectRejected("heap_keep_freed_bytes: -5\n", {"heap_keep_freed_bytes: must be >= 0, got -5"});
   ExpectRejected("max_message_bytes: 4294967296\n", {"max_message_bytes: must be <="});
   ExpectRejected("shutdown_grace_ms: -5\n", {"shutdown_grace_ms: must be >= 0, got -5"});
   ExpectRejected(
@@ -374,6 +373,8 @@ TEST(ConfigTest, JobsDefaults) {
   EXPECT_EQ(jobs.threads_per_job, 0);
   EXPECT_EQ(jobs.serving_reserved_cores, 1);
   EXPECT_EQ(jobs.keep_checkpoints, 2);
+  EXPECT_EQ(jobs.retention, absl::ZeroDuration());
+  EXPECT_EQ(jobs.retention_sweep_interval, absl::Minutes(5));
   EXPECT_EQ(jobs.limits.max_steps, 1000000);
   EXPECT_EQ(jobs.limits.max_batch_size, 1024);
   EXPECT_EQ(jobs.limits.max_length, 65536);
@@ -393,6 +394,8 @@ jobs:
   threads_per_job: 3
   serving_reserved_cores: 2
   keep_checkpoints: 4
+  retention_s: 604800
+  retention_sweep_interval_s: 60
   limits:
     max_steps: 500
     max_batch_size: 64
@@ -412,6 +415,8 @@ jobs:
   EXPECT_EQ(jobs.threads_per_job, 3);
   EXPECT_EQ(jobs.serving_reserved_cores, 2);
   EXPECT_EQ(jobs.keep_checkpoints, 4);
+  EXPECT_EQ(jobs.retention, absl::Hours(24 * 7));
+  EXPECT_EQ(jobs.retention_sweep_interval, absl::Minutes(1));
   EXPECT_EQ(jobs.limits.max_steps, 500);
   EXPECT_EQ(jobs.limits.max_batch_size, 64);
   EXPECT_EQ(jobs.limits.max_length, 4096);
@@ -447,6 +452,9 @@ TEST(ConfigTest, JobsRejectsOutOfRangeValues) {
     ExpectRejected(absl::StrCat("jobs: {limits: {", limit, ": 0}}\n"),
                    {absl::StrCat("jobs.limits.", limit, ": must be > 0, got 0")});
   }
+  ExpectRejected("jobs: {retention_s: -1}\n", {"jobs.retention_s: must be >= 0, got -1"});
+  ExpectRejected("jobs: {retention_sweep_interval_s: 0}\n",
+                 {"jobs.retention_sweep_interval_s: must be >= 1, got 0"});
   ExpectRejected("jobs: {limits: {max_threads: -1}}\n",
                  {"jobs.limits.max_threads: must be >= 0, got -1"});
   ExpectRejected("jobs: {limits: {max_generate_count: 10000001}}\n",

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace ts::server {
 namespace {
@@ -245,6 +246,81 @@ TEST_F(JobStoreTest, IdsAreUniqueIncreasingAndNeverReused) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(Create(*store, MakeTrainingJob("d")).id(), "job-4");
   EXPECT_THAT(store->GetJob("job-3").status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(JobStoreTest, DeleteJobTakesItsHistoryAndCheckpointRecordsAndKeepsPromotions) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a", kSucceeded));  // job-1
+  Create(*store, MakeTrainingJob("b", kSucceeded));  // job-2
+  for (const char* id : {"job-1", "job-2"}) {
+    ASSERT_TRUE(store->AppendMetric(id, JobMetricRow{10, 1.5, 1e-4, 100, 1000}).ok());
+    ASSERT_TRUE(store->AppendEvaluation(id, MakeReport(10, 0.5)).ok());
+    CheckpointInfo checkpoint;
+    checkpoint.set_kind("best");
+    checkpoint.set_step(10);
+    checkpoint.set_path(absl::StrCat("state/jobs/", id, "/best.tsckpt"));
+    ASSERT_TRUE(store->RecordCheckpoint(id, checkpoint).ok());
+  }
+  PromotionRecord promotion;
+  promotion.model = "served";
+  promotion.version = "v1";
+  promotion.checkpoint = "state/models/served/v1.tsckpt";
+  promotion.source = "job:job-1";
+  ASSERT_TRUE(store->RecordPromotion(promotion).ok());
+
+  ASSERT_TRUE(store->DeleteJob("job-1").ok());
+  EXPECT_THAT(store->GetJob("job-1").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->Metrics("job-1").status(), StatusIs(absl::StatusCode::kNotFound));
+  for (const char* table : {"job_metrics", "job_evaluations", "checkpoints"}) {
+    EXPECT_EQ(RawDb(path_).QueryText(
+                  absl::StrCat("SELECT COUNT(*) FROM ", table, " WHERE job_id = 'job-1'").c_str()),
+              "0")
+        << table;
+    EXPECT_EQ(RawDb(path_).QueryText(
+                  absl::StrCat("SELECT COUNT(*) FROM ", table, " WHERE job_id = 'job-2'").c_str()),
+              "1")
+        << table;
+  }
+  // The promoted copy is not the job's: it stays served after a restart.
+  absl::StatusOr<std::vector<PromotionRecord>> current = store->CurrentPromotions();
+  ASSERT_TRUE(current.ok()) << current.status();
+  ASSERT_EQ(current->size(), 1u);
+  EXPECT_EQ((*current)[0].source, "job:job-1");
+
+  absl::Status again = store->DeleteJob("job-1");
+  EXPECT_THAT(again, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(again.message(), HasSubstr("job-1"));
+  // Deleted ids are not reused.
+  EXPECT_EQ(Create(*store, MakeTrainingJob("c")).id(), "job-3");
+}
+
+TEST_F(JobStoreTest, FinishedJobsBeforeListsOnlyFinalStatesOlderThanTheCutoff) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("a", kSucceeded));  // job-1
+  Create(*store, MakeTrainingJob("b", kRunning));    // job-2
+  Create(*store, MakeEvaluationJob("c", kFailed));   // job-3
+  Create(*store, MakeTrainingJob("d", kQueued));     // job-4
+  Create(*store, MakeTrainingJob("e", kCancelled));  // job-5
+  const absl::Time after = absl::Now() + absl::Seconds(1);
+  auto listed = store->FinishedJobsBefore(after, 100);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed, ElementsAre("job-1", "job-3", "job-5"));
+  listed = store->FinishedJobsBefore(after, 2);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed, ElementsAre("job-1", "job-3"));
+  // Written within the last hour: none is older than an hour.
+  listed = store->FinishedJobsBefore(absl::Now() - absl::Hours(1), 100);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed, IsEmpty());
+  // The time is the last write's: an old row written again is young again.
+  RawDb(path_).Exec("UPDATE jobs SET update_ms = 1000");
+  Job rewritten = *store->GetJob("job-3");
+  ASSERT_TRUE(store->UpdateJob(rewritten).ok());
+  listed = store->FinishedJobsBefore(absl::Now() - absl::Hours(1), 100);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed, ElementsAre("job-1", "job-5"));
 }
 
 TEST_F(JobStoreTest, UnknownJobsAreNotFound) {

@@ -1,14 +1,14 @@
-// Jobs against a real `tsserver` process on loopback (each job in tsworker processes): a tiny model learns a generated task over
-// gRPC and beats a held-out accuracy far above chance; an evaluation job reports on a test set;
-// promotion under concurrent Classify load fails no request and switches versions; the promoted
-// version survives a restart; kill -9 mid-training resumes from the checkpoint with the step
-// count continuing; cancel works; bad specs and paths outside the data root are refused and the
-// server keeps serving; job metrics are exported. Worker supervision: a worker killed with
-// SIGKILL fails its job with the signal named (or is retried), a hung one is failed by the
-// heartbeat timeout, a job past its memory limit fails "out of memory" while the server keeps
-// its size, an oversized spec is refused at submission, 1/2/4 data-parallel ranks reach the
-// same float64 weights, a 2-rank job dies with a killed server and resumes, an evaluation job
-// cancels mid-pass, and client input in errors is capped.
+// Jobs against a real `tsserver` process on loopback (each job in tsworker processes): a tiny model
+// learns a generated task over gRPC and beats a held-out accuracy far above chance; an evaluation
+// job reports on a test set; promotion under concurrent Classify load fails no request and switches
+// versions; the promoted version survives a restart; kill -9 mid-training resumes from the
+// checkpoint with the step count continuing; cancel works; bad specs and paths outside the data
+// root are refused and the server keeps serving; job metrics are exported. Worker supervision: a
+// worker killed with SIGKILL fails its job with the signal named (or is retried), a hung one is
+// failed by the heartbeat timeout, a job past its memory limit fails "out of memory" while the
+// server keeps its size, an oversized spec is refused at submission, 1/2/4 data-parallel ranks
+// reach the same float64 weights, a 2-rank job dies with a killed server and resumes, an evaluation
+// job cancels mid-pass, and client input in errors is capped.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <sstream>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -28,13 +28,14 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "model/checkpoint.h"
-#include "model/json_reader.h"
 #include "model/encoder.h"
+#include "model/json_reader.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 #include "taylorshift/v1/jobs.grpc.pb.h"
 #include "tests/testing/encoder_testing.h"
@@ -473,8 +474,7 @@ TEST_F(JobsIntegrationTest, CancelAndBadSpecsAreHandledAndServingContinues) {
     pb::Job job;
     const auto status = Submit(spec, &job);
     EXPECT_EQ(status.error_code(), c.code) << c.mentions << ": " << status.error_message();
-    EXPECT_NE(status.error_message().find(c.mentions), std::string::npos)
-        << status.error_message();
+    EXPECT_NE(status.error_message().find(c.mentions), std::string::npos) << status.error_message();
   }
   pb::ClassifyResponse response;
   EXPECT_TRUE(Classify("still serving", &response).ok());
@@ -1049,7 +1049,8 @@ TEST_F(WorkerSupervisionTest, AnEvaluationJobIsCancelledMidPass) {
   const auto events = Watch(job.id(), 60);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().job().state(), pb::JOB_STATE_CANCELLED)
-      << events.back().job().reason() << "\n" << server_.Log();
+      << events.back().job().reason() << "\n"
+      << server_.Log();
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
   EXPECT_FALSE(events.back().job().has_report());
 }
@@ -1075,6 +1076,172 @@ TEST_F(WorkerSupervisionTest, ErrorsQuoteClientInputCapped) {
   EXPECT_LT(refused.error_message().size(), 400u) << refused.error_message().substr(0, 400);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Job lifecycle: DeleteJob and retention
+
+class JobLifecycleTest : public WorkerSupervisionTest {
+ protected:
+  grpc::Status Delete(const std::string& id, pb::DeleteJobResponse* response) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::DeleteJobRequest request;
+    request.set_id(id);
+    return jobs_->DeleteJob(&context, request, response);
+  }
+  grpc::Status Cancel(const std::string& id) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::CancelJobRequest request;
+    request.set_id(id);
+    pb::Job job;
+    return jobs_->CancelJob(&context, request, &job);
+  }
+  grpc::StatusCode GetCode(const std::string& id) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::GetJobRequest request;
+    request.set_id(id);
+    pb::Job job;
+    return jobs_->GetJob(&context, request, &job).error_code();
+  }
+  std::string JobDirectory(const std::string& id) const { return dir_ + "/state/jobs/" + id; }
+  static int CountFiles(const std::string& dir) {
+    int files = 0;
+    std::error_code error;
+    for (std::filesystem::recursive_directory_iterator it(dir, error), end; !error && it != end;
+         it.increment(error)) {
+      if (it->is_regular_file(error)) ++files;
+    }
+    return files;
+  }
+};
+
+TEST_F(JobLifecycleTest, DeleteJobRemovesAFinishedJobAndItsFilesAndItsPromotedModelStaysServed) {
+  StartServer();
+  auto spec = TinySpec("to-delete", 30);
+  spec.set_checkpoint_interval(10);
+  pb::Job done;
+  ASSERT_TRUE(Submit(spec, &done).ok());
+  ASSERT_EQ(Watch(done.id(), 120).back().job().state(), pb::JOB_STATE_SUCCEEDED) << server_.Log();
+  const int files = CountFiles(JobDirectory(done.id()));
+  ASSERT_GE(files, 2) << "a best and a last checkpoint at least";
+
+  // A running job cannot be deleted.
+  pb::Job running;
+  ASSERT_TRUE(Submit(TinySpec("running", 100000), &running).ok());
+  WaitForStep(running.id(), 5);
+  pb::DeleteJobResponse deleted;
+  grpc::Status status = Delete(running.id(), &deleted);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_NE(status.error_message().find("cancel it first"), std::string::npos)
+      << status.error_message();
+
+  // Nor one whose checkpoint a queued job will read.
+  pb::EvaluationSpec eval;
+  eval.set_name("reads-it");
+  eval.set_job_id(done.id());
+  eval.mutable_data()->set_format("jsonl");
+  eval.mutable_data()->set_path("task/test.jsonl");
+  eval.set_threads(1);
+  pb::Job queued;
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::SubmitEvaluationRequest request;
+    *request.mutable_spec() = eval;
+    ASSERT_TRUE(jobs_->SubmitEvaluation(&context, request, &queued).ok());
+  }
+  status = Delete(done.id(), &deleted);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_NE(status.error_message().find(queued.id()), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("job_id"), std::string::npos) << status.error_message();
+  EXPECT_EQ(CountFiles(JobDirectory(done.id())), files);
+  ASSERT_TRUE(Cancel(queued.id()).ok());
+  ASSERT_TRUE(Cancel(running.id()).ok());
+  ASSERT_EQ(Watch(running.id(), 120).back().job().state(), pb::JOB_STATE_CANCELLED);
+
+  // Its checkpoint promoted to serving: a copy, which the deletion leaves served.
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::PromoteCheckpointRequest promote;
+    promote.set_model("from-deleted");
+    promote.set_job_id(done.id());
+    pb::PromoteCheckpointResponse promoted;
+    const grpc::Status promoted_status = jobs_->PromoteCheckpoint(&context, promote, &promoted);
+    ASSERT_TRUE(promoted_status.ok()) << promoted_status.error_message();
+  }
+
+  status = Delete(done.id(), &deleted);
+  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << server_.Log();
+  EXPECT_EQ(deleted.id(), done.id());
+  EXPECT_EQ(deleted.state(), pb::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(deleted.files_removed(), static_cast<std::uint64_t>(files));
+  EXPECT_GT(deleted.bytes_freed(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(JobDirectory(done.id())));
+  EXPECT_EQ(GetCode(done.id()), grpc::StatusCode::NOT_FOUND);
+  status = Delete(done.id(), &deleted);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_EQ(Delete("job-999", &deleted).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // tsctl deletes the cancelled ones.
+  const std::string tsctl = std::string(TS_TSCTL_BINARY) + " jobs delete ";
+  const std::string server = " --server " + server_.grpc_address();
+  const auto by_cli = RunCommand(tsctl + running.id() + server + " --json");
+  ASSERT_EQ(by_cli.exit_code, 0) << by_cli.text;
+  EXPECT_NE(by_cli.text.find("\"state\":\"cancelled\""), std::string::npos) << by_cli.text;
+  EXPECT_NE(by_cli.text.find("\"files_removed\""), std::string::npos) << by_cli.text;
+  const auto text = RunCommand(tsctl + queued.id() + server);
+  ASSERT_EQ(text.exit_code, 0) << text.text;
+  EXPECT_NE(text.text.find(queued.id() + " (CANCELLED) deleted"), std::string::npos) << text.text;
+  const auto missing = RunCommand(tsctl + queued.id() + server);
+  EXPECT_EQ(missing.exit_code, 1) << missing.text;
+  EXPECT_NE(missing.text.find("NOT_FOUND"), std::string::npos) << missing.text;
+
+  const std::string metrics = ts::testing::HttpGet(server_.metrics_address(), "/metrics");
+  EXPECT_NE(metrics.find("taylorshift_jobs_deleted_total{reason=\"request\"} 3"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("job_id=\"" + done.id() + "\""), std::string::npos) << metrics;
+
+  // After a restart the deleted jobs stay gone and the promoted model is served again.
+  ASSERT_EQ(server_.Stop(), 0) << server_.Log();
+  StartServer();
+  EXPECT_EQ(GetCode(done.id()), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  pb::ClassifyRequest request;
+  request.set_model("from-deleted");
+  request.set_document("ABC def 123");
+  pb::ClassifyResponse response;
+  const grpc::Status served = classifier_->Classify(&context, request, &response);
+  EXPECT_TRUE(served.ok()) << served.error_message() << "\n" << server_.Log();
+  pb::Job next;
+  const grpc::Status submitted = Submit(TinySpec("after", 20), &next);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  EXPECT_EQ(next.id(), "job-4") << "deleted ids are not reused";
+}
+
+TEST_F(JobLifecycleTest, RetentionDeletesFinishedJobsOlderThanItsLimit) {
+  SetJobsConfig("retention_s: 2, retention_sweep_interval_s: 1");
+  StartServer();
+  pb::Job job;
+  ASSERT_TRUE(Submit(TinySpec("short-lived", 10), &job).ok());
+  ASSERT_EQ(Watch(job.id(), 120).back().job().state(), pb::JOB_STATE_SUCCEEDED) << server_.Log();
+  // Still there right after it finished (younger than 2 s)...
+  EXPECT_EQ(GetCode(job.id()), grpc::StatusCode::OK);
+  // ...and gone within a few sweeps after.
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline && GetCode(job.id()) != grpc::StatusCode::NOT_FOUND) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(GetCode(job.id()), grpc::StatusCode::NOT_FOUND) << server_.Log();
+  EXPECT_FALSE(std::filesystem::exists(JobDirectory(job.id())));
+  EXPECT_NE(server_.Log().find("deleted by retention"), std::string::npos) << server_.Log();
+  const std::string metrics = ts::testing::HttpGet(server_.metrics_address(), "/metrics");
+  EXPECT_NE(metrics.find("taylorshift_jobs_deleted_total{reason=\"retention\"} 1"),
+            std::string::npos)
+      << metrics;
+}
 
 }  // namespace
 }  // namespace ts
