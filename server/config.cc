@@ -175,6 +175,7 @@ absl::Status ReadBatching(const YAML::Node& node, const std::string& path,
           {"max_queue_delay_us", Duration(&batching->max_queue_delay, absl::Microseconds(1))},
           {"max_queue_size", Int64(&batching->max_queue_size)},
           {"batch_threads", Int(&batching->batch_threads)},
+          {"start_when_idle", Bool(&batching->start_when_idle)},
       });
 }
 

@@ -110,7 +110,8 @@ absl::Status LengthBucketBatcher::Schedule(std::unique_ptr<BatchTask>& task) {
     ++queued_;
     ++pending_;
     ++depth_version_;
-    // Only a new bucket (a new delay expiry) or a full one changes what a batch thread waits for.
+    // Only a new bucket (ready at once on an idle model with start_when_idle, else a new delay
+    // expiry) or a full one changes what a free batch thread waits for.
     wake = tasks.size() == 1 || static_cast<std::int64_t>(tasks.size()) == Capacity(key.first);
   }
   if (wake) work_cv_.Signal();
@@ -119,10 +120,12 @@ absl::Status LengthBucketBatcher::Schedule(std::unique_ptr<BatchTask>& task) {
 }
 
 bool LengthBucketBatcher::TakeReadyBatch(absl::Time now, Batch& batch) {
+  // Nothing runs: with start_when_idle a request need not wait for company.
+  const bool take_any = flushing_ || (options_.start_when_idle && running_ == 0);
   auto best = buckets_.end();
   for (auto it = buckets_.begin(); it != buckets_.end(); ++it) {
     const std::deque<QueuedTask>& tasks = it->second;
-    const bool ready = flushing_ ||
+    const bool ready = take_any ||
                        static_cast<std::int64_t>(tasks.size()) >= Capacity(it->first.first) ||
                        now >= tasks.front().task->enqueued + options_.max_queue_delay;
     if (ready && (best == buckets_.end() || tasks.front().arrival < best->second.front().arrival)) {
@@ -144,6 +147,7 @@ bool LengthBucketBatcher::TakeReadyBatch(absl::Time now, Batch& batch) {
   if (tasks.empty()) buckets_.erase(best);
   queued_ -= size;
   ++depth_version_;
+  ++running_;
   return true;
 }
 
@@ -168,7 +172,7 @@ void LengthBucketBatcher::BatchLoop() {
       }
       more_queued = queued_ > 0;
     }
-    // Another idle thread must take over waiting for what is left.
+    // Another free thread must take over waiting for what is left.
     if (more_queued) work_cv_.Signal();
     ReportQueueDepth();
     RunBatch(batch);
@@ -213,12 +217,17 @@ void LengthBucketBatcher::RunBatch(Batch& batch) {
 
 void LengthBucketBatcher::Finished(std::int64_t count) {
   bool idle = false;
+  bool wake = false;
   {
     absl::MutexLock lock(&mu_);
     pending_ -= count;
+    --running_;
     idle = pending_ == 0;
+    // The model just became idle: with start_when_idle what is queued is ready now.
+    wake = running_ == 0 && queued_ > 0 && options_.start_when_idle;
   }
   if (idle) idle_cv_.SignalAll();
+  if (wake) work_cv_.Signal();
 }
 
 void LengthBucketBatcher::ReportQueueDepth() {

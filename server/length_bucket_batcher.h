@@ -1,9 +1,14 @@
 // LengthBucketBatcher: the dynamic batcher of one served model.
 //
-// Requests (tasks) wait in buckets keyed by (padded length, requested path). A bucket's batch
-// closes when its token budget (batch size × padded length) is full, when it holds
-// max_batch_size tasks, or when its oldest task has waited max_queue_delay. Among ready
-// batches the one whose oldest task is oldest runs first, so long documents are never starved.
+// Requests (tasks) wait in buckets keyed by (padded length, requested path). A batch thread
+// that is not running a batch is free; a free thread takes the ready bucket whose oldest task is
+// oldest, with as many of its tasks as fit (see below), so long documents are never starved.
+// A bucket is ready when its token budget is full, when it holds max_batch_size tasks, or when
+// its oldest task has waited max_queue_delay. With start_when_idle (the default: continuous
+// batching) every non-empty bucket is also ready while no batch is running at all: a request to
+// an idle model starts at once, requests wait for max_queue_delay only while the model is busy,
+// and a thread that finishes the last running batch takes at once what accumulated meanwhile,
+// so batches grow with load rather than with waiting.
 // Before a batch runs, tasks whose deadline has passed are finished with DEADLINE_EXCEEDED and
 // cancelled ones with CANCELLED, without computing them.
 //
@@ -70,6 +75,10 @@ struct LengthBucketBatcherOptions {
   absl::Duration max_queue_delay = absl::Milliseconds(5);
   std::int64_t max_queue_size = 1024;  // tasks waiting, all buckets together
   int batch_threads = 1;               // batches run concurrently
+  // true: while no batch runs, any non-empty bucket starts at once (max_queue_delay applies
+  // only while the model is busy); false: every bucket waits for max_queue_delay or a full
+  // budget, also on an idle model.
+  bool start_when_idle = true;
 };
 
 class LengthBucketBatcher {
@@ -114,7 +123,8 @@ class LengthBucketBatcher {
                       Observer observer);
 
   void BatchLoop();
-  // Moves the ready bucket with the oldest task into `batch`; false if no bucket is ready.
+  // Moves the ready bucket with the oldest task into `batch` (counting it in running_); false if
+  // no bucket is ready.
   bool TakeReadyBatch(absl::Time now, Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The earliest time a bucket becomes ready by max_queue_delay (InfiniteFuture: no bucket).
   absl::Time NextDelayExpiry() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -138,6 +148,7 @@ class LengthBucketBatcher {
   std::map<BucketKey, std::deque<QueuedTask>> buckets_ ABSL_GUARDED_BY(mu_);
   std::int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // tasks in buckets_
   std::int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // accepted tasks whose `done` is not called
+  int running_ ABSL_GUARDED_BY(mu_) = 0;            // batches taken and not yet finished
   std::uint64_t next_arrival_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t depth_version_ ABSL_GUARDED_BY(mu_) = 0;  // bumped whenever queued_ changes
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;

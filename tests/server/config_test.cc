@@ -49,6 +49,7 @@ models:
       max_queue_delay_us: 250
       max_queue_size: 10
       batch_threads: 3
+      start_when_idle: false
   - name: imdb.v2-b_1
     checkpoint: /abs/imdb.tsckpt
     over_length: keep_tail
@@ -127,6 +128,7 @@ TEST(ConfigTest, ModelDefaultsAndBatcherName) {
   EXPECT_EQ(model.batching.max_queue_delay, absl::Microseconds(5000));
   EXPECT_EQ(model.batching.max_queue_size, 1024);
   EXPECT_EQ(model.batching.batch_threads, 1);
+  EXPECT_TRUE(model.batching.start_when_idle);
 }
 
 TEST(ConfigTest, EmptyValueMeansDefault) {
@@ -175,6 +177,7 @@ TEST(ConfigTest, FullExampleRoundTrip) {
   EXPECT_EQ(listops.batching.max_queue_delay, absl::Microseconds(250));
   EXPECT_EQ(listops.batching.max_queue_size, 10);
   EXPECT_EQ(listops.batching.batch_threads, 3);
+  EXPECT_FALSE(listops.batching.start_when_idle);
 
   const ModelConfig& imdb = config->models[1];
   EXPECT_EQ(imdb.name, "imdb.v2-b_1");

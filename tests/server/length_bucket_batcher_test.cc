@@ -194,6 +194,13 @@ class LengthBucketBatcherTest : public ::testing::Test {
     options.batch_threads = 1;
     return options;
   }
+  // SmallOptions() where a bucket waits for max_queue_delay or a full budget even on an idle
+  // batcher, for the tests of that closing logic.
+  static LengthBucketBatcherOptions WaitingOptions() {
+    LengthBucketBatcherOptions options = SmallOptions();
+    options.start_when_idle = false;
+    return options;
+  }
 
   std::unique_ptr<LengthBucketBatcher> Make(const LengthBucketBatcherOptions& options) {
     auto batcher =
@@ -234,7 +241,7 @@ class LengthBucketBatcherTest : public ::testing::Test {
 };
 
 TEST_F(LengthBucketBatcherTest, FullTokenBudgetClosesBatchWithoutWaiting) {
-  LengthBucketBatcherOptions options = SmallOptions();
+  LengthBucketBatcherOptions options = WaitingOptions();
   options.max_batch_tokens = 256;  // two tasks padded to 128
   options.max_queue_delay = absl::Hours(1);
   auto batcher = Make(options);
@@ -263,7 +270,7 @@ TEST_F(LengthBucketBatcherTest, FullTokenBudgetClosesBatchWithoutWaiting) {
 }
 
 TEST_F(LengthBucketBatcherTest, MaxBatchSizeClosesBatch) {
-  LengthBucketBatcherOptions options = SmallOptions();
+  LengthBucketBatcherOptions options = WaitingOptions();
   options.max_batch_size = 3;
   options.max_queue_delay = absl::Hours(1);
   auto batcher = Make(options);
@@ -276,7 +283,7 @@ TEST_F(LengthBucketBatcherTest, MaxBatchSizeClosesBatch) {
 }
 
 TEST_F(LengthBucketBatcherTest, DelayClosesPartialBatchOnlyOnceMaxQueueDelayPassed) {
-  auto batcher = Make(SmallOptions());  // max_queue_delay 5 ms, room for 8 tasks
+  auto batcher = Make(WaitingOptions());  // max_queue_delay 5 ms, room for 8 tasks
   ASSERT_TRUE(Schedule(*batcher, 0, 10).ok());
 
   // The batch thread saw the task and waits for its delay to expire instead of running it.
@@ -298,8 +305,130 @@ TEST_F(LengthBucketBatcherTest, DelayClosesPartialBatchOnlyOnceMaxQueueDelayPass
   ExpectEachDoneOnce(2);
 }
 
+TEST_F(LengthBucketBatcherTest, IdleBatcherStartsALoneTaskAtOnce) {
+  auto batcher = Make(SmallOptions());  // start_when_idle, max_queue_delay 5 ms, room for 8
+  ASSERT_TRUE(Schedule(*batcher, 0, 10).ok());
+
+  // The fake clock never moves: the task waits neither for max_queue_delay nor for company.
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(1));
+  EXPECT_THAT(recorder_.batch_ids(), ElementsAre(ElementsAre(0)));
+  EXPECT_EQ(recorder_.batches()[0].started, t0_);
+  EXPECT_TRUE(recorder_.StatusOf(0).ok()) << recorder_.StatusOf(0);
+  EXPECT_EQ(recorder_.ResultOf(0), ResultFor(0));
+
+  // The thread is free again afterwards, so the next lone task starts at once too.
+  ASSERT_TRUE(Schedule(*batcher, 1, 100).ok());
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(2));
+  EXPECT_THAT(recorder_.batch_ids(), ElementsAre(ElementsAre(0), ElementsAre(1)));
+  EXPECT_EQ(recorder_.batches()[1].started, t0_);
+  EXPECT_EQ(batcher->queued(), 0);
+  ExpectEachDoneOnce(2);
+}
+
+TEST_F(LengthBucketBatcherTest, TasksQueuedWhileTheOnlyThreadIsBusyRunTogetherWhenItIsFree) {
+  auto batcher = Make(SmallOptions());  // one batch thread, room for 8 tasks of ≤ 64 tokens
+  recorder_.CloseGate();
+  ASSERT_TRUE(Schedule(*batcher, 0, 10).ok());
+  ASSERT_TRUE(recorder_.AwaitBatches(1));  // the only batch thread is now busy
+  for (int id = 1; id < 6; ++id) ASSERT_TRUE(Schedule(*batcher, id, 10 + id).ok());
+  EXPECT_EQ(batcher->queued(), 5);  // no thread is free to take them
+  EXPECT_EQ(recorder_.batches().size(), 1u);
+
+  recorder_.OpenGate();
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(6));
+  // The freed thread took everything that accumulated as one batch, without the clock moving.
+  const std::vector<RanBatch> batches = recorder_.batches();
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_THAT(batches[0].ids, ElementsAre(0));
+  EXPECT_THAT(batches[1].ids, ElementsAre(1, 2, 3, 4, 5));
+  EXPECT_EQ(batches[1].started, t0_);
+  EXPECT_THAT(recorder_.batch_starts(), ElementsAre(1, 5));
+  EXPECT_EQ(batcher->queued(), 0);
+  ExpectEachDoneOnce(6);
+}
+
+TEST_F(LengthBucketBatcherTest, FreedThreadTakesTheOldestBucketFirstAndAtMostItsCapacity) {
+  auto batcher = Make(SmallOptions());  // room for 8 tasks per batch in both buckets
+  recorder_.CloseGate();
+  ASSERT_TRUE(Schedule(*batcher, 0, 10).ok());
+  ASSERT_TRUE(recorder_.AwaitBatches(1));
+  ASSERT_TRUE(Schedule(*batcher, 1, 100).ok());  // the oldest waiting task, alone in its bucket
+  for (int id = 2; id < 12; ++id) {
+    ASSERT_TRUE(Schedule(*batcher, id, 10).ok());  // a full batch of short ones and two more
+  }
+
+  recorder_.OpenGate();
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(12));
+  // The lone long document goes before the full batch of newer short ones.
+  EXPECT_THAT(recorder_.batch_ids(),
+              ElementsAre(ElementsAre(0), ElementsAre(1), ElementsAre(2, 3, 4, 5, 6, 7, 8, 9),
+                          ElementsAre(10, 11)));
+  for (const RanBatch& batch : recorder_.batches()) EXPECT_EQ(batch.started, t0_);
+  ExpectEachDoneOnce(12);
+}
+
+TEST_F(LengthBucketBatcherTest, WhileABatchRunsANewTaskWaitsForMaxQueueDelayOnTheFreeThread) {
+  LengthBucketBatcherOptions options = SmallOptions();  // start_when_idle
+  options.batch_threads = 2;
+  auto batcher = Make(options);
+  recorder_.CloseGate();
+  ASSERT_TRUE(Schedule(*batcher, 0, 10).ok());
+  ASSERT_TRUE(recorder_.AwaitBatches(1));  // idle model: at once
+  EXPECT_EQ(recorder_.batches()[0].started, t0_);
+
+  // The model is busy: the second thread is free but waits for company until the delay.
+  ASSERT_TRUE(Schedule(*batcher, 1, 10).ok());
+  ASSERT_TRUE(Schedule(*batcher, 2, 10).ok());
+  ASSERT_TRUE(clock_.BlockUntilWaiting(t0_ + absl::Milliseconds(5)));
+  EXPECT_EQ(recorder_.batches().size(), 1u);
+  EXPECT_EQ(batcher->queued(), 2);
+  clock_.Advance(absl::Milliseconds(5));
+  ASSERT_TRUE(recorder_.AwaitBatches(2));
+  EXPECT_THAT(recorder_.batches()[1].ids, ElementsAre(1, 2));
+  EXPECT_EQ(recorder_.batches()[1].started, t0_ + absl::Milliseconds(5));
+
+  // Both busy: a third batch waits for a thread; the first thread free after the model went
+  // idle takes it at once, without the delay.
+  ASSERT_TRUE(Schedule(*batcher, 3, 10).ok());
+  EXPECT_EQ(batcher->queued(), 1);
+  recorder_.OpenGate();
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(4));
+  const std::vector<RanBatch> batches = recorder_.batches();
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_THAT(batches[2].ids, ElementsAre(3));
+  EXPECT_EQ(batches[2].started, t0_ + absl::Milliseconds(5));
+  ExpectEachDoneOnce(4);
+}
+
+TEST_F(LengthBucketBatcherTest, WithoutStartWhenIdleAFreeThreadStillWaitsForMaxQueueDelay) {
+  LengthBucketBatcherOptions options = WaitingOptions();
+  options.batch_threads = 2;
+  auto batcher = Make(options);
+  recorder_.CloseGate();
+  ASSERT_TRUE(Schedule(*batcher, 0, 2000).ok());  // over the whole budget: runs at once, alone
+  ASSERT_TRUE(recorder_.AwaitBatches(1));
+  ASSERT_TRUE(Schedule(*batcher, 1, 10).ok());
+
+  // The second thread is free but waits for the task's delay instead of running it.
+  ASSERT_TRUE(clock_.BlockUntilWaiting(t0_ + absl::Milliseconds(5)));
+  EXPECT_EQ(recorder_.batches().size(), 1u);
+  clock_.Advance(absl::Milliseconds(5) - absl::Microseconds(1));
+  ASSERT_TRUE(clock_.BlockUntilWaiting(t0_ + absl::Milliseconds(5)));
+  EXPECT_EQ(recorder_.batches().size(), 1u);
+  EXPECT_EQ(batcher->queued(), 1);
+
+  clock_.Advance(absl::Microseconds(1));
+  ASSERT_TRUE(recorder_.AwaitBatches(2));
+  const RanBatch batch = recorder_.batches()[1];
+  EXPECT_THAT(batch.ids, ElementsAre(1));
+  EXPECT_EQ(batch.started, t0_ + absl::Milliseconds(5));
+  recorder_.OpenGate();
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(2));
+  ExpectEachDoneOnce(2);
+}
+
 TEST_F(LengthBucketBatcherTest, OldestReadyBatchRunsFirstSoLongDocumentsAreNotStarved) {
-  LengthBucketBatcherOptions options = SmallOptions();
+  LengthBucketBatcherOptions options = WaitingOptions();
   options.bucket_boundaries = {16, 128, 256};
   options.max_batch_tokens = 256;  // 16 short tasks (padded 16) or 2 long ones (padded 128)
   options.max_batch_size = 16;
@@ -331,7 +460,7 @@ TEST_F(LengthBucketBatcherTest, OldestReadyBatchRunsFirstSoLongDocumentsAreNotSt
 }
 
 TEST_F(LengthBucketBatcherTest, DifferentPathsNeverShareABatch) {
-  LengthBucketBatcherOptions options = SmallOptions();
+  LengthBucketBatcherOptions options = WaitingOptions();
   options.max_batch_size = 2;
   auto batcher = Make(options);
   for (int id = 0; id < 4; ++id) ASSERT_TRUE(Schedule(*batcher, id, 10, /*path=*/id % 2).ok());
@@ -345,7 +474,7 @@ TEST_F(LengthBucketBatcherTest, DifferentPathsNeverShareABatch) {
 }
 
 TEST_F(LengthBucketBatcherTest, TasksLongerThanTheLastBoundaryGetTheirOwnLength) {
-  auto batcher = Make(SmallOptions());  // boundaries {64, 128}, budget 1024 tokens
+  auto batcher = Make(WaitingOptions());  // boundaries {64, 128}, budget 1024 tokens
   EXPECT_EQ(batcher->BucketFor(1), 64);
   EXPECT_EQ(batcher->BucketFor(64), 64);
   EXPECT_EQ(batcher->BucketFor(65), 128);
@@ -371,7 +500,7 @@ TEST_F(LengthBucketBatcherTest, TasksLongerThanTheLastBoundaryGetTheirOwnLength)
 }
 
 TEST_F(LengthBucketBatcherTest, ExpiredDeadlineFinishesWithDeadlineExceededWithoutRunning) {
-  auto batcher = Make(SmallOptions());
+  auto batcher = Make(WaitingOptions());
   std::unique_ptr<BatchTask> soon = recorder_.Task(0, 10);
   soon->deadline = t0_ + absl::Milliseconds(2);  // passes while the batch waits
   ASSERT_TRUE(batcher->Schedule(soon).ok());
@@ -403,7 +532,7 @@ TEST_F(LengthBucketBatcherTest, ExpiredDeadlineFinishesWithDeadlineExceededWitho
 }
 
 TEST_F(LengthBucketBatcherTest, CancelledTaskFinishesWithCancelledWithoutRunning) {
-  LengthBucketBatcherOptions options = SmallOptions();
+  LengthBucketBatcherOptions options = WaitingOptions();
   options.max_batch_size = 3;
   auto batcher = Make(options);
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
@@ -427,7 +556,7 @@ TEST_F(LengthBucketBatcherTest, CancelledTaskFinishesWithCancelledWithoutRunning
 }
 
 TEST_F(LengthBucketBatcherTest, FullQueueIsResourceExhaustedAndTaskStaysWithCaller) {
-  LengthBucketBatcherOptions options = SmallOptions();
+  LengthBucketBatcherOptions options = WaitingOptions();
   options.max_queue_size = 2;
   auto batcher = Make(options);
   ASSERT_TRUE(Schedule(*batcher, 0, 10).ok());
@@ -465,7 +594,7 @@ TEST_F(LengthBucketBatcherTest, RunnerErrorFailsEveryTaskOfTheBatch) {
 }
 
 TEST_F(LengthBucketBatcherTest, DrainRunsEverythingQueuedThenRejects) {
-  LengthBucketBatcherOptions options = SmallOptions();
+  LengthBucketBatcherOptions options = WaitingOptions();
   options.max_queue_delay = absl::Hours(1);
   auto batcher = Make(options);
   const std::vector<std::pair<std::int64_t, int>> tasks = {{10, 0},  {100, 0}, {10, 1},
@@ -520,7 +649,7 @@ TEST_F(LengthBucketBatcherTest, DrainTimeoutFinishesStillQueuedTasksWithUnavaila
 }
 
 TEST_F(LengthBucketBatcherTest, ShutdownFinishesQueuedTasksWithUnavailable) {
-  auto batcher = Make(SmallOptions());
+  auto batcher = Make(WaitingOptions());
   ASSERT_TRUE(Schedule(*batcher, 0, 10).ok());
   ASSERT_TRUE(Schedule(*batcher, 1, 100).ok());
   batcher->Shutdown();

@@ -81,7 +81,8 @@ class ServerIntegrationTest : public ::testing::Test {
               "  - name: slow\n"
               "    checkpoint: tiny.tsckpt\n"
               "    device: cpu\n"
-              "    batching: {max_queue_delay_us: 400000, max_queue_size: 3, max_batch_size: 64}\n";
+              "    batching: {max_queue_delay_us: 400000, max_queue_size: 3, max_batch_size: 64,\n"
+              "               start_when_idle: false}\n";
     config.close();
     server_ = new ServerProcess();
     ASSERT_TRUE(server_->Start(TS_TSSERVER_BINARY, {"--config", *dir_ + "/config.yaml"}, *dir_));
@@ -382,7 +383,8 @@ TEST_F(ServerLifecycleTest, SigtermFinishesEveryAcceptedRequestAndExitsZero) {
   std::ofstream(dir_ + "/slow.yaml")
       << "listen: 127.0.0.1:0\nmetrics_listen: ''\nshutdown_grace_ms: 20000\n"
          "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu,\n"
-         "          batching: {max_queue_delay_us: 1500000, max_batch_size: 64}}]\n";
+         "          batching: {max_queue_delay_us: 1500000, max_batch_size: 64,\n"
+         "                     start_when_idle: false}}]\n";
   ServerProcess server;
   ASSERT_TRUE(
       server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/slow.yaml", "--threads", "2"}, dir_));
