@@ -13,6 +13,7 @@
 
 #include "model/batch_classifier.h"
 #include "model/checkpoint.h"
+#include "model/heap_policy.h"
 #include "model/torch_compat.h"
 
 namespace ts::bench {
@@ -48,8 +49,8 @@ void BM_Classify(benchmark::State& state, LoadedCheckpoint* model, std::int64_t 
   }
   state.counters["docs_per_s"] =
       benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   ts::compat::SetThreads(threads);
+  if (!ts::KeepFreedHeapMemory(ts::kDefaultHeapKeepFreedBytes).ok()) return 1;  // as tsserver
   auto loaded = ts::LoadCheckpoint(checkpoint);
   if (!loaded.ok()) {
     std::cerr << "classify_bench: " << loaded.status().message() << "\n";

@@ -47,6 +47,11 @@ std::int64_t TaylorShiftAttentionImpl::crossover_tokens() const {
                                          : SpeedCrossoverN0(head_dim());
 }
 
+void TaylorShiftAttentionImpl::set_precision(Precision precision) {
+  qkv_low_ = LowPrecisionWeight(qkv, precision);
+  proj_low_ = LowPrecisionWeight(proj, precision);
+}
+
 AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path, std::int64_t tokens) const {
   if (path != AttentionPath::kAuto) return path;
   return tokens > crossover_tokens() ? AttentionPath::kEfficient : AttentionPath::kDirect;
@@ -59,7 +64,10 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
               options_.dim(), "], got ", x.sizes());
   const std::int64_t batch = x.size(0), tokens = x.size(1), dim = options_.dim();
   const std::int64_t heads = options_.heads(), d = head_dim();
-  const auto qkv_heads = qkv(x).reshape({batch, tokens, 3, heads, d}).permute({2, 0, 3, 1, 4});
+  const bool low = !is_training();
+  const auto qkv_heads = MixedLinear(qkv, low ? qkv_low_ : torch::Tensor(), x)
+                             .reshape({batch, tokens, 3, heads, d})
+                             .permute({2, 0, 3, 1, 4});
   auto q = qkv_heads[0];
   auto k = qkv_heads[1];
   const auto v = qkv_heads[2];
@@ -76,7 +84,8 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
   if (options_.attn_drop() > 0) {
     y = torch::dropout(y, options_.attn_drop(), is_training());
   }
-  y = proj(y.transpose(1, 2).reshape({batch, tokens, dim}));
+  y = MixedLinear(proj, low ? proj_low_ : torch::Tensor(),
+                  y.transpose(1, 2).reshape({batch, tokens, dim}));
   if (options_.proj_drop() > 0) {
     y = torch::dropout(y, options_.proj_drop(), is_training());
   }

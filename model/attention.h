@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "model/attention_path.h"
+#include "model/mixed_linear.h"
 #include "model/taylor_attention.h"
 
 namespace ts {
@@ -49,6 +50,9 @@ class TaylorShiftAttentionImpl : public torch::nn::Module {
   std::int64_t crossover_tokens() const;
   void set_crossover_tokens(std::int64_t tokens) { options_.crossover_tokens(tokens); }
   const TaylorShiftAttentionOptions& options() const { return options_; }
+  // The precision of the qkv and proj products in eval mode (model/precision.h). Takes a copy
+  // of the current weights: call it again after changing them.
+  void set_precision(Precision precision);
 
   torch::nn::Linear qkv{nullptr};
   torch::nn::Linear proj{nullptr};
@@ -57,6 +61,8 @@ class TaylorShiftAttentionImpl : public torch::nn::Module {
  private:
   TaylorShiftAttentionOptions options_;
   TaylorKernelOptions kernel_options_;
+  torch::Tensor qkv_low_;  // bf16 copies of the weights (undefined at fp32)
+  torch::Tensor proj_low_;
 };
 TORCH_MODULE(TaylorShiftAttention);
 

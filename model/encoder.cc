@@ -313,7 +313,15 @@ TaylorShiftMlpImpl::TaylorShiftMlpImpl(std::int64_t dim, std::int64_t hidden) {
   fc2 = register_module("fc2", torch::nn::Linear(hidden, dim));
 }
 
-torch::Tensor TaylorShiftMlpImpl::forward(const torch::Tensor& x) { return fc2(F::gelu(fc1(x))); }
+torch::Tensor TaylorShiftMlpImpl::forward(const torch::Tensor& x) {
+  if (is_training() || !fc1_low_.defined()) return fc2(F::gelu(fc1(x)));
+  return MixedLinear(fc2, fc2_low_, F::gelu(MixedLinear(fc1, fc1_low_, x)));
+}
+
+void TaylorShiftMlpImpl::set_precision(Precision precision) {
+  fc1_low_ = LowPrecisionWeight(fc1, precision);
+  fc2_low_ = LowPrecisionWeight(fc2, precision);
+}
 
 TaylorShiftBlockImpl::TaylorShiftBlockImpl(const TaylorShiftAttentionOptions& attention,
                                            std::int64_t mlp_hidden, double drop_path)
@@ -518,6 +526,15 @@ void TaylorShiftEncoderImpl::set_crossover_tokens(std::int64_t tokens) {
 
 std::int64_t TaylorShiftEncoderImpl::crossover_tokens() const {
   return block_list_.front()->attn->crossover_tokens();
+}
+
+void TaylorShiftEncoderImpl::set_precision(Precision precision) {
+  torch::NoGradGuard no_grad;
+  for (auto& block : block_list_) {
+    block->attn->set_precision(precision);
+    block->mlp->set_precision(precision);
+  }
+  precision_ = precision;
 }
 
 std::int64_t TaylorShiftEncoderImpl::CountParameters() const {

@@ -97,9 +97,15 @@ class TaylorShiftMlpImpl : public torch::nn::Module {
  public:
   TaylorShiftMlpImpl(std::int64_t dim, std::int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x);
+  // As TaylorShiftAttentionImpl::set_precision, for fc1 and fc2.
+  void set_precision(Precision precision);
 
   torch::nn::Linear fc1{nullptr};
   torch::nn::Linear fc2{nullptr};
+
+ private:
+  torch::Tensor fc1_low_;
+  torch::Tensor fc2_low_;
 };
 TORCH_MODULE(TaylorShiftMlp);
 
@@ -169,6 +175,12 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   void set_crossover_tokens(std::int64_t tokens);
   std::int64_t crossover_tokens() const;
 
+  // The precision of the blocks' linear layers in eval mode (model/precision.h; default fp32).
+  // Copies the current weights: call it after loading them. Does not check the hardware
+  // (CheckPrecisionSupported does).
+  void set_precision(Precision precision);
+  Precision precision() const { return precision_; }
+
   // Number of trainable scalars (parameters only; `pe` is a buffer).
   std::int64_t CountParameters() const;
 
@@ -187,6 +199,7 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& valid);
 
   TaylorShiftEncoderOptions options_;
+  Precision precision_ = Precision::kFp32;
   torch::nn::Dropout pos_drop_{nullptr};
   std::vector<TaylorShiftBlock> block_list_;  // the modules of `blocks`, typed
 };

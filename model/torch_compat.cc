@@ -8,6 +8,7 @@
 #include <atomic>
 #include <limits>
 #if defined(TS_WITH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -82,6 +83,18 @@ void ResetPeakDeviceMemory(const torch::Device& device) {
 #else
   (void)device;
 #endif
+}
+
+int CudaComputeCapabilityMajor(const torch::Device& device) {
+#if defined(TS_WITH_CUDA)
+  if (device.is_cuda()) {
+    const int index = device.has_index() ? device.index() : 0;
+    return at::cuda::getDeviceProperties(index)->major;
+  }
+#else
+  (void)device;
+#endif
+  return 0;
 }
 
 std::string TorchVersion() { return TORCH_VERSION; }

@@ -36,6 +36,10 @@ struct DeviceMemory {
 DeviceMemory GetDeviceMemory(const torch::Device& device);
 void ResetPeakDeviceMemory(const torch::Device& device);
 
+// The CUDA device's compute capability major version (8 for A100, 9 for H100); 0 on CPU or in
+// a build without CUDA.
+int CudaComputeCapabilityMajor(const torch::Device& device);
+
 // "1.13.0" / "2.3.1": the LibTorch version this binary was compiled against.
 std::string TorchVersion();
 

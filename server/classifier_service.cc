@@ -123,8 +123,8 @@ void ClassifierService::StartClassify(grpc::CallbackServerContext* context,
   }
   auto prepared = PrepareTokens(tokens, model->length_policy());
   if (!prepared.ok()) {
-    return finish(absl::InvalidArgumentError(
-                      absl::StrCat("model ", Quoted(model_name), ": ", prepared.status().message())),
+    return finish(absl::InvalidArgumentError(absl::StrCat("model ", Quoted(model_name), ": ",
+                                                          prepared.status().message())),
                   {});
   }
   const std::uint32_t classes = static_cast<std::uint32_t>(model->metadata().labels.size());
@@ -324,6 +324,7 @@ void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
   info->set_crossover_source(model.crossover_source());
   info->set_over_length_policy(OverLengthPolicyName(model.config().over_length));
   info->set_device(model.device().str());
+  info->set_precision(PrecisionName(model.config().precision));
 }
 
 grpc::ServerBidiReactor<pb::ClassifyRequest, pb::ClassifyResponse>*

@@ -146,6 +146,20 @@ FieldReader Int64List(std::vector<std::int64_t>* out) {
     return absl::OkStatus();
   };
 }
+FieldReader PrecisionField(Precision* out) {
+  return [out](const YAML::Node& node, const std::string& path) {
+    std::string name;
+    absl::Status status = ReadScalar(node, path, &name);
+    if (!status.ok()) return status;
+    absl::StatusOr<Precision> precision = ParsePrecision(name);
+    if (!precision.ok()) {
+      return NodeError(node, path, absl::StrCat("must be fp32 or bf16; got \"", name, "\""));
+    }
+    *out = *precision;
+    return absl::OkStatus();
+  };
+}
+
 FieldReader OverLength(OverLengthPolicy* out) {
   return [out](const YAML::Node& node, const std::string& path) {
     std::string name;
@@ -196,6 +210,7 @@ absl::Status ReadModel(const YAML::Node& node, const std::string& path, ModelCon
                                     {"max_windows", Int64(&model->max_windows)},
                                     {"calibration", String(&model->calibration)},
                                     {"calibrate_at_start", Bool(&model->calibrate_at_start)},
+                                    {"precision", PrecisionField(&model->precision)},
                                     {"batching",
                                      [model](const YAML::Node& value, const std::string& key_path) {
                                        return ReadBatching(value, key_path, &model->batching);

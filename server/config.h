@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "model/precision.h"
 #include "server/length_bucket_batcher.h"
 
 namespace ts::server {
@@ -18,15 +19,18 @@ enum class OverLengthPolicy { kTruncate, kKeepTail, kReject, kWindow };
 std::string OverLengthPolicyName(OverLengthPolicy policy);
 
 struct ModelConfig {
-  std::string name;                 // required; [A-Za-z0-9_.-]+
-  std::string checkpoint;           // required; path to a .tsckpt
-  std::string device = "auto";      // auto (cuda:0 if present, else cpu), cpu, cuda, cuda:N
-  std::int64_t max_length = 0;      // 0 = the checkpoint's max_length; else ≤ it
+  std::string name;             // required; [A-Za-z0-9_.-]+
+  std::string checkpoint;       // required; path to a .tsckpt
+  std::string device = "auto";  // auto (cuda:0 if present, else cpu), cpu, cuda, cuda:N
+  std::int64_t max_length = 0;  // 0 = the checkpoint's max_length; else ≤ it
   OverLengthPolicy over_length = OverLengthPolicy::kTruncate;
   std::int64_t window_stride = 0;   // window policy: 0 = max_length / 2
   std::int64_t max_windows = 16;    // window policy: more windows → INVALID_ARGUMENT
   std::string calibration;          // calibration file; empty = none
   bool calibrate_at_start = false;  // short calibration at start when no file is given
+  // fp32, or bf16: the linear layers in bfloat16 (model/precision.h); refused at load on
+  // hardware without bf16 arithmetic.
+  Precision precision = Precision::kFp32;
   LengthBucketBatcherOptions batching;
 };
 
@@ -60,9 +64,9 @@ struct JobLimits {
 
 // Training and evaluation jobs (the Jobs service).
 struct JobsConfig {
-  bool enabled = true;       // false = no Jobs service: the server runs no jobs
-  int max_concurrent = 1;    // jobs running at once
-  int max_queued = 64;       // QUEUED jobs at most; more → RESOURCE_EXHAUSTED
+  bool enabled = true;     // false = no Jobs service: the server runs no jobs
+  int max_concurrent = 1;  // jobs running at once
+  int max_queued = 64;     // QUEUED jobs at most; more → RESOURCE_EXHAUSTED
   // Intra-op threads of a job whose spec leaves `threads` at 0; 0 = automatic: the cores that
   // serving does not reserve, shared by the jobs that run at once (ThreadsPerJob).
   int threads_per_job = 0;
@@ -80,7 +84,7 @@ struct JobsConfig {
   std::string worker_binary;
   absl::Duration heartbeat_interval = absl::Seconds(1);  // worker → server
   absl::Duration heartbeat_timeout = absl::Seconds(60);  // silence that fails a job as hung
-  absl::Duration stop_grace = absl::Seconds(30);  // SIGTERM (cancel, shutdown) → SIGKILL
+  absl::Duration stop_grace = absl::Seconds(30);         // SIGTERM (cancel, shutdown) → SIGKILL
   // Memory the jobs may use together; 0 = automatic: half of the machine's memory or of the
   // container's limit (cgroup memory.max), whichever is lower. A job whose estimated peak
   // (all ranks) exceeds it is refused at submission; queued jobs start only while the running
@@ -98,8 +102,8 @@ struct JobsConfig {
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // empty = no metrics endpoint
-  int intra_op_threads = 0;            // 0 = number of cores
-  int grpc_threads = 0;                // callback executor threads hint; 0 = gRPC default
+  int intra_op_threads = 0;                       // 0 = number of cores
+  int grpc_threads = 0;  // callback executor threads hint; 0 = gRPC default
   // Freed memory kept in the heap for the next batch or training step (model/heap_policy.h);
   // 0 = the C library's defaults.
   std::int64_t heap_keep_freed_bytes = std::int64_t{1} << 30;

@@ -439,7 +439,7 @@ void Metrics::RecordRejected(const std::string& model, const std::string& reason
 
 void Metrics::SetModelInfo(const std::string& model, const std::string& version,
                            const std::string& modality, const std::string& device,
-                           std::int64_t heads, std::int64_t head_dim,
+                           const std::string& precision, std::int64_t heads, std::int64_t head_dim,
                            std::int64_t crossover_tokens) {
   absl::MutexLock lock(&impl_->model_info_mu);
   Gauge*& gauge = impl_->model_info_gauges[{model, version}];
@@ -449,6 +449,7 @@ void Metrics::SetModelInfo(const std::string& model, const std::string& version,
                                   {"version", version},
                                   {"modality", modality},
                                   {"device", device},
+                                  {"precision", precision},
                                   {"heads", absl::StrCat(heads)},
                                   {"head_dim", absl::StrCat(head_dim)},
                                   {"crossover_tokens", absl::StrCat(crossover_tokens)}});

@@ -33,7 +33,8 @@ class Metrics {
   void RecordRejected(const std::string& model, const std::string& reason);
   void SetModelInfo(const std::string& model, const std::string& version,
                     const std::string& modality, const std::string& device,
-                    std::int64_t heads, std::int64_t head_dim, std::int64_t crossover_tokens);
+                    const std::string& precision, std::int64_t heads, std::int64_t head_dim,
+                    std::int64_t crossover_tokens);
   void RemoveModelInfo(const std::string& model, const std::string& version);
   // Training and evaluation jobs, labelled by `job_id` (not `job`, which Prometheus reserves
   // for the scrape job). SetJobState sets the job's current `state` sample to 1 and its other

@@ -73,6 +73,9 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   if (!device.ok())
     return absl::Status(device.status().code(),
                         absl::StrCat(where, ": ", device.status().message()));
+  if (auto supported = CheckPrecisionSupported(config.precision, *device); !supported.ok()) {
+    return absl::Status(supported.code(), absl::StrCat(where, ": ", supported.message()));
+  }
   auto loaded = LoadCheckpoint(config.checkpoint, *device);
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(),
@@ -122,6 +125,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   }
   model->checkpoint_.model->set_crossover_tokens(model->crossover_tokens_);
   model->checkpoint_.model->eval();
+  model->checkpoint_.model->set_precision(config.precision);
 
   LengthBucketBatcher::Observer observer;
   if (metrics != nullptr) {
@@ -132,7 +136,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
       metrics->SetQueueDepth(name, depth);
     };
     metrics->SetModelInfo(name, model->version_, model->metadata().modality, model->device_.str(),
-                          options.heads(), head_dim, model->crossover_tokens_);
+                          PrecisionName(config.precision), options.heads(), head_dim,
+                          model->crossover_tokens_);
   }
   ServedModel* raw = model.get();
   auto batcher = LengthBucketBatcher::Create(

@@ -26,8 +26,8 @@
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
 #include "model/datasets.h"
-#include "model/heap_policy.h"
 #include "model/encoder.h"
+#include "model/heap_policy.h"
 #include "model/json_writer.h"
 #include "model/reference_import.h"
 #include "model/torch_compat.h"
@@ -47,9 +47,10 @@ commands:
       Convert a reference (tobna/TaylorShift) state dict saved with
       torch.save(dict(model.state_dict()), path) into a checkpoint.
   predict --checkpoint CKPT [--path auto|direct|efficient|softmax] [--batch-size B]
-          [--device cpu|cuda[:N]] [--calibration FILE] FILE...
+          [--device cpu|cuda[:N]] [--precision fp32|bf16] [--calibration FILE] FILE...
       Classify each file (its bytes are the tokens; longer files keep their head). Prints one
-      JSON object per file, in input order.
+      JSON object per file, in input order. --precision bf16 runs the linear layers in bfloat16
+      (CPUs with AVX512-BF16 or AMX, CUDA 8.0+; refused elsewhere).
   init --out CKPT --labels a,b,... [--embed-dim C] [--depth L] [--heads H] [--mlp-ratio R]
        [--max-length N] [--modality bytes|pixels] [--seed S]
       Write an UNTRAINED checkpoint (seeded random weights; provenance says so): for smoke
@@ -288,9 +289,14 @@ absl::Status Predict(const Args& args) {
   auto device = DeviceFlag(args);
   if (!device.ok()) return device.status();
 
+  auto precision = ParsePrecision(StringFlag(args, "precision", "fp32"));
+  if (!precision.ok()) throw UsageError{absl::StrCat("--", precision.status().message())};
+  if (auto status = CheckPrecisionSupported(*precision, *device); !status.ok()) return status;
+
   auto loaded = LoadCheckpoint(checkpoint, *device);
   if (!loaded.ok()) return loaded.status();
   if (auto status = ApplyCalibration(args, *loaded, *batch_size); !status.ok()) return status;
+  loaded->model->set_precision(*precision);
   const std::int64_t max_length = loaded->options.max_length();
 
   struct Item {
@@ -475,7 +481,7 @@ int Main(int argc, char** argv) {
       {"import-reference", ImportReference, {"out", "labels", "modality", "heads", "threads"}},
       {"predict",
        Predict,
-       {"checkpoint", "path", "threads", "batch-size", "device", "calibration"}},
+       {"checkpoint", "path", "threads", "batch-size", "device", "precision", "calibration"}},
       {"init",
        Init,
        {"out", "labels", "embed-dim", "depth", "heads", "mlp-ratio", "max-length", "modality",

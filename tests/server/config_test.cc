@@ -42,6 +42,7 @@ models:
     max_windows: 4
     calibration: listops.calibration
     calibrate_at_start: true
+    precision: bf16
     batching:
       bucket_boundaries: [32, 96]
       max_batch_tokens: 4096
@@ -120,6 +121,7 @@ TEST(ConfigTest, ModelDefaultsAndBatcherName) {
   EXPECT_EQ(model.max_windows, 16);
   EXPECT_TRUE(model.calibration.empty());
   EXPECT_FALSE(model.calibrate_at_start);
+  EXPECT_EQ(model.precision, Precision::kFp32);
   const LengthBucketBatcherOptions defaults;
   EXPECT_EQ(model.batching.model_name, "m");
   EXPECT_EQ(model.batching.bucket_boundaries, defaults.bucket_boundaries);
@@ -170,6 +172,7 @@ TEST(ConfigTest, FullExampleRoundTrip) {
   EXPECT_EQ(listops.max_windows, 4);
   EXPECT_EQ(listops.calibration, "/etc/ts/listops.calibration");
   EXPECT_TRUE(listops.calibrate_at_start);
+  EXPECT_EQ(listops.precision, Precision::kBf16);
   EXPECT_EQ(listops.batching.model_name, "listops");
   EXPECT_THAT(listops.batching.bucket_boundaries, ElementsAre(32, 96));
   EXPECT_EQ(listops.batching.max_batch_tokens, 4096);
@@ -255,6 +258,8 @@ TEST(ConfigTest, RejectsBadValues) {
                  {"models[0].batching.bucket_boundaries[1]: must be ascending"});
   ExpectRejected(OneModel("    batching: {bucket_boundaries: []}\n"),
                  {"models[0].batching.bucket_boundaries: needs at least one"});
+  ExpectRejected(OneModel("    precision: fp16\n"),
+                 {"models[0].precision: must be fp32 or bf16; got \"fp16\""});
   ExpectRejected(OneModel("    batching: {max_queue_delay_us: -1}\n"),
                  {"models[0].batching.max_queue_delay_us: must be >= 0"});
   ExpectRejected(OneModel("    batching: {batch_threads: 0}\n"),

@@ -144,7 +144,7 @@ void RecordEverything(Metrics& metrics) {
   metrics.RecordSequenceLength("listops", 100);
   metrics.SetQueueDepth("listops", 3);
   metrics.RecordRejected("listops", "queue_full");
-  metrics.SetModelInfo("listops", "1", "tokens", "cpu", 4, 16, 900);
+  metrics.SetModelInfo("listops", "1", "tokens", "cpu", "fp32", 4, 16, 900);
 }
 
 const std::vector<std::string>& AllFamilies() {
@@ -308,16 +308,17 @@ TEST(MetricsTest, RejectedCountsByReason) {
 TEST(MetricsTest, ModelInfoIsSetReplacedAndRemoved) {
   std::unique_ptr<Metrics> metrics = RegistryOnly();
   ASSERT_NE(metrics, nullptr);
-  metrics->SetModelInfo("listops", "3", "tokens", "cuda:0", 8, 32, 1500);
-  metrics->SetModelInfo("cifar", "1", "pixels", "cpu", 4, 16, 700);
-  const Labels listops_v3 = {{"model", "listops"},        {"version", "3"}, {"modality", "tokens"},
-                             {"device", "cuda:0"},        {"heads", "8"},   {"head_dim", "32"},
-                             {"crossover_tokens", "1500"}};
+  metrics->SetModelInfo("listops", "3", "tokens", "cuda:0", "bf16", 8, 32, 1500);
+  metrics->SetModelInfo("cifar", "1", "pixels", "cpu", "fp32", 4, 16, 700);
+  const Labels listops_v3 = {{"model", "listops"},   {"version", "3"},
+                             {"modality", "tokens"}, {"device", "cuda:0"},
+                             {"precision", "bf16"},  {"heads", "8"},
+                             {"head_dim", "32"},     {"crossover_tokens", "1500"}};
   std::string text = metrics->Serialize();
   EXPECT_EQ(Value(text, "taylorshift_model_info", listops_v3), 1);
 
   // Re-calibrated: the same version with a new crossover replaces the old sample.
-  metrics->SetModelInfo("listops", "3", "tokens", "cuda:0", 8, 32, 1200);
+  metrics->SetModelInfo("listops", "3", "tokens", "cuda:0", "bf16", 8, 32, 1200);
   text = metrics->Serialize();
   EXPECT_EQ(Value(text, "taylorshift_model_info", listops_v3), std::nullopt);
   Labels recalibrated = listops_v3;
@@ -333,6 +334,7 @@ TEST(MetricsTest, ModelInfoIsSetReplacedAndRemoved) {
                    {"version", "1"},
                    {"modality", "pixels"},
                    {"device", "cpu"},
+                   {"precision", "fp32"},
                    {"heads", "4"},
                    {"head_dim", "16"},
                    {"crossover_tokens", "700"}}),

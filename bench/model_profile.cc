@@ -1,0 +1,316 @@
+// Roofline profile of the whole model: the time of each part of a forward pass (embedding, qkv,
+// attention, proj, MLP, norms, head) and of the whole model, against the time its FLOPs take at
+// the GEMM rate measured in the same run (docs/PERFORMANCE.md, "Roofline profile").
+//
+//   model_profile [--preset paper|demo|pixel] [--embed-dim C --depth L --heads H --mlp-ratio R]
+//                 [--length N] [--batch B] [--precision fp32|bf16] [--path auto|direct|efficient]
+//                 [--threads T] [--repeats R] [--json]
+//
+// Each part runs alone on inputs of the shape it sees in the model ([B, N+1, C]), in inference
+// mode, median of --repeats timed runs after two warm-ups. "attention" is the attention module
+// without its qkv and proj products (normalisation, the kernel of --path, default the one auto
+// picks, the reshapes). FLOPs count multiply-adds as two: linear 2·rows·in·out; direct attention
+// 4·N²·C (S = q kᵀ and P·V); efficient attention 4·N·F·(d+1)·H with F = d(d+1)/2 + d + 1 symmetric
+// features. The GEMM rate is the best of three torch::mm of [N+1, C] × [C, 4C] (the second operand
+// transposed, as a Linear weight is: OpenBLAS runs that layout 1.8× faster here) in the part's
+// dtype (float32, or bfloat16 for the linear layers at --precision bf16).
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "model/encoder.h"
+#include "model/heap_policy.h"
+#include "model/json_writer.h"
+#include "model/mixed_linear.h"
+#include "model/precision.h"
+#include "model/torch_compat.h"
+
+namespace ts::bench {
+namespace {
+
+struct Config {
+  std::int64_t embed_dim = 512, depth = 4, heads = 16, mlp_ratio = 2, length = 2000, batch = 1;
+  int threads = 2;
+  int repeats = 5;
+  Precision precision = Precision::kFp32;
+  AttentionPath path = AttentionPath::kAuto;
+  bool json = false;
+  std::string preset = "paper";
+};
+
+double MedianSeconds(const std::function<void()>& run, int repeats) {
+  run();
+  run();
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Part {
+  std::string name;
+  double seconds = 0;  // per forward (all blocks for block parts)
+  double flops = 0;
+  double rate = 0;  // the GEMM rate this part's roofline uses (FLOP/s)
+};
+
+int Run(const Config& config) {
+  compat::SetThreads(config.threads);
+  // As tsserver and tsmodel do: without it glibc returns and re-faults the kernels' buffers on
+  // every call, which tripled the efficient path's time in this profile.
+  if (auto status = KeepFreedHeapMemory(kDefaultHeapKeepFreedBytes); !status.ok()) {
+    std::cerr << "model_profile: " << status.message() << "\n";
+    return 1;
+  }
+  c10::InferenceMode inference;
+  torch::manual_seed(1);
+  const std::int64_t C = config.embed_dim, H = config.heads, d = C / H;
+  const std::int64_t L = C * config.mlp_ratio, B = config.batch, N = config.length + 1;
+  TaylorShiftEncoderOptions options(C, config.depth, H, config.length, 10);
+  options.mlp_hidden(L);
+  TaylorShiftEncoder model(options);
+  model->eval();
+  if (auto status = CheckPrecisionSupported(config.precision, torch::kCPU); !status.ok()) {
+    std::cerr << "model_profile: " << status.message() << "\n";
+    return 1;
+  }
+  model->set_precision(config.precision);
+  const bool bf16 = config.precision == Precision::kBf16;
+  const AttentionPath path = model->ResolvePath(config.path, N);
+
+  // GEMM rates of this run.
+  // One sequence's rows: a larger product (batch 8: 16008 × 2048 out) runs at a third of the rate
+  // here, and the roofline is the machine's best.
+  const auto a = torch::randn({N, C});
+  const auto w = torch::randn({4 * C, C}).t();  // the layout of a Linear weight (faster here)
+  const double gemm_flops = 2.0 * static_cast<double>(N) * C * 4 * C;
+  const auto a16 = a.to(torch::kBFloat16);
+  const auto w16 = w.to(torch::kBFloat16);
+  // The best of three measurements: the first GEMMs of a process run well below the rate
+  // (thread pool start, clocks), which would flatter every ratio.
+  double fp32_rate = 0, bf16_rate = 0;
+  for (int round = 0; round < 3; ++round) {
+    fp32_rate =
+        std::max(fp32_rate, gemm_flops / MedianSeconds([&] { torch::mm(a, w); }, config.repeats));
+    if (bf16) {
+      bf16_rate = std::max(
+          bf16_rate, gemm_flops / MedianSeconds([&] { torch::mm(a16, w16); }, config.repeats));
+    }
+  }
+  const double linear_rate = bf16 ? bf16_rate : fp32_rate;
+
+  const auto tokens = torch::randint(0, 256, {B, config.length}, torch::kLong);
+  const auto lengths = torch::full({B}, config.length, torch::kLong);
+  const auto x = torch::randn({B, N, C});
+  const auto block0 = model->blocks->ptr<TaylorShiftBlockImpl>(0);
+  auto& block = block0->attn;
+  const double depth = static_cast<double>(config.depth);
+  const double rows = static_cast<double>(B * N);
+  const std::int64_t features = d * (d + 1) / 2 + d + 1;
+  const double attention_flops = path == AttentionPath::kEfficient
+                                     ? 4.0 * B * N * static_cast<double>(features) * (d + 1) * H
+                                     : 4.0 * B * static_cast<double>(N) * N * C;
+
+  std::vector<Part> parts;
+  const auto time_part = [&](const std::string& name, double flops, double rate,
+                             const std::function<void()>& run, double times) {
+    parts.push_back({name, MedianSeconds(run, config.repeats) * times, flops * times, rate});
+  };
+  const auto embed_weight = model->patch_embed->weight.t().contiguous();
+  time_part(
+      "embedding (+pos, cls)", 0, fp32_rate,
+      [&] {
+        auto e = torch::embedding(embed_weight, tokens) + model->patch_embed->bias +
+                 model->pe.slice(1, 0, config.length);
+        torch::cat({model->cls_token.expand({B, 1, C}), e}, 1);
+      },
+      1);
+  time_part(
+      "norms (2 per block)", 0, fp32_rate, [&] { block0->norm1->forward(x); }, 2 * depth);
+  const auto qkv_low = LowPrecisionWeight(block->qkv, config.precision);
+  const auto proj_low = LowPrecisionWeight(block->proj, config.precision);
+  time_part(
+      "qkv", 2 * rows * C * 3 * C, linear_rate, [&] { MixedLinear(block->qkv, qkv_low, x); },
+      depth);
+  const double attention_module =
+      MedianSeconds([&] { block->forward(x, {}, path); }, config.repeats);
+  const double qkv_seconds = parts.back().seconds / depth;
+  time_part(
+      "proj", 2 * rows * C * C, linear_rate, [&] { MixedLinear(block->proj, proj_low, x); }, depth);
+  const double proj_seconds = parts.back().seconds / depth;
+  parts.push_back({absl::StrFormat("attention (%s)", std::string(AttentionPathName(path))),
+                   std::max(0.0, attention_module - qkv_seconds - proj_seconds) * depth,
+                   attention_flops * depth, fp32_rate});
+  auto mlp = block0->mlp;
+  time_part(
+      "mlp (fc1, gelu, fc2)", 2 * rows * C * L * 2, linear_rate, [&] { mlp->forward(x); }, depth);
+  time_part(
+      "final norm + head", 2.0 * B * C * 10, fp32_rate,
+      [&] { model->head(model->norm(x.select(1, 0))); }, 1);
+  const double whole =
+      MedianSeconds([&] { model->forward(tokens, lengths, path); }, config.repeats);
+
+  double roofline = 0, flops = 0, sum = 0;
+  for (const Part& part : parts) {
+    roofline += part.flops / part.rate;
+    flops += part.flops;
+    sum += part.seconds;
+  }
+  if (config.json) {
+    JsonWriter json;
+    json.BeginObject();
+    json.Key("preset").String(config.preset);
+    json.Key("embed_dim").Int(C);
+    json.Key("depth").Int(config.depth);
+    json.Key("heads").Int(H);
+    json.Key("mlp_hidden").Int(L);
+    json.Key("length").Int(config.length);
+    json.Key("batch").Int(B);
+    json.Key("threads").Int(config.threads);
+    json.Key("precision").String(PrecisionName(config.precision));
+    json.Key("path").String(std::string(AttentionPathName(path)));
+    json.Key("fp32_gemm_gflops").Double(fp32_rate / 1e9);
+    json.Key("bf16_gemm_gflops").Double(bf16_rate / 1e9);
+    json.Key("parts").BeginArray();
+    for (const Part& part : parts) {
+      json.BeginObject();
+      json.Key("name").String(part.name);
+      json.Key("ms").Double(part.seconds * 1e3);
+      json.Key("gflop").Double(part.flops / 1e9);
+      json.Key("roofline_ms").Double(part.flops / part.rate * 1e3);
+      json.EndObject();
+    }
+    json.EndArray();
+    json.Key("sum_of_parts_ms").Double(sum * 1e3);
+    json.Key("whole_ms").Double(whole * 1e3);
+    json.Key("gflop").Double(flops / 1e9);
+    json.Key("roofline_ms").Double(roofline * 1e3);
+    json.Key("whole_over_roofline").Double(whole / roofline);
+    json.Key("docs_per_s").Double(static_cast<double>(B) / whole);
+    json.EndObject();
+    std::cout << json.str() << "\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat(
+      "%s: C %d, depth %d, H %d (d %d), MLP %d, N %d, batch %d, %d threads, %s, path %s\n"
+      "GEMM rate: fp32 %.0f GFLOP/s%s\n\n",
+      config.preset, C, config.depth, H, d, L, config.length, B, config.threads,
+      PrecisionName(config.precision), std::string(AttentionPathName(path)), fp32_rate / 1e9,
+      bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "");
+  std::cout << "| part | ms | GFLOP | GFLOP/s | roofline ms | ms / roofline |\n"
+               "|---|---:|---:|---:|---:|---:|\n";
+  for (const Part& part : parts) {
+    const double ideal = part.flops / part.rate;
+    std::cout << absl::StrFormat(
+        "| %s | %.2f | %.3f | %s | %.2f | %s |\n", part.name, part.seconds * 1e3, part.flops / 1e9,
+        part.flops > 0 ? absl::StrFormat("%.0f", part.flops / part.seconds / 1e9) : "-",
+        ideal * 1e3, part.flops > 0 ? absl::StrFormat("%.2f", part.seconds / ideal) : "-");
+  }
+  std::cout << absl::StrFormat(
+      "| sum of parts | %.2f | %.3f | %.0f | %.2f | %.2f |\n"
+      "| whole model | %.2f | %.3f | %.0f | %.2f | **%.2f** |\n"
+      "\n%.2f docs/s; the whole model runs at %.0f%% of its roofline\n",
+      sum * 1e3, flops / 1e9, flops / sum / 1e9, roofline * 1e3, sum / roofline, whole * 1e3,
+      flops / 1e9, flops / whole / 1e9, roofline * 1e3, whole / roofline,
+      static_cast<double>(B) / whole, 100 * roofline / whole);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ts::bench
+
+int main(int argc, char** argv) {
+  ts::bench::Config config;
+  std::map<std::string, std::string> flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--json") {
+      config.json = true;
+      continue;
+    }
+    const auto eq = arg.find('=');
+    if (arg.rfind("--", 0) != 0) {
+      std::cerr << "model_profile: unexpected argument '" << arg << "'\n";
+      return 2;
+    }
+    if (eq != std::string::npos) {
+      flags[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      flags[arg.substr(2)] = argv[++i];
+    } else {
+      std::cerr << "model_profile: " << arg << " needs a value\n";
+      return 2;
+    }
+  }
+  const auto get = [&](const char* name, std::int64_t* out) {
+    if (const auto it = flags.find(name); it != flags.end()) {
+      *out = std::atoll(it->second.c_str());
+      flags.erase(it);
+    }
+  };
+  if (const auto it = flags.find("preset"); it != flags.end()) {
+    config.preset = it->second;
+    flags.erase(it);
+    if (config.preset == "demo") {  // the bundled demo models' size, a 38-token request
+      config.embed_dim = 64, config.depth = 2, config.heads = 4, config.length = 38;
+    } else if (config.preset == "pixel") {  // a 1-block C 32 pixel model, a 32×32 image
+      config.embed_dim = 32, config.depth = 1, config.heads = 4, config.length = 1024;
+    } else if (config.preset != "paper") {
+      std::cerr << "model_profile: --preset must be paper, demo or pixel\n";
+      return 2;
+    }
+  }
+  get("embed-dim", &config.embed_dim);
+  get("depth", &config.depth);
+  get("heads", &config.heads);
+  get("mlp-ratio", &config.mlp_ratio);
+  get("length", &config.length);
+  get("batch", &config.batch);
+  std::int64_t threads = config.threads, repeats = config.repeats;
+  get("threads", &threads);
+  get("repeats", &repeats);
+  config.threads = static_cast<int>(threads);
+  config.repeats = static_cast<int>(std::max<std::int64_t>(1, repeats));
+  if (const auto it = flags.find("precision"); it != flags.end()) {
+    auto precision = ts::ParsePrecision(it->second);
+    if (!precision.ok()) {
+      std::cerr << "model_profile: --" << precision.status().message() << "\n";
+      return 2;
+    }
+    config.precision = *precision;
+    flags.erase(it);
+  }
+  if (const auto it = flags.find("path"); it != flags.end()) {
+    auto path = ts::ParseAttentionPath(it->second);
+    if (!path.ok()) {
+      std::cerr << "model_profile: --path: " << path.status().message() << "\n";
+      return 2;
+    }
+    config.path = *path;
+    flags.erase(it);
+  }
+  if (!flags.empty()) {
+    std::cerr << "model_profile: unknown flag --" << flags.begin()->first << "\n";
+    return 2;
+  }
+  if (config.embed_dim <= 0 || config.heads <= 0 || config.embed_dim % config.heads != 0 ||
+      config.depth <= 0 || config.length <= 0 || config.batch <= 0 || config.threads <= 0) {
+    std::cerr << "model_profile: sizes must be positive and embed-dim divisible by heads\n";
+    return 2;
+  }
+  return ts::bench::Run(config);
+}

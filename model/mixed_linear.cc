@@ -1,0 +1,64 @@
+#include "model/mixed_linear.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "model/torch_compat.h"
+
+namespace ts {
+
+bool CpuInfoHasBf16(std::string_view cpuinfo) {
+  int processors = 0;
+  int with_bf16 = 0;
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(cpuinfo.data(), cpuinfo.size()), '\n')) {
+    if (!absl::StartsWith(line, "flags")) continue;
+    ++processors;
+    bool found = false;
+    for (absl::string_view flag : absl::StrSplit(line.substr(line.find(':') + 1), ' ')) {
+      if (flag == "avx512_bf16" || flag == "amx_bf16") found = true;
+    }
+    if (found) ++with_bf16;
+  }
+  return processors > 0 && with_bf16 == processors;
+}
+
+absl::Status CheckPrecisionSupported(Precision precision, const torch::Device& device) {
+  if (precision == Precision::kFp32) return absl::OkStatus();
+  if (device.is_cuda()) {
+    const int major = compat::CudaComputeCapabilityMajor(device);
+    if (major >= 8) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("precision bf16: ", device.str(), " has compute capability ", major,
+                     ".x; bf16 tensor cores need 8.0 or newer (use precision: fp32)"));
+  }
+  std::ifstream in("/proc/cpuinfo");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (CpuInfoHasBf16(text.str())) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "precision bf16: this CPU has neither AVX512-BF16 nor AMX (no avx512_bf16 or amx_bf16 in "
+      "/proc/cpuinfo), so bf16 would be emulated and slower than fp32 (use precision: fp32)");
+}
+
+torch::Tensor MixedLinear(const torch::nn::Linear& layer, const torch::Tensor& low_weight,
+                          const torch::Tensor& x) {
+  if (!low_weight.defined() || x.numel() < kMinLowPrecisionRows * x.size(-1)) {
+    return torch::nn::functional::linear(x, layer->weight, layer->bias);
+  }
+  // The bias in bf16 takes a slow path in LibTorch 1.13's oneDNN matmul: add it in float32.
+  auto y =
+      torch::nn::functional::linear(x.to(low_weight.scalar_type()), low_weight).to(x.scalar_type());
+  if (layer->bias.defined()) y.add_(layer->bias);
+  return y;
+}
+
+torch::Tensor LowPrecisionWeight(const torch::nn::Linear& layer, Precision precision) {
+  if (precision == Precision::kFp32) return {};
+  return layer->weight.detach().to(torch::kBFloat16).contiguous();
+}
+
+}  // namespace ts
