@@ -44,6 +44,7 @@ void WriteModelJson(JsonWriter& json, const ModelInfo& model) {
   json.Key("crossover_source").String(model.crossover_source());
   json.Key("over_length_policy").String(model.over_length_policy());
   json.Key("device").String(model.device());
+  json.Key("precision").String(model.precision());
   json.EndObject();
 }
 
@@ -74,14 +75,14 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
 std::string ModelTable(const taylorshift::v1::ListModelsResponse& models) {
   std::vector<std::vector<std::string>> rows = {{"NAME", "VERSION", "MODALITY", "CLASSES",
                                                  "MAX_LEN", "DIM", "DEPTH", "HEADS", "D",
-                                                 "CROSSOVER", "POLICY", "DEVICE"}};
+                                                 "CROSSOVER", "POLICY", "DEVICE", "PRECISION"}};
   for (const ModelInfo& model : models.models()) {
     rows.push_back({model.name(), model.version(), model.modality(),
                     absl::StrCat(model.labels_size()), absl::StrCat(model.max_length()),
                     absl::StrCat(model.embed_dim()), absl::StrCat(model.depth()),
                     absl::StrCat(model.heads()), absl::StrCat(model.head_dim()),
                     absl::StrCat(model.crossover_tokens(), " (", model.crossover_source(), ")"),
-                    model.over_length_policy(), model.device()});
+                    model.over_length_policy(), model.device(), model.precision()});
   }
   return FormatTable(rows);
 }
@@ -104,6 +105,7 @@ std::string ModelDetails(const ModelInfo& model) {
   line("crossover_source", model.crossover_source());
   line("over_length_policy", model.over_length_policy());
   line("device", model.device());
+  line("precision", model.precision());
   return out;
 }
 

@@ -17,6 +17,7 @@
 
 #include "model/batch_classifier.h"
 #include "model/checkpoint.h"
+#include "model/mixed_linear.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 #include "tests/testing/encoder_testing.h"
 #include "tests/testing/server_process.h"
@@ -413,6 +414,64 @@ TEST_F(ServerLifecycleTest, SigtermFinishesEveryAcceptedRequestAndExitsZero) {
     EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
   }
   EXPECT_NE(server.Log().find("stopped"), std::string::npos) << server.Log();
+}
+
+TEST_F(ServerLifecycleTest, Bf16ModelsServeWithin002OfFp32OrAreRefusedWithoutTheHardware) {
+  // The same checkpoint at both precisions; 127-byte documents give 128 rows, enough for the
+  // bf16 product (kMinLowPrecisionRows).
+  std::ofstream(dir_ + "/bf16.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "models: [{name: full, checkpoint: tiny.tsckpt, device: cpu},\n"
+         "         {name: half, checkpoint: tiny.tsckpt, device: cpu, precision: bf16}]\n";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)),
+                          std::istreambuf_iterator<char>());
+  if (!CpuInfoHasBf16(flags)) {
+    const auto refused = ts::testing::RunCommand(std::string(TS_TSSERVER_BINARY) + " --config " +
+                                                 dir_ + "/bf16.yaml");
+    EXPECT_NE(refused.exit_code, 0) << refused.text;
+    EXPECT_NE(refused.text.find("model 'half': precision bf16"), std::string::npos) << refused.text;
+    EXPECT_NE(refused.text.find("AVX512-BF16"), std::string::npos) << refused.text;
+    return;
+  }
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/bf16.yaml"}, dir_));
+  auto stub = PlainStub(server);
+  for (const auto& [name, precision] :
+       {std::pair<std::string, std::string>{"full", "fp32"}, {"half", "bf16"}}) {
+    grpc::ClientContext context;
+    pb::GetModelRequest get;
+    get.set_name(name);
+    pb::ModelInfo info;
+    ASSERT_TRUE(stub->GetModel(&context, get, &info).ok());
+    EXPECT_EQ(info.precision(), precision);
+  }
+  std::mt19937 rng(9);
+  double largest = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::string document(kMinLowPrecisionRows - 1, ' ');
+    for (auto& c : document)
+      c = static_cast<char>(std::uniform_int_distribution<int>(32, 126)(rng));
+    std::vector<float> probabilities[2];
+    for (int m = 0; m < 2; ++m) {
+      grpc::ClientContext context;
+      pb::ClassifyRequest request;
+      request.set_model(m == 0 ? "full" : "half");
+      request.set_document(document);
+      pb::ClassifyResponse response;
+      const grpc::Status status = stub->Classify(&context, request, &response);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+      for (const auto& p : response.probabilities()) probabilities[m].push_back(p.probability());
+    }
+    ASSERT_EQ(probabilities[0].size(), probabilities[1].size());
+    for (std::size_t c = 0; c < probabilities[0].size(); ++c) {
+      largest = std::max(largest,
+                         static_cast<double>(std::abs(probabilities[0][c] - probabilities[1][c])));
+    }
+  }
+  EXPECT_LT(largest, 0.02);
+  EXPECT_GT(largest, 0.0) << "the bf16 model computed in fp32";
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.Log();
 }
 
 TEST_F(ServerLifecycleTest, BearerTokensGuardClassifyButNotHealth) {
