@@ -26,6 +26,16 @@ bool CpuInfoHasBf16(std::string_view cpuinfo) {
   return processors > 0 && with_bf16 == processors;
 }
 
+bool HostCpuHasBf16() {
+  static const bool has = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::stringstream text;
+    text << in.rdbuf();
+    return CpuInfoHasBf16(text.str());
+  }();
+  return has;
+}
+
 absl::Status CheckPrecisionSupported(Precision precision, const torch::Device& device) {
   if (precision == Precision::kFp32) return absl::OkStatus();
   if (device.is_cuda()) {
@@ -35,10 +45,7 @@ absl::Status CheckPrecisionSupported(Precision precision, const torch::Device& d
         absl::StrCat("precision bf16: ", device.str(), " has compute capability ", major,
                      ".x; bf16 tensor cores need 8.0 or newer (use precision: fp32)"));
   }
-  std::ifstream in("/proc/cpuinfo");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (CpuInfoHasBf16(text.str())) return absl::OkStatus();
+  if (HostCpuHasBf16()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       "precision bf16: this CPU has neither AVX512-BF16 nor AMX (no avx512_bf16 or amx_bf16 in "
       "/proc/cpuinfo), so bf16 would be emulated and slower than fp32 (use precision: fp32)");

@@ -13,6 +13,8 @@ namespace ts {
 
 // True when /proc/cpuinfo text lists avx512_bf16 or amx_bf16 on every processor.
 bool CpuInfoHasBf16(std::string_view cpuinfo);
+// CpuInfoHasBf16 of this machine's /proc/cpuinfo (read once).
+bool HostCpuHasBf16();
 // OK when `device` computes `precision` in hardware; FAILED_PRECONDITION naming what is missing
 // (a CPU without AVX512-BF16 or AMX, a CUDA device below compute capability 8.0) otherwise.
 absl::Status CheckPrecisionSupported(Precision precision, const torch::Device& device);

@@ -28,13 +28,6 @@ std::string SourceDir() {
   return dir != nullptr ? dir : ".";
 }
 
-bool HostHasBf16() {
-  std::ifstream in("/proc/cpuinfo");
-  std::stringstream text;
-  text << in.rdbuf();
-  return CpuInfoHasBf16(text.str());
-}
-
 TEST(PrecisionTest, NamesRoundTripAndBadNamesSayWhatIsAccepted) {
   for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
     auto parsed = ParsePrecision(PrecisionName(precision));
@@ -63,7 +56,7 @@ TEST(PrecisionTest, CpuInfoNeedsBf16OnEveryProcessor) {
 TEST(PrecisionTest, HardwareCheckFollowsTheCpuFlags) {
   EXPECT_TRUE(CheckPrecisionSupported(Precision::kFp32, torch::kCPU).ok());
   const absl::Status bf16 = CheckPrecisionSupported(Precision::kBf16, torch::kCPU);
-  if (HostHasBf16()) {
+  if (HostCpuHasBf16()) {
     EXPECT_TRUE(bf16.ok()) << bf16;
   } else {
     EXPECT_EQ(bf16.code(), absl::StatusCode::kFailedPrecondition);
@@ -141,7 +134,7 @@ Difference CompareProbabilities(TaylorShiftEncoder& model,
 class Bf16AccuracyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!HostHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
+    if (!HostCpuHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
   }
 };
 

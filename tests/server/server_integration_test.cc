@@ -423,10 +423,7 @@ TEST_F(ServerLifecycleTest, Bf16ModelsServeWithin002OfFp32OrAreRefusedWithoutThe
       << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
          "models: [{name: full, checkpoint: tiny.tsckpt, device: cpu},\n"
          "         {name: half, checkpoint: tiny.tsckpt, device: cpu, precision: bf16}]\n";
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)),
-                          std::istreambuf_iterator<char>());
-  if (!CpuInfoHasBf16(flags)) {
+  if (!HostCpuHasBf16()) {
     const auto refused = ts::testing::RunCommand(std::string(TS_TSSERVER_BINARY) + " --config " +
                                                  dir_ + "/bf16.yaml");
     EXPECT_NE(refused.exit_code, 0) << refused.text;
