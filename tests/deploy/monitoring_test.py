@@ -269,11 +269,15 @@ class Stack:
         self.tmp.cleanup()
 
 
+def server_counts(stack, prefix):
+    """The sum of tsserver's samples whose line starts with prefix, as it reports them now."""
+    _, text = http_get(f"http://{stack.metrics}/metrics")
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(prefix))
+
+
 def scraped_requests_total(stack):
     """sum(taylorshift_requests_total) as tsserver reports it now."""
-    _, text = http_get(f"http://{stack.metrics}/metrics")
-    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
-               if l.startswith("taylorshift_requests_total{"))
+    return server_counts(stack, "taylorshift_requests_total{")
 
 
 def exported_families(stack):
@@ -312,10 +316,13 @@ class MonitoringTest(unittest.TestCase):
     @classmethod
     def send_traffic(cls):
         s = cls.stack
-        # One request first, so that the series exist and have been scraped before the load:
-        # rate() then sees the load as an increase.
-        s.tsctl("bench", "--model", "listops", "--requests", "1", "--lengths", "fixed:100")
-        wait_for(lambda: finite_values(s.query("taylorshift_requests_total")), 60,
+        # One request per model first, so that the series exist and have been scraped before
+        # the load: rate() then sees the load as an increase. Without it a model whose series
+        # all appear during its burst has a rate of 0 over 0 (NaN) in the error ratio rule.
+        for model in ("listops", "tiny-queue"):
+            s.tsctl("bench", "--model", model, "--requests", "1", "--lengths", "fixed:100")
+        wait_for(lambda: len(finite_values(s.query(
+                     'sum by (model) (taylorshift_requests_total{code="OK"})'))) == 2, 60,
                  "the first scrape of tsserver")
         # Jobs: one that succeeds, then one that fails (the server's first failure, so the
         # failed counter's series is new: TaylorShiftJobFailed must still fire).
@@ -335,8 +342,17 @@ class MonitoringTest(unittest.TestCase):
         with open(document, "w") as f:
             f.write("[MAX 4 3 [MIN 2 3 ] 1 0 [MED 2 9 ] ]")
         s.tsctl("classify", "--model", "listops", "--top-k", "50", document, expect_ok=False)
-        s.tsctl("bench", "--model", "listops", "--requests", "16", "--concurrency", "8",
-                "--lengths", "fixed:1500", "--deadline-ms", "1", expect_ok=False)
+        # Deadlines that pass while the request waits in the server's queue. One too short
+        # expires in the client or in gRPC before tsserver sees the call (nothing is counted),
+        # so lengthen it until tsserver has counted some.
+        for deadline_ms in ("1", "5", "20", "50", "200"):
+            s.tsctl("bench", "--model", "listops", "--requests", "16", "--concurrency", "8",
+                    "--lengths", "fixed:1500", "--deadline-ms", deadline_ms, expect_ok=False)
+            if server_counts(s, 'taylorshift_rejected_total{model="listops",'
+                                'reason="deadline_exceeded"}') > 0:
+                break
+        else:
+            raise AssertionError("no request expired in tsserver's queue")
         full = s.tsctl("bench", "--model", "tiny-queue", "--requests", "60", "--concurrency",
                        "16", "--lengths", "fixed:1500", "--json", expect_ok=False)
         assert "RESOURCE_EXHAUSTED" in full.stdout + full.stderr, full.stdout + full.stderr
