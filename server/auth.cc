@@ -21,12 +21,19 @@ absl::Status Authorizer::Check(const grpc::CallbackServerContext& context,
   if (it == metadata.end()) {
     return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
   }
-  const std::string value(it->second.data(), it->second.size());
-  constexpr char kPrefix[] = "Bearer ";
-  if (value.rfind(kPrefix, 0) != 0) {
-    return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
+  return Check(std::string_view(it->second.data(), it->second.size()), role);
+}
+
+absl::Status Authorizer::Check(std::string_view authorization, const std::string& role) const {
+  if (tokens_.empty()) return absl::OkStatus();
+  if (authorization.empty()) {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>'");
   }
-  const auto token = tokens_.find(value.substr(sizeof(kPrefix) - 1));
+  constexpr std::string_view kPrefix = "Bearer ";
+  if (authorization.substr(0, kPrefix.size()) != kPrefix) {
+    return absl::UnauthenticatedError("authorization must be 'Bearer <token>'");
+  }
+  const auto token = tokens_.find(std::string(authorization.substr(kPrefix.size())));
   if (token == tokens_.end()) return absl::UnauthenticatedError("unknown bearer token");
   if (token->second.count(role) == 0) {
     return absl::PermissionDeniedError(absl::StrCat("this token lacks the '", role, "' role"));

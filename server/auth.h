@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,6 +24,8 @@ class Authorizer {
   // OK when authentication is off, or the call's token has `role`. UNAUTHENTICATED when the
   // token is missing or unknown, PERMISSION_DENIED when it lacks the role.
   absl::Status Check(const grpc::CallbackServerContext& context, const std::string& role) const;
+  // The same for a front end that has the header's value ("Bearer TOKEN"; empty = none).
+  absl::Status Check(std::string_view authorization, const std::string& role) const;
   bool enabled() const { return !tokens_.empty(); }
 
  private:

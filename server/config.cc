@@ -165,16 +165,10 @@ FieldReader OverLength(OverLengthPolicy* out) {
     std::string name;
     absl::Status status = ReadScalar(node, path, &name);
     if (!status.ok()) return status;
-    for (OverLengthPolicy policy : {OverLengthPolicy::kTruncate, OverLengthPolicy::kKeepTail,
-                                    OverLengthPolicy::kReject, OverLengthPolicy::kWindow}) {
-      if (name == OverLengthPolicyName(policy)) {
-        *out = policy;
-        return absl::OkStatus();
-      }
-    }
-    return NodeError(
-        node, path,
-        absl::StrCat("must be one of truncate, keep_tail, reject, window; got \"", name, "\""));
+    auto policy = ParseOverLengthPolicy(name);
+    if (!policy.ok()) return NodeError(node, path, std::string(policy.status().message()));
+    *out = *policy;
+    return absl::OkStatus();
   };
 }
 
@@ -459,6 +453,15 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
 
 }  // namespace
 
+absl::StatusOr<OverLengthPolicy> ParseOverLengthPolicy(std::string_view name) {
+  for (OverLengthPolicy policy : {OverLengthPolicy::kTruncate, OverLengthPolicy::kKeepTail,
+                                  OverLengthPolicy::kReject, OverLengthPolicy::kWindow}) {
+    if (name == OverLengthPolicyName(policy)) return policy;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("must be one of truncate, keep_tail, reject, window; got \"", std::string(name), "\""));
+}
+
 std::string OverLengthPolicyName(OverLengthPolicy policy) {
   switch (policy) {
     case OverLengthPolicy::kTruncate:
@@ -510,12 +513,24 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
     status = CheckHostPort("metrics_listen", config.metrics_listen);
     if (!status.ok()) return status;
   }
+  if (!config.http.listen.empty()) {
+    status = CheckHostPort("http.listen", config.http.listen);
+    if (!status.ok()) return status;
+  }
+  if (config.http.default_timeout < absl::ZeroDuration() ||
+      config.http.keep_alive < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError(
+        "http: default_timeout_ms must be >= 0 and keep_alive_ms >= 1");
+  }
   const std::vector<absl::Status> checks = {
       CheckAtLeast(std::string("intra_op_threads"), config.intra_op_threads, 0),
       CheckAtLeast(std::string("grpc_threads"), config.grpc_threads, 0),
       CheckAtLeast<std::int64_t>("heap_keep_freed_bytes", config.heap_keep_freed_bytes, 0),
       CheckAtLeast<std::int64_t>("max_message_bytes", config.max_message_bytes, 1),
       CheckAtLeast(std::string("max_concurrent_streams"), config.max_concurrent_streams, 1),
+      CheckAtLeast<std::int64_t>("max_infer_batch", config.max_infer_batch, 1),
+      CheckAtLeast(std::string("http.threads"), config.http.threads, 1),
+      CheckAtLeast<std::int64_t>("http.max_body_bytes", config.http.max_body_bytes, 0),
   };
   for (const absl::Status& check : checks) {
     if (!check.ok()) return check;
@@ -603,6 +618,20 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
             {"heap_keep_freed_bytes", Int64(&config.heap_keep_freed_bytes)},
             {"max_message_bytes", Int64(&config.max_message_bytes)},
             {"max_concurrent_streams", Int(&config.max_concurrent_streams)},
+            {"max_infer_batch", Int64(&config.max_infer_batch)},
+            {"http",
+             [&config](const YAML::Node& node, const std::string& path) {
+               return ReadMap(
+                   node, path,
+                   {
+                       {"listen", String(&config.http.listen)},
+                       {"threads", Int(&config.http.threads)},
+                       {"max_body_bytes", Int64(&config.http.max_body_bytes)},
+                       {"default_timeout_ms",
+                        Duration(&config.http.default_timeout, absl::Milliseconds(1))},
+                       {"keep_alive_ms", Duration(&config.http.keep_alive, absl::Milliseconds(1))},
+                   });
+             }},
             {"shutdown_grace_ms", Duration(&config.shutdown_grace, absl::Milliseconds(1))},
             {"state_dir", String(&config.state_dir)},
             {"data_root", String(&config.data_root)},

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,6 +18,8 @@ namespace ts::server {
 
 enum class OverLengthPolicy { kTruncate, kKeepTail, kReject, kWindow };
 std::string OverLengthPolicyName(OverLengthPolicy policy);
+// Inverse of OverLengthPolicyName; INVALID_ARGUMENT naming the choices.
+absl::StatusOr<OverLengthPolicy> ParseOverLengthPolicy(std::string_view name);
 
 struct ModelConfig {
   std::string name;             // required; [A-Za-z0-9_.-]+
@@ -99,6 +102,19 @@ struct JobsConfig {
   JobLimits limits;
 };
 
+// The HTTP/JSON front end (server/http_frontend.h): KServe v2 REST routes and the plain
+// classify route. TLS and bearer tokens as for gRPC (tls:, auth:).
+struct HttpConfig {
+  std::string listen;  // host:port; empty = no HTTP front end
+  int threads = 8;     // connections served at once; more wait in the accept queue
+  // Larger bodies get 413; 0 = max_message_bytes.
+  std::int64_t max_body_bytes = 0;
+  // Deadline of a request without an X-Timeout-Ms header; 0 = none.
+  absl::Duration default_timeout = absl::ZeroDuration();
+  // How long a connection may stay idle between requests (keep-alive).
+  absl::Duration keep_alive = absl::Seconds(5);
+};
+
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // empty = no metrics endpoint
@@ -109,11 +125,14 @@ struct ServerConfig {
   std::int64_t heap_keep_freed_bytes = std::int64_t{1} << 30;
   std::int64_t max_message_bytes = 64 << 20;
   int max_concurrent_streams = 256;
+  // Elements of one KServe v2 ModelInfer request (its batch dimension), gRPC and REST.
+  std::int64_t max_infer_batch = 256;
   absl::Duration shutdown_grace = absl::Seconds(30);
   std::string state_dir = "state";
   std::string data_root = "data";
   TlsConfig tls;
   AuthConfig auth;
+  HttpConfig http;
   std::vector<ModelConfig> models;
   JobsConfig jobs;
 };

@@ -20,7 +20,6 @@
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
 #include "model/quoted.h"
-#include "server/classifier_service.h"
 #include "server/job_process.h"
 #include "server/job_spec.h"
 

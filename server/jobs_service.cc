@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
-#include "server/classifier_service.h"
+#include "server/inference_core.h"
 #include "server/grpc_status.h"
 
 namespace ts::server {

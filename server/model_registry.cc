@@ -57,10 +57,10 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& device) {
   }
 }
 
-LengthPolicyOptions ServedModel::length_policy() const {
+LengthPolicyOptions ServedModel::length_policy(OverLengthPolicy over_length) const {
   LengthPolicyOptions policy;
   policy.max_length = max_length_;
-  policy.policy = ToLengthPolicy(config_.over_length);
+  policy.policy = ToLengthPolicy(over_length);
   policy.window_stride = config_.window_stride;
   policy.max_windows = config_.max_windows;
   return policy;

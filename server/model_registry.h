@@ -50,7 +50,9 @@ class ServedModel {
   std::int64_t max_length() const { return max_length_; }
   std::int64_t crossover_tokens() const { return crossover_tokens_; }
   const std::string& crossover_source() const { return crossover_source_; }
-  LengthPolicyOptions length_policy() const;
+  LengthPolicyOptions length_policy() const { return length_policy(config_.over_length); }
+  // The model's limits with another over-length policy (a request's own).
+  LengthPolicyOptions length_policy(OverLengthPolicy over_length) const;
   LengthBucketBatcher& batcher() { return *batcher_; }
 
   static absl::StatusOr<std::shared_ptr<ServedModel>> Load(const ModelConfig& config,

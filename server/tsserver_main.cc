@@ -27,6 +27,8 @@
 #include "server/auth.h"
 #include "server/classifier_service.h"
 #include "server/config.h"
+#include "server/inference_core.h"
+#include "server/kserve_service.h"
 #include "server/job_manager.h"
 #include "server/jobs_service.h"
 #include "server/metrics.h"
@@ -239,13 +241,16 @@ int Run(int argc, char** argv) {
     return 1;
   }
 
-  ClassifierService classifier(registry->get(), authorizer->get(), metrics->get(), RealClock());
+  InferenceCore inference(registry->get(), authorizer->get(), metrics->get(), RealClock());
+  ClassifierService classifier(&inference);
+  KServeService kserve(&inference, config->max_infer_batch);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config->listen, *credentials, &port);
   builder.RegisterService(&classifier);
+  builder.RegisterService(&kserve);
   std::unique_ptr<JobsService> jobs_service;
   if (jobs != nullptr) {
     jobs_service = std::make_unique<JobsService>(jobs.get(), authorizer->get());
@@ -267,6 +272,7 @@ int Run(int argc, char** argv) {
   health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus("taylorshift.v1.Classifier", true);
+  health->SetServingStatus("inference.GRPCInferenceService", true);
   health->SetServingStatus("taylorshift.v1.Jobs", config->jobs.enabled);
   for (const auto& model : (*registry)->List()) health->SetServingStatus(model->name(), true);
 
@@ -289,6 +295,7 @@ int Run(int argc, char** argv) {
   Log(absl::StrCat("received ", signal == SIGTERM ? "SIGTERM" : "SIGINT", ": draining (grace ",
                    absl::FormatDuration(config->shutdown_grace), ")"));
   health->SetServingStatus(false);
+  inference.SetDraining();
   const absl::Time deadline = absl::Now() + config->shutdown_grace;
   // A running training job saves its state at its next step and resumes on the next start.
   if (jobs != nullptr) {

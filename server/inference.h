@@ -1,0 +1,50 @@
+// The transport-neutral inference API that every front end calls: the Classifier gRPC service,
+// the KServe v2 gRPC service and the HTTP/JSON front end (docs/PROTOCOLS.md). A front end turns
+// its call into a CallContext (bearer token, deadline, cancellation) and a ClassifyRequest;
+// authorisation, validation, batching, limits and metrics happen behind this interface, once.
+// Torch-free, gRPC-free: only the API's messages.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "taylorshift/v1/classifier.pb.h"
+
+namespace ts::server {
+
+// What a front end knows of one call.
+struct CallContext {
+  // The caller's `authorization` header or metadata ("Bearer TOKEN"); empty when absent.
+  std::string authorization;
+  // When the caller stops waiting; requests still queued then get DEADLINE_EXCEEDED.
+  absl::Time deadline = absl::InfiniteFuture();
+  // True once the caller has gone away (null: never).
+  std::function<bool()> cancelled;
+};
+
+class Inference {
+ public:
+  virtual ~Inference() = default;
+
+  // Classifies one input; `done` is called exactly once, possibly before this returns and
+  // possibly on a batcher thread.
+  using ClassifyDone =
+      std::function<void(const absl::Status& status, taylorshift::v1::ClassifyResponse response)>;
+  virtual void Classify(const CallContext& call, const taylorshift::v1::ClassifyRequest& request,
+                        ClassifyDone done) = 0;
+
+  // The served models, by name; UNAUTHENTICATED / PERMISSION_DENIED as Classify.
+  virtual absl::StatusOr<std::vector<taylorshift::v1::ModelInfo>> ListModels(
+      const CallContext& call) = 0;
+  // One model; NOT_FOUND naming it when it is not served.
+  virtual absl::StatusOr<taylorshift::v1::ModelInfo> GetModel(const CallContext& call,
+                                                              const std::string& name) = 0;
+  // Whether Classify can be answered now: models are loaded and the server is not draining.
+  virtual bool Ready() const = 0;
+};
+
+}  // namespace ts::server
