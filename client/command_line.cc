@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "client/proto_names.h"
+#include "common/proto_names.h"
 
 namespace ts::client {
 

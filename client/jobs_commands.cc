@@ -18,7 +18,7 @@
 #include "client/file_util.h"
 #include "client/job_format.h"
 #include "client/job_plot.h"
-#include "client/proto_names.h"
+#include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
 #include "server/job_spec.h"
 #include "taylorshift/v1/jobs.grpc.pb.h"

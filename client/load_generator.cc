@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "client/json_number.h"
-#include "client/proto_names.h"
+#include "common/json_number.h"
+#include "common/proto_names.h"
 #include "model/json_writer.h"
 
 namespace ts::client {

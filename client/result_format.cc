@@ -6,8 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/json_number.h"
-#include "client/proto_names.h"
+#include "common/api_json.h"
+#include "common/json_number.h"
+#include "common/proto_names.h"
 #include "model/json_writer.h"
 
 namespace ts::client {
@@ -26,27 +27,6 @@ double LabelProbability(const ClassifyResponse& response) {
 }
 
 }  // namespace
-
-void WriteModelJson(JsonWriter& json, const ModelInfo& model) {
-  json.BeginObject();
-  json.Key("name").String(model.name());
-  json.Key("version").String(model.version());
-  json.Key("modality").String(model.modality());
-  json.Key("labels").BeginArray();
-  for (const std::string& label : model.labels()) json.String(label);
-  json.EndArray();
-  json.Key("max_length").Int(model.max_length());
-  json.Key("embed_dim").Int(model.embed_dim());
-  json.Key("depth").Int(model.depth());
-  json.Key("heads").Int(model.heads());
-  json.Key("head_dim").Int(model.head_dim());
-  json.Key("crossover_tokens").Int(model.crossover_tokens());
-  json.Key("crossover_source").String(model.crossover_source());
-  json.Key("over_length_policy").String(model.over_length_policy());
-  json.Key("device").String(model.device());
-  json.Key("precision").String(model.precision());
-  json.EndObject();
-}
 
 std::string ModelJson(const ModelInfo& model) {
   JsonWriter json;
@@ -114,27 +94,7 @@ std::string ClassifyJson(const std::string& file, const ClassifyResponse& respon
   JsonWriter json;
   json.BeginObject();
   json.Key("file").String(file);
-  json.Key("label").String(response.label());
-  json.Key("probabilities").BeginArray();
-  for (const auto& entry : response.probabilities()) {
-    json.BeginObject();
-    json.Key("label").String(entry.label());
-    json.Key("index").Int(entry.index());
-    WriteFloat(json.Key("probability"), entry.probability());
-    json.EndObject();
-  }
-  json.EndArray();
-  json.Key("path").String(PathName(response.path()));
-  json.Key("batch_size").Int(response.timing().batch_size());
-  json.Key("batch_tokens").Int(response.timing().batch_tokens());
-  json.Key("model_version").String(response.model_version());
-  json.Key("tokens").Int(response.tokens());
-  json.Key("truncated").Bool(response.truncated());
-  json.Key("windows").Int(response.windows());
-  WriteMilliseconds(json.Key("queue_ms"), response.timing().queue_seconds() * 1e3);
-  WriteMilliseconds(json.Key("compute_ms"), response.timing().compute_seconds() * 1e3);
-  WriteMilliseconds(json.Key("latency_ms"), latency_ms);
-  json.Key("request_id").String(response.request_id());
+  WriteClassifyFields(json, response, latency_ms);
   json.EndObject();
   return json.str();
 }

@@ -21,14 +21,13 @@
 #include <vector>
 
 #include "grpcpp/support/status.h"
+#include "common/api_json.h"
 #include "model/json_writer.h"
 #include "taylorshift/v1/classifier.pb.h"
 
 namespace ts::client {
 
 std::string ModelJson(const taylorshift::v1::ModelInfo& model);
-// The same object, as the next value of `json` (e.g. inside a promotion result).
-void WriteModelJson(JsonWriter& json, const taylorshift::v1::ModelInfo& model);
 // A table with a header row and one row per model, ending in a newline.
 // Rows as left-aligned columns two spaces apart, one line each (rows[0] is the header).
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);

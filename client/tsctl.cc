@@ -26,7 +26,7 @@
 #include "client/health_check.h"
 #include "client/jobs_commands.h"
 #include "client/load_generator.h"
-#include "client/proto_names.h"
+#include "common/proto_names.h"
 #include "client/result_format.h"
 #include "grpcpp/grpcpp.h"
 #include "model/json_writer.h"

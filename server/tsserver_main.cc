@@ -27,6 +27,7 @@
 #include "server/auth.h"
 #include "server/classifier_service.h"
 #include "server/config.h"
+#include "server/http_frontend.h"
 #include "server/inference_core.h"
 #include "server/kserve_service.h"
 #include "server/job_manager.h"
@@ -276,9 +277,27 @@ int Run(int argc, char** argv) {
   health->SetServingStatus("taylorshift.v1.Jobs", config->jobs.enabled);
   for (const auto& model : (*registry)->List()) health->SetServingStatus(model->name(), true);
 
+  // The HTTP front end, once gRPC is up (both share the inference core).
+  std::unique_ptr<HttpFrontend> http;
+  if (!config->http.listen.empty()) {
+    HttpFrontendOptions http_options;
+    http_options.http = config->http;
+    http_options.tls = config->tls;
+    http_options.max_message_bytes = config->max_message_bytes;
+    http_options.max_infer_batch = config->max_infer_batch;
+    auto started = HttpFrontend::Start(http_options, &inference);
+    if (!started.ok()) {
+      Log(std::string(started.status().message()));
+      server->Shutdown();
+      return 1;
+    }
+    http = std::move(*started);
+  }
+
   const std::string host = config->listen.substr(0, config->listen.rfind(':'));
   const std::string grpc_address = absl::StrCat(host, ":", port);
-  Log(absl::StrCat("serving gRPC on ", grpc_address, ", metrics on ",
+  Log(absl::StrCat("serving gRPC on ", grpc_address, ", HTTP on ",
+                   http == nullptr ? "(off)" : http->address(), ", metrics on ",
                    config->metrics_listen.empty() ? "(off)" : (*metrics)->bound_address(), ", ",
                    threads, " intra-op threads"));
   if (!flags->ready_file.empty()) {
@@ -286,6 +305,7 @@ int Run(int argc, char** argv) {
     {
       std::ofstream out(tmp);
       out << "grpc=" << grpc_address << "\nmetrics=" << (*metrics)->bound_address() << "\n";
+      if (http != nullptr) out << "http=" << http->address() << "\n";
     }
     std::rename(tmp.c_str(), flags->ready_file.c_str());
   }
@@ -303,6 +323,10 @@ int Run(int argc, char** argv) {
     Log("jobs stopped");
   }
   // Stops accepting calls and waits for those in flight (their batches keep running).
+  if (http != nullptr) {
+    http->Stop();
+    Log("HTTP stopped");
+  }
   server->Shutdown(absl::ToChronoTime(deadline));
   Log("RPCs finished; draining batchers");
   (*registry)->DrainAll(std::max(absl::ZeroDuration(), deadline - absl::Now()));

@@ -11,7 +11,7 @@
 #include "grpcpp/support/status.h"
 #include "taylorshift/v1/classifier.pb.h"
 
-namespace ts::client {
+namespace ts {
 
 // "OK", "CANCELLED", …, "UNAUTHENTICATED"; "CODE_<n>" for numbers outside the enum.
 std::string GrpcCodeName(grpc::StatusCode code);
@@ -26,4 +26,4 @@ std::string PathName(taylorshift::v1::AttentionPath path);
 // otherwise.
 absl::StatusOr<taylorshift::v1::AttentionPath> ParsePath(absl::string_view name);
 
-}  // namespace ts::client
+}  // namespace ts

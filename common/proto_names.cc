@@ -1,10 +1,10 @@
-#include "client/proto_names.h"
+#include "common/proto_names.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
-namespace ts::client {
+namespace ts {
 
 using taylorshift::v1::AttentionPath;
 
@@ -82,4 +82,4 @@ absl::StatusOr<AttentionPath> ParsePath(absl::string_view name) {
       absl::StrCat("unknown path '", name, "': expected auto, direct, efficient or softmax"));
 }
 
-}  // namespace ts::client
+}  // namespace ts

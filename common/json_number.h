@@ -10,7 +10,7 @@
 
 #include "model/json_writer.h"
 
-namespace ts::client {
+namespace ts {
 
 inline JsonWriter& WriteNumber(JsonWriter& json, double value) {
   if (std::isfinite(value) && std::trunc(value) == value && std::fabs(value) < 1e15) {
@@ -38,4 +38,4 @@ inline JsonWriter& WriteMilliseconds(JsonWriter& json, double milliseconds) {
   return WriteNumber(json, std::round(milliseconds * 1e3) / 1e3);
 }
 
-}  // namespace ts::client
+}  // namespace ts

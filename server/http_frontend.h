@@ -1,0 +1,69 @@
+// The HTTP/JSON front end: the KServe v2 REST routes (/v2/...) and a plain route for curl
+// (POST /v1/models/{name}:classify), on a listener of its own (http.listen). A thin layer over
+// Inference (server/inference.h), like the gRPC services: the same batcher, limits, bearer
+// tokens (Authorization header), deadlines (X-Timeout-Ms header) and metrics. Errors answer
+// {"error": MESSAGE, "code": GRPC_CODE_NAME} with the HTTP status HttpStatusFor gives.
+// Routes and JSON forms: docs/PROTOCOLS.md. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/config.h"
+#include "server/inference.h"
+
+namespace ts::server {
+
+// One HTTP exchange without the socket: what Route() reads and writes (unit-testable).
+struct HttpExchange {
+  std::string method;  // GET, POST, …
+  std::string path;    // without the query string
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+struct HttpAnswer {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::map<std::string, std::string> headers;  // extra headers (Retry-After, WWW-Authenticate)
+  std::string body;
+};
+
+// Answers one request: routing, JSON decoding, the call through `inference`, JSON encoding.
+// Blocks until the classification (if any) is done.
+HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch,
+                 absl::Duration default_timeout, const HttpExchange& request);
+
+struct HttpFrontendOptions {
+  HttpConfig http;
+  TlsConfig tls;                             // cert_file set: HTTPS (client_ca_file: mTLS)
+  std::int64_t max_message_bytes = 64 << 20;  // the body limit when http.max_body_bytes is 0
+  std::int64_t max_infer_batch = 256;
+};
+
+class HttpFrontend {
+ public:
+  // Binds http.listen (port 0: any free port) and starts serving on http.threads threads.
+  static absl::StatusOr<std::unique_ptr<HttpFrontend>> Start(const HttpFrontendOptions& options,
+                                                             Inference* inference);
+  ~HttpFrontend();  // Stop()
+  HttpFrontend(const HttpFrontend&) = delete;
+  HttpFrontend& operator=(const HttpFrontend&) = delete;
+
+  // host:port actually bound.
+  const std::string& address() const { return address_; }
+  // Stops accepting connections and waits for the requests being answered.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit HttpFrontend(std::unique_ptr<Impl> impl, std::string address);
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+};
+
+}  // namespace ts::server
