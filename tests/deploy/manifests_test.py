@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """Static checks of the deployment bundle: docker-compose.yml (and its GPU override), the
 Grafana provisioning, the Kubernetes manifests (with the ServiceMonitor's scrape job and the
-PyTorchJob of deploy/k8s/training) and the Dockerfiles (with their build-context ignore files)
+PyTorchJob of deploy/k8s/training and the KServe runtime of deploy/k8s/kserve) and the Dockerfiles (with their build-context ignore files)
 parse, agree with each other and with the server's configurations, and reference only files that
 exist. Every shipped tsserver configuration is also started with the real tsserver, and its
 health answered by `tsctl health` as the images' HEALTHCHECK asks for it; the PyTorchJob's
-command is run by the real tsworker as two ranks on loopback.
+command is run by the real tsworker as two ranks on loopback, and the KServe runtime's
+command line and configuration start the real tsserver, whose KServe v2 health answers over HTTP.
 
 Usage: manifests_test.py --build-dir DIR --tsserver BIN --tsctl BIN --tsmodel BIN
        [--tsworker BIN]   (default: tsworker next to tsserver)
@@ -25,6 +26,8 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import yaml
 
@@ -37,6 +40,14 @@ COMPOSE_FILES = [os.path.join(lib.ROOT, "docker-compose.yml"),
 K8S_DIR = os.path.join(lib.DEPLOY, "k8s")
 # Data-parallel training with tsworker under the Kubeflow Training Operator.
 TRAINING_DIR = os.path.join(K8S_DIR, "training")
+# tsserver as a KServe custom runtime (ServingRuntime + InferenceService).
+KSERVE_DIR = os.path.join(K8S_DIR, "kserve")
+# Where KServe's storage initializer puts the files of an InferenceService's storageUri, and the
+# file the runtime serves from there.
+KSERVE_MODEL_DIR = "/mnt/models"
+KSERVE_CHECKPOINT = KSERVE_MODEL_DIR + "/model.tsckpt"
+# What KServe replaces by the InferenceService's name in a runtime's arguments.
+KSERVE_NAME = "{{.Name}}"
 # tsworker's standalone command line (docs/DISTRIBUTED.md): every flag it takes, and those
 # without which it cannot run.
 TSWORKER_FLAGS = {"--spec", "--job-dir", "--data-root", "--threads", "--collective-timeout"}
@@ -453,7 +464,7 @@ class KubernetesTest(unittest.TestCase):
 
     def test_kustomizations_reference_existing_files(self):
         kustomizations = [p for p in self.docs if os.path.basename(p) == "kustomization.yaml"]
-        self.assertEqual(len(kustomizations), 3)
+        self.assertEqual(len(kustomizations), 4)
         for path in kustomizations:
             doc = self.docs[path][0]
             here = os.path.dirname(path)
@@ -629,6 +640,18 @@ class KubernetesTest(unittest.TestCase):
         for replica in job["spec"]["pytorchReplicaSpecs"].values():
             for container in replica["template"]["spec"]["containers"]:
                 self.assertEqual(container["image"], "taylorshift-serve:cpu")
+        # The KServe kustomization: the runtime's ConfigMap, the ServingRuntime (its image set by
+        # the kustomization like a Deployment's) and the InferenceService, in the base's namespace.
+        result = subprocess.run([kubectl, "kustomize", KSERVE_DIR], capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        docs = list(yaml.safe_load_all(result.stdout))
+        self.assertEqual(sorted(d["kind"] for d in docs),
+                         ["ConfigMap", "InferenceService", "ServingRuntime"])
+        for doc in docs:
+            self.assertEqual(doc["metadata"]["namespace"], "taylorshift", doc["metadata"]["name"])
+        runtime = [d for d in docs if d["kind"] == "ServingRuntime"][0]
+        self.assertEqual(runtime["spec"]["containers"][0]["image"], "taylorshift-serve:cpu")
 
 
 class TrainingKubernetesTest(unittest.TestCase):
@@ -831,6 +854,205 @@ class TrainingKubernetesTest(unittest.TestCase):
         for path in set(re.findall(r"\b(deploy/[A-Za-z0-9_./-]*[A-Za-z0-9_])", text)):
             self.assertTrue(os.path.exists(os.path.join(lib.ROOT, path)), path)
         self.assertIn(f"{self.job['metadata']['name']}-master-0", text)
+
+
+class KServeTest(unittest.TestCase):
+    """deploy/k8s/kserve: tsserver as a KServe custom runtime. The ServingRuntime runs the
+    image's entrypoint with a configuration from the kustomization's ConfigMap and the
+    InferenceService's checkpoint (storageUri, copied to /mnt/models) under the
+    InferenceService's name; it declares the ports, the protocols and the REST probes that this
+    configuration serves. The command line itself is run by the real tsserver."""
+
+    def setUp(self):
+        self.objects = {(d["kind"], d["metadata"]["name"]): d
+                        for d in kustomization_objects(KSERVE_DIR)}
+        runtimes = [d for (kind, _), d in self.objects.items() if kind == "ServingRuntime"]
+        services = [d for (kind, _), d in self.objects.items() if kind == "InferenceService"]
+        self.assertEqual((len(runtimes), len(services)), (1, 1))
+        self.runtime, self.isvc = runtimes[0], services[0]
+        self.spec = self.runtime["spec"]
+        containers = self.spec["containers"]
+        self.assertEqual([c["name"] for c in containers], ["kserve-container"])
+        self.container = containers[0]
+        self.argv = list(self.container.get("args", []))
+        self.config = yaml.safe_load(self.config_text())
+
+    def flag(self, name):
+        self.assertIn(name, self.argv)
+        return self.argv[self.argv.index(name) + 1]
+
+    def config_text(self):
+        """The configuration tsserver reads: the ConfigMap key at --config."""
+        path = self.flag("--config")
+        mount = mount_holding(self.container, path)
+        self.assertIsNotNone(mount, f"--config {path} is on no volume")
+        volumes = {v["name"]: v for v in self.spec["volumes"]}
+        self.assertIn("configMap", volumes[mount["name"]], path)
+        configmap = self.objects[("ConfigMap", volumes[mount["name"]]["configMap"]["name"])]
+        key = os.path.relpath(path, mount["mountPath"])
+        self.assertIn(key, configmap["data"], path)
+        return configmap["data"][key]
+
+    def test_runtime_serves_the_storage_uri_checkpoint_under_the_service_name(self):
+        self.assertEqual(self.runtime["apiVersion"], "serving.kserve.io/v1alpha1")
+        self.assertEqual(self.flag("--model"), f"{KSERVE_NAME}={KSERVE_CHECKPOINT}")
+        # The only model: the configuration names none.
+        self.assertFalse(self.config.get("models"))
+        self.assertEqual(self.argv.count("--model"), 1)
+        # The InferenceService picks this runtime and its format, and its name is a valid
+        # model name (it becomes one).
+        model = self.isvc["spec"]["predictor"]["model"]
+        self.assertEqual(self.isvc["apiVersion"], "serving.kserve.io/v1beta1")
+        self.assertEqual(model["runtime"], self.runtime["metadata"]["name"])
+        formats = {f["name"] for f in self.spec["supportedModelFormats"]}
+        self.assertIn(model["modelFormat"]["name"], formats)
+        self.assertIn(model["protocolVersion"], self.spec["protocolVersions"])
+        self.assertRegex(self.isvc["metadata"]["name"], r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        self.assertRegex(model["storageUri"], r"^[a-z0-9]+://")
+        # No volume of the runtime hides the storage initializer's folder.
+        for mount in self.container.get("volumeMounts", []):
+            root = mount["mountPath"].rstrip("/")
+            self.assertFalse(KSERVE_MODEL_DIR.startswith(root + "/") or root == KSERVE_MODEL_DIR
+                             or root.startswith(KSERVE_MODEL_DIR + "/"), root)
+        # --threads matches the CPU request (LibTorch would take every core of the node).
+        self.assertEqual(int(self.flag("--threads")),
+                         int(self.container["resources"]["requests"]["cpu"]))
+        self.assertIn("memory", self.container["resources"]["limits"])
+
+    def test_runtime_declares_the_ports_protocols_and_probes_the_config_serves(self):
+        self.assertEqual(self.spec["protocolVersions"], ["v2", "grpc-v2"])
+        http_port = port_of(self.config["http"]["listen"])
+        grpc_port = port_of(self.config["listen"])
+        ports = self.container["ports"]
+        # KServe exposes the first port as the Service's port 80 (REST clients), and gives a
+        # port whose name contains "grpc" or "h2c" appProtocol h2c.
+        self.assertEqual(ports[0]["containerPort"], http_port)
+        self.assertNotRegex(ports[0]["name"], "grpc|h2c")
+        grpc = [p for p in ports if re.search("grpc|h2c", p["name"])]
+        self.assertEqual([p["containerPort"] for p in grpc], [grpc_port])
+        self.assertEqual(len(ports), 2)
+        # Two ports: a Deployment and Service, not a Knative Service (one port per container).
+        annotations = self.isvc["metadata"].get("annotations", {})
+        self.assertIn(annotations.get("serving.kserve.io/deploymentMode"),
+                      ("RawDeployment", "Standard"))
+        for probe, path in (("startupProbe", "/v2/health/live"),
+                            ("readinessProbe", "/v2/health/ready"),
+                            ("livenessProbe", "/v2/health/live")):
+            self.assertEqual(self.container[probe]["httpGet"]["path"], path, probe)
+            self.assertEqual(self.container[probe]["httpGet"]["port"], http_port, probe)
+        self.assertEqual(self.spec["annotations"]["prometheus.kserve.io/port"],
+                         str(port_of(self.config["metrics_listen"])))
+        self.assertEqual(self.spec["annotations"]["prometheus.kserve.io/path"], "/metrics")
+        # Pods get Kubernetes' default grace (30 s) unless the InferenceService sets one.
+        grace_s = self.isvc["spec"]["predictor"].get("terminationGracePeriodSeconds", 30)
+        self.assertGreater(grace_s * 1000, self.config["shutdown_grace_ms"])
+
+    def test_runtime_runs_the_image_of_the_base_as_its_user(self):
+        self.assertFalse(jobs_enabled(self.config))
+        base = load_yaml(os.path.join(K8S_DIR, "base", "deployment.yaml"))
+        pod = base["spec"]["template"]["spec"]
+        self.assertEqual(self.container["image"], pod["containers"][0]["image"])
+        base_kustomization = load_yaml(os.path.join(K8S_DIR, "base", "kustomization.yaml"))
+        kustomization = load_yaml(os.path.join(KSERVE_DIR, "kustomization.yaml"))
+        self.assertEqual(kustomization["images"], base_kustomization["images"])
+        self.assertEqual(kustomization["namespace"], base_kustomization["namespace"])
+        self.assertNotIn("Namespace", {kind for kind, _ in self.objects})
+        # A ServingRuntime has no pod securityContext: the container's runs as the image's user.
+        context = self.container["securityContext"]
+        self.assertTrue(context["runAsNonRoot"])
+        for key in ("runAsUser", "runAsGroup"):
+            self.assertEqual(context[key], pod["securityContext"][key], key)
+        volumes = {v["name"]: v for v in self.spec["volumes"]}
+        for mount in self.container["volumeMounts"]:
+            self.assertIn(mount["name"], volumes)
+        if context.get("readOnlyRootFilesystem"):
+            state = mount_holding(self.container, self.config["state_dir"])
+            self.assertTrue(state and not state.get("readOnly"),
+                            f"state_dir {self.config['state_dir']} is not writable")
+            self.assertIn("emptyDir", volumes[state["name"]])
+
+    def test_tsserver_runs_the_runtime_command(self):
+        """The runtime's arguments (the InferenceService's name for {{.Name}}) and its
+        configuration, with ports and folders moved to loopback and a temp dir, start tsserver:
+        the ready file names the HTTP listener, whose readiness probe path answers
+        200 {"ready": true}, the model is ready under the InferenceService's name, and gRPC
+        health answers SERVING. SIGTERM stops it with status 0."""
+        name = self.isvc["metadata"]["name"]
+        with tempfile.TemporaryDirectory(prefix="ts-kserve-") as tmp:
+            checkpoint = os.path.join(tmp, KSERVE_CHECKPOINT.lstrip("/"))
+            os.makedirs(os.path.dirname(checkpoint))
+            init = subprocess.run(
+                [ARGS.tsmodel, "init", "--out", checkpoint, "--labels", "a,b", "--embed-dim",
+                 "32", "--depth", "1", "--heads", "4", "--max-length", "64"],
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(init.returncode, 0, init.stdout + init.stderr)
+            config = dict(self.config, listen="127.0.0.1:0", metrics_listen="127.0.0.1:0",
+                          state_dir=os.path.join(tmp, "state"),
+                          data_root=os.path.join(tmp, "data"))
+            config["http"] = dict(config["http"], listen="127.0.0.1:0")
+            config_path = os.path.join(tmp, "tsserver-kserve.yaml")
+            with open(config_path, "w") as f:
+                yaml.safe_dump(config, f)
+            argv = []
+            for i, arg in enumerate(self.argv):
+                previous = self.argv[i - 1] if i > 0 else ""
+                if previous == "--config":
+                    arg = config_path
+                elif previous == "--model":
+                    arg = arg.replace(KSERVE_NAME, name).replace(KSERVE_CHECKPOINT, checkpoint)
+                elif previous == "--threads":
+                    arg = "1"
+                argv.append(arg)
+            ready_file = os.path.join(tmp, "ready")
+            log_path = os.path.join(tmp, "tsserver.log")
+            with open(log_path, "w") as log:
+                server = subprocess.Popen([ARGS.tsserver, *argv, "--ready-file", ready_file],
+                                          stdout=log, stderr=subprocess.STDOUT)
+
+            def log_text():
+                with open(log_path) as f:
+                    return f.read()[-3000:]
+
+            try:
+                fields = {}
+                deadline = time.monotonic() + 90
+                while "grpc" not in fields and time.monotonic() < deadline:
+                    if server.poll() is not None:
+                        self.fail(f"tsserver exited with {server.returncode}:\n{log_text()}")
+                    if os.path.exists(ready_file):
+                        with open(ready_file) as f:
+                            fields = dict(l.split("=", 1) for l in f.read().split() if "=" in l)
+                    time.sleep(0.1)
+                self.assertIn("grpc", fields, f"tsserver did not become ready:\n{log_text()}")
+                self.assertIn("http", fields, f"no HTTP listener in the ready file:\n{log_text()}")
+
+                def get(path):
+                    url = f"http://{fields['http']}{path}"
+                    try:
+                        with urllib.request.urlopen(url, timeout=30) as answer:
+                            return answer.status, json.load(answer)
+                    except urllib.error.HTTPError as error:
+                        return error.code, json.load(error)
+
+                probe = self.container["readinessProbe"]["httpGet"]["path"]
+                self.assertEqual(get(probe), (200, {"ready": True}))
+                self.assertEqual(get(self.container["livenessProbe"]["httpGet"]["path"]),
+                                 (200, {"live": True}))
+                self.assertEqual(get(f"/v2/models/{name}/ready"),
+                                 (200, {"name": name, "ready": True}))
+                health = subprocess.run([ARGS.tsctl, "health", "--server", fields["grpc"],
+                                         "--service", name],
+                                        capture_output=True, text=True, timeout=30)
+                self.assertEqual(health.stdout.strip(), "SERVING", health.stderr)
+            finally:
+                if server.poll() is None:
+                    server.send_signal(signal.SIGTERM)
+                    try:
+                        server.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        server.kill()
+                        server.wait()
+            self.assertEqual(server.returncode, 0, log_text())
 
 
 class TrainingWorkerTest(unittest.TestCase):
