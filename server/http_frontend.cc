@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
+#include <atomic>
 #include <regex>
 #include <thread>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/api_json.h"
@@ -339,18 +341,37 @@ HttpAnswer MethodNotAllowed(const std::string& allowed, const HttpExchange& requ
   return answer;
 }
 
+// The batcher drops requests whose deadline passes while they wait; one whose deadline passes
+// while its batch runs is answered 504 too, as gRPC answers a call past its deadline.
+HttpAnswer LateIsDeadlineExceeded(const CallContext& call, HttpAnswer answer) {
+  if (answer.status == 200 && call.deadline < absl::Now()) {
+    return ErrorAnswer(absl::DeadlineExceededError(
+        "X-Timeout-Ms: the deadline passed while the request was computed"));
+  }
+  return answer;
+}
+
 HttpAnswer Infer(Inference* inference, std::int64_t max_batch, const CallContext& call,
                  v2::ModelInferRequest request) {
   absl::Notification done;
   HttpAnswer answer;
   kserve::Infer(inference, call, request, max_batch,
                 [&](const absl::Status& status, kserve::InferResult result) {
-                  answer = status.ok() ? JsonAnswer(200, InferResultJson(result))
-                                       : ErrorAnswer(status);
+                  if (status.ok()) {
+                    answer = JsonAnswer(200, InferResultJson(result));
+                  } else {
+                    // The messages name the gRPC fields; REST bodies carry them as "data".
+                    std::string message(status.message());
+                    for (const std::string field :
+                         {".contents.bytes_contents", ".contents.uint_contents"}) {
+                      message = absl::StrReplaceAll(message, {{field, ".data"}});
+                    }
+                    answer = ErrorAnswer(absl::Status(status.code(), message));
+                  }
                   done.Notify();
                 });
   done.WaitForNotification();
-  return answer;
+  return LateIsDeadlineExceeded(call, std::move(answer));
 }
 
 HttpAnswer Classify(Inference* inference, const CallContext& call,
@@ -371,7 +392,7 @@ HttpAnswer Classify(Inference* inference, const CallContext& call,
     done.Notify();
   });
   done.WaitForNotification();
-  return answer;
+  return LateIsDeadlineExceeded(call, std::move(answer));
 }
 
 }  // namespace
@@ -517,6 +538,12 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   server.set_keep_alive_timeout(
       std::max<time_t>(1, absl::ToInt64Seconds(options.http.keep_alive)));
   server.set_tcp_nodelay(true);
+  // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port
+  // and silently share its connections; refuse an address in use instead.
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   const std::int64_t max_batch = options.max_infer_batch;
   const absl::Duration default_timeout = options.http.default_timeout;
   const auto handler = [inference, max_batch, default_timeout](const httplib::Request& req,
@@ -554,7 +581,19 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   });
   const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) return absl::UnavailableError(absl::StrCat("http: cannot listen on ", listen));
-  impl->thread = std::thread([&server] { server.listen_after_bind(); });
+  auto returned = std::make_shared<std::atomic<bool>>(false);
+  impl->thread = std::thread([&server, returned] {
+    server.listen_after_bind();
+    *returned = true;
+  });
+  // stop() is a no-op until the accept loop runs: wait for it, so that Stop() always stops.
+  while (!server.is_running() && !*returned) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (*returned) {
+    impl->thread.join();
+    return absl::UnavailableError(absl::StrCat("http: the listener on ", listen, " stopped"));
+  }
   const std::string shown_host = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
   return std::unique_ptr<HttpFrontend>(
       new HttpFrontend(std::move(impl), absl::StrCat(shown_host, ":", bound)));

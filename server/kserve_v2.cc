@@ -102,6 +102,7 @@ absl::Status ApplyParameters(const v2::ModelInferRequest& request, pb::ClassifyR
 absl::Status PlanOutputs(const v2::ModelInferRequest& request, std::uint32_t top_k,
                          const pb::ModelInfo& model, InferPlan* plan) {
   plan->class_count = top_k;
+  std::string class_count_field = "parameters.top_k";
   if (request.outputs().empty()) {
     plan->outputs = {kProbabilities, kLabel};
   }
@@ -119,7 +120,8 @@ absl::Status PlanOutputs(const v2::ModelInferRequest& request, std::uint32_t top
     plan->outputs.push_back(output.name());
     for (const auto& [name, value] : output.parameters()) {
       const std::string param = absl::StrCat(field, ".parameters.", name);
-      if (name == "class_count" && output.name() == kProbabilities) {
+      // class_count as KServe's docs name it; classification as Triton and tritonclient do.
+      if ((name == "class_count" || name == "classification") && output.name() == kProbabilities) {
         auto k = IntParameter(value, param);
         if (!k.ok()) return k.status();
         if (*k < 0) return Invalid(param, absl::StrCat("must be ≥ 0, got ", *k));
@@ -127,6 +129,7 @@ absl::Status PlanOutputs(const v2::ModelInferRequest& request, std::uint32_t top
           return Invalid(param, absl::StrCat(*k, " differs from parameters.top_k ", top_k));
         }
         plan->class_count = static_cast<std::uint32_t>(std::min<std::int64_t>(*k, 1 << 30));
+        class_count_field = param;
       } else if (name == "binary_data" && value.parameter_choice_case() ==
                                               v2::InferParameter::kBoolParam &&
                  !value.bool_param()) {
@@ -134,13 +137,14 @@ absl::Status PlanOutputs(const v2::ModelInferRequest& request, std::uint32_t top
       } else {
         return Invalid(param, name == "binary_data"
                                   ? "the binary tensor data extension is not supported"
-                                  : absl::StrCat("unknown parameter (known: class_count on ",
+                                  : absl::StrCat("unknown parameter (known: class_count or "
+                                                 "classification on ",
                                                  kProbabilities, ")"));
       }
     }
   }
   if (plan->class_count > static_cast<std::uint32_t>(model.labels_size())) {
-    return Invalid(plan->class_count == top_k ? "parameters.top_k" : "class_count",
+    return Invalid(class_count_field,
                    absl::StrCat(plan->class_count, " exceeds the model's ", model.labels_size(),
                                 " classes"));
   }

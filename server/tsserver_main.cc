@@ -1,7 +1,9 @@
-// tsserver: serves the configured models over gRPC (Classifier, health, reflection) and exports
+// tsserver: serves the configured models over gRPC (Classifier, KServe v2, health, reflection)
+// and HTTP/JSON (KServe v2 REST and the plain route, when http.listen is set), and exports
 // Prometheus metrics on its own listener.
 //
-//   tsserver [--config FILE] [--listen ADDR] [--metrics-listen ADDR] [--model NAME=CHECKPOINT]...
+//   tsserver [--config FILE] [--listen ADDR] [--metrics-listen ADDR] [--http-listen ADDR]
+//            [--model NAME=CHECKPOINT]...
 //            [--state-dir DIR] [--data-root DIR] [--threads N] [--ready-file FILE]
 //
 // Flags override the config file. SIGTERM/SIGINT: stop accepting, finish what is queued and in
@@ -45,14 +47,14 @@ void Log(const std::string& message) {
 
 struct Flags {
   std::string config;
-  std::string listen, metrics_listen, state_dir, data_root, ready_file;
-  bool has_metrics_listen = false;
+  std::string listen, metrics_listen, http_listen, state_dir, data_root, ready_file;
+  bool has_metrics_listen = false, has_http_listen = false;
   int threads = -1;
   std::vector<std::string> models;
 };
 
 constexpr char kUsage[] =
-    "usage: tsserver [--config FILE] [--listen ADDR] [--metrics-listen ADDR]\n"
+    "usage: tsserver [--config FILE] [--listen ADDR] [--metrics-listen ADDR] [--http-listen ADDR]\n"
     "                [--model NAME=CHECKPOINT]... [--state-dir DIR] [--data-root DIR]\n"
     "                [--threads N] [--ready-file FILE]\n";
 
@@ -87,6 +89,12 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       if (v.ok()) {
         flags.metrics_listen = *v;
         flags.has_metrics_listen = true;
+      }
+    } else if (arg == "--http-listen") {
+      v = next();
+      if (v.ok()) {
+        flags.http_listen = *v;
+        flags.has_http_listen = true;
       }
     } else if (arg == "--model") {
       v = next();
@@ -126,6 +134,7 @@ absl::StatusOr<ServerConfig> BuildConfig(const Flags& flags) {
   }
   if (!flags.listen.empty()) config.listen = flags.listen;
   if (flags.has_metrics_listen) config.metrics_listen = flags.metrics_listen;
+  if (flags.has_http_listen) config.http.listen = flags.http_listen;
   if (!flags.state_dir.empty()) config.state_dir = flags.state_dir;
   if (!flags.data_root.empty()) config.data_root = flags.data_root;
   if (flags.threads >= 0) config.intra_op_threads = flags.threads;

@@ -1,0 +1,175 @@
+// The HTTP front end (server/http_frontend.h): routing, JSON decoding with the field named, the
+// status mapping with Retry-After / WWW-Authenticate, and one real listener on loopback.
+#include "server/http_frontend.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/server/fake_inference.h"
+
+namespace ts::server {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::FakeInference;
+using Json = nlohmann::json;
+
+HttpAnswer Call(FakeInference& fake, const std::string& method, const std::string& path,
+                const std::string& body = "", std::map<std::string, std::string> headers = {}) {
+  HttpExchange exchange{method, path, std::move(headers), body};
+  return Route(&fake, /*max_infer_batch=*/4, absl::ZeroDuration(), exchange);
+}
+
+TEST(HttpFrontendTest, HealthAndMetadataRoutes) {
+  FakeInference fake;
+  EXPECT_EQ(Json::parse(Call(fake, "GET", "/v2/health/live").body)["live"], true);
+  EXPECT_EQ(Call(fake, "GET", "/v2/health/ready").status, 200);
+  fake.SetReady(false);
+  auto not_ready = Call(fake, "GET", "/v2/health/ready");
+  EXPECT_EQ(not_ready.status, 503);
+  EXPECT_EQ(Json::parse(not_ready.body)["ready"], false);
+  fake.SetReady(true);
+  EXPECT_EQ(Json::parse(Call(fake, "GET", "/v2").body)["name"], "taylorshift-serve");
+  auto metadata = Json::parse(Call(fake, "GET", "/v2/models/m").body);
+  EXPECT_EQ(metadata["inputs"][0]["name"], "document");
+  EXPECT_EQ(metadata["outputs"][0]["shape"], Json::parse("[-1, 3]"));
+  EXPECT_EQ(Call(fake, "GET", "/v2/models/m/versions/v1/ready").status, 200);
+  EXPECT_EQ(Call(fake, "GET", "/v2/models/m/versions/v2/ready").status, 404);
+  EXPECT_EQ(Call(fake, "GET", "/v2/models/x/ready").status, 404);
+  auto models = Json::parse(Call(fake, "GET", "/v1/models").body);
+  EXPECT_EQ(models["models"][0]["labels"], Json::parse(R"(["c0","c1","c2"])"));
+  EXPECT_EQ(Json::parse(Call(fake, "GET", "/v1/models/m").body)["version"], "v1");
+}
+
+TEST(HttpFrontendTest, V2InferAnswersJsonTensorsWithExactFloats) {
+  FakeInference fake;
+  auto answer = Call(fake, "POST", "/v2/models/m/infer", R"({"id": "q", "inputs": [
+      {"name": "document", "datatype": "BYTES", "shape": [2, 1], "data": [["ab"], ["abcd"]]}],
+      "parameters": {"path": "direct"}})");
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  const auto body = Json::parse(answer.body);
+  EXPECT_EQ(body["id"], "q");
+  EXPECT_EQ(body["outputs"][0]["shape"], Json::parse("[2, 3]"));
+  const auto expected = FakeInference::Probabilities(4, 3);
+  EXPECT_EQ(static_cast<float>(body["outputs"][0]["data"][4].get<double>()), expected[1]);
+  EXPECT_EQ(body["outputs"][1]["data"], Json::parse(R"(["c2", "c2"])"));
+  EXPECT_EQ(fake.calls()[0].path(), taylorshift::v1::ATTENTION_PATH_DIRECT);
+}
+
+TEST(HttpFrontendTest, PlainClassifyRouteAnswersTsctlsJson) {
+  FakeInference fake;
+  auto answer = Call(fake, "POST", "/v1/models/m:classify",
+                     R"({"text": "hello", "top_k": 2, "request_id": "r", "over_length": "reject"})",
+                     {{"authorization", "Bearer t"}, {"x-timeout-ms", "5000"}});
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  const auto body = Json::parse(answer.body);
+  EXPECT_EQ(body["label"], "c2");
+  EXPECT_EQ(body["request_id"], "r");
+  ASSERT_EQ(body["probabilities"].size(), 2u);
+  EXPECT_EQ(body["probabilities"][0]["index"], 2);
+  EXPECT_TRUE(body.contains("latency_ms"));
+  EXPECT_FALSE(body.contains("file"));
+  const auto call = fake.contexts()[0];
+  EXPECT_EQ(call.authorization, "Bearer t");
+  EXPECT_LT(call.deadline, absl::Now() + absl::Seconds(6));
+  EXPECT_EQ(fake.calls()[0].over_length(), "reject");
+  // Binary documents and images.
+  EXPECT_EQ(Call(fake, "POST", "/v1/models/m:classify", R"({"document_base64": "AAEC"})").status,
+            200);
+  EXPECT_EQ(fake.calls().back().document(), std::string("\0\1\2", 3));
+  EXPECT_EQ(Call(fake, "POST", "/v1/models/m:classify",
+                 R"({"image": {"width": 2, "height": 1, "pixels": [0, 255]}})")
+                .status,
+            200);
+  EXPECT_EQ(fake.calls().back().image().pixels(), std::string("\0\xff", 2));
+}
+
+TEST(HttpFrontendTest, ErrorsCarryTheirStatusFieldAndHeaders) {
+  FakeInference fake;
+  const auto expect = [&](const HttpAnswer& a, int status, const std::string& text) {
+    EXPECT_EQ(a.status, status) << a.body;
+    const auto body = Json::parse(a.body);
+    EXPECT_THAT(body["error"].get<std::string>(), HasSubstr(text));
+    EXPECT_TRUE(body["code"].is_string());
+  };
+  expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": )"), 400, "invalid JSON");
+  expect(Call(fake, "POST", "/v1/models/m:classify", R"([1])"), 400, "JSON object");
+  expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": 3})"), 400, "text:");
+  expect(Call(fake, "POST", "/v1/models/m:classify", R"({"txt": "a"})"), 400, "txt: unknown key");
+  expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a", "top_k": -1})"), 400,
+         "top_k:");
+  expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a", "path": "fast"})"), 400,
+         "path:");
+  expect(Call(fake, "POST", "/v1/models/m:classify", R"({})"), 400, "exactly one of");
+  expect(Call(fake, "POST", "/v1/models/x:classify", R"({"text": "a"})"), 404, "no such model");
+  expect(Call(fake, "POST", "/v2/models/m/infer", R"({"inputs": [{"name": "document",
+         "datatype": "BYTES", "shape": [1], "data": [7]}]})"),
+         400, "inputs[0].data[0]: BYTES elements are JSON strings");
+  expect(Call(fake, "POST", "/v2/models/m/infer", R"({"inputs": [{"name": "document",
+         "datatype": "BYTES", "shape": [1]}]})"),
+         400, "inputs[0].data: required");
+  expect(Call(fake, "POST", "/v2/models/m/infer", R"({"inputs": [{"name": "document",
+         "datatype": "BYTES", "shape": [1], "data": ["a"], "parameters": {"binary_data_size": 1}}]})"),
+         400, "binary tensor data extension");
+  expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a"})",
+              {{"x-timeout-ms", "soon"}}),
+         400, "X-Timeout-Ms");
+  expect(Call(fake, "GET", "/v3"), 404, "no route");
+  auto wrong_method = Call(fake, "GET", "/v2/models/m/infer");
+  EXPECT_EQ(wrong_method.status, 405);
+  EXPECT_EQ(wrong_method.headers["Allow"], "POST");
+  fake.FailWith(absl::ResourceExhaustedError("queue full"));
+  auto full = Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a"})");
+  expect(full, 429, "queue full");
+  EXPECT_EQ(full.headers["Retry-After"], "1");
+  fake.FailWith(absl::UnauthenticatedError("missing token"));
+  auto denied = Call(fake, "POST", "/v2/models/m/infer", R"({"inputs": [{"name": "document",
+      "datatype": "BYTES", "shape": [1], "data": ["a"]}]})");
+  expect(denied, 401, "missing token");
+  EXPECT_EQ(denied.headers["WWW-Authenticate"], "Bearer");
+  fake.FailWith(absl::DeadlineExceededError("late"));
+  expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a"})"), 504, "late");
+}
+
+TEST(HttpFrontendTest, ServesOnLoopbackLimitsBodiesAndStops) {
+  FakeInference fake;
+  HttpFrontendOptions options;
+  options.http.listen = "127.0.0.1:0";
+  options.http.threads = 2;
+  options.http.max_body_bytes = 1000;
+  auto frontend = HttpFrontend::Start(options, &fake);
+  ASSERT_TRUE(frontend.ok()) << frontend.status();
+  const std::string address = (*frontend)->address();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(10, 0);
+  auto live = client.Get("/v2/health/live");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200);
+  auto classify = client.Post("/v1/models/m:classify", R"({"text": "abc"})", "application/json");
+  ASSERT_TRUE(classify);
+  EXPECT_EQ(classify->status, 200) << classify->body;
+  auto big = client.Post("/v1/models/m:classify",
+                         Json{{"text", std::string(5000, 'a')}}.dump(), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  EXPECT_THAT(big->body, HasSubstr("max_body_bytes"));
+  (*frontend)->Stop();
+  httplib::Client after("127.0.0.1", port);
+  after.set_connection_timeout(2, 0);
+  EXPECT_FALSE(after.Get("/v2/health/live"));
+  // The address in use is refused with the listener's key.
+  HttpFrontendOptions taken = options;
+  auto first = HttpFrontend::Start(options, &fake);
+  ASSERT_TRUE(first.ok());
+  taken.http.listen = (*first)->address();
+  auto second = HttpFrontend::Start(taken, &fake);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("http: cannot listen"));
+}
+
+}  // namespace
+}  // namespace ts::server
