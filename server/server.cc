@@ -1,0 +1,208 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/auth.h"
+#include "server/classifier_service.h"
+#include "server/http_frontend.h"
+#include "server/inference_core.h"
+#include "server/job_manager.h"
+#include "server/jobs_service.h"
+#include "server/kserve_service.h"
+#include "server/metrics.h"
+#include "server/model_registry.h"
+
+namespace ts::server {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsConfig& tls) {
+  if (tls.cert_file.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options;
+  auto cert = ReadFile(tls.cert_file);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile(tls.key_file);
+  if (!key.ok()) return key.status();
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!tls.client_ca_file.empty()) {
+    auto ca = ReadFile(tls.client_ca_file);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+absl::Status Prefixed(const std::string& prefix, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+}  // namespace
+
+// Declared in the order they are built; destroyed in reverse (front ends before what they use).
+struct Server::Parts {
+  ServerConfig config;
+  std::function<void(const std::string&)> log;
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<Authorizer> authorizer;
+  std::unique_ptr<ModelRegistry> registry;
+  grpc::HealthCheckServiceInterface* health = nullptr;
+  std::unique_ptr<JobManager> jobs;
+  std::unique_ptr<InferenceCore> inference;
+  std::unique_ptr<ClassifierService> classifier;
+  std::unique_ptr<KServeService> kserve;
+  std::unique_ptr<JobsService> jobs_service;
+  std::unique_ptr<grpc::Server> grpc;
+  std::unique_ptr<HttpFrontend> http;
+  int port = 0;
+  bool stopped = false;
+};
+
+Server::Server(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+
+Server::~Server() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(
+    const ServerConfig& config, Clock* clock, std::function<void(const std::string&)> log) {
+  auto parts = std::make_unique<Parts>();
+  Parts& p = *parts;
+  p.config = config;
+  p.log = log != nullptr ? std::move(log)
+                         : [](const std::string& line) { std::cerr << line << std::endl; };
+  auto metrics = Metrics::Create(config.metrics_listen);
+  if (!metrics.ok()) return Prefixed("metrics: ", metrics.status());
+  p.metrics = std::move(*metrics);
+  auto authorizer = Authorizer::Create(config.auth);
+  if (!authorizer.ok()) return Prefixed("auth: ", authorizer.status());
+  p.authorizer = std::move(*authorizer);
+  auto registry = ModelRegistry::Create(config.models, p.metrics.get(), clock);
+  if (!registry.ok()) return Prefixed("loading models: ", registry.status());
+  p.registry = std::move(*registry);
+  for (const auto& model : p.registry->List()) {
+    p.log(absl::StrCat("model '", model->name(), "' version ", model->version(), " on ",
+                       model->device().str(), ", crossover ", model->crossover_tokens(), " (",
+                       model->crossover_source(), ")"));
+  }
+  // Jobs: the store under state_dir, data paths confined to data_root. Promoted models are
+  // served again before the server accepts calls. With jobs.enabled false there is no Jobs
+  // service (its RPCs are UNIMPLEMENTED) and nothing is read or written under state_dir.
+  if (config.jobs.enabled) {
+    JobManagerOptions job_options;
+    job_options.jobs = config.jobs;
+    job_options.state_dir = config.state_dir;
+    job_options.data_root = config.data_root;
+    job_options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    job_options.heap_keep_freed_bytes = config.heap_keep_freed_bytes;
+    job_options.on_model_served = [&p](const std::string& name) {
+      if (p.health != nullptr) p.health->SetServingStatus(name, true);
+    };
+    job_options.log = p.log;
+    auto created = JobManager::Create(job_options, p.registry.get(), p.metrics.get(), clock);
+    if (!created.ok()) return Prefixed("jobs: ", created.status());
+    p.jobs = std::move(*created);
+    p.jobs->RestorePromotions();
+  }
+  auto credentials = Credentials(config.tls);
+  if (!credentials.ok()) return Prefixed("tls: ", credentials.status());
+
+  p.inference = std::make_unique<InferenceCore>(p.registry.get(), p.authorizer.get(),
+                                                p.metrics.get(), clock);
+  p.classifier = std::make_unique<ClassifierService>(p.inference.get());
+  p.kserve = std::make_unique<KServeService>(p.inference.get(), config.max_infer_batch);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, *credentials, &p.port);
+  builder.RegisterService(p.classifier.get());
+  builder.RegisterService(p.kserve.get());
+  if (p.jobs != nullptr) {
+    p.jobs_service = std::make_unique<JobsService>(p.jobs.get(), p.authorizer.get());
+    builder.RegisterService(p.jobs_service.get());
+  }
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_concurrent_streams);
+  if (config.grpc_threads > 0) {
+    grpc::ResourceQuota quota("tsserver");
+    quota.SetMaxThreads(config.grpc_threads);
+    builder.SetResourceQuota(quota);
+  }
+  p.grpc = builder.BuildAndStart();
+  if (p.grpc == nullptr || p.port == 0) {
+    if (p.jobs != nullptr) p.jobs->Shutdown();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
+  }
+  p.health = p.grpc->GetHealthCheckService();
+  p.health->SetServingStatus(true);
+  p.health->SetServingStatus("taylorshift.v1.Classifier", true);
+  p.health->SetServingStatus("inference.GRPCInferenceService", true);
+  p.health->SetServingStatus("taylorshift.v1.Jobs", config.jobs.enabled);
+  for (const auto& model : p.registry->List()) p.health->SetServingStatus(model->name(), true);
+
+  // The HTTP front end, once gRPC is up (both share the inference core).
+  std::unique_ptr<Server> server(new Server(std::move(parts)));
+  if (!config.http.listen.empty()) {
+    HttpFrontendOptions http_options;
+    http_options.http = config.http;
+    http_options.tls = config.tls;
+    http_options.max_message_bytes = config.max_message_bytes;
+    http_options.max_infer_batch = config.max_infer_batch;
+    auto started = HttpFrontend::Start(http_options, server->parts_->inference.get());
+    if (!started.ok()) return started.status();  // ~Server stops the rest
+    server->parts_->http = std::move(*started);
+  }
+  return server;
+}
+
+int Server::port() const { return parts_->port; }
+
+std::string Server::grpc_address() const {
+  const std::string& listen = parts_->config.listen;
+  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", parts_->port);
+}
+
+std::string Server::http_address() const {
+  return parts_->http == nullptr ? "" : parts_->http->address();
+}
+
+std::string Server::metrics_address() const { return parts_->metrics->bound_address(); }
+
+void Server::Shutdown(absl::Duration grace) {
+  Parts& p = *parts_;
+  if (p.stopped) return;
+  p.stopped = true;
+  p.health->SetServingStatus(false);
+  p.inference->SetDraining();
+  const absl::Time deadline = absl::Now() + grace;
+  // A running training job saves its state at its next step and resumes on the next start.
+  if (p.jobs != nullptr) {
+    p.jobs->Shutdown();
+    p.log("jobs stopped");
+  }
+  // Stops accepting calls and waits for those in flight (their batches keep running).
+  if (p.http != nullptr) {
+    p.http->Stop();
+    p.log("HTTP stopped");
+  }
+  p.grpc->Shutdown(absl::ToChronoTime(deadline));
+  p.log("RPCs finished; draining batchers");
+  p.registry->DrainAll(std::max(absl::ZeroDuration(), deadline - absl::Now()));
+  p.grpc->Wait();
+  p.log("stopped");
+}
+
+}  // namespace ts::server
