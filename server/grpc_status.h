@@ -1,4 +1,5 @@
-// The one mapping from absl::Status (what every module returns) to grpc::Status.
+// The one place for status mapping: absl::Status (what every module returns) to gRPC codes,
+// their names, and HTTP statuses.
 #pragma once
 
 #include <grpcpp/support/status.h>
@@ -6,10 +7,13 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/proto_names.h"
 
 namespace ts::server {
 
-grpc::Status ToGrpcStatus(const absl::Status& status);
+// ToGrpcStatus (absl → gRPC) is ts::ToGrpcStatus in common/proto_names.h, which the client
+// uses too.
+using ::ts::ToGrpcStatus;
 // "OK", "INVALID_ARGUMENT", … (the metrics' `code` label).
 std::string StatusCodeName(absl::StatusCode code);
 
