@@ -26,8 +26,9 @@
 #include "client/health_check.h"
 #include "client/jobs_commands.h"
 #include "client/load_generator.h"
-#include "common/proto_names.h"
+#include "client/protocol_calls.h"
 #include "client/result_format.h"
+#include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
 #include "model/json_writer.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
@@ -56,7 +57,7 @@ Commands:
                                           per input.
   bench    --model NAME [--concurrency K] [--requests N | --duration-s S] [--rate R]
            [--files F... | --lengths DIST] [--seed S] [--path P] [--top-k K]
-           [--deadline-ms MS] [--json]
+           [--deadline-ms MS] [--protocol PROTO] [--http HOST:PORT] [--json]
                                           load generator: K closed-loop workers (default 4),
                                           or an open loop at R requests/s with at most K in
                                           flight; stops after N requests or S seconds
@@ -68,6 +69,15 @@ Commands:
                                           throughput, exact p50/p90/p99/max latency, errors by
                                           gRPC code, path and batch-size mix, server
                                           queue/compute time.
+                                          PROTO: classify (default; Classifier/Classify),
+                                          v2-grpc (KServe v2 ModelInfer, one BYTES element,
+                                          same --server), v2-rest (POST /v2/models/NAME/infer)
+                                          or rest (POST /v1/models/NAME:classify); the last
+                                          two go to the HTTP front end at --http (http.listen;
+                                          https:// with the TLS flags), one keep-alive
+                                          connection per worker, HTTP errors counted by their
+                                          gRPC code. Only classify sends images. v2 answers
+                                          carry no path, tokens or server timing.
   health   [--service NAME] [--json]      ask the server's gRPC health service
                                           (grpc.health.v1.Health/Check, no token needed)
                                           about NAME: "" (default) = the server as a whole,
@@ -304,9 +314,10 @@ int RunClassify(const std::vector<std::string>& args) {
 }
 
 int RunBench(const std::vector<std::string>& args) {
-  Flags flags(With(CommonValueFlags(), {"model", "concurrency", "requests", "duration-s", "rate",
-                                        "lengths", "seed", "path", "top-k", "deadline-ms"}),
-              {"json", "tls"}, {"files"});
+  Flags flags(
+      With(CommonValueFlags(), {"model", "concurrency", "requests", "duration-s", "rate", "lengths",
+                                "seed", "path", "top-k", "deadline-ms", "protocol", "http"}),
+      {"json", "tls"}, {"files"});
   if (!flags.Parse(args)) return Usage(flags.error());
   if (!flags.positionals().empty()) {
     return Usage(absl::StrCat("bench takes no positional arguments, got '", flags.positionals()[0],
@@ -325,10 +336,23 @@ int RunBench(const std::vector<std::string>& args) {
   if (flags.Has("files") && flags.Has("lengths")) {
     return Usage("--files and --lengths are alternatives");
   }
+  absl::StatusOr<BenchProtocol> protocol = ParseBenchProtocol(flags.String("protocol", "classify"));
+  if (!protocol.ok()) return Usage(absl::StrCat("--protocol: ", protocol.status().message()));
+  const std::string http = flags.String("http", "");
+  if (flags.Has("http") && http.empty()) return Usage("--http must not be empty");
+  if (absl::Status valid = ValidateProtocolFlags(*protocol, http, false); !valid.ok()) {
+    return Usage(std::string(valid.message()));
+  }
   const auto seed = static_cast<std::uint64_t>(flags.Int("seed", 1, 0, INT64_MAX));
   const std::int64_t timeout_ms = ClassifyTimeoutMs(flags);
   const ConnectionOptions connection = ConnectionFromFlags(flags);
   if (flags.failed()) return Usage(flags.error());
+  std::string http_base_url;
+  if (UsesHttp(*protocol)) {
+    absl::StatusOr<std::string> url = HttpBaseUrl(http, connection);
+    if (!url.ok()) return Usage(std::string(url.status().message()));
+    http_base_url = *std::move(url);
+  }
 
   std::optional<RequestGenerator> generator;
   if (flags.Has("files")) {
@@ -339,6 +363,15 @@ int RunBench(const std::vector<std::string>& args) {
         std::cerr << "tsctl: " << GrpcCodeName(ToGrpcStatus(read).error_code()) << ": "
                   << read.message() << "\n";
         return kExitError;
+      }
+      if (absl::Status valid = ValidateProtocolFlags(*protocol, http, input.has_image());
+          !valid.ok()) {
+        return Usage(absl::StrCat(file, ": ", valid.message()));
+      }
+      if (*protocol == BenchProtocol::kV2Rest) {
+        if (absl::StatusOr<std::string> body = V2RestBody(input); !body.ok()) {
+          return Usage(absl::StrCat(file, ": ", body.status().message()));
+        }
       }
       inputs.push_back(std::move(input));
     }
@@ -353,13 +386,18 @@ int RunBench(const std::vector<std::string>& args) {
     generator.emplace(RequestGenerator::Synthetic(prototype, *lengths, seed));
   }
 
-  std::unique_ptr<Classifier::Stub> stub = NewStub(connection);
-  if (stub == nullptr) return kExitError;
-  const ClassifyCall call = [&](const ClassifyRequest& request, ClassifyResponse* response) {
-    grpc::ClientContext context;
-    PrepareContext(connection, timeout_ms, &context);
-    return stub->Classify(&context, request, response);
-  };
+  ClassifyCall call;
+  if (UsesHttp(*protocol)) {
+    absl::StatusOr<ClassifyCall> http_call =
+        MakeHttpCall(*protocol, http_base_url, connection, timeout_ms);
+    if (!http_call.ok()) return Usage(std::string(http_call.status().message()));
+    call = *std::move(http_call);
+  } else {
+    std::shared_ptr<grpc::Channel> channel = ConnectOrReport(connection);
+    if (channel == nullptr) return kExitError;
+    call = *protocol == BenchProtocol::kV2Grpc ? MakeV2GrpcCall(channel, connection, timeout_ms)
+                                               : MakeClassifyCall(channel, connection, timeout_ms);
+  }
   const BenchReport report = RunLoad(load, *generator, call);
   std::cout << (flags.Has("json") ? FormatBenchJson(report) + "\n" : FormatBenchText(report));
   std::cout.flush();
@@ -367,7 +405,8 @@ int RunBench(const std::vector<std::string>& args) {
     std::vector<std::string> errors;
     for (const auto& [code, count] : report.errors)
       errors.push_back(absl::StrCat(code, " x", count));
-    std::cerr << "tsctl: no request to " << connection.server
+    std::cerr << "tsctl: no request to "
+              << (UsesHttp(*protocol) ? http_base_url : connection.server)
               << " succeeded: " << absl::StrJoin(errors, ", ") << "\n";
     return kExitError;
   }

@@ -1,5 +1,6 @@
 // tsctl against a real tsserver on loopback: models, classify (JSON lines in input order, files
-// and images, errors per input), a short bench run, and health (gRPC's health service).
+// and images, errors per input), short bench runs (every --protocol), and health (gRPC's health
+// service).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -114,6 +115,52 @@ TEST_F(TsctlTest, BenchReportsThroughputLatencyAndTheMix) {
                           "\"batch_size\":", "\"ok\":40"}) {
     EXPECT_NE(out.text.find(key), std::string::npos) << key << " in " << out.text;
   }
+}
+
+TEST_F(TsctlTest, BenchDrivesEveryProtocol) {
+  // Its own server with the HTTP front end on (and its own folder for the ready file).
+  const std::string dir = *dir_ + "/protocols";
+  std::filesystem::create_directories(dir);
+  const std::string config = dir + "/tsserver.yaml";
+  std::ofstream(config) << "http: {listen: \"127.0.0.1:0\"}\n";
+  ts::testing::ServerProcess server;
+  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY,
+                           {"--config", config, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                            "--model", "text=" + *dir_ + "/text.tsckpt", "--threads", "1",
+                            "--state-dir", dir + "/state", "--data-root", dir + "/data"},
+                           dir));
+  ASSERT_FALSE(server.http_address().empty()) << server.Log();
+  const std::string bench = std::string(TS_TSCTL_BINARY) +
+                            " bench --model text --concurrency 3 --requests 9 "
+                            "--lengths uniform:20:250 --json --protocol ";
+  for (const std::string protocol : {"classify", "v2-grpc", "v2-rest", "rest"}) {
+    const bool http = protocol == "v2-rest" || protocol == "rest";
+    const auto out = RunCommand(
+        bench + protocol +
+        (http ? " --http " + server.http_address() : " --server " + server.grpc_address()));
+    EXPECT_EQ(out.exit_code, 0) << protocol << ": " << out.text;
+    EXPECT_NE(out.text.find("\"ok\":9,\"failed\":0"), std::string::npos)
+        << protocol << ": " << out.text;
+  }
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
+TEST_F(TsctlTest, BenchProtocolFlagsAreChecked) {
+  const std::string bench = std::string(TS_TSCTL_BINARY) + " bench --model text --requests 1 ";
+  const auto no_http = RunCommand(bench + "--protocol rest");
+  EXPECT_EQ(no_http.exit_code, 2) << no_http.text;
+  EXPECT_NE(no_http.text.find("needs --http"), std::string::npos) << no_http.text;
+  const auto unknown = RunCommand(bench + "--protocol soap");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.text;
+  EXPECT_NE(unknown.text.find("classify, v2-grpc, v2-rest or rest"), std::string::npos);
+  const std::string image = *dir_ + "/bench.pgm";
+  {
+    std::ofstream out(image, std::ios::binary);
+    out << "P5\n2 2\n255\n" << std::string(4, '\x10');
+  }
+  const auto images = RunCommand(bench + "--protocol v2-grpc --files " + image);
+  EXPECT_EQ(images.exit_code, 2) << images.text;
+  EXPECT_NE(images.text.find("need --protocol classify"), std::string::npos) << images.text;
 }
 
 TEST_F(TsctlTest, HealthOfTheServerAndOfEachServiceAndModelIsServing) {

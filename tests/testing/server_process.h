@@ -30,6 +30,7 @@ class ServerProcess {
     ready_file_ = dir + "/ready-" + std::to_string(++starts_);
     grpc_address_.clear();  // a restart must wait for the new process's address
     metrics_address_.clear();
+    http_address_.clear();
     log_file_ = dir + "/server-" + std::to_string(starts_) + ".log";
     args.insert(args.begin(), binary);
     args.push_back("--ready-file");
@@ -52,6 +53,7 @@ class ServerProcess {
       while (std::getline(ready, line)) {
         if (line.rfind("grpc=", 0) == 0) grpc_address_ = line.substr(5);
         if (line.rfind("metrics=", 0) == 0) metrics_address_ = line.substr(8);
+        if (line.rfind("http=", 0) == 0) http_address_ = line.substr(5);
       }
       if (!grpc_address_.empty()) return true;
       int status = 0;
@@ -98,12 +100,14 @@ class ServerProcess {
   }
   const std::string& grpc_address() const { return grpc_address_; }
   const std::string& metrics_address() const { return metrics_address_; }
+  // The HTTP front end's address; empty unless the config enables it (http.listen).
+  const std::string& http_address() const { return http_address_; }
   pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
   int starts_ = 0;
-  std::string ready_file_, log_file_, grpc_address_, metrics_address_;
+  std::string ready_file_, log_file_, grpc_address_, metrics_address_, http_address_;
 };
 
 // Output of a shell command (stdout and stderr together).
