@@ -9,10 +9,6 @@
 
 namespace ts::server {
 
-// A gRPC call as Inference sees it: its `authorization` metadata, deadline and cancellation.
-// The context must outlive every use of the result's `cancelled`.
-CallContext CallFrom(grpc::CallbackServerContext& context);
-
 class ClassifierService final : public taylorshift::v1::Classifier::CallbackService {
  public:
   explicit ClassifierService(Inference* inference) : inference_(inference) {}

@@ -530,6 +530,8 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
       CheckAtLeast(std::string("max_concurrent_streams"), config.max_concurrent_streams, 1),
       CheckAtLeast<std::int64_t>("max_infer_batch", config.max_infer_batch, 1),
       CheckAtLeast(std::string("http.threads"), config.http.threads, 1),
+      CheckAtLeast(std::string("http.keep_alive_max_requests"),
+                   config.http.keep_alive_max_requests, 1),
       CheckAtLeast<std::int64_t>("http.max_body_bytes", config.http.max_body_bytes, 0),
   };
   for (const absl::Status& check : checks) {
@@ -630,6 +632,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                        {"default_timeout_ms",
                         Duration(&config.http.default_timeout, absl::Milliseconds(1))},
                        {"keep_alive_ms", Duration(&config.http.keep_alive, absl::Milliseconds(1))},
+                       {"keep_alive_max_requests", Int(&config.http.keep_alive_max_requests)},
                    });
              }},
             {"shutdown_grace_ms", Duration(&config.shutdown_grace, absl::Milliseconds(1))},

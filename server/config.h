@@ -111,8 +111,10 @@ struct HttpConfig {
   std::int64_t max_body_bytes = 0;
   // Deadline of a request without an X-Timeout-Ms header; 0 = none.
   absl::Duration default_timeout = absl::ZeroDuration();
-  // How long a connection may stay idle between requests (keep-alive).
+  // How long a connection may stay idle between requests (keep-alive), in whole seconds.
   absl::Duration keep_alive = absl::Seconds(5);
+  // Requests one connection may carry before the server closes it.
+  int keep_alive_max_requests = 1000;
 };
 
 struct ServerConfig {

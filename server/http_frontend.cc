@@ -540,10 +540,14 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   server.set_tcp_nodelay(true);
   // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port
   // and silently share its connections; refuse an address in use instead.
-  server.set_socket_options([](socket_t sock) {
+  auto listening = std::make_shared<socket_t>(INVALID_SOCKET);
+  server.set_socket_options([listening](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    *listening = sock;
   });
+  server.set_keep_alive_max_count(
+      static_cast<std::size_t>(std::max(1, options.http.keep_alive_max_requests)));
   const std::int64_t max_batch = options.max_infer_batch;
   const absl::Duration default_timeout = options.http.default_timeout;
   const auto handler = [inference, max_batch, default_timeout](const httplib::Request& req,
@@ -581,6 +585,9 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   });
   const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) return absl::UnavailableError(absl::StrCat("http: cannot listen on ", listen));
+  // Debian's libcpp-httplib listens with a backlog of 5 (compiled in): connections beyond it
+  // wait for the client's SYN retry (1 s). listen() on a listening socket sets a new backlog.
+  if (*listening != INVALID_SOCKET) ::listen(*listening, SOMAXCONN);
   auto returned = std::make_shared<std::atomic<bool>>(false);
   impl->thread = std::thread([&server, returned] {
     server.listen_after_bind();

@@ -1,6 +1,6 @@
 #include "server/kserve_service.h"
 
-#include "server/classifier_service.h"
+#include "server/grpc_call.h"
 #include "server/grpc_status.h"
 #include "server/kserve_v2.h"
 
