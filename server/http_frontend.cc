@@ -1,11 +1,7 @@
 #include "server/http_frontend.h"
 
-#include <httplib.h>
-
 #include <nlohmann/json.hpp>
-#include <atomic>
 #include <regex>
-#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -487,123 +483,36 @@ HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch,
 
 // --- the listener -------------------------------------------------------------------------
 
-struct HttpFrontend::Impl {
-  std::unique_ptr<httplib::Server> server;
-  std::thread thread;
-};
-
-HttpFrontend::HttpFrontend(std::unique_ptr<Impl> impl, std::string address)
-    : impl_(std::move(impl)), address_(std::move(address)) {}
+HttpFrontend::HttpFrontend(std::unique_ptr<HttpListener> listener)
+    : listener_(std::move(listener)) {}
 
 HttpFrontend::~HttpFrontend() { Stop(); }
 
-void HttpFrontend::Stop() {
-  if (impl_ == nullptr || !impl_->thread.joinable()) return;
-  impl_->server->stop();
-  impl_->thread.join();
-}
+void HttpFrontend::Stop() { listener_->Stop(); }
+
+const std::string& HttpFrontend::address() const { return listener_->address(); }
 
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
     const HttpFrontendOptions& options, Inference* inference) {
-  const std::string& listen = options.http.listen;
-  const auto colon = listen.rfind(':');
-  std::string host = listen.substr(0, colon);
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(absl::StrCat("http.listen: expected HOST:PORT, got \"",
-                                                   listen, "\""));
-  }
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  auto impl = std::make_unique<Impl>();
-  if (options.tls.cert_file.empty()) {
-    impl->server = std::make_unique<httplib::Server>();
-  } else {
-    impl->server = std::make_unique<httplib::SSLServer>(
-        options.tls.cert_file.c_str(), options.tls.key_file.c_str(),
-        options.tls.client_ca_file.empty() ? nullptr : options.tls.client_ca_file.c_str());
-    if (!impl->server->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "http: cannot load the TLS certificate ", options.tls.cert_file, " or key ",
-          options.tls.key_file, options.tls.client_ca_file.empty() ? "" : " or client CA ",
-          options.tls.client_ca_file));
-    }
-  }
-  httplib::Server& server = *impl->server;
-  const int threads = options.http.threads;
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server.set_payload_max_length(static_cast<std::size_t>(
-      options.http.max_body_bytes > 0 ? options.http.max_body_bytes : options.max_message_bytes));
-  server.set_keep_alive_timeout(
-      std::max<time_t>(1, absl::ToInt64Seconds(options.http.keep_alive)));
-  server.set_tcp_nodelay(true);
-  // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port
-  // and silently share its connections; refuse an address in use instead.
-  auto listening = std::make_shared<socket_t>(INVALID_SOCKET);
-  server.set_socket_options([listening](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    *listening = sock;
-  });
-  server.set_keep_alive_max_count(
-      static_cast<std::size_t>(std::max(1, options.http.keep_alive_max_requests)));
+  HttpListenerOptions listener;
+  listener.name = "http";
+  listener.listen = options.http.listen;
+  listener.cert_file = options.tls.cert_file;
+  listener.key_file = options.tls.key_file;
+  listener.client_ca_file = options.tls.client_ca_file;
+  listener.threads = options.http.threads;
+  listener.max_body_bytes =
+      options.http.max_body_bytes > 0 ? options.http.max_body_bytes : options.max_message_bytes;
+  listener.keep_alive = options.http.keep_alive;
+  listener.keep_alive_max_requests = options.http.keep_alive_max_requests;
   const std::int64_t max_batch = options.max_infer_batch;
   const absl::Duration default_timeout = options.http.default_timeout;
-  const auto handler = [inference, max_batch, default_timeout](const httplib::Request& req,
-                                                               httplib::Response& res) {
-    HttpExchange exchange;
-    exchange.method = req.method;
-    exchange.path = req.path;
-    for (const auto& [name, value] : req.headers) {
-      exchange.headers[absl::AsciiStrToLower(name)] = value;
-    }
-    exchange.body = req.body;
-    HttpAnswer answer = Route(inference, max_batch, default_timeout, exchange);
-    res.status = answer.status;
-    for (const auto& [name, value] : answer.headers) res.set_header(name, value);
-    res.set_content(answer.body, answer.content_type.c_str());
-  };
-  for (const char* pattern : {".*"}) {
-    server.Get(pattern, handler);
-    server.Post(pattern, handler);
-    server.Put(pattern, handler);
-    server.Patch(pattern, handler);
-    server.Delete(pattern, handler);
-    server.Options(pattern, handler);
-  }
-  // What httplib answers itself (a body over the limit: 413, a malformed request: 400).
-  server.set_error_handler([](const httplib::Request& /*req*/, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string message =
-        res.status == 413 ? "body: larger than http.max_body_bytes"
-                          : absl::StrCat("the request was refused with HTTP ", res.status);
-    res.set_content(
-        Json{{"error", message},
-             {"code", res.status == 413 ? "RESOURCE_EXHAUSTED" : "INVALID_ARGUMENT"}}.dump(),
-        "application/json");
-  });
-  const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) return absl::UnavailableError(absl::StrCat("http: cannot listen on ", listen));
-  // Debian's libcpp-httplib listens with a backlog of 5 (compiled in): connections beyond it
-  // wait for the client's SYN retry (1 s). listen() on a listening socket sets a new backlog.
-  if (*listening != INVALID_SOCKET) ::listen(*listening, SOMAXCONN);
-  auto returned = std::make_shared<std::atomic<bool>>(false);
-  impl->thread = std::thread([&server, returned] {
-    server.listen_after_bind();
-    *returned = true;
-  });
-  // stop() is a no-op until the accept loop runs: wait for it, so that Stop() always stops.
-  while (!server.is_running() && !*returned) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (*returned) {
-    impl->thread.join();
-    return absl::UnavailableError(absl::StrCat("http: the listener on ", listen, " stopped"));
-  }
-  const std::string shown_host = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
-  return std::unique_ptr<HttpFrontend>(
-      new HttpFrontend(std::move(impl), absl::StrCat(shown_host, ":", bound)));
+  auto started = HttpListener::Start(
+      listener, [inference, max_batch, default_timeout](const HttpExchange& exchange) {
+        return Route(inference, max_batch, default_timeout, exchange);
+      });
+  if (!started.ok()) return started.status();
+  return std::unique_ptr<HttpFrontend>(new HttpFrontend(std::move(*started)));
 }
 
 }  // namespace ts::server

@@ -14,24 +14,10 @@
 
 #include "absl/status/statusor.h"
 #include "server/config.h"
+#include "server/http_listener.h"
 #include "server/inference.h"
 
 namespace ts::server {
-
-// One HTTP exchange without the socket: what Route() reads and writes (unit-testable).
-struct HttpExchange {
-  std::string method;  // GET, POST, …
-  std::string path;    // without the query string
-  std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;
-};
-
-struct HttpAnswer {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::map<std::string, std::string> headers;  // extra headers (Retry-After, WWW-Authenticate)
-  std::string body;
-};
 
 // Answers one request: routing, JSON decoding, the call through `inference`, JSON encoding.
 // Blocks until the classification (if any) is done.
@@ -55,15 +41,13 @@ class HttpFrontend {
   HttpFrontend& operator=(const HttpFrontend&) = delete;
 
   // host:port actually bound.
-  const std::string& address() const { return address_; }
+  const std::string& address() const;
   // Stops accepting connections and waits for the requests being answered.
   void Stop();
 
  private:
-  struct Impl;
-  explicit HttpFrontend(std::unique_ptr<Impl> impl, std::string address);
-  std::unique_ptr<Impl> impl_;
-  std::string address_;
+  explicit HttpFrontend(std::unique_ptr<HttpListener> listener);
+  std::unique_ptr<HttpListener> listener_;
 };
 
 }  // namespace ts::server

@@ -1,9 +1,5 @@
 #include "server/metrics.h"
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -11,23 +7,19 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/http_listener.h"
 #include "absl/synchronization/mutex.h"
 #include "model/torch_compat.h"
 
@@ -71,176 +63,29 @@ Family<Histogram>& AddHistogram(prometheus::Registry& registry, const std::strin
   return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
 }
 
-// The /metrics HTTP endpoint: one thread that accepts connections and answers them one at a
-// time (a scrape is small, and Prometheus scrapes a target serially). GET or HEAD /metrics →
-// 200 with the text exposition format; other paths → 404; other methods → 405. Every socket
-// read and write is bounded by kIoTimeout, so a stalled client delays a scrape by at most that.
+// GET or HEAD /metrics → 200 with the text exposition format; other paths → 404; other
+// methods → 405. Served by an HttpListener (cpp-httplib, ordinary threads).
 //
 // Why not prometheus::Exposer: Debian's civetweb starts its threads with a fixed 100 KiB
 // stack, and a process that links LibTorch (OpenBLAS, glog, torch: ~105 KiB of static TLS)
 // cannot create threads that small — pthread_create fails with EINVAL and the exposer throws
 // "null context when constructing CivetServer".
-// Thread safety: constructed and destroyed by one thread; `body` is called from the serving
-// thread and must be thread-safe.
-class HttpEndpoint {
- public:
-  static absl::StatusOr<std::unique_ptr<HttpEndpoint>> Create(const std::string& listen,
-                                                              std::function<std::string()> body) {
-    const std::size_t colon = listen.rfind(':');
-    if (colon == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("metrics endpoint \"", listen, "\": must be host:port"));
-    }
-    std::string host = listen.substr(0, colon);
-    const std::string port = listen.substr(colon + 1);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-      host = host.substr(1, host.size() - 2);
-    }
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    addrinfo* addresses = nullptr;
-    const int resolved =
-        getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &addresses);
-    if (resolved != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("metrics endpoint ", listen, ": ", gai_strerror(resolved)));
-    }
-    int fd = -1;
-    std::string error = "no address";
-    for (addrinfo* address = addresses; address != nullptr; address = address->ai_next) {
-      fd = socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol);
-      if (fd < 0) {
-        error = std::strerror(errno);
-        continue;
-      }
-      const int on = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-      if (bind(fd, address->ai_addr, address->ai_addrlen) == 0 && ::listen(fd, kBacklog) == 0)
-        break;
-      error = std::strerror(errno);
-      close(fd);
-      fd = -1;
-    }
-    freeaddrinfo(addresses);
-    if (fd < 0) {
-      return absl::UnavailableError(
-          absl::StrCat("metrics endpoint ", listen, ": cannot listen: ", error));
-    }
-    sockaddr_storage bound{};
-    socklen_t bound_size = sizeof(bound);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_size);
-    const int bound_port = bound.ss_family == AF_INET6
-                               ? ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port)
-                               : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
-    int wake[2];
-    if (pipe2(wake, O_CLOEXEC) != 0) {
-      close(fd);
-      return absl::InternalError(absl::StrCat("metrics endpoint: pipe: ", std::strerror(errno)));
-    }
-    return std::unique_ptr<HttpEndpoint>(
-        new HttpEndpoint(fd, wake[0], wake[1], bound_port, std::move(body)));
+HttpAnswer AnswerScrape(const HttpExchange& request, const std::function<std::string()>& body) {
+  HttpAnswer answer;
+  answer.content_type = "text/plain; charset=utf-8";
+  if (request.method != "GET" && request.method != "HEAD") {
+    answer.status = 405;
+    answer.headers["Allow"] = "GET, HEAD";
+    answer.body = "only GET and HEAD\n";
+  } else if (request.path != "/metrics") {
+    answer.status = 404;
+    answer.body = "metrics are at /metrics\n";
+  } else {
+    answer.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    answer.body = body();
   }
-
-  ~HttpEndpoint() {
-    const char stop = 0;
-    (void)!write(wake_write_fd_, &stop, 1);
-    thread_.join();
-    close(listen_fd_);
-    close(wake_read_fd_);
-    close(wake_write_fd_);
-  }
-
-  int port() const { return port_; }
-
- private:
-  static constexpr int kBacklog = 16;
-  static constexpr int kIoTimeoutSeconds = 5;
-  static constexpr std::size_t kMaxRequestBytes = 16 << 10;
-
-  HttpEndpoint(int listen_fd, int wake_read_fd, int wake_write_fd, int port,
-               std::function<std::string()> body)
-      : listen_fd_(listen_fd),
-        wake_read_fd_(wake_read_fd),
-        wake_write_fd_(wake_write_fd),
-        port_(port),
-        body_(std::move(body)),
-        thread_([this] { Serve(); }) {}
-
-  void Serve() {
-    while (true) {
-      pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_fd_, POLLIN, 0}};
-      if (poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        return;
-      }
-      if (fds[1].revents != 0) return;
-      if ((fds[0].revents & POLLIN) == 0) continue;
-      const int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (client < 0) continue;
-      Answer(client);
-      close(client);
-    }
-  }
-
-  void Answer(int client) {
-    timeval timeout{};
-    timeout.tv_sec = kIoTimeoutSeconds;
-    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    std::string request;
-    char buffer[2048];
-    while (request.find("\r\n\r\n") == std::string::npos &&
-           request.find("\n\n") == std::string::npos && request.size() < kMaxRequestBytes) {
-      const ssize_t n = recv(client, buffer, sizeof(buffer), 0);
-      if (n <= 0) return;  // closed, or timed out before a full request
-      request.append(buffer, static_cast<std::size_t>(n));
-    }
-    // Request line: METHOD SP TARGET SP VERSION.
-    const std::string line = request.substr(0, request.find_first_of("\r\n"));
-    const std::size_t first_space = line.find(' ');
-    const std::size_t second_space = line.find(' ', first_space + 1);
-    const std::string method = line.substr(0, first_space);
-    std::string target = first_space == std::string::npos
-                             ? ""
-                             : line.substr(first_space + 1, second_space - first_space - 1);
-    target = target.substr(0, target.find('?'));
-
-    std::string status = "200 OK";
-    std::string content_type = "text/plain; version=0.0.4; charset=utf-8";
-    std::string body;
-    if (method != "GET" && method != "HEAD") {
-      status = "405 Method Not Allowed";
-      content_type = "text/plain; charset=utf-8";
-      body = "only GET and HEAD\n";
-    } else if (target != "/metrics") {
-      status = "404 Not Found";
-      content_type = "text/plain; charset=utf-8";
-      body = "metrics are at /metrics\n";
-    } else {
-      body = body_();
-    }
-    std::string response =
-        absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", content_type,
-                     "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
-    if (method != "HEAD") response += body;
-    std::size_t sent = 0;
-    while (sent < response.size()) {
-      const ssize_t n = send(client, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      sent += static_cast<std::size_t>(n);
-    }
-    shutdown(client, SHUT_WR);
-  }
-
-  const int listen_fd_;
-  const int wake_read_fd_;
-  const int wake_write_fd_;
-  const int port_;
-  const std::function<std::string()> body_;
-  std::thread thread_;  // last: starts after every other member is set
-};
+  return answer;
+}
 
 }  // namespace
 
@@ -368,8 +213,8 @@ struct Metrics::Impl {
       ABSL_GUARDED_BY(model_info_mu);
 
   std::string bound_address;
-  // Last, so it is destroyed (its thread joined) first: no scrape runs during teardown.
-  std::unique_ptr<HttpEndpoint> endpoint;
+  // Last, so it is destroyed (its threads joined) first: no scrape runs during teardown.
+  std::unique_ptr<HttpListener> endpoint;
 };
 
 Metrics::Metrics() : impl_(std::make_unique<Impl>(std::make_shared<prometheus::Registry>())) {}
@@ -384,14 +229,23 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& list
   // Memory gauges are read when scraped (no background thread): each scrape sees current
   // values, and an idle server does no work for metrics.
   Impl* impl = metrics->impl_.get();
-  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint = HttpEndpoint::Create(listen, [impl] {
-    impl->UpdateMemory();
-    return prometheus::TextSerializer().Serialize(impl->registry->Collect());
+  HttpListenerOptions options;
+  options.name = "metrics endpoint";
+  options.listen = listen;
+  // Prometheus scrapes a target serially; every answer closes its connection, so a scraper's
+  // idle keep-alive connection never holds a thread another client waits for.
+  options.threads = 2;
+  options.keep_alive_max_requests = 1;
+  options.max_body_bytes = 16 << 10;
+  auto endpoint = HttpListener::Start(options, [impl](const HttpExchange& request) {
+    return AnswerScrape(request, [impl] {
+      impl->UpdateMemory();
+      return prometheus::TextSerializer().Serialize(impl->registry->Collect());
+    });
   });
   if (!endpoint.ok()) return endpoint.status();
   impl->endpoint = std::move(*endpoint);
-  impl->bound_address =
-      absl::StrCat(listen.substr(0, listen.rfind(':')), ":", impl->endpoint->port());
+  impl->bound_address = impl->endpoint->address();
   return metrics;
 }
 

@@ -171,5 +171,40 @@ TEST(HttpFrontendTest, ServesOnLoopbackLimitsBodiesAndStops) {
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("http: cannot listen"));
 }
 
+TEST(HttpFrontendTest, ServesHttpsWithTheServersCertificate) {
+  const std::string dir = ::testing::TempDir() + "/http_frontend_tls";
+  const std::string make_cert =
+      "mkdir -p " + dir + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir +
+      "/key.pem -out " + dir + "/cert.pem -days 1 -subj /CN=localhost -addext "
+      "subjectAltName=IP:127.0.0.1 2>/dev/null";
+  ASSERT_EQ(std::system(make_cert.c_str()), 0) << make_cert;
+  FakeInference fake;
+  HttpFrontendOptions options;
+  options.http.listen = "127.0.0.1:0";
+  options.tls.cert_file = dir + "/cert.pem";
+  options.tls.key_file = dir + "/key.pem";
+  auto frontend = HttpFrontend::Start(options, &fake);
+  ASSERT_TRUE(frontend.ok()) << frontend.status();
+  const std::string address = (*frontend)->address();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  httplib::SSLClient client("127.0.0.1", port);
+  client.set_ca_cert_path((dir + "/cert.pem").c_str());
+  client.enable_server_certificate_verification(true);
+  auto classify = client.Post("/v1/models/m:classify", R"({"text": "abc"})", "application/json");
+  ASSERT_TRUE(classify) << httplib::to_string(classify.error());
+  EXPECT_EQ(classify->status, 200) << classify->body;
+  // Plain HTTP to the TLS port gets no answer.
+  httplib::Client plain("127.0.0.1", port);
+  plain.set_read_timeout(2, 0);
+  auto refused = plain.Get("/v2/health/live");
+  EXPECT_TRUE(!refused || refused->status != 200);
+  // A key that does not load is refused at start with the file named.
+  HttpFrontendOptions broken = options;
+  broken.tls.key_file = dir + "/missing.pem";
+  auto failed = HttpFrontend::Start(broken, &fake);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("missing.pem"));
+}
+
 }  // namespace
 }  // namespace ts::server
