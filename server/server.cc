@@ -136,6 +136,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_concurrent_streams);
+  // gRPC sets SO_REUSEPORT by default on Linux: a second server on the same port would start
+  // and silently take part of the first one's connections. Refuse an address in use instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (config.grpc_threads > 0) {
     grpc::ResourceQuota quota("tsserver");
     quota.SetMaxThreads(config.grpc_threads);
