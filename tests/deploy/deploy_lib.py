@@ -5,6 +5,9 @@ import glob
 import json
 import os
 import re
+import signal
+import subprocess
+import time
 
 import yaml
 
@@ -128,3 +131,25 @@ def substitute(expr, values, rate_interval="1m"):
         return merged[name]
 
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)", repl, expr)
+
+
+def wait_for(predicate, timeout_s, what, interval_s=0.1):
+    """predicate()'s first truthy result, polled until timeout_s; AssertionError naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def stop(process, timeout_s=20):
+    """SIGTERM, then SIGKILL after timeout_s; only the process this test started."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -21,8 +21,6 @@ import math
 import os
 import random
 import re
-import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +34,7 @@ import yaml
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import deploy_lib as lib  # noqa: E402
+from deploy_lib import stop, wait_for  # noqa: E402
 
 ARGS = None
 RATE_INTERVAL = "1m"
@@ -87,30 +86,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_for(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def http_get(url, timeout_s=10):
     with urllib.request.urlopen(url, timeout=timeout_s) as response:
         return response.status, response.read().decode()
-
-
-def stop(process, timeout_s=20):
-    """SIGTERM, then SIGKILL after timeout_s; only the process this test started."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def healthcheck_command(grpc_address):

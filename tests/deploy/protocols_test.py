@@ -33,7 +33,6 @@ import http.client
 import json
 import os
 import random
-import signal
 import struct
 import subprocess
 import sys
@@ -44,6 +43,7 @@ import unittest
 import grpc
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from deploy_lib import stop, wait_for  # noqa: E402
 
 ARGS = None
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -162,27 +162,6 @@ def split_raw_bytes(raw):
 
 def raw_bytes(elements):
     return b"".join(struct.pack("<I", len(e)) + e for e in elements)
-
-
-def wait_for(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-def stop(process, timeout_s=20):
-    """SIGTERM, then SIGKILL after timeout_s; only the process this test started."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 class Response:
