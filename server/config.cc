@@ -43,13 +43,6 @@ constexpr char kRoleAdmin[] = "admin";
 // ---------------------------------------------------------------------------------------------
 // Value checks shared by the parser and ValidateServerConfig.
 
-bool IsValidModelName(const std::string& name) {
-  if (name.empty()) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
-  });
-}
-
 bool IsValidDevice(const std::string& device) {
   if (device == "auto" || device == "cpu" || device == "cuda") return true;
   std::string index;
@@ -292,9 +285,9 @@ absl::Status ReadTokensFile(const std::string& file, AuthConfig* auth) {
 }
 
 absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
-  if (!IsValidModelName(model.name)) {
+  if (!IsValidName(model.name)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ".name: must match [A-Za-z0-9_.-]+, got \"", model.name, "\""));
+        absl::StrCat(path, ".name: must match ", kNameRule, ", got \"", model.name, "\""));
   }
   if (model.checkpoint.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ".checkpoint: required"));
@@ -452,6 +445,12 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
 }
 
 }  // namespace
+
+bool IsValidName(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+  });
+}
 
 absl::StatusOr<OverLengthPolicy> ParseOverLengthPolicy(std::string_view name) {
   for (OverLengthPolicy policy : {OverLengthPolicy::kTruncate, OverLengthPolicy::kKeepTail,

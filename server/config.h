@@ -16,13 +16,17 @@
 
 namespace ts::server {
 
+// The one name rule for served models, promotions and jobs.
+inline constexpr char kNameRule[] = "[A-Za-z0-9_.-]{1,64}";
+bool IsValidName(std::string_view name);
+
 enum class OverLengthPolicy { kTruncate, kKeepTail, kReject, kWindow };
 std::string OverLengthPolicyName(OverLengthPolicy policy);
 // Inverse of OverLengthPolicyName; INVALID_ARGUMENT naming the choices.
 absl::StatusOr<OverLengthPolicy> ParseOverLengthPolicy(std::string_view name);
 
 struct ModelConfig {
-  std::string name;             // required; [A-Za-z0-9_.-]+
+  std::string name;             // required; kNameRule
   std::string checkpoint;       // required; path to a .tsckpt
   std::string device = "auto";  // auto (cuda:0 if present, else cpu), cpu, cuda, cuda:N
   std::int64_t max_length = 0;  // 0 = the checkpoint's max_length; else ≤ it

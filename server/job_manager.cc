@@ -66,13 +66,9 @@ void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
 
 // The same name rule as configured models.
 absl::Status CheckModelName(const std::string& name) {
-  const bool ok =
-      !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
-      });
-  if (!ok) {
+  if (!IsValidName(name)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model: must match [A-Za-z0-9_.-]{1,64}, got ", Quoted(name)));
+        absl::StrCat("model: must match ", kNameRule, ", got ", Quoted(name)));
   }
   return absl::OkStatus();
 }

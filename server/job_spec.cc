@@ -242,8 +242,6 @@ absl::StatusOr<Spec> ParseSpecYaml(const std::string& yaml_text) {
 // ---------------------------------------------------------------------------------------------
 // Normalisation.
 
-constexpr char kNameRule[] = "[A-Za-z0-9_.-]{1,64}";
-constexpr std::size_t kMaxNameLength = 64;
 constexpr char kJobPrefix[] = "job:";
 
 // The ListOps generator's own bounds (model/datasets.h).
@@ -265,13 +263,9 @@ absl::Status Exceeds(absl::string_view path, std::uint64_t value, absl::string_v
   return Invalid(path, absl::StrCat(value, " exceeds jobs.limits.", limit, " ", limit_value));
 }
 
-bool IsNameCharacter(char c) {
-  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
-}
-
 absl::Status CheckName(const std::string& name) {
   if (name.empty()) return Invalid("name", "required");
-  if (name.size() > kMaxNameLength || !std::all_of(name.begin(), name.end(), IsNameCharacter)) {
+  if (!IsValidName(name)) {
     return Invalid("name", absl::StrCat("must match ", kNameRule, ", got ", Quoted(name)));
   }
   return absl::OkStatus();
@@ -693,11 +687,9 @@ absl::Status NormalizeEvaluationSpec(EvaluationSpec* spec, const JobsConfig& job
     case EvaluationSpec::TARGET_NOT_SET:
       return Invalid("model", "required: give one of model, job_id, checkpoint");
     case EvaluationSpec::kModel:
-      if (spec->model().empty() ||
-          !std::all_of(spec->model().begin(), spec->model().end(), IsNameCharacter)) {
-        return Invalid("model", absl::StrCat("must be a served model's name ([A-Za-z0-9_.-]+), "
-                                             "got \"",
-                                             spec->model(), "\""));
+      if (!IsValidName(spec->model())) {
+        return Invalid("model", absl::StrCat("must be a served model's name (", kNameRule,
+                                             "), got \"", spec->model(), "\""));
       }
       break;
     case EvaluationSpec::kJobId:

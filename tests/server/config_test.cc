@@ -277,7 +277,7 @@ TEST(ConfigTest, RejectsBadModelNames) {
   ExpectRejected("models:\n  - checkpoint: a.tsckpt\n", {"models[0].name: required"});
   ExpectRejected("models:\n  - name: a\n", {"models[0].checkpoint: required"});
   ExpectRejected("models:\n  - name: a b\n    checkpoint: c\n",
-                 {"models[0].name: must match [A-Za-z0-9_.-]+", "\"a b\""});
+                 {"models[0].name: must match [A-Za-z0-9_.-]{1,64}", "\"a b\""});
   ExpectRejected("models:\n  - name: a/b\n    checkpoint: c\n", {"models[0].name: must match"});
   ExpectRejected(OneModel("  - name: m\n    checkpoint: other.tsckpt\n"),
                  {"models[1].name: duplicate model name \"m\""});
