@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/proto_names.h"
+#include "common/v2_raw.h"
 #include "grpcpp/client_context.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
@@ -55,50 +56,6 @@ struct V2Tensor {
 
 absl::Status Malformed(absl::string_view what) {
   return absl::InternalError(absl::StrCat("unreadable v2 answer: ", what));
-}
-
-// FP32 elements, little-endian whatever the host's byte order.
-absl::Status DecodeRawFp32(const std::string& raw, std::vector<float>* out) {
-  if (raw.size() % 4 != 0) {
-    return absl::InternalError(
-        absl::StrCat("FP32 raw contents of ", raw.size(), " bytes (not a multiple of 4)"));
-  }
-  out->clear();
-  for (std::size_t i = 0; i < raw.size(); i += 4) {
-    std::uint32_t bits = 0;
-    for (int b = 0; b < 4; ++b) {
-      bits |= static_cast<std::uint32_t>(static_cast<unsigned char>(raw[i + b])) << (8 * b);
-    }
-    float value = 0;
-    std::memcpy(&value, &bits, sizeof(value));
-    out->push_back(value);
-  }
-  return absl::OkStatus();
-}
-
-// BYTES elements, each a 4-byte little-endian length and then that many bytes.
-absl::Status DecodeRawBytes(const std::string& raw, std::vector<std::string>* out) {
-  out->clear();
-  std::size_t at = 0;
-  while (at < raw.size()) {
-    if (raw.size() - at < 4) {
-      return absl::InternalError(
-          absl::StrCat("BYTES raw contents: a length prefix cut short at byte ", at));
-    }
-    std::uint32_t length = 0;
-    for (int b = 0; b < 4; ++b) {
-      length |= static_cast<std::uint32_t>(static_cast<unsigned char>(raw[at + b])) << (8 * b);
-    }
-    at += 4;
-    if (raw.size() - at < length) {
-      return absl::InternalError(absl::StrCat("BYTES raw contents: element of ", length,
-                                              " bytes at byte ", at - 4, " runs past the end (",
-                                              raw.size(), " bytes)"));
-    }
-    out->push_back(raw.substr(at, length));
-    at += length;
-  }
-  return absl::OkStatus();
 }
 
 std::int64_t ElementCount(const std::vector<std::int64_t>& shape) {
@@ -335,43 +292,6 @@ absl::Status ValidateProtocolFlags(BenchProtocol protocol, const std::string& ht
   return absl::OkStatus();
 }
 
-absl::StatusOr<grpc::StatusCode> ParseGrpcCodeName(absl::string_view name) {
-  for (int code = grpc::StatusCode::OK; code <= grpc::StatusCode::UNAUTHENTICATED; ++code) {
-    if (name == GrpcCodeName(static_cast<grpc::StatusCode>(code))) {
-      return static_cast<grpc::StatusCode>(code);
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a gRPC status code name"));
-}
-
-grpc::StatusCode GrpcCodeForHttpStatus(int http_status) {
-  if (http_status >= 200 && http_status < 300) return grpc::StatusCode::OK;
-  switch (http_status) {
-    case 400:
-      return grpc::StatusCode::INVALID_ARGUMENT;
-    case 401:
-      return grpc::StatusCode::UNAUTHENTICATED;
-    case 403:
-      return grpc::StatusCode::PERMISSION_DENIED;
-    case 404:
-      return grpc::StatusCode::NOT_FOUND;
-    case 409:
-      return grpc::StatusCode::ABORTED;
-    case 429:
-      return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case 499:
-      return grpc::StatusCode::CANCELLED;
-    case 501:
-      return grpc::StatusCode::UNIMPLEMENTED;
-    case 503:
-      return grpc::StatusCode::UNAVAILABLE;
-    case 504:
-      return grpc::StatusCode::DEADLINE_EXCEEDED;
-    default:
-      return grpc::StatusCode::UNKNOWN;
-  }
-}
-
 grpc::Status StatusFromHttpAnswer(int http_status, const std::string& body) {
   grpc::StatusCode code = GrpcCodeForHttpStatus(http_status);
   if (code == grpc::StatusCode::OK) return grpc::Status::OK;
@@ -466,14 +386,14 @@ absl::Status DecodeV2Response(const inference::ModelInferResponse& answer,
     absl::Status decoded;
     if (tensor.datatype == "FP32") {
       if (raw) {
-        decoded = DecodeRawFp32(answer.raw_output_contents(i), &tensor.fp32);
+        decoded = ts::DecodeRawFp32(answer.raw_output_contents(i), &tensor.fp32);
       } else {
         tensor.fp32.assign(output.contents().fp32_contents().begin(),
                            output.contents().fp32_contents().end());
       }
     } else if (tensor.datatype == "BYTES") {
       if (raw) {
-        decoded = DecodeRawBytes(answer.raw_output_contents(i), &tensor.bytes);
+        decoded = ts::DecodeRawBytes(answer.raw_output_contents(i), &tensor.bytes);
       } else {
         tensor.bytes.assign(output.contents().bytes_contents().begin(),
                             output.contents().bytes_contents().end());

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "client/channel.h"
 #include "client/load_generator.h"
+#include "common/proto_names.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
 #include "inference/grpc_predict_v2.pb.h"
@@ -46,15 +47,7 @@ bool UsesHttp(BenchProtocol protocol);
 absl::Status ValidateProtocolFlags(BenchProtocol protocol, const std::string& http_address,
                                    bool has_image_input);
 
-// A gRPC code from its canonical name ("INVALID_ARGUMENT", as GrpcCodeName writes it);
-// INVALID_ARGUMENT for anything else.
-absl::StatusOr<grpc::StatusCode> ParseGrpcCodeName(absl::string_view name);
 
-// The gRPC code an HTTP error status stands for (the inverse of the server's table, see
-// docs/PROTOCOLS.md): 400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED,
-// 404 NOT_FOUND, 409 ABORTED, 429 RESOURCE_EXHAUSTED, 499 CANCELLED, 501 UNIMPLEMENTED,
-// 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED; OK for 2xx; UNKNOWN for anything else.
-grpc::StatusCode GrpcCodeForHttpStatus(int http_status);
 
 // The status of an HTTP answer: OK for 2xx; otherwise the code named by the JSON body's
 // "code" field when it is a gRPC code name (not "OK"), else GrpcCodeForHttpStatus; the

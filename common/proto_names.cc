@@ -82,4 +82,73 @@ absl::StatusOr<AttentionPath> ParsePath(absl::string_view name) {
       absl::StrCat("unknown path '", name, "': expected auto, direct, efficient or softmax"));
 }
 
+int HttpStatusFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+absl::StatusOr<grpc::StatusCode> ParseGrpcCodeName(absl::string_view name) {
+  for (int code = grpc::StatusCode::OK; code <= grpc::StatusCode::UNAUTHENTICATED; ++code) {
+    if (name == GrpcCodeName(static_cast<grpc::StatusCode>(code))) {
+      return static_cast<grpc::StatusCode>(code);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a gRPC status code name"));
+}
+
+grpc::StatusCode GrpcCodeForHttpStatus(int http_status) {
+  if (http_status >= 200 && http_status < 300) return grpc::StatusCode::OK;
+  switch (http_status) {
+    case 400:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case 401:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case 403:
+      return grpc::StatusCode::PERMISSION_DENIED;
+    case 404:
+      return grpc::StatusCode::NOT_FOUND;
+    case 409:
+      return grpc::StatusCode::ABORTED;
+    case 429:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case 499:
+      return grpc::StatusCode::CANCELLED;
+    case 501:
+      return grpc::StatusCode::UNIMPLEMENTED;
+    case 503:
+      return grpc::StatusCode::UNAVAILABLE;
+    case 504:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    default:
+      return grpc::StatusCode::UNKNOWN;
+  }
+}
+
 }  // namespace ts

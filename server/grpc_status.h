@@ -14,12 +14,11 @@ namespace ts::server {
 // ToGrpcStatus (absl → gRPC) is ts::ToGrpcStatus in common/proto_names.h, which the client
 // uses too.
 using ::ts::ToGrpcStatus;
+using ::ts::HttpStatusFor;
 // "OK", "INVALID_ARGUMENT", … (the metrics' `code` label).
 std::string StatusCodeName(absl::StatusCode code);
 
-// The HTTP status the HTTP front end answers for a code (Google's mapping of google.rpc.Code,
-// as grpc-gateway uses it): INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403,
-// NOT_FOUND 404, RESOURCE_EXHAUSTED 429, CANCELLED 499, UNAVAILABLE 503, DEADLINE_EXCEEDED 504…
-int HttpStatusFor(absl::StatusCode code);
+// HttpStatusFor (a code → the HTTP front end's status) and its inverse are in
+// common/proto_names.h, which tsctl uses too.
 
 }  // namespace ts::server

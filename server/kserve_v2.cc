@@ -1,7 +1,6 @@
 #include "server/kserve_v2.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <numeric>
 
@@ -9,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/v2_raw.h"
 #include "model/quoted.h"
 
 namespace ts::server::kserve {
@@ -46,26 +46,6 @@ absl::StatusOr<std::string> StringParameter(const v2::InferParameter& value,
     return Invalid(field, "must be a string (string_param)");
   }
   return value.string_param();
-}
-
-// Splits BYTES raw contents: each element a 4-byte little-endian length, then its bytes.
-absl::StatusOr<std::vector<std::string>> SplitRawBytes(const std::string& raw,
-                                                       const std::string& field) {
-  std::vector<std::string> elements;
-  std::size_t at = 0;
-  while (at < raw.size()) {
-    if (raw.size() - at < 4) return Invalid(field, "truncated 4-byte element length");
-    const auto* p = reinterpret_cast<const unsigned char*>(raw.data() + at);
-    const std::uint32_t length = p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24);
-    at += 4;
-    if (raw.size() - at < length) {
-      return Invalid(field, absl::StrCat("element ", elements.size(), " declares ", length,
-                                         " bytes but ", raw.size() - at, " remain"));
-    }
-    elements.emplace_back(raw.substr(at, length));
-    at += length;
-  }
-  return elements;
 }
 
 absl::Status ApplyParameters(const v2::ModelInferRequest& request, pb::ClassifyRequest* common,
@@ -255,9 +235,9 @@ absl::StatusOr<InferPlan> Plan(const v2::ModelInferRequest& request, const pb::M
     }
     std::vector<std::string> documents;
     if (raw) {
-      auto split = SplitRawBytes(request.raw_input_contents(0), "raw_input_contents[0]");
-      if (!split.ok()) return split.status();
-      documents = std::move(*split);
+      if (auto split = DecodeRawBytes(request.raw_input_contents(0), &documents); !split.ok()) {
+        return Invalid("raw_input_contents[0]", std::string(split.message()));
+      }
     } else {
       documents.assign(input.contents().bytes_contents().begin(),
                        input.contents().bytes_contents().end());
@@ -421,17 +401,8 @@ v2::ModelInferResponse ToProto(const InferResult& result) {
     tensor->set_name(out.name);
     tensor->set_datatype(out.datatype);
     for (const auto d : out.shape) tensor->add_shape(d);
-    std::string* raw = response.add_raw_output_contents();
-    if (out.datatype == "FP32") {
-      raw->resize(out.fp32.size() * sizeof(float));
-      std::memcpy(raw->data(), out.fp32.data(), raw->size());  // x86/ARM: little-endian
-    } else {
-      for (const std::string& element : out.bytes) {
-        const auto length = static_cast<std::uint32_t>(element.size());
-        for (int b = 0; b < 4; ++b) raw->push_back(static_cast<char>((length >> (8 * b)) & 0xff));
-        raw->append(element);
-      }
-    }
+    response.add_raw_output_contents(out.datatype == "FP32" ? EncodeRawFp32(out.fp32)
+                                                            : EncodeRawBytes(out.bytes));
   }
   return response;
 }
