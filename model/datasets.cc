@@ -19,13 +19,14 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "model/inputs.h"
-#include "model/json_reader.h"
 #include "model/quoted.h"
 
 namespace ts {
@@ -153,6 +154,41 @@ absl::Status CheckConfined(const fs::path& path, const std::string& confine_to) 
   return absl::OkStatus();
 }
 
+// One JSON Lines record: a JSON object, strictly (RFC 8259: UTF-8, no comments or trailing
+// commas); a key twice at the top level is refused rather than silently taking the last.
+absl::StatusOr<nlohmann::json> ParseJsonLine(const std::string& line) {
+  std::string duplicate;
+  std::vector<std::string> keys;
+  const nlohmann::json::parser_callback_t top_level_keys =
+      [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::key && depth == 1) {
+          const std::string& key = parsed.get_ref<const std::string&>();
+          if (std::find(keys.begin(), keys.end(), key) != keys.end()) duplicate = key;
+          keys.push_back(key);
+        }
+        return true;
+      };
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(line, top_level_keys);
+  } catch (const nlohmann::json::parse_error& e) {
+    // what() is "[json.exception.parse_error.101] parse error at line 1, column 9: <detail>".
+    const std::string what = e.what();
+    const std::size_t detail = what.find(": ");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid JSON at byte ", e.byte, ": ",
+        detail == std::string::npos ? what : what.substr(detail + 2)));
+  }
+  if (!object.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a JSON object, got ", object.type_name()));
+  }
+  if (!duplicate.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("duplicate key \"", duplicate, "\""));
+  }
+  return object;
+}
+
 }  // namespace
 
 std::int64_t UniformInt(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
@@ -183,7 +219,7 @@ absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
   while (reader->Next(&line)) {
     if (IsBlank(line)) continue;
     const std::string where = absl::StrCat(path, ":", reader->line_number());
-    absl::StatusOr<JsonObject> object = ParseJsonObject(line);
+    absl::StatusOr<nlohmann::json> object = ParseJsonLine(line);
     if (!object.ok()) {
       if (absl::Status s = malformed.Report(where, std::string(object.status().message()));
           !s.ok()) {
@@ -196,58 +232,61 @@ absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
     std::string problem;
     if (text == object->end()) {
       problem = "missing \"text\"";
-    } else if (text->second.type != JsonField::Type::kString) {
-      problem = absl::StrCat("\"text\" must be a string, got ", JsonTypeName(text->second.type));
-    } else if (text->second.text.empty()) {
+    } else if (!text->is_string()) {
+      problem = absl::StrCat("\"text\" must be a string, got ", text->type_name());
+    } else if (text->get_ref<const std::string&>().empty()) {
       problem = "empty \"text\"";
     } else if (label == object->end()) {
       problem = "missing \"label\"";
     }
     std::int64_t index = -1;
     if (problem.empty()) {
-      const JsonField& value = label->second;
-      const std::optional<std::int64_t> as_int = value.AsInt64();
-      if (value.type == JsonField::Type::kString) {
+      const nlohmann::json& value = *label;
+      if (value.is_string()) {
+        const std::string& name = value.get_ref<const std::string&>();
         if (infer) {
           if (integer_kind.value_or(false)) {
             problem = "string label in a file whose labels are integers";
           } else {
             integer_kind = false;
-            string_labels.push_back(value.text);
+            string_labels.push_back(name);
           }
         } else {
-          auto it = std::find(options.labels.begin(), options.labels.end(), value.text);
+          auto it = std::find(options.labels.begin(), options.labels.end(), name);
           if (it == options.labels.end()) {
-            problem = absl::StrCat("label \"", value.text, "\" is not one of the ",
+            problem = absl::StrCat("label \"", name, "\" is not one of the ",
                                    options.labels.size(), " labels");
           } else {
             index = it - options.labels.begin();
           }
         }
-      } else if (as_int.has_value()) {
+      } else if (value.is_number_integer()) {
+        // Written without fraction or exponent (1.0 and 1e2 are not integers); the parser
+        // makes every non-negative one unsigned.
         const std::int64_t limit =
             infer ? kMaxInferredIntegerLabel + 1 : static_cast<std::int64_t>(options.labels.size());
-        if (*as_int < 0 || *as_int >= limit) {
-          problem = absl::StrCat("integer label ", *as_int, " is outside [0, ", limit, ")");
+        const bool in_range = value.is_number_unsigned() &&
+                              value.get<std::uint64_t>() < static_cast<std::uint64_t>(limit);
+        if (!in_range) {
+          problem = absl::StrCat("integer label ", value.dump(), " is outside [0, ", limit, ")");
         } else if (infer && integer_kind.has_value() && !*integer_kind) {
           problem = "integer label in a file whose labels are strings";
         } else {
           integer_kind = true;
-          index = *as_int;
-          max_integer_label = std::max(max_integer_label, *as_int);
+          index = value.get<std::int64_t>();
+          max_integer_label = std::max(max_integer_label, index);
         }
       } else {
         problem = absl::StrCat("\"label\" must be a string or a non-negative integer, got ",
-                               value.type == JsonField::Type::kNumber
-                                   ? value.text
-                                   : std::string(JsonTypeName(value.type)));
+                               value.is_number() ? value.dump() : value.type_name());
       }
     }
     if (!problem.empty()) {
       if (absl::Status s = malformed.Report(where, problem); !s.ok()) return s;
       continue;
     }
-    dataset.examples.push_back(Example{std::move(text->second.text), index});
+    dataset.examples.push_back(
+        Example{std::move(text->get_ref<std::string&>()), index});
   }
   if (reader->failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);

@@ -104,6 +104,11 @@ TEST_F(DatasetTest, JsonLinesMalformedFailsNamingFileAndLine) {
       "{\"text\": \"x\", \"label\": null}",  // null label
       "{\"text\": \"x\", \"label\": 3}",     // integer after string labels
       "{\"text\": \"\", \"label\": \"a\"}",  // empty text
+      "[\"x\", \"a\"]",                         // not an object
+      "{\"text\": \"x\", \"label\": \"a\", \"label\": \"b\"}",  // duplicate key
+      "{\"text\": \"x\xFF\", \"label\": \"a\"}",               // not UTF-8
+      "{\"text\": \"x\", \"label\": 1e0}",   // exponent label
+      "{\"text\": \"x\", \"label\": 18446744073709551616}",  // beyond 64 bits
   };
   for (const std::string& bad : bad_lines) {
     const std::string path = Write("bad.jsonl", good + good + bad + "\n" + good);
@@ -119,6 +124,32 @@ TEST_F(DatasetTest, JsonLinesMalformedFailsNamingFileAndLine) {
     ASSERT_EQ(data->skip_reasons.size(), 1u);
     EXPECT_NE(data->skip_reasons[0].find(path + ":3:"), std::string::npos);
   }
+}
+
+TEST_F(DatasetTest, JsonLinesErrorsSayWhatAndWhere) {
+  const auto message = [&](const std::string& line) {
+    const std::string path = Write("m.jsonl", "{\"text\": \"ok\", \"label\": 0}\n" + line + "\n");
+    return std::string(ReadJsonLinesDataset(path).status().message());
+  };
+  const std::string at = (dir_ / "m.jsonl").string() + ":2: ";
+  EXPECT_EQ(message("{\"text\": \"x\", \"label\": 0,}").rfind(at + "invalid JSON at byte 26: ", 0),
+            0u)
+      << message("{\"text\": \"x\", \"label\": 0,}");
+  EXPECT_NE(message("{\"text\": \"x\xFF\", \"label\": 0}").find("ill-formed UTF-8"),
+            std::string::npos);
+  EXPECT_NE(message("[1]").find(at + "expected a JSON object, got array"), std::string::npos);
+  EXPECT_NE(message("{\"text\": \"x\", \"label\": 0, \"text\": \"y\"}")
+                .find(at + "duplicate key \"text\""),
+            std::string::npos);
+  EXPECT_NE(
+      message("{\"text\": 5, \"label\": 0}").find(at + "\"text\" must be a string, got number"),
+      std::string::npos);
+  EXPECT_NE(message("{\"text\": \"x\", \"label\": 2.5}")
+                .find(at + "\"label\" must be a string or a non-negative integer, got 2.5"),
+            std::string::npos);
+  EXPECT_NE(message("{\"text\": \"x\", \"label\": -3}")
+                .find(at + "integer label -3 is outside [0, 65536)"),
+            std::string::npos);
 }
 
 TEST_F(DatasetTest, SkipModeCountsAllButKeepsFirstFewReasons) {
