@@ -137,12 +137,11 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
   }
   if (metrics_ != nullptr) metrics_->RecordSequenceLength(model_name, prepared->input_tokens + 1);
 
-  auto work = std::make_shared<ClassifyWork>();
-  work->windows = std::move(prepared->windows);
-  work->requested = *path;
-  auto task = std::make_unique<BatchTask>();
+  auto task = std::make_unique<BatchTask<ClassifyWork>>();
+  task->payload.windows = std::move(prepared->windows);
+  task->payload.requested = *path;
   std::int64_t longest = 0;
-  for (const auto& w : work->windows) longest = std::max<std::int64_t>(longest, w.size());
+  for (const auto& w : task->payload.windows) longest = std::max<std::int64_t>(longest, w.size());
   task->tokens = longest + 1;
   task->path = static_cast<int>(*path);
   // The caller's deadline is wall-clock time; the batcher runs on the injected clock.
@@ -154,25 +153,24 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
                   {});
   }
   task->cancelled = call.cancelled;
-  task->payload = work;
   const bool truncated = prepared->truncated;
   const std::string request_id = request.request_id();
   const std::uint32_t top_k = request.top_k();
-  task->done = [metrics = metrics_, model, work, truncated, request_id, top_k,
-                finish](absl::Status status) {
+  task->done = [metrics = metrics_, model, truncated, request_id, top_k, finish](
+                   absl::Status status, ClassifyWork& work) {
     pb::ClassifyResponse response;
     response.set_request_id(request_id);
     if (!status.ok()) return finish(status, std::move(response));
-    if (metrics != nullptr) metrics->RecordQueue(model->name(), work->queue_seconds);
+    if (metrics != nullptr) metrics->RecordQueue(model->name(), work.queue_seconds);
     const auto& labels = model->metadata().labels;
-    std::vector<std::uint32_t> order(work->probabilities.size());
+    std::vector<std::uint32_t> order(work.probabilities.size());
     std::iota(order.begin(), order.end(), 0u);
-    const auto best = std::max_element(work->probabilities.begin(), work->probabilities.end()) -
-                      work->probabilities.begin();
+    const auto best = std::max_element(work.probabilities.begin(), work.probabilities.end()) -
+                      work.probabilities.begin();
     response.set_label(labels[best]);
     if (top_k > 0) {
       std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-        return work->probabilities[a] > work->probabilities[b];
+        return work.probabilities[a] > work.probabilities[b];
       });
       order.resize(top_k);
     }
@@ -180,22 +178,22 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
       auto* p = response.add_probabilities();
       p->set_label(labels[c]);
       p->set_index(c);
-      p->set_probability(work->probabilities[c]);
+      p->set_probability(work.probabilities[c]);
     }
-    response.set_path(ToProtoPath(work->path));
+    response.set_path(ToProtoPath(work.path));
     std::int64_t longest_window = 0;
-    for (const auto& w : work->windows) {
+    for (const auto& w : work.windows) {
       longest_window = std::max<std::int64_t>(longest_window, w.size());
     }
     response.set_tokens(static_cast<std::uint32_t>(longest_window + 1));
     response.set_truncated(truncated);
-    response.set_windows(static_cast<std::uint32_t>(work->windows.size()));
+    response.set_windows(static_cast<std::uint32_t>(work.windows.size()));
     response.set_model_version(model->version());
     auto* timing = response.mutable_timing();
-    timing->set_queue_seconds(work->queue_seconds);
-    timing->set_compute_seconds(work->compute_seconds);
-    timing->set_batch_size(static_cast<std::uint32_t>(work->batch_size));
-    timing->set_batch_tokens(static_cast<std::uint32_t>(work->batch_tokens));
+    timing->set_queue_seconds(work.queue_seconds);
+    timing->set_compute_seconds(work.compute_seconds);
+    timing->set_batch_size(static_cast<std::uint32_t>(work.batch_size));
+    timing->set_batch_tokens(static_cast<std::uint32_t>(work.batch_tokens));
     finish(absl::OkStatus(), std::move(response));
   };
   if (auto scheduled = model->batcher().Schedule(task); !scheduled.ok()) {

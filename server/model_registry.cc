@@ -127,7 +127,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   model->checkpoint_.model->eval();
   model->checkpoint_.model->set_precision(config.precision);
 
-  LengthBucketBatcher::Observer observer;
+  ClassifyBatcher::Observer observer;
   if (metrics != nullptr) {
     const std::string name = config.name;
     // Requests dropped before compute (deadline, cancel) are counted once, by the RPC handler
@@ -140,8 +140,9 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
                           model->crossover_tokens_);
   }
   ServedModel* raw = model.get();
-  auto batcher = LengthBucketBatcher::Create(
-      config.batching, [raw](Batch& batch) { return raw->RunBatch(batch); }, clock, observer);
+  auto batcher = ClassifyBatcher::Create(
+      config.batching, [raw](Batch<ClassifyWork>& batch) { return raw->RunBatch(batch); }, clock,
+      observer);
   if (!batcher.ok()) {
     return absl::Status(batcher.status().code(),
                         absl::StrCat(where, ": ", batcher.status().message()));
@@ -150,13 +151,13 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   return model;
 }
 
-absl::Status ServedModel::RunBatch(Batch& batch) {
+absl::Status ServedModel::RunBatch(Batch<ClassifyWork>& batch) {
   // Training jobs set their own thread counts; a batch thread takes the serving one.
   compat::UseDefaultThreadsOnThisThread();
   std::vector<ClassifyWork*> works;
   std::vector<std::string_view> sequences;
   for (auto& task : batch.tasks) {
-    auto* work = static_cast<ClassifyWork*>(task->payload.get());
+    ClassifyWork* work = &task->payload;
     works.push_back(work);
     for (const auto& window : work->windows) sequences.push_back(window);
     work->queue_seconds = absl::ToDoubleSeconds(batch.started - task->enqueued);

@@ -38,6 +38,7 @@ struct ClassifyWork {
   double queue_seconds = 0;
   double compute_seconds = 0;
 };
+using ClassifyBatcher = LengthBucketBatcher<ClassifyWork>;
 
 class ServedModel {
  public:
@@ -53,7 +54,7 @@ class ServedModel {
   LengthPolicyOptions length_policy() const { return length_policy(config_.over_length); }
   // The model's limits with another over-length policy (a request's own).
   LengthPolicyOptions length_policy(OverLengthPolicy over_length) const;
-  LengthBucketBatcher& batcher() { return *batcher_; }
+  ClassifyBatcher& batcher() { return *batcher_; }
 
   static absl::StatusOr<std::shared_ptr<ServedModel>> Load(const ModelConfig& config,
                                                            Metrics* metrics, Clock* clock);
@@ -61,7 +62,7 @@ class ServedModel {
  private:
   ServedModel(ModelConfig config, LoadedCheckpoint checkpoint)
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
-  absl::Status RunBatch(Batch& batch);
+  absl::Status RunBatch(Batch<ClassifyWork>& batch);
 
   ModelConfig config_;
   LoadedCheckpoint checkpoint_;
@@ -72,7 +73,7 @@ class ServedModel {
   std::string crossover_source_;
   Metrics* metrics_ = nullptr;
   Clock* clock_ = nullptr;
-  std::unique_ptr<LengthBucketBatcher> batcher_;  // last: its threads use the fields above
+  std::unique_ptr<ClassifyBatcher> batcher_;  // last: its threads use the fields above
 };
 
 class ModelRegistry {

@@ -33,6 +33,9 @@ struct Payload {
   int result = -1;
 };
 
+using Batcher = LengthBucketBatcher<Payload>;
+using Task = BatchTask<Payload>;
+
 int ResultFor(int id) { return 2 * id + 1; }
 
 struct RanBatch {
@@ -51,13 +54,13 @@ struct Done {
 // payload, and can hold the runner (the gate) to keep the batch thread busy.
 class Recorder {
  public:
-  LengthBucketBatcher::BatchRunner Runner() {
-    return [this](Batch& batch) { return Run(batch); };
+  Batcher::BatchRunner Runner() {
+    return [this](Batch<Payload>& batch) { return Run(batch); };
   }
 
-  LengthBucketBatcher::Observer Observer() {
-    LengthBucketBatcher::Observer observer;
-    observer.on_batch_start = [this](const Batch& batch) {
+  Batcher::Observer Observer() {
+    Batcher::Observer observer;
+    observer.on_batch_start = [this](const Batch<Payload>& batch) {
       absl::MutexLock lock(&mu_);
       batch_starts_.push_back(static_cast<int>(batch.tasks.size()));
     };
@@ -72,16 +75,14 @@ class Recorder {
     return observer;
   }
 
-  std::unique_ptr<BatchTask> Task(int id, std::int64_t tokens, int path = 0) {
-    auto task = std::make_unique<BatchTask>();
+  std::unique_ptr<Task> NewTask(int id, std::int64_t tokens, int path = 0) {
+    auto task = std::make_unique<Task>();
     task->tokens = tokens;
     task->path = path;
-    auto payload = std::make_shared<Payload>();
-    payload->id = id;
-    task->payload = payload;
-    task->done = [this, id, payload](absl::Status status) {
+    task->payload.id = id;
+    task->done = [this](absl::Status status, Payload& payload) {
       absl::MutexLock lock(&mu_);
-      done_[id].push_back(Done{std::move(status), payload->result});
+      done_[payload.id].push_back(Done{std::move(status), payload.result});
       ++done_calls_;
     };
     return task;
@@ -157,13 +158,12 @@ class Recorder {
   }
 
  private:
-  absl::Status Run(Batch& batch) {
+  absl::Status Run(Batch<Payload>& batch) {
     absl::MutexLock lock(&mu_);
     RanBatch ran{batch.padded_tokens, batch.path, {}, batch.started};
     for (const auto& task : batch.tasks) {
-      auto* payload = static_cast<Payload*>(task->payload.get());
-      ran.ids.push_back(payload->id);
-      payload->result = ResultFor(payload->id);
+      ran.ids.push_back(task->payload.id);
+      task->payload.result = ResultFor(task->payload.id);
     }
     batches_.push_back(std::move(ran));
     mu_.AwaitWithTimeout(absl::Condition(&gate_open_), kGuard);
@@ -202,21 +202,21 @@ class LengthBucketBatcherTest : public ::testing::Test {
     return options;
   }
 
-  std::unique_ptr<LengthBucketBatcher> Make(const LengthBucketBatcherOptions& options) {
+  std::unique_ptr<Batcher> Make(const LengthBucketBatcherOptions& options) {
     auto batcher =
-        LengthBucketBatcher::Create(options, recorder_.Runner(), &clock_, recorder_.Observer());
+        Batcher::Create(options, recorder_.Runner(), &clock_, recorder_.Observer());
     EXPECT_TRUE(batcher.ok()) << batcher.status();
     return batcher.ok() ? std::move(*batcher) : nullptr;
   }
 
-  absl::Status Schedule(LengthBucketBatcher& batcher, int id, std::int64_t tokens, int path = 0) {
-    std::unique_ptr<BatchTask> task = recorder_.Task(id, tokens, path);
+  absl::Status Schedule(Batcher& batcher, int id, std::int64_t tokens, int path = 0) {
+    std::unique_ptr<Task> task = recorder_.NewTask(id, tokens, path);
     return batcher.Schedule(task);
   }
 
   // Drain() that must return without the fake clock moving. If it does not (a bug), the test
   // fails and the clock is moved past `timeout` so that it fails instead of hanging.
-  void DrainWithoutTimeout(LengthBucketBatcher& batcher, absl::Duration timeout) {
+  void DrainWithoutTimeout(Batcher& batcher, absl::Duration timeout) {
     absl::Notification drained;
     std::thread drainer([&] {
       batcher.Drain(timeout);
@@ -501,10 +501,10 @@ TEST_F(LengthBucketBatcherTest, TasksLongerThanTheLastBoundaryGetTheirOwnLength)
 
 TEST_F(LengthBucketBatcherTest, ExpiredDeadlineFinishesWithDeadlineExceededWithoutRunning) {
   auto batcher = Make(WaitingOptions());
-  std::unique_ptr<BatchTask> soon = recorder_.Task(0, 10);
+  std::unique_ptr<Task> soon = recorder_.NewTask(0, 10);
   soon->deadline = t0_ + absl::Milliseconds(2);  // passes while the batch waits
   ASSERT_TRUE(batcher->Schedule(soon).ok());
-  std::unique_ptr<BatchTask> later = recorder_.Task(1, 10);
+  std::unique_ptr<Task> later = recorder_.NewTask(1, 10);
   later->deadline = t0_ + absl::Seconds(1);
   ASSERT_TRUE(batcher->Schedule(later).ok());
 
@@ -518,7 +518,7 @@ TEST_F(LengthBucketBatcherTest, ExpiredDeadlineFinishesWithDeadlineExceededWitho
 
   // A batch whose every task expired is not run at all.
   for (int id = 2; id < 4; ++id) {
-    std::unique_ptr<BatchTask> task = recorder_.Task(id, 10);
+    std::unique_ptr<Task> task = recorder_.NewTask(id, 10);
     task->deadline = clock_.Now();
     ASSERT_TRUE(batcher->Schedule(task).ok());
   }
@@ -536,11 +536,11 @@ TEST_F(LengthBucketBatcherTest, CancelledTaskFinishesWithCancelledWithoutRunning
   options.max_batch_size = 3;
   auto batcher = Make(options);
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
-  std::unique_ptr<BatchTask> task = recorder_.Task(0, 10);
+  std::unique_ptr<Task> task = recorder_.NewTask(0, 10);
   task->cancelled = [cancelled] { return cancelled->load(); };
   ASSERT_TRUE(batcher->Schedule(task).ok());
   cancelled->store(true);  // the client gives up while its task waits
-  std::unique_ptr<BatchTask> kept = recorder_.Task(1, 10);
+  std::unique_ptr<Task> kept = recorder_.NewTask(1, 10);
   kept->cancelled = [] { return false; };
   ASSERT_TRUE(batcher->Schedule(kept).ok());
   ASSERT_TRUE(Schedule(*batcher, 2, 10).ok());  // no cancellation callback; fills the batch
@@ -562,7 +562,7 @@ TEST_F(LengthBucketBatcherTest, FullQueueIsResourceExhaustedAndTaskStaysWithCall
   ASSERT_TRUE(Schedule(*batcher, 0, 10).ok());
   ASSERT_TRUE(Schedule(*batcher, 1, 100).ok());
 
-  std::unique_ptr<BatchTask> task = recorder_.Task(2, 10);
+  std::unique_ptr<Task> task = recorder_.NewTask(2, 10);
   const absl::Status status = batcher->Schedule(task);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(status.message(), HasSubstr("model 'imdb'"));
@@ -615,7 +615,7 @@ TEST_F(LengthBucketBatcherTest, DrainRunsEverythingQueuedThenRejects) {
                                                  ElementsAre(3), ElementsAre(5)));
   EXPECT_EQ(batcher->queued(), 0);
 
-  std::unique_ptr<BatchTask> task = recorder_.Task(6, 10);
+  std::unique_ptr<Task> task = recorder_.NewTask(6, 10);
   EXPECT_EQ(batcher->Schedule(task).code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(task, nullptr);
   batcher->Drain(absl::Seconds(1));  // idempotent
@@ -705,7 +705,7 @@ TEST_F(LengthBucketBatcherTest, ConcurrentProducersAndBatchThreadsFinishEachTask
 TEST_F(LengthBucketBatcherTest, RejectsTaskWithoutTokensAndKeepsIt) {
   auto batcher = Make(SmallOptions());
   for (std::int64_t tokens : {0, -3}) {
-    std::unique_ptr<BatchTask> task = recorder_.Task(0, tokens);
+    std::unique_ptr<Task> task = recorder_.NewTask(0, tokens);
     const absl::Status status = batcher->Schedule(task);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(status.message(), HasSubstr("tokens"));
@@ -744,14 +744,14 @@ TEST_F(LengthBucketBatcherTest, CreateRejectsInvalidOptionsNamingTheField) {
   for (const Case& c : cases) {
     LengthBucketBatcherOptions options = SmallOptions();
     c.breaks(options);
-    auto batcher = LengthBucketBatcher::Create(options, recorder_.Runner(), &clock_);
+    auto batcher = Batcher::Create(options, recorder_.Runner(), &clock_);
     EXPECT_EQ(batcher.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_THAT(batcher.status().message(), HasSubstr(c.field));
   }
-  EXPECT_EQ(LengthBucketBatcher::Create(SmallOptions(), nullptr, &clock_).status().code(),
+  EXPECT_EQ(Batcher::Create(SmallOptions(), nullptr, &clock_).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      LengthBucketBatcher::Create(SmallOptions(), recorder_.Runner(), nullptr).status().code(),
+      Batcher::Create(SmallOptions(), recorder_.Runner(), nullptr).status().code(),
       absl::StatusCode::kInvalidArgument);
 }
 
