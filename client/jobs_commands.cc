@@ -18,9 +18,9 @@
 #include "client/file_util.h"
 #include "client/job_format.h"
 #include "client/job_plot.h"
+#include "common/job_spec_yaml.h"
 #include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
-#include "server/job_spec.h"
 #include "taylorshift/v1/jobs.grpc.pb.h"
 
 namespace ts::client {
@@ -405,7 +405,7 @@ taylorshift::v1::PromoteCheckpointRequest PromoteRequestFromFlags(Flags& flags) 
 int RunTrain(const std::vector<std::string>& args) {
   using taylorshift::v1::TrainingSpec;
   return Submit<TrainingSpec>(
-      args, "train", &server::ParseTrainingSpecYaml,
+      args, "train", &ParseTrainingSpecYaml,
       [](Jobs::Stub& stub, grpc::ClientContext* context, const TrainingSpec& spec, Job* job) {
         taylorshift::v1::SubmitTrainingRequest request;
         *request.mutable_spec() = spec;
@@ -417,7 +417,7 @@ int RunTrain(const std::vector<std::string>& args) {
 int RunEval(const std::vector<std::string>& args) {
   using taylorshift::v1::EvaluationSpec;
   return Submit<EvaluationSpec>(
-      args, "eval", &server::ParseEvaluationSpecYaml,
+      args, "eval", &ParseEvaluationSpecYaml,
       [](Jobs::Stub& stub, grpc::ClientContext* context, const EvaluationSpec& spec, Job* job) {
         taylorshift::v1::SubmitEvaluationRequest request;
         *request.mutable_spec() = spec;

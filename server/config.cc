@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "server/yaml_fields.h"
+#include "common/yaml_fields.h"
 
 namespace ts::server {
 namespace {
@@ -110,7 +110,7 @@ std::string ResolvePath(const std::string& base_dir, const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// YAML reading (server/yaml_fields.h) for the config-only value kinds.
+// YAML reading (common/yaml_fields.h) for the config-only value kinds.
 
 // Durations are written as integers in the unit their key names (`_ms`, `_us`).
 FieldReader Duration(absl::Duration* out, absl::Duration unit) {

@@ -9,7 +9,7 @@
 #include "model/cost_model.h"
 #include "model/quoted.h"
 #include "server/grpc_status.h"
-#include "server/job_spec.h"
+#include "server/proto_convert.h"
 
 namespace ts::server {
 namespace {
@@ -17,19 +17,6 @@ namespace {
 namespace pb = taylorshift::v1;
 
 constexpr char kClassifyRole[] = "classify";
-
-pb::AttentionPath ToProtoPath(AttentionPath path) {
-  switch (path) {
-    case AttentionPath::kDirect:
-      return pb::ATTENTION_PATH_DIRECT;
-    case AttentionPath::kEfficient:
-      return pb::ATTENTION_PATH_EFFICIENT;
-    case AttentionPath::kSoftmax:
-      return pb::ATTENTION_PATH_SOFTMAX;
-    default:
-      return pb::ATTENTION_PATH_AUTO;
-  }
-}
 
 std::string RejectReason(absl::StatusCode code) {
   switch (code) {

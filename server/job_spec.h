@@ -1,13 +1,10 @@
-// Job specs (taylorshift/v1/jobs.proto): the YAML form users write (tsctl train/eval --spec),
-// and the server's normalisation — the defaults jobs.proto documents, filled in, and every check
-// that needs no data — so a bad spec is refused at submission with the key that is wrong.
-//
-// YAML keys are the proto field names, nested as in the proto (`model: {embed_dim: 64}`,
-// `data: {train: {format: jsonl, path: train.jsonl}}`); `path` takes auto, direct, efficient or
-// softmax; `labels` is a list of strings. An evaluation spec's `data` is a single data source.
+// Job specs (taylorshift/v1/jobs.proto) on the server's side: their normalisation — the
+// defaults jobs.proto documents, filled in, and every check that needs no data, against the
+// server's jobs.limits — so a bad spec is refused at submission with the key that is wrong. The
+// YAML form users write is parsed by common/job_spec_yaml.h, which needs no server.
 //
 // Errors are INVALID_ARGUMENT whose message starts with the key path, e.g.
-// `model.heads: 6 does not divide model.embed_dim 64` or `optimizer.foo: unknown key (...)`.
+// `model.heads: 6 does not divide model.embed_dim 64`.
 // Torch-free; stateless and thread-safe.
 #pragma once
 
@@ -15,20 +12,10 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "model/attention_path.h"
 #include "server/config.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 namespace ts::server {
-
-// The YAML spec form → the proto, as written (no defaults filled, no semantic checks). Unknown
-// and duplicate keys, wrong types (a string where a number goes, a negative or fractional number
-// where an unsigned integer goes, a non-finite number) and malformed YAML are errors. An empty
-// value (`key:`) is the same as leaving the key out.
-absl::StatusOr<taylorshift::v1::TrainingSpec> ParseTrainingSpecYaml(const std::string& yaml_text);
-absl::StatusOr<taylorshift::v1::EvaluationSpec> ParseEvaluationSpecYaml(
-    const std::string& yaml_text);
 
 // Fills the defaults of jobs.proto into `spec` (mlp_ratio 4 unless init_from; optimizer adamw,
 // lr 0.001, weight_decay 0.01, cosine, min_lr_ratio 0, betas 0.9/0.999, eps 1e-8; batch_size 16;
@@ -58,8 +45,5 @@ absl::Status FinalizeTrainingSpec(taylorshift::v1::TrainingSpec* spec, std::int6
 // batch_size (default 16, ≤ jobs.limits.max_batch_size), path, threads.
 absl::Status NormalizeEvaluationSpec(taylorshift::v1::EvaluationSpec* spec, const JobsConfig& jobs,
                                      int num_cores);
-
-// The API's attention path → the model's (INVALID_ARGUMENT "path: ..." for an unknown value).
-absl::StatusOr<AttentionPath> FromProtoPath(taylorshift::v1::AttentionPath path);
 
 }  // namespace ts::server

@@ -2,7 +2,7 @@
 // stop at; a SIGTERM ends the process at once (tsworker_main.cc).
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
-#include "server/job_spec.h"
+#include "server/proto_convert.h"
 #include "worker/job_data.h"
 #include "worker/jobs.h"
 

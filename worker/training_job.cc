@@ -14,6 +14,7 @@
 #include "model/cost_model.h"
 #include "model/training.h"
 #include "server/job_spec.h"
+#include "server/proto_convert.h"
 #include "worker/job_data.h"
 #include "worker/jobs.h"
 

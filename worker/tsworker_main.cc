@@ -33,6 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_spec_yaml.h"
 #include "model/data_parallel.h"
 #include "model/datasets.h"
 #include "model/heap_policy.h"
@@ -101,7 +102,7 @@ absl::StatusOr<pb::WorkerTask> StandaloneTask(const std::map<std::string, std::s
   }
   auto text = ReadFile(flags.at("spec"));
   if (!text.ok()) return text.status();
-  auto spec = server::ParseTrainingSpecYaml(*text);
+  auto spec = ParseTrainingSpecYaml(*text);
   if (!spec.ok()) return spec.status();
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   server::JobsConfig jobs;

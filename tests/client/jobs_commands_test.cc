@@ -17,11 +17,11 @@
 #include "absl/strings/str_split.h"
 #include "client/command_line.h"
 #include "client/job_format.h"
+#include "common/job_spec_yaml.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "server/job_spec.h"
 #include "tests/testing/fake_jobs_service.h"
 
 namespace ts::client {
@@ -325,7 +325,7 @@ TEST_F(JobsCommandsServiceTest, TrainSubmitsTheParsedSpecAndPrintsTheId) {
   const FakeJobsService::Record record = service_.record();
   EXPECT_THAT(record.rpcs, ElementsAre("SubmitTraining"));
   EXPECT_EQ(record.authorization, "Bearer s3cret");
-  absl::StatusOr<taylorshift::v1::TrainingSpec> expected = server::ParseTrainingSpecYaml(kSpec);
+  absl::StatusOr<taylorshift::v1::TrainingSpec> expected = ParseTrainingSpecYaml(kSpec);
   ASSERT_TRUE(expected.ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(record.training.spec(), *expected))
       << record.training.spec().DebugString();

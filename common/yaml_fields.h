@@ -1,6 +1,7 @@
-// Reading YAML mappings into Options structs and API messages (yaml-cpp), shared by the server
-// configuration and the job specs. Every mapping is read through ReadMap, which rejects unknown
-// and duplicate keys, so each field has exactly one key and a typo never passes silently.
+// Reading YAML documents into Options structs and API messages (yaml-cpp): the one place that
+// parses YAML, shared by the server configuration (server/config.cc) and the job specs
+// (common/job_spec_yaml.cc). Every mapping is read through ReadMap, which rejects unknown and
+// duplicate keys, so each field has exactly one key and a typo never passes silently.
 // Errors are INVALID_ARGUMENT "<key path>: <reason> (line N)", the key path written as
 // "models[1].batching.max_batch_size". Stateless and thread-safe.
 #pragma once
@@ -15,7 +16,12 @@
 
 #include "absl/status/status.h"
 
-namespace ts::server::yaml_fields {
+namespace ts::yaml_fields {
+
+// Parses `yaml_text` and hands its root node to `read`. Malformed YAML, and any yaml-cpp error
+// while `read` runs, is INVALID_ARGUMENT "invalid YAML: <what yaml-cpp says>".
+absl::Status ReadDocument(const std::string& yaml_text,
+                          const std::function<absl::Status(const YAML::Node& root)>& read);
 
 // " (line N)" for a node that came from a document, "" otherwise.
 std::string LineOf(const YAML::Node& node);
@@ -51,4 +57,4 @@ FieldReader Int64(std::int64_t* out);
 FieldReader Int(int* out);
 FieldReader Bool(bool* out);
 
-}  // namespace ts::server::yaml_fields
+}  // namespace ts::yaml_fields

@@ -1,4 +1,4 @@
-#include "server/yaml_fields.h"
+#include "common/yaml_fields.h"
 
 #include <algorithm>
 #include <climits>
@@ -8,7 +8,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace ts::server::yaml_fields {
+namespace ts::yaml_fields {
+
+absl::Status ReadDocument(const std::string& yaml_text,
+                          const std::function<absl::Status(const YAML::Node& root)>& read) {
+  try {
+    return read(YAML::Load(yaml_text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid YAML: ", e.what()));
+  }
+}
 
 std::string LineOf(const YAML::Node& node) {
   const YAML::Mark mark = node.Mark();
@@ -130,4 +139,4 @@ FieldReader Bool(bool* out) {
       [out](const YAML::Node& node, const std::string& path) { return ReadBool(node, path, out); };
 }
 
-}  // namespace ts::server::yaml_fields
+}  // namespace ts::yaml_fields
