@@ -7,6 +7,29 @@
 
 namespace ts {
 
+std::string_view LengthPolicyName(LengthPolicy policy) {
+  switch (policy) {
+    case LengthPolicy::kTruncate:
+      return "truncate";
+    case LengthPolicy::kKeepTail:
+      return "keep_tail";
+    case LengthPolicy::kReject:
+      return "reject";
+    case LengthPolicy::kWindow:
+      return "window";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<LengthPolicy> ParseLengthPolicy(std::string_view name) {
+  for (LengthPolicy policy : {LengthPolicy::kTruncate, LengthPolicy::kKeepTail,
+                              LengthPolicy::kReject, LengthPolicy::kWindow}) {
+    if (name == LengthPolicyName(policy)) return policy;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "must be one of truncate, keep_tail, reject, window; got \"", std::string(name), "\""));
+}
+
 absl::StatusOr<PreparedInput> PrepareTokens(std::string_view tokens,
                                             const LengthPolicyOptions& options) {
   if (options.max_length <= 0) {

@@ -19,6 +19,11 @@ enum class LengthPolicy {
   kWindow,    // overlapping windows of max_length, stride `window_stride`; probabilities averaged
 };
 
+// "truncate", "keep_tail", "reject", "window": the names configs and requests use.
+std::string_view LengthPolicyName(LengthPolicy policy);
+// Inverse of LengthPolicyName; INVALID_ARGUMENT naming the choices.
+absl::StatusOr<LengthPolicy> ParseLengthPolicy(std::string_view name);
+
 struct LengthPolicyOptions {
   std::int64_t max_length = 0;  // > 0
   LengthPolicy policy = LengthPolicy::kTruncate;

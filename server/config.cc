@@ -153,12 +153,12 @@ FieldReader PrecisionField(Precision* out) {
   };
 }
 
-FieldReader OverLength(OverLengthPolicy* out) {
+FieldReader OverLength(LengthPolicy* out) {
   return [out](const YAML::Node& node, const std::string& path) {
     std::string name;
     absl::Status status = ReadScalar(node, path, &name);
     if (!status.ok()) return status;
-    auto policy = ParseOverLengthPolicy(name);
+    auto policy = ParseLengthPolicy(name);
     if (!policy.ok()) return NodeError(node, path, std::string(policy.status().message()));
     *out = *policy;
     return absl::OkStatus();
@@ -450,29 +450,6 @@ bool IsValidName(std::string_view name) {
   return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
     return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
   });
-}
-
-absl::StatusOr<OverLengthPolicy> ParseOverLengthPolicy(std::string_view name) {
-  for (OverLengthPolicy policy : {OverLengthPolicy::kTruncate, OverLengthPolicy::kKeepTail,
-                                  OverLengthPolicy::kReject, OverLengthPolicy::kWindow}) {
-    if (name == OverLengthPolicyName(policy)) return policy;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("must be one of truncate, keep_tail, reject, window; got \"", std::string(name), "\""));
-}
-
-std::string OverLengthPolicyName(OverLengthPolicy policy) {
-  switch (policy) {
-    case OverLengthPolicy::kTruncate:
-      return "truncate";
-    case OverLengthPolicy::kKeepTail:
-      return "keep_tail";
-    case OverLengthPolicy::kReject:
-      return "reject";
-    case OverLengthPolicy::kWindow:
-      return "window";
-  }
-  return "unknown";
 }
 
 std::int64_t MemoryBudgetBytes(const JobsConfig& jobs) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "model/inputs.h"
 #include "model/precision.h"
 #include "server/length_bucket_batcher.h"
 
@@ -20,17 +21,12 @@ namespace ts::server {
 inline constexpr char kNameRule[] = "[A-Za-z0-9_.-]{1,64}";
 bool IsValidName(std::string_view name);
 
-enum class OverLengthPolicy { kTruncate, kKeepTail, kReject, kWindow };
-std::string OverLengthPolicyName(OverLengthPolicy policy);
-// Inverse of OverLengthPolicyName; INVALID_ARGUMENT naming the choices.
-absl::StatusOr<OverLengthPolicy> ParseOverLengthPolicy(std::string_view name);
-
 struct ModelConfig {
   std::string name;             // required; kNameRule
   std::string checkpoint;       // required; path to a .tsckpt
   std::string device = "auto";  // auto (cuda:0 if present, else cpu), cpu, cuda, cuda:N
   std::int64_t max_length = 0;  // 0 = the checkpoint's max_length; else ≤ it
-  OverLengthPolicy over_length = OverLengthPolicy::kTruncate;
+  LengthPolicy over_length = LengthPolicy::kTruncate;  // model/inputs.h
   std::int64_t window_stride = 0;   // window policy: 0 = max_length / 2
   std::int64_t max_windows = 16;    // window policy: more windows → INVALID_ARGUMENT
   std::string calibration;          // calibration file; empty = none

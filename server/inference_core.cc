@@ -100,9 +100,9 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
     default:
       return finish(absl::InvalidArgumentError("input: set either document or image"), {});
   }
-  OverLengthPolicy over_length = model->config().over_length;
+  LengthPolicy over_length = model->config().over_length;
   if (!request.over_length().empty()) {
-    auto parsed = ParseOverLengthPolicy(request.over_length());
+    auto parsed = ParseLengthPolicy(request.over_length());
     if (!parsed.ok()) {
       return finish(absl::InvalidArgumentError(
                         absl::StrCat("over_length: ", parsed.status().message())),
@@ -201,7 +201,7 @@ void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
       static_cast<std::uint32_t>(model.options().embed_dim() / model.options().heads()));
   info->set_crossover_tokens(static_cast<std::uint32_t>(model.crossover_tokens()));
   info->set_crossover_source(model.crossover_source());
-  info->set_over_length_policy(OverLengthPolicyName(model.config().over_length));
+  info->set_over_length_policy(std::string(LengthPolicyName(model.config().over_length)));
   info->set_device(model.device().str());
   info->set_precision(PrecisionName(model.config().precision));
 }

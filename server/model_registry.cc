@@ -16,20 +16,6 @@
 namespace ts::server {
 namespace {
 
-LengthPolicy ToLengthPolicy(OverLengthPolicy policy) {
-  switch (policy) {
-    case OverLengthPolicy::kTruncate:
-      return LengthPolicy::kTruncate;
-    case OverLengthPolicy::kKeepTail:
-      return LengthPolicy::kKeepTail;
-    case OverLengthPolicy::kReject:
-      return LengthPolicy::kReject;
-    case OverLengthPolicy::kWindow:
-      return LengthPolicy::kWindow;
-  }
-  return LengthPolicy::kTruncate;
-}
-
 // A content hash of the checkpoint file: the same file is the same version everywhere.
 absl::StatusOr<std::string> FileVersion(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -57,10 +43,10 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& device) {
   }
 }
 
-LengthPolicyOptions ServedModel::length_policy(OverLengthPolicy over_length) const {
+LengthPolicyOptions ServedModel::length_policy(LengthPolicy over_length) const {
   LengthPolicyOptions policy;
   policy.max_length = max_length_;
-  policy.policy = ToLengthPolicy(over_length);
+  policy.policy = over_length;
   policy.window_stride = config_.window_stride;
   policy.max_windows = config_.max_windows;
   return policy;

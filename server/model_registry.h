@@ -53,7 +53,7 @@ class ServedModel {
   const std::string& crossover_source() const { return crossover_source_; }
   LengthPolicyOptions length_policy() const { return length_policy(config_.over_length); }
   // The model's limits with another over-length policy (a request's own).
-  LengthPolicyOptions length_policy(OverLengthPolicy over_length) const;
+  LengthPolicyOptions length_policy(LengthPolicy over_length) const;
   ClassifyBatcher& batcher() { return *batcher_; }
 
   static absl::StatusOr<std::shared_ptr<ServedModel>> Load(const ModelConfig& config,

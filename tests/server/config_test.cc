@@ -116,7 +116,7 @@ TEST(ConfigTest, ModelDefaultsAndBatcherName) {
   EXPECT_EQ(model.checkpoint, "m.tsckpt");
   EXPECT_EQ(model.device, "auto");
   EXPECT_EQ(model.max_length, 0);
-  EXPECT_EQ(model.over_length, OverLengthPolicy::kTruncate);
+  EXPECT_EQ(model.over_length, LengthPolicy::kTruncate);
   EXPECT_EQ(model.window_stride, 0);
   EXPECT_EQ(model.max_windows, 16);
   EXPECT_TRUE(model.calibration.empty());
@@ -167,7 +167,7 @@ TEST(ConfigTest, FullExampleRoundTrip) {
   EXPECT_EQ(listops.checkpoint, "/etc/models/listops-demo.tsckpt");
   EXPECT_EQ(listops.device, "cuda:1");
   EXPECT_EQ(listops.max_length, 1024);
-  EXPECT_EQ(listops.over_length, OverLengthPolicy::kWindow);
+  EXPECT_EQ(listops.over_length, LengthPolicy::kWindow);
   EXPECT_EQ(listops.window_stride, 512);
   EXPECT_EQ(listops.max_windows, 4);
   EXPECT_EQ(listops.calibration, "/etc/ts/listops.calibration");
@@ -185,15 +185,15 @@ TEST(ConfigTest, FullExampleRoundTrip) {
   const ModelConfig& imdb = config->models[1];
   EXPECT_EQ(imdb.name, "imdb.v2-b_1");
   EXPECT_EQ(imdb.checkpoint, "/abs/imdb.tsckpt");
-  EXPECT_EQ(imdb.over_length, OverLengthPolicy::kKeepTail);
+  EXPECT_EQ(imdb.over_length, LengthPolicy::kKeepTail);
   EXPECT_EQ(imdb.batching.model_name, "imdb.v2-b_1");
   EXPECT_EQ(imdb.batching.max_batch_size, 32);
 }
 
 TEST(ConfigTest, OverLengthPolicyNamesMatchYaml) {
-  for (OverLengthPolicy policy : {OverLengthPolicy::kTruncate, OverLengthPolicy::kKeepTail,
-                                  OverLengthPolicy::kReject, OverLengthPolicy::kWindow}) {
-    const std::string name = OverLengthPolicyName(policy);
+  for (LengthPolicy policy : {LengthPolicy::kTruncate, LengthPolicy::kKeepTail,
+                              LengthPolicy::kReject, LengthPolicy::kWindow}) {
+    const std::string name = std::string(LengthPolicyName(policy));
     absl::StatusOr<ServerConfig> config =
         ParseServerConfig(OneModel(absl::StrCat("    over_length: ", name, "\n")), "");
     ASSERT_TRUE(config.ok()) << name << ": " << config.status();
@@ -515,7 +515,7 @@ TEST(ConfigTest, ParseModelFlag) {
   EXPECT_EQ(model->name, "imdb");
   EXPECT_EQ(model->checkpoint, "models/imdb=v1.tsckpt");
   EXPECT_EQ(model->device, "auto");
-  EXPECT_EQ(model->over_length, OverLengthPolicy::kTruncate);
+  EXPECT_EQ(model->over_length, LengthPolicy::kTruncate);
   EXPECT_EQ(model->batching.model_name, "imdb");
 
   for (const char* bad : {"imdb", "=x.tsckpt", "imdb=", ""}) {
@@ -561,14 +561,14 @@ TEST_F(ShippedConfigTest, DefaultYamlServesTheTwoDemoModels) {
             (std::filesystem::absolute(ConfigDir()) / "../models/source-lang-demo.tsckpt")
                 .lexically_normal()
                 .string());
-  EXPECT_EQ(config->models[1].over_length, OverLengthPolicy::kTruncate);
+  EXPECT_EQ(config->models[1].over_length, LengthPolicy::kTruncate);
   const ModelConfig& model = config->models[0];
   EXPECT_EQ(model.name, "listops");
   const std::filesystem::path expected_checkpoint =
       (std::filesystem::absolute(ConfigDir()) / "../models/listops-demo.tsckpt").lexically_normal();
   EXPECT_EQ(model.checkpoint, expected_checkpoint.string());
   EXPECT_EQ(model.device, "auto");
-  EXPECT_EQ(model.over_length, OverLengthPolicy::kTruncate);
+  EXPECT_EQ(model.over_length, LengthPolicy::kTruncate);
   // The file spells out the built-in defaults.
   const LengthBucketBatcherOptions defaults;
   EXPECT_EQ(model.batching.bucket_boundaries, defaults.bucket_boundaries);
