@@ -28,7 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/peak_memory.h"
-#include "model/datasets.h"
+#include "model/listops_generator.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
 #include "model/torch_compat.h"

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "model/attention_path.h"
 #include "model/data_parallel.h"
-#include "model/datasets.h"
+#include "model/dataset.h"
 #include "model/encoder.h"
 
 namespace ts {

@@ -382,7 +382,8 @@ absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfi
       });
 }
 
-// The ListOps generator's own ceiling (model/datasets.h); a larger limit could never be used.
+// The ListOps generator's own ceiling (model/listops_generator.h); a larger limit could never be
+// used.
 constexpr std::int64_t kMaxGenerateCount = 10000000;
 
 absl::Status ValidateJobs(const JobsConfig& jobs) {

@@ -39,7 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "model/datasets.h"
+#include "model/data_root.h"
 #include "server/config.h"
 #include "server/job_store.h"
 #include "server/metrics.h"

@@ -8,7 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/datasets.h"
+#include "model/data_root.h"
+#include "model/dataset.h"
 #include "model/training.h"
 #include "taylorshift/v1/jobs.pb.h"
 

@@ -35,7 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "common/job_spec_yaml.h"
 #include "model/data_parallel.h"
-#include "model/datasets.h"
+#include "model/data_root.h"
 #include "model/heap_policy.h"
 #include "model/torch_compat.h"
 #include "server/job_spec.h"

@@ -25,7 +25,7 @@
 #include "model/calibration.h"
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
-#include "model/datasets.h"
+#include "model/listops_generator.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
 #include "model/json_writer.h"

@@ -16,7 +16,7 @@
 
 #include "model/batch_classifier.h"
 #include "model/checkpoint.h"
-#include "model/datasets.h"
+#include "model/listops_generator.h"
 #include "model/encoder.h"
 #include "model/mixed_linear.h"
 

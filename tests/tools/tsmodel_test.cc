@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/datasets.h"
+#include "model/listops_generator.h"
 #include "model/json_writer.h"
 #include "tests/testing/encoder_testing.h"
 

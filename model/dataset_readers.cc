@@ -1,4 +1,4 @@
-#include "model/datasets.h"
+#include "model/dataset_readers.h"
 
 #include <algorithm>
 #include <array>
@@ -26,7 +26,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "model/data_root.h"
 #include "model/inputs.h"
+#include "model/listops_generator.h"
 #include "model/quoted.h"
 
 namespace ts {
@@ -37,18 +39,6 @@ namespace fs = std::filesystem;
 constexpr std::int64_t kMaxInferredIntegerLabel = 65535;
 constexpr std::int64_t kCifarImageBytes = 3 * 1024;
 constexpr std::int64_t kCifarRecordBytes = 1 + kCifarImageBytes;
-constexpr int kMaxListOpsDepth = 10;
-constexpr std::int64_t kListOpsMinArgs = 2;
-constexpr std::int64_t kListOpsMaxArgs = 6;
-constexpr int kListOpsAttemptsPerExample = 1000;
-constexpr std::array<std::string_view, 6> kListOpsOperators = {"MIN",   "MAX",  "MED",
-                                                               "FIRST", "LAST", "SM"};
-
-std::vector<std::string> DigitLabels() {
-  std::vector<std::string> names;
-  for (int i = 0; i < 10; ++i) names.push_back(std::to_string(i));
-  return names;
-}
 
 // Records a malformed record: an error in fail mode, a counted skip otherwise.
 class MalformedRecords {
@@ -132,28 +122,6 @@ absl::Status NoExamplesError(const std::string& path, const Dataset& dataset) {
                                                  dataset.skipped, " malformed records skipped)"));
 }
 
-// Whether `path` (canonical) lies in directory `root` (canonical).
-bool IsInside(const fs::path& path, const fs::path& root) {
-  const std::string p = path.string();
-  std::string r = root.string();
-  if (p == r) return true;
-  if (r.empty() || r.back() != '/') r.push_back('/');
-  return p.rfind(r, 0) == 0;
-}
-
-// PERMISSION_DENIED when `path` resolves (through symlinks) outside `confine_to`.
-absl::Status CheckConfined(const fs::path& path, const std::string& confine_to) {
-  if (confine_to.empty()) return absl::OkStatus();
-  std::error_code ec;
-  const fs::path resolved = fs::weakly_canonical(path, ec);
-  const fs::path root = fs::weakly_canonical(confine_to, ec);
-  if (ec || !IsInside(resolved, root)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(path.string(), " resolves outside the data root"));
-  }
-  return absl::OkStatus();
-}
-
 // One JSON Lines record: a JSON object, strictly (RFC 8259: UTF-8, no comments or trailing
 // commas); a key twice at the top level is refused rather than silently taking the last.
 absl::StatusOr<nlohmann::json> ParseJsonLine(const std::string& line) {
@@ -190,18 +158,6 @@ absl::StatusOr<nlohmann::json> ParseJsonLine(const std::string& line) {
 }
 
 }  // namespace
-
-std::int64_t UniformInt(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
-  const std::uint64_t range = static_cast<std::uint64_t>(hi) - static_cast<std::uint64_t>(lo) + 1;
-  if (range == 0) return static_cast<std::int64_t>(rng());  // the full 64-bit range
-  // Reject the top partial bucket so every residue is equally likely.
-  const std::uint64_t limit = (std::numeric_limits<std::uint64_t>::max() / range) * range;
-  std::uint64_t x = 0;
-  do {
-    x = rng();
-  } while (x >= limit);
-  return static_cast<std::int64_t>(static_cast<std::uint64_t>(lo) + x % range);
-}
 
 absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
                                              const DatasetReadOptions& options) {
@@ -317,7 +273,7 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
   if (!fs::is_directory(root, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(root, " is not a folder"));
   }
-  if (absl::Status s = CheckConfined(root, options.confine_to); !s.ok()) return s;
+  if (absl::Status s = CheckInsideRoot(root, options.confine_to); !s.ok()) return s;
   Dataset dataset;
   MalformedRecords malformed(options, &dataset);
 
@@ -341,7 +297,9 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
       return absl::InvalidArgumentError(
           absl::StrCat("class folder ", class_dir.string(), " does not exist"));
     }
-    if (absl::Status s = CheckConfined(class_dir, options.confine_to); !s.ok()) return s;
+    if (absl::Status s = CheckInsideRoot(class_dir.string(), options.confine_to); !s.ok()) {
+      return s;
+    }
     std::vector<fs::path> files;
     for (const fs::directory_entry& entry : fs::directory_iterator(class_dir, ec)) {
       if (entry.path().extension() == ".txt") files.push_back(entry.path());
@@ -349,7 +307,7 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
     if (ec) return OpenError(class_dir.string(), ec.value());
     std::sort(files.begin(), files.end());
     for (const fs::path& file : files) {
-      if (absl::Status s = CheckConfined(file, options.confine_to); !s.ok()) return s;
+      if (absl::Status s = CheckInsideRoot(file.string(), options.confine_to); !s.ok()) return s;
       absl::StatusOr<std::string> bytes = ReadWholeFile(file.string());
       std::string problem;
       if (!bytes.ok()) {
@@ -405,7 +363,7 @@ absl::StatusOr<Dataset> ReadListOpsTsvDataset(const std::string& path,
   }
   if (reader->failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);
-  dataset.label_names = DigitLabels();
+  dataset.label_names = ListOpsLabelNames();
   return dataset;
 }
 
@@ -453,239 +411,6 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
   dataset.label_names = {"airplane", "automobile", "bird",  "cat",  "deer",
                          "dog",      "frog",       "horse", "ship", "truck"};
   return dataset;
-}
-
-namespace {
-
-// Appends one operator expression of about `budget` characters with at most `depth_left`
-// levels of brackets. Each argument gets a random share of what is left of the budget, and the
-// last one all of it, so the result lands near the budget unless the depth bound stops it.
-void AppendListOpsExpression(std::mt19937_64& rng, int depth_left, std::int64_t budget,
-                             std::string* out) {
-  const std::size_t start = out->size();
-  out->push_back('[');
-  out->append(kListOpsOperators[UniformInt(rng, 0, kListOpsOperators.size() - 1)]);
-  const std::int64_t args = UniformInt(rng, kListOpsMinArgs, kListOpsMaxArgs);
-  for (std::int64_t i = 0; i < args; ++i) {
-    // What the remaining arguments may use, keeping 2 characters for " ]".
-    const std::int64_t remaining = budget - static_cast<std::int64_t>(out->size() - start) - 2;
-    const std::int64_t args_left = args - i;
-    std::int64_t share = remaining;
-    if (args_left > 1) {
-      share = UniformInt(rng, std::max<std::int64_t>(1, remaining / (2 * args_left)),
-                         std::max<std::int64_t>(1, 3 * remaining / (2 * args_left)));
-    }
-    out->push_back(' ');
-    // 10 characters fit the shortest nested expression; a quarter of arguments stay digits
-    // even when a nested one would fit, so trees vary in shape.
-    if (depth_left > 1 && share - 1 >= 10 && UniformInt(rng, 0, 3) != 0) {
-      AppendListOpsExpression(rng, depth_left - 1, share - 1, out);
-    } else {
-      out->push_back(static_cast<char>('0' + UniformInt(rng, 0, 9)));
-    }
-  }
-  out->append(" ]");
-}
-
-int ApplyListOpsOperator(std::string_view op, std::vector<int> args) {
-  if (op == "MIN") return *std::min_element(args.begin(), args.end());
-  if (op == "MAX") return *std::max_element(args.begin(), args.end());
-  if (op == "FIRST") return args.front();
-  if (op == "LAST") return args.back();
-  if (op == "SM") {
-    int sum = 0;
-    for (int a : args) sum = (sum + a) % 10;
-    return sum;
-  }
-  // MED: the lower median.
-  std::sort(args.begin(), args.end());
-  return args[(args.size() - 1) / 2];
-}
-
-}  // namespace
-
-absl::StatusOr<Dataset> GenerateListOpsDataset(const ListOpsGeneratorOptions& options) {
-  if (options.count < 0 || options.count > 10'000'000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("generate.count must be in [0, 10000000], got ", options.count));
-  }
-  if (options.min_length < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("generate.min_length must be >= 1, got ", options.min_length));
-  }
-  if (options.max_length < std::max<std::int64_t>(options.min_length, 10) ||
-      options.max_length > 1'000'000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("generate.max_length must be in [max(min_length, 10), 1000000], got ",
-                     options.max_length, " with min_length ", options.min_length));
-  }
-  Dataset dataset;
-  dataset.label_names = DigitLabels();
-  dataset.examples.reserve(options.count);
-  std::mt19937_64 rng(options.seed);
-  for (std::int64_t n = 0; n < options.count; ++n) {
-    std::string expression;
-    for (int attempt = 0;; ++attempt) {
-      if (attempt == kListOpsAttemptsPerExample) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "could not generate a ListOps expression of ", options.min_length, "-",
-            options.max_length, " characters in ", kListOpsAttemptsPerExample, " attempts"));
-      }
-      expression.clear();
-      AppendListOpsExpression(rng, kMaxListOpsDepth,
-                              UniformInt(rng, options.min_length, options.max_length), &expression);
-      const auto length = static_cast<std::int64_t>(expression.size());
-      if (length >= options.min_length && length <= options.max_length) break;
-    }
-    absl::StatusOr<int> label = EvaluateListOps(expression);
-    if (!label.ok()) return label.status();  // a generator bug; never expected
-    dataset.examples.push_back(Example{std::move(expression), *label});
-  }
-  return dataset;
-}
-
-absl::StatusOr<int> EvaluateListOps(std::string_view expression) {
-  struct Frame {
-    std::string_view op;
-    std::vector<int> args;
-  };
-  std::vector<Frame> stack;  // explicit, so deep input cannot overflow the call stack
-  std::optional<int> result;
-  const std::vector<absl::string_view> tokens =
-      absl::StrSplit(absl::string_view(expression.data(), expression.size()),
-                     absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty());
-  for (const absl::string_view token_view : tokens) {
-    const std::string_view token(token_view.data(), token_view.size());
-    if (token == "(" || token == ")") continue;
-    if (result.has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ListOps: unexpected token \"", std::string(token), "\" after the end"));
-    }
-    std::optional<int> value;
-    if (token.size() > 1 && token[0] == '[') {
-      const std::string_view op = token.substr(1);
-      if (std::find(kListOpsOperators.begin(), kListOpsOperators.end(), op) ==
-          kListOpsOperators.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("ListOps: unknown operator \"", std::string(op), "\""));
-      }
-      stack.push_back(Frame{op, {}});
-      continue;
-    }
-    if (token == "]") {
-      if (stack.empty()) return absl::InvalidArgumentError("ListOps: unbalanced ']'");
-      Frame frame = std::move(stack.back());
-      stack.pop_back();
-      if (frame.args.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("ListOps: operator ", std::string(frame.op), " without arguments"));
-      }
-      value = ApplyListOpsOperator(frame.op, std::move(frame.args));
-    } else if (token.size() == 1 && token[0] >= '0' && token[0] <= '9') {
-      value = token[0] - '0';
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ListOps: unexpected token \"", std::string(token), "\""));
-    }
-    if (stack.empty()) {
-      result = value;
-    } else {
-      stack.back().args.push_back(*value);
-    }
-  }
-  if (!stack.empty()) return absl::InvalidArgumentError("ListOps: missing ']'");
-  if (!result.has_value()) return absl::InvalidArgumentError("ListOps: empty expression");
-  return *result;
-}
-
-int ListOpsDepth(std::string_view expression) {
-  int depth = 0;
-  int max_depth = 0;
-  for (char c : expression) {
-    if (c == '[') max_depth = std::max(max_depth, ++depth);
-    if (c == ']') --depth;
-  }
-  return max_depth;
-}
-
-absl::StatusOr<DatasetSplit> SplitDataset(std::vector<Example> examples, double fraction,
-                                          std::uint64_t seed) {
-  if (!(fraction > 0.0 && fraction < 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("validation split must be in (0, 1), got ", fraction));
-  }
-  const auto n = static_cast<std::int64_t>(examples.size());
-  if (n < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a validation split needs at least 2 examples, got ", n));
-  }
-  const std::int64_t held_out =
-      std::clamp<std::int64_t>(std::llround(fraction * static_cast<double>(n)), 1, n - 1);
-  std::vector<std::int64_t> order(n);
-  for (std::int64_t i = 0; i < n; ++i) order[i] = i;
-  std::mt19937_64 rng(seed);
-  for (std::int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[UniformInt(rng, 0, i)]);
-  std::vector<bool> in_validation(n, false);
-  for (std::int64_t i = 0; i < held_out; ++i) in_validation[order[i]] = true;
-  DatasetSplit split;
-  split.validation.reserve(held_out);
-  split.train.reserve(n - held_out);
-  for (std::int64_t i = 0; i < n; ++i) {
-    (in_validation[i] ? split.validation : split.train).push_back(std::move(examples[i]));
-  }
-  return split;
-}
-
-absl::StatusOr<DataRoot> DataRoot::Create(const std::string& root) {
-  std::error_code ec;
-  const fs::path canonical = fs::canonical(root, ec);
-  if (ec) {
-    return absl::NotFoundError(absl::StrCat("data root ", root, ": ", ec.message()));
-  }
-  if (!fs::is_directory(canonical, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat("data root ", root, " is not a folder"));
-  }
-  return DataRoot(canonical.string());
-}
-
-absl::StatusOr<std::string> DataRoot::Resolve(std::string_view relative) const {
-  const std::string path(relative);
-  if (path.empty()) return absl::InvalidArgumentError("empty data path");
-  if (path.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError("data path contains a NUL byte");
-  }
-  if (path[0] == '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data path ", Quoted(path), " is absolute; give it relative to the data root"));
-  }
-  for (const absl::string_view part : absl::StrSplit(path, '/')) {
-    if (part == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data path ", Quoted(path), " contains \"..\"; it must stay in the data root"));
-    }
-  }
-  std::error_code ec;
-  const fs::path resolved = fs::weakly_canonical(fs::path(root_) / path, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data path ", Quoted(path), " cannot be resolved: ", ec.message()));
-  }
-  if (!IsInside(resolved, root_)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("data path ", Quoted(path), " leads outside the data root"));
-  }
-  // weakly_canonical resolves every link that exists; one left in the path dangles, and could
-  // later point anywhere.
-  fs::path prefix(root_);
-  for (const fs::path& part : resolved.lexically_relative(root_)) {
-    if (part == ".") continue;
-    prefix /= part;
-    if (fs::is_symlink(fs::symlink_status(prefix, ec))) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("data path ", Quoted(path), " goes through a symlink that does not resolve"));
-    }
-  }
-  return resolved.string();
 }
 
 }  // namespace ts

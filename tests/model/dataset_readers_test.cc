@@ -1,4 +1,4 @@
-#include "model/datasets.h"
+#include "model/dataset_readers.h"
 
 #include <gtest/gtest.h>
 
@@ -12,38 +12,20 @@
 
 #include "absl/status/status.h"
 #include "model/inputs.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace ts {
 namespace {
 
 namespace fs = std::filesystem;
 
-class DatasetTest : public ::testing::Test {
+class DatasetTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ =
-        fs::temp_directory_path() /
-        ("ts_datasets_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-         "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string Write(const std::string& name, const std::string& contents) {
-    const fs::path path = dir_ / name;
-    fs::create_directories(path.parent_path());
-    std::ofstream(path, std::ios::binary) << contents;
-    return path.string();
-  }
-
   static DatasetReadOptions Skip() {
     DatasetReadOptions options;
     options.skip_malformed = true;
     return options;
   }
-
-  fs::path dir_;
 };
 
 // --- JSON Lines ---------------------------------------------------------------------------
@@ -339,165 +321,6 @@ TEST_F(DatasetTest, CifarTruncatedAndBadLabelRecords) {
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->examples.size(), 1u);
   EXPECT_EQ(data->examples[0].label, 2);
-}
-
-// --- ListOps generator and evaluator ---------------------------------------------------------
-
-TEST(ListOpsTest, EvaluatesHandWrittenExpressions) {
-  EXPECT_EQ(EvaluateListOps("[SM 5 [MAX 3 9 ] 8 ]").value(), 2);
-  EXPECT_EQ(EvaluateListOps("[MED 1 5 3 ]").value(), 3);
-  EXPECT_EQ(EvaluateListOps("[MED 4 1 9 7 ]").value(), 4);  // lower median of 1 4 7 9
-  EXPECT_EQ(EvaluateListOps("[FIRST 7 [MIN 2 3 ] 1 ]").value(), 7);
-  EXPECT_EQ(EvaluateListOps("[LAST 7 1 [MIN 2 3 ] ]").value(), 2);
-  EXPECT_EQ(EvaluateListOps("[MAX 4 3 [MIN 2 3 ] 1 0 ]").value(), 4);
-  EXPECT_EQ(EvaluateListOps("[MIN 4 3 [MAX 2 9 ] ]").value(), 3);
-  EXPECT_EQ(EvaluateListOps("( ( [MAX 4 ( 3 ) ) ] )").value(), 4);  // LRA parentheses
-  EXPECT_EQ(EvaluateListOps("6").value(), 6);
-  for (const char* bad : {"", "[MAX 1 2", "[MAX ]", "[FOO 1 ]", "[MAX 1 12 ]", "[MAX 1 ] 2", "]"}) {
-    EXPECT_EQ(EvaluateListOps(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
-  }
-  EXPECT_EQ(ListOpsDepth("[SM 5 [MAX 3 [MIN 1 2 ] ] 8 ]"), 3);
-}
-
-TEST(ListOpsTest, GeneratorIsDeterministicBoundedAndCoversLabels) {
-  ListOpsGeneratorOptions options;
-  options.count = 500;
-  options.seed = 7;
-  absl::StatusOr<Dataset> a = GenerateListOpsDataset(options);
-  ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<Dataset> b = GenerateListOpsDataset(options);
-  ASSERT_TRUE(b.ok()) << b.status();
-  ASSERT_EQ(a->examples.size(), 500u);
-  std::set<std::int64_t> labels;
-  std::set<std::size_t> lengths;
-  int deepest = 0;
-  for (std::size_t i = 0; i < a->examples.size(); ++i) {
-    const Example& e = a->examples[i];
-    EXPECT_EQ(e.tokens, b->examples[i].tokens);
-    EXPECT_GE(e.tokens.size(), 500u);
-    EXPECT_LE(e.tokens.size(), 2000u);
-    EXPECT_LE(ListOpsDepth(e.tokens), 10);
-    deepest = std::max(deepest, ListOpsDepth(e.tokens));
-    EXPECT_EQ(EvaluateListOps(e.tokens).value(), e.label);
-    labels.insert(e.label);
-    lengths.insert(e.tokens.size() / 100);
-  }
-  EXPECT_EQ(labels.size(), 10u);
-  EXPECT_GE(lengths.size(), 10u);  // spread over the length range, not one size
-  EXPECT_GE(deepest, 3);
-  EXPECT_EQ(a->label_names.size(), 10u);
-
-  options.seed = 8;
-  absl::StatusOr<Dataset> c = GenerateListOpsDataset(options);
-  ASSERT_TRUE(c.ok());
-  EXPECT_NE(c->examples[0].tokens, a->examples[0].tokens);
-}
-
-TEST(ListOpsTest, GeneratorShortLengthsAndBadOptions) {
-  ListOpsGeneratorOptions options;
-  options.count = 200;
-  options.min_length = 10;
-  options.max_length = 40;
-  absl::StatusOr<Dataset> data = GenerateListOpsDataset(options);
-  ASSERT_TRUE(data.ok()) << data.status();
-  for (const Example& e : data->examples) {
-    EXPECT_GE(e.tokens.size(), 10u);
-    EXPECT_LE(e.tokens.size(), 40u);
-  }
-  options.max_length = 5;
-  EXPECT_EQ(GenerateListOpsDataset(options).status().code(), absl::StatusCode::kInvalidArgument);
-  options = {};
-  options.min_length = 0;
-  EXPECT_EQ(GenerateListOpsDataset(options).status().code(), absl::StatusCode::kInvalidArgument);
-  options = {};
-  options.count = -1;
-  EXPECT_EQ(GenerateListOpsDataset(options).status().code(), absl::StatusCode::kInvalidArgument);
-}
-
-TEST(ListOpsTest, UniformIntStaysInRangeAndIsFixedForASeed) {
-  std::mt19937_64 rng(42);
-  std::vector<int> counts(5, 0);
-  for (int i = 0; i < 5000; ++i) {
-    const std::int64_t x = UniformInt(rng, -2, 2);
-    ASSERT_GE(x, -2);
-    ASSERT_LE(x, 2);
-    ++counts[x + 2];
-  }
-  for (int c : counts) EXPECT_GT(c, 800);
-  // mt19937_64 is fully specified by the standard, so this sequence is too.
-  std::mt19937_64 again(42);
-  std::mt19937_64 reference(42);
-  EXPECT_EQ(UniformInt(again, 0, 9), static_cast<std::int64_t>(reference() % 10));
-}
-
-// --- Split -----------------------------------------------------------------------------------
-
-TEST(SplitDatasetTest, HoldsOutTheFractionDeterministically) {
-  std::vector<Example> examples;
-  for (int i = 0; i < 100; ++i) examples.push_back(Example{std::to_string(i), i % 3});
-  absl::StatusOr<DatasetSplit> a = SplitDataset(examples, 0.1, 5);
-  ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(a->validation.size(), 10u);
-  EXPECT_EQ(a->train.size(), 90u);
-  std::set<std::string> seen;
-  for (const Example& e : a->train) seen.insert(e.tokens);
-  for (const Example& e : a->validation) seen.insert(e.tokens);
-  EXPECT_EQ(seen.size(), 100u);  // a partition
-  absl::StatusOr<DatasetSplit> b = SplitDataset(examples, 0.1, 5);
-  ASSERT_TRUE(b.ok());
-  for (std::size_t i = 0; i < a->validation.size(); ++i) {
-    EXPECT_EQ(a->validation[i].tokens, b->validation[i].tokens);
-  }
-  absl::StatusOr<DatasetSplit> c = SplitDataset(examples, 0.1, 6);
-  ASSERT_TRUE(c.ok());
-  bool differs = false;
-  for (std::size_t i = 0; i < a->validation.size(); ++i) {
-    differs |= a->validation[i].tokens != c->validation[i].tokens;
-  }
-  EXPECT_TRUE(differs);
-
-  absl::StatusOr<DatasetSplit> tiny = SplitDataset({examples[0], examples[1]}, 0.01, 1);
-  ASSERT_TRUE(tiny.ok());
-  EXPECT_EQ(tiny->validation.size(), 1u);
-  EXPECT_EQ(SplitDataset(examples, 0.0, 1).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SplitDataset(examples, 1.0, 1).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SplitDataset({examples[0]}, 0.5, 1).status().code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
-// --- DataRoot --------------------------------------------------------------------------------
-
-TEST_F(DatasetTest, DataRootResolvesInsideAndRefusesEscapes) {
-  Write("root/train.jsonl", "{}");
-  Write("root/sub/val.jsonl", "{}");
-  Write("outside/secret.txt", "password");
-  fs::create_symlink(dir_ / "outside", dir_ / "root/escape_dir");
-  fs::create_symlink(dir_ / "outside/secret.txt", dir_ / "root/escape_file");
-  fs::create_symlink(dir_ / "root/sub", dir_ / "root/inner_link");
-  fs::create_symlink(dir_ / "outside/nothing_yet", dir_ / "root/dangling");
-  absl::StatusOr<DataRoot> root = DataRoot::Create((dir_ / "root").string());
-  ASSERT_TRUE(root.ok()) << root.status();
-  const std::string canonical_root = fs::canonical(dir_ / "root").string();
-  EXPECT_EQ(root->root(), canonical_root);
-
-  EXPECT_EQ(root->Resolve("train.jsonl").value(), canonical_root + "/train.jsonl");
-  EXPECT_EQ(root->Resolve("sub/val.jsonl").value(), canonical_root + "/sub/val.jsonl");
-  EXPECT_EQ(root->Resolve("./sub//val.jsonl").value(), canonical_root + "/sub/val.jsonl");
-  EXPECT_EQ(root->Resolve("inner_link/val.jsonl").value(), canonical_root + "/sub/val.jsonl");
-  EXPECT_EQ(root->Resolve("not_yet/out.ckpt").value(), canonical_root + "/not_yet/out.ckpt");
-
-  for (const char* bad : {"", "/etc/passwd", "../outside/secret.txt", "sub/../../outside",
-                          "sub/../train.jsonl", ".."}) {
-    EXPECT_EQ(root->Resolve(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
-  }
-  for (const char* escape :
-       {"escape_dir/secret.txt", "escape_file", "escape_dir", "dangling", "dangling/x"}) {
-    EXPECT_EQ(root->Resolve(escape).status().code(), absl::StatusCode::kPermissionDenied) << escape;
-  }
-  EXPECT_EQ(DataRoot::Create((dir_ / "none").string()).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(DataRoot::Create((dir_ / "root/train.jsonl").string()).status().code(),
-            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
