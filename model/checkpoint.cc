@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -204,19 +205,9 @@ absl::Status CheckOptionsDescribeModel(const TaylorShiftEncoderOptions& options,
 }  // namespace
 
 std::uint32_t Crc32(const void* data, std::size_t size) {
-  static const auto kTable = [] {
-    std::array<std::uint32_t, 256> table{};
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      table[i] = c;
-    }
-    return table;
-  }();
-  std::uint32_t crc = 0xFFFFFFFFu;
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < size; ++i) crc = kTable[(crc ^ bytes[i]) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
+  // crc32_z takes a size_t length, so a payload over 4 GiB needs no chunking.
+  return static_cast<std::uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), static_cast<const Bytef*>(data), size));
 }
 
 std::string UtcTimestampNow() {
