@@ -60,7 +60,7 @@ def sinusoidal(max_len, dim):
 
 
 class TaylorAttention(nn.Module):
-    """TaylorShift attention of DESIGN.md with input and output normalisation, padded keys
+    """TaylorShift attention of docs/MODEL.md with input and output normalisation, padded keys
     excluded and N = each sequence's own length; direct (N×N) or efficient (features) form."""
 
     def __init__(self, dim, heads):

@@ -19,7 +19,7 @@ TIE = 0.03
 
 
 def n0(d):
-    """The formula crossover of DESIGN.md in tokens (incl. CLS), as kAuto uses it by default."""
+    """The formula crossover N0 of docs/MODEL.md in tokens (incl. CLS), as kAuto uses by default."""
     return math.ceil((4 * d**3 + 10 * d**2 + 9 * d + 4) / (4 * d + 6))
 
 

@@ -1,4 +1,4 @@
-// Cost model of the two TaylorShift paths (DESIGN.md, paper §4): operations and memory per
+// Cost model of the two TaylorShift paths (docs/MODEL.md, paper §4): operations and memory per
 // head, the crossovers N0(d) (speed) and N1(d) (memory), and the measured crossover that the
 // calibration finds on this machine. Torch-free; calibration lives in calibration.h.
 #pragma once

@@ -1,4 +1,4 @@
-// TaylorShiftEncoder: the byte/pixel sequence classifier of DESIGN.md ("Encoder"): token
+// TaylorShiftEncoder: the byte/pixel sequence classifier of docs/MODEL.md ("Encoder"): token
 // embedding (linear on one-hot tokens, or the reference's 3-layer conv embedding), fixed sin/cos
 // positions, a CLS token, `depth` pre-norm blocks of TaylorShift attention + GELU MLP, and a
 // linear head on the normalised CLS token. Parameter and buffer names follow the reference

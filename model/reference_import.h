@@ -1,7 +1,7 @@
 // Import of weights trained with the reference implementation (github.com/tobna/TaylorShift,
 // `TaylorTransformer`) from a file written by PyTorch as
 //     torch.save(dict(model.state_dict()), path)
-// The architecture is inferred from the tensors (DESIGN.md, "Encoder"): depth from blocks.N,
+// The architecture is inferred from the tensors (docs/MODEL.md, "Encoder"): depth from blocks.N,
 // C and V from patch_embed (linear or conv), H from blocks.0.attn.temperature, L from
 // blocks.0.mlp.fc1, classes from head, max length from pe, qkv_bias and conv_embed from the
 // presence of their tensors. What a state dict cannot say (output normalisation, the Taylor

@@ -1,4 +1,4 @@
-// TaylorShift attention on prepared heads: the math of DESIGN.md, on every path.
+// TaylorShift attention on prepared heads: the math of docs/MODEL.md, on every path.
 //
 // All functions take q, k, v of shape [B, H, N, d] (float32 or float64, any device) and an
 // optional key-padding mask [B, N] (bool, true = padded). Padded keys contribute nothing, and N

@@ -1,5 +1,5 @@
 // Numerical tests of the attention paths against an independent float64 evaluation of the
-// formula of DESIGN.md (each sequence alone, no mask logic), gradients, and the module.
+// formula of docs/MODEL.md (each sequence alone, no mask logic), gradients, and the module.
 #include "model/attention.h"
 
 #include <gtest/gtest.h>
