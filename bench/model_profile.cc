@@ -29,7 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
-#include "model/json_writer.h"
+#include "model/json_output.h"
 #include "model/mixed_linear.h"
 #include "model/precision.h"
 #include "model/torch_compat.h"
@@ -171,38 +171,33 @@ int Run(const Config& config) {
     sum += part.seconds;
   }
   if (config.json) {
-    JsonWriter json;
-    json.BeginObject();
-    json.Key("preset").String(config.preset);
-    json.Key("embed_dim").Int(C);
-    json.Key("depth").Int(config.depth);
-    json.Key("heads").Int(H);
-    json.Key("mlp_hidden").Int(L);
-    json.Key("length").Int(config.length);
-    json.Key("batch").Int(B);
-    json.Key("threads").Int(config.threads);
-    json.Key("precision").String(PrecisionName(config.precision));
-    json.Key("path").String(std::string(AttentionPathName(path)));
-    json.Key("fp32_gemm_gflops").Double(fp32_rate / 1e9);
-    json.Key("bf16_gemm_gflops").Double(bf16_rate / 1e9);
-    json.Key("parts").BeginArray();
+    Json json_parts = Json::array();
     for (const Part& part : parts) {
-      json.BeginObject();
-      json.Key("name").String(part.name);
-      json.Key("ms").Double(part.seconds * 1e3);
-      json.Key("gflop").Double(part.flops / 1e9);
-      json.Key("roofline_ms").Double(part.flops / part.rate * 1e3);
-      json.EndObject();
+      json_parts.push_back({{"name", part.name},
+                            {"ms", JsonNumber(part.seconds * 1e3)},
+                            {"gflop", JsonNumber(part.flops / 1e9)},
+                            {"roofline_ms", JsonNumber(part.flops / part.rate * 1e3)}});
     }
-    json.EndArray();
-    json.Key("sum_of_parts_ms").Double(sum * 1e3);
-    json.Key("whole_ms").Double(whole * 1e3);
-    json.Key("gflop").Double(flops / 1e9);
-    json.Key("roofline_ms").Double(roofline * 1e3);
-    json.Key("whole_over_roofline").Double(whole / roofline);
-    json.Key("docs_per_s").Double(static_cast<double>(B) / whole);
-    json.EndObject();
-    std::cout << json.str() << "\n";
+    std::cout << DumpJson(Json{{"preset", config.preset},
+                               {"embed_dim", C},
+                               {"depth", config.depth},
+                               {"heads", H},
+                               {"mlp_hidden", L},
+                               {"length", config.length},
+                               {"batch", B},
+                               {"threads", config.threads},
+                               {"precision", PrecisionName(config.precision)},
+                               {"path", std::string(AttentionPathName(path))},
+                               {"fp32_gemm_gflops", JsonNumber(fp32_rate / 1e9)},
+                               {"bf16_gemm_gflops", JsonNumber(bf16_rate / 1e9)},
+                               {"parts", std::move(json_parts)},
+                               {"sum_of_parts_ms", JsonNumber(sum * 1e3)},
+                               {"whole_ms", JsonNumber(whole * 1e3)},
+                               {"gflop", JsonNumber(flops / 1e9)},
+                               {"roofline_ms", JsonNumber(roofline * 1e3)},
+                               {"whole_over_roofline", JsonNumber(whole / roofline)},
+                               {"docs_per_s", JsonNumber(static_cast<double>(B) / whole)}})
+              << "\n";
     return 0;
   }
   std::cout << absl::StrFormat(

@@ -10,8 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "common/json_number.h"
 #include "client/result_format.h"
+#include "common/api_json.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/timestamp.pb.h"
 
@@ -49,12 +49,8 @@ std::string FormatTime(const pb::Timestamp& time) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", t, absl::UTCTimeZone());
 }
 
-void WriteTime(JsonWriter& json, const pb::Timestamp& time) {
-  if (HasTime(time)) {
-    json.String(FormatTime(time));
-  } else {
-    json.Null();
-  }
+Json TimeJson(const pb::Timestamp& time) {
+  return HasTime(time) ? Json(FormatTime(time)) : Json(nullptr);
 }
 
 // A number with `digits` significant digits, for people ("0.00099", "1.234").
@@ -62,49 +58,37 @@ std::string Significant(double value, int digits) { return absl::StrFormat("%.*g
 
 std::string Lower(const std::string& name) { return absl::AsciiStrToLower(name); }
 
-void WriteReportJson(JsonWriter& json, const EvaluationReport& report) {
-  json.BeginObject();
-  json.Key("step").Int(static_cast<std::int64_t>(report.step()));
-  json.Key("examples").Int(static_cast<std::int64_t>(report.examples()));
-  WriteNumber(json.Key("loss"), report.loss());
-  WriteNumber(json.Key("accuracy"), report.accuracy());
-  WriteNumber(json.Key("macro_f1"), report.macro_f1());
-  WriteNumber(json.Key("examples_per_second"), report.examples_per_second());
-  json.Key("classes").BeginArray();
+Json ReportJson(const EvaluationReport& report) {
+  Json classes = Json::array();
   for (const auto& entry : report.classes()) {
-    json.BeginObject();
-    json.Key("label").String(entry.label());
-    WriteNumber(json.Key("precision"), entry.precision());
-    WriteNumber(json.Key("recall"), entry.recall());
-    WriteNumber(json.Key("f1"), entry.f1());
-    json.Key("support").Int(static_cast<std::int64_t>(entry.support()));
-    json.EndObject();
+    classes.push_back({{"label", entry.label()},
+                       {"precision", JsonNumber(entry.precision())},
+                       {"recall", JsonNumber(entry.recall())},
+                       {"f1", JsonNumber(entry.f1())},
+                       {"support", entry.support()}});
   }
-  json.EndArray();
-  json.Key("confusion").BeginArray();
+  Json confusion = Json::array();
   for (const auto& row : report.confusion()) {
-    json.BeginArray();
-    for (const std::uint64_t count : row.counts()) json.Int(static_cast<std::int64_t>(count));
-    json.EndArray();
+    confusion.push_back(std::vector<std::uint64_t>(row.counts().begin(), row.counts().end()));
   }
-  json.EndArray();
-  json.EndObject();
+  return Json{{"step", report.step()},
+              {"examples", report.examples()},
+              {"loss", JsonNumber(report.loss())},
+              {"accuracy", JsonNumber(report.accuracy())},
+              {"macro_f1", JsonNumber(report.macro_f1())},
+              {"examples_per_second", JsonNumber(report.examples_per_second())},
+              {"classes", std::move(classes)},
+              {"confusion", std::move(confusion)}};
 }
 
-void WriteCheckpointJson(JsonWriter& json, const CheckpointInfo& checkpoint) {
-  json.BeginObject();
-  json.Key("kind").String(checkpoint.kind());
-  json.Key("step").Int(static_cast<std::int64_t>(checkpoint.step()));
-  json.Key("path").String(checkpoint.path());
-  json.Key("validation_accuracy");
-  if (checkpoint.has_validation_accuracy()) {
-    WriteNumber(json, checkpoint.validation_accuracy());
-  } else {
-    json.Null();
-  }
-  json.Key("time");
-  WriteTime(json, checkpoint.time());
-  json.EndObject();
+Json CheckpointJson(const CheckpointInfo& checkpoint) {
+  return Json{{"kind", checkpoint.kind()},
+              {"step", checkpoint.step()},
+              {"path", checkpoint.path()},
+              {"validation_accuracy", checkpoint.has_validation_accuracy()
+                                          ? JsonNumber(checkpoint.validation_accuracy())
+                                          : Json(nullptr)},
+              {"time", TimeJson(checkpoint.time())}};
 }
 
 bool IsTraining(const Job& job) {
@@ -117,59 +101,40 @@ std::string StepText(const Job& job) {
   return absl::StrCat(job.progress().step(), "/", job.progress().total_steps());
 }
 
-void WriteScalar(JsonWriter& json, const pb::Message& message, const pb::FieldDescriptor& field,
-                 int index) {
+Json ScalarJson(const pb::Message& message, const pb::FieldDescriptor& field, int index) {
   const pb::Reflection& reflection = *message.GetReflection();
   const bool repeated = field.is_repeated();
   switch (field.cpp_type()) {
     case pb::FieldDescriptor::CPPTYPE_INT32:
-      json.Int(repeated ? reflection.GetRepeatedInt32(message, &field, index)
-                        : reflection.GetInt32(message, &field));
-      return;
+      return repeated ? reflection.GetRepeatedInt32(message, &field, index)
+                      : reflection.GetInt32(message, &field);
     case pb::FieldDescriptor::CPPTYPE_INT64:
-      json.Int(repeated ? reflection.GetRepeatedInt64(message, &field, index)
-                        : reflection.GetInt64(message, &field));
-      return;
+      return repeated ? reflection.GetRepeatedInt64(message, &field, index)
+                      : reflection.GetInt64(message, &field);
     case pb::FieldDescriptor::CPPTYPE_UINT32:
-      json.Int(repeated ? reflection.GetRepeatedUInt32(message, &field, index)
-                        : reflection.GetUInt32(message, &field));
-      return;
-    case pb::FieldDescriptor::CPPTYPE_UINT64: {
-      const std::uint64_t value = repeated ? reflection.GetRepeatedUInt64(message, &field, index)
-                                           : reflection.GetUInt64(message, &field);
-      if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-        json.Double(static_cast<double>(value));
-      } else {
-        json.Int(static_cast<std::int64_t>(value));
-      }
-      return;
-    }
+      return repeated ? reflection.GetRepeatedUInt32(message, &field, index)
+                      : reflection.GetUInt32(message, &field);
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return repeated ? reflection.GetRepeatedUInt64(message, &field, index)
+                      : reflection.GetUInt64(message, &field);
     case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-      WriteNumber(json, repeated ? reflection.GetRepeatedDouble(message, &field, index)
+      return JsonNumber(repeated ? reflection.GetRepeatedDouble(message, &field, index)
                                  : reflection.GetDouble(message, &field));
-      return;
     case pb::FieldDescriptor::CPPTYPE_FLOAT:
-      WriteFloat(json, repeated ? reflection.GetRepeatedFloat(message, &field, index)
+      return JsonFloat(repeated ? reflection.GetRepeatedFloat(message, &field, index)
                                 : reflection.GetFloat(message, &field));
-      return;
     case pb::FieldDescriptor::CPPTYPE_BOOL:
-      json.Bool(repeated ? reflection.GetRepeatedBool(message, &field, index)
-                         : reflection.GetBool(message, &field));
-      return;
+      return repeated ? reflection.GetRepeatedBool(message, &field, index)
+                      : reflection.GetBool(message, &field);
     case pb::FieldDescriptor::CPPTYPE_STRING:
-      json.String(repeated ? reflection.GetRepeatedString(message, &field, index)
-                           : reflection.GetString(message, &field));
-      return;
+      return repeated ? reflection.GetRepeatedString(message, &field, index)
+                      : reflection.GetString(message, &field);
     case pb::FieldDescriptor::CPPTYPE_ENUM: {
       const int number = repeated ? reflection.GetRepeatedEnumValue(message, &field, index)
                                   : reflection.GetEnumValue(message, &field);
       const pb::EnumValueDescriptor* value = field.enum_type()->FindValueByNumber(number);
-      if (value == nullptr) {
-        json.Int(number);
-      } else {
-        json.String(Lower(ShortName(value->name(), EnumValuePrefix(*field.enum_type()))));
-      }
-      return;
+      if (value == nullptr) return number;
+      return Lower(ShortName(value->name(), EnumValuePrefix(*field.enum_type())));
     }
     case pb::FieldDescriptor::CPPTYPE_MESSAGE: {
       const pb::Message& child = repeated ? reflection.GetRepeatedMessage(message, &field, index)
@@ -177,14 +142,12 @@ void WriteScalar(JsonWriter& json, const pb::Message& message, const pb::FieldDe
       if (child.GetDescriptor() == pb::Timestamp::descriptor()) {
         pb::Timestamp time;
         time.CopyFrom(child);
-        WriteTime(json, time);
-      } else {
-        WriteMessageJson(json, child);
+        return TimeJson(time);
       }
-      return;
+      return MessageJson(child);
     }
   }
-  json.Null();
+  return nullptr;
 }
 
 }  // namespace
@@ -258,172 +221,138 @@ const EvaluationReport* JobMetrics(const Job& job) {
   return job.has_report() ? &job.report() : nullptr;
 }
 
-void WriteMessageJson(JsonWriter& json, const pb::Message& message) {
+Json MessageJson(const pb::Message& message) {
   std::vector<const pb::FieldDescriptor*> fields;
   message.GetReflection()->ListFields(message, &fields);
-  json.BeginObject();
+  Json object = Json::object();
   for (const pb::FieldDescriptor* field : fields) {
-    json.Key(field->name());
+    Json& value = object[field->name()];
     if (field->is_repeated()) {
-      json.BeginArray();
+      value = Json::array();
       const int size = message.GetReflection()->FieldSize(message, field);
-      for (int i = 0; i < size; ++i) WriteScalar(json, message, *field, i);
-      json.EndArray();
+      for (int i = 0; i < size; ++i) value.push_back(ScalarJson(message, *field, i));
     } else {
-      WriteScalar(json, message, *field, -1);
+      value = ScalarJson(message, *field, -1);
     }
   }
-  json.EndObject();
+  return object;
 }
 
 std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse* history) {
-  JsonWriter json;
-  json.BeginObject();
-  json.Key("id").String(job.id());
-  json.Key("kind").String(JobKindName(job.kind()));
-  json.Key("name").String(job.name());
-  json.Key("state").String(JobStateName(job.state()));
-  json.Key("reason").String(job.reason());
   const auto& progress = job.progress();
-  json.Key("step").Int(static_cast<std::int64_t>(progress.step()));
-  json.Key("total_steps").Int(static_cast<std::int64_t>(progress.total_steps()));
-  WriteNumber(json.Key("epoch"), progress.epoch());
-  json.Key("create_time");
-  WriteTime(json, job.create_time());
-  json.Key("start_time");
-  WriteTime(json, job.start_time());
-  json.Key("end_time");
-  WriteTime(json, job.end_time());
-  json.Key("labels").BeginArray();
-  for (const std::string& label : job.labels()) json.String(label);
-  json.EndArray();
-  json.Key("progress").BeginObject();
-  WriteNumber(json.Key("loss"), progress.loss());
-  WriteNumber(json.Key("learning_rate"), progress.learning_rate());
-  WriteNumber(json.Key("examples_per_second"), progress.examples_per_second());
-  json.Key("train_examples").Int(static_cast<std::int64_t>(progress.train_examples()));
-  json.Key("validation_examples").Int(static_cast<std::int64_t>(progress.validation_examples()));
-  json.Key("skipped_examples").Int(static_cast<std::int64_t>(progress.skipped_examples()));
-  json.Key("resumes").Int(progress.resumes());
-  json.Key("retries").Int(progress.retries());
-  json.Key("memory_estimate_bytes")
-      .Int(static_cast<std::int64_t>(progress.memory_estimate_bytes()));
-  json.EndObject();
-  json.Key("metrics");
-  if (const EvaluationReport* metrics = JobMetrics(job); metrics != nullptr) {
-    WriteReportJson(json, *metrics);
-  } else {
-    json.Null();
-  }
+  Json object = {
+      {"id", job.id()},
+      {"kind", JobKindName(job.kind())},
+      {"name", job.name()},
+      {"state", JobStateName(job.state())},
+      {"reason", job.reason()},
+      {"step", progress.step()},
+      {"total_steps", progress.total_steps()},
+      {"epoch", JsonNumber(progress.epoch())},
+      {"create_time", TimeJson(job.create_time())},
+      {"start_time", TimeJson(job.start_time())},
+      {"end_time", TimeJson(job.end_time())},
+      {"labels", std::vector<std::string>(job.labels().begin(), job.labels().end())},
+      {"progress",
+       {{"loss", JsonNumber(progress.loss())},
+        {"learning_rate", JsonNumber(progress.learning_rate())},
+        {"examples_per_second", JsonNumber(progress.examples_per_second())},
+        {"train_examples", progress.train_examples()},
+        {"validation_examples", progress.validation_examples()},
+        {"skipped_examples", progress.skipped_examples()},
+        {"resumes", progress.resumes()},
+        {"retries", progress.retries()},
+        {"memory_estimate_bytes", progress.memory_estimate_bytes()}}}};
+  const EvaluationReport* metrics = JobMetrics(job);
+  object["metrics"] = metrics != nullptr ? ReportJson(*metrics) : Json(nullptr);
   if (IsTraining(job)) {
-    json.Key("validation");
-    if (job.has_validation()) {
-      WriteReportJson(json, job.validation());
-    } else {
-      json.Null();
-    }
+    object["validation"] = job.has_validation() ? ReportJson(job.validation()) : Json(nullptr);
   }
-  json.Key("checkpoints").BeginArray();
-  for (const CheckpointInfo& checkpoint : job.checkpoints()) WriteCheckpointJson(json, checkpoint);
-  json.EndArray();
-  json.Key("spec");
-  if (job.has_training()) {
-    WriteMessageJson(json, job.training());
-  } else if (job.has_evaluation()) {
-    WriteMessageJson(json, job.evaluation());
-  } else {
-    json.Null();
+  Json& checkpoints = object["checkpoints"] = Json::array();
+  for (const CheckpointInfo& checkpoint : job.checkpoints()) {
+    checkpoints.push_back(CheckpointJson(checkpoint));
   }
+  object["spec"] = job.has_training()     ? MessageJson(job.training())
+                   : job.has_evaluation() ? MessageJson(job.evaluation())
+                                          : Json(nullptr);
   if (history != nullptr) {
-    json.Key("history").BeginObject();
-    json.Key("loss_curve").BeginArray();
+    Json loss_curve = Json::array();
     for (const taylorshift::v1::LossPoint& point : history->loss_curve()) {
-      json.BeginObject();
-      json.Key("step").Int(static_cast<std::int64_t>(point.step()));
-      WriteNumber(json.Key("loss"), point.loss());
-      WriteNumber(json.Key("learning_rate"), point.learning_rate());
-      WriteNumber(json.Key("examples_per_second"), point.examples_per_second());
-      json.Key("time");
-      WriteTime(json, point.time());
-      json.EndObject();
+      loss_curve.push_back({{"step", point.step()},
+                            {"loss", JsonNumber(point.loss())},
+                            {"learning_rate", JsonNumber(point.learning_rate())},
+                            {"examples_per_second", JsonNumber(point.examples_per_second())},
+                            {"time", TimeJson(point.time())}});
     }
-    json.EndArray();
-    json.Key("validations").BeginArray();
-    for (const EvaluationReport& report : history->validations()) WriteReportJson(json, report);
-    json.EndArray();
-    json.EndObject();
+    Json validations = Json::array();
+    for (const EvaluationReport& report : history->validations()) {
+      validations.push_back(ReportJson(report));
+    }
+    object["history"] = {{"loss_curve", std::move(loss_curve)},
+                         {"validations", std::move(validations)}};
   }
-  json.EndObject();
-  return json.str();
+  return DumpJson(object);
 }
 
 std::string JobEventJson(const JobEvent& event) {
   const Job& job = event.job();
   const auto& progress = job.progress();
-  JsonWriter json;
-  json.BeginObject();
+  Json object = Json::object();
   switch (event.type()) {
     case JobEvent::PROGRESS:
-      json.Key("event").String("progress");
+      object["event"] = "progress";
       break;
     case JobEvent::VALIDATION:
-      json.Key("event").String("validation");
+      object["event"] = "validation";
       break;
     case JobEvent::CHECKPOINT:
-      json.Key("event").String("checkpoint");
+      object["event"] = "checkpoint";
       break;
     case JobEvent::STATE:
-      json.Key("event").String("state");
+      object["event"] = "state";
       break;
     case JobEvent::SNAPSHOT:
-      json.Key("event").String("snapshot");
+      object["event"] = "snapshot";
       break;
     default:
-      json.Key("event").String(absl::StrCat("type_", static_cast<int>(event.type())));
+      object["event"] = absl::StrCat("type_", static_cast<int>(event.type()));
       break;
   }
-  json.Key("id").String(job.id());
-  json.Key("state").String(JobStateName(job.state()));
+  object["id"] = job.id();
+  object["state"] = JobStateName(job.state());
   switch (event.type()) {
     case JobEvent::PROGRESS:
-      json.Key("step").Int(static_cast<std::int64_t>(progress.step()));
-      json.Key("total_steps").Int(static_cast<std::int64_t>(progress.total_steps()));
-      WriteNumber(json.Key("epoch"), progress.epoch());
-      WriteNumber(json.Key("loss"), progress.loss());
-      WriteNumber(json.Key("learning_rate"), progress.learning_rate());
-      WriteNumber(json.Key("examples_per_second"), progress.examples_per_second());
+      object["step"] = progress.step();
+      object["total_steps"] = progress.total_steps();
+      object["epoch"] = JsonNumber(progress.epoch());
+      object["loss"] = JsonNumber(progress.loss());
+      object["learning_rate"] = JsonNumber(progress.learning_rate());
+      object["examples_per_second"] = JsonNumber(progress.examples_per_second());
       break;
     case JobEvent::VALIDATION:
-      json.Key("step").Int(static_cast<std::int64_t>(job.validation().step()));
-      json.Key("metrics");
-      WriteReportJson(json, job.validation());
+      object["step"] = job.validation().step();
+      object["metrics"] = ReportJson(job.validation());
       break;
     case JobEvent::CHECKPOINT:
-      json.Key("checkpoint");
-      WriteCheckpointJson(json, event.checkpoint());
+      object["checkpoint"] = CheckpointJson(event.checkpoint());
       break;
     default:
-      json.Key("kind").String(JobKindName(job.kind()));
-      json.Key("name").String(job.name());
-      json.Key("reason").String(job.reason());
-      json.Key("step").Int(static_cast<std::int64_t>(progress.step()));
-      json.Key("total_steps").Int(static_cast<std::int64_t>(progress.total_steps()));
+      object["kind"] = JobKindName(job.kind());
+      object["name"] = job.name();
+      object["reason"] = job.reason();
+      object["step"] = progress.step();
+      object["total_steps"] = progress.total_steps();
       break;
   }
-  json.EndObject();
-  return json.str();
+  return DumpJson(object);
 }
 
 std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& response) {
-  JsonWriter json;
-  json.BeginObject();
-  json.Key("model");
-  WriteModelJson(json, response.model());
-  json.Key("previous_version").String(response.previous_version());
-  WriteNumber(json.Key("validation_accuracy"), response.validation_accuracy());
-  WriteNumber(json.Key("previous_validation_accuracy"), response.previous_validation_accuracy());
-  json.EndObject();
-  return json.str();
+  return DumpJson(
+      Json{{"model", ModelInfoJson(response.model())},
+           {"previous_version", response.previous_version()},
+           {"validation_accuracy", JsonNumber(response.validation_accuracy())},
+           {"previous_validation_accuracy", JsonNumber(response.previous_validation_accuracy())}});
 }
 
 std::string ReportSummary(const EvaluationReport& report) {

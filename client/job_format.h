@@ -38,7 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "model/json_writer.h"
+#include "model/json_output.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 namespace ts::client {
@@ -61,7 +61,7 @@ const taylorshift::v1::EvaluationReport* JobMetrics(const taylorshift::v1::Job& 
 
 // Any message as a JSON object of its set fields (proto field names; enums in lower case
 // without their prefix; Timestamps as RFC 3339 strings).
-void WriteMessageJson(JsonWriter& json, const google::protobuf::Message& message);
+Json MessageJson(const google::protobuf::Message& message);
 
 // With `history` (tsctl jobs get --curve --json), the object ends in
 //   "history":{"loss_curve":[{"step":10,"loss":1.09,"learning_rate":0.0003,

@@ -322,9 +322,7 @@ int RunJobsWithId(const std::string& subcommand, const std::vector<std::string>&
     const grpc::Status status = stub->DeleteJob(&context, request, &deleted);
     if (!status.ok()) return RpcFailed("DeleteJob", connection, status);
     if (json) {
-      JsonWriter writer;
-      WriteMessageJson(writer, deleted);
-      std::cout << writer.str() << "\n";
+      std::cout << DumpJson(MessageJson(deleted)) << "\n";
     } else {
       std::cout << absl::StrFormat("job %s (%s) deleted: %d files, %.1f MiB freed\n", deleted.id(),
                                    JobStateName(deleted.state()), deleted.files_removed(),

@@ -13,9 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/json_number.h"
 #include "common/proto_names.h"
-#include "model/json_writer.h"
+#include "model/json_output.h"
 
 namespace ts::client {
 namespace {
@@ -326,45 +325,33 @@ BenchReport RunLoad(const LoadOptions& options, const RequestGenerator& generato
 //  "server_ms":{"queue_mean":3.2,"compute_mean":8.1}}
 // Values that do not exist (latency with no successful request) are null.
 std::string FormatBenchJson(const BenchReport& report) {
-  JsonWriter json;
-  json.BeginObject();
-  json.Key("model").String(report.model);
-  json.Key("mode").String(report.rate_rps > 0 ? "open" : "closed");
-  json.Key("concurrency").Int(report.concurrency);
-  WriteNumber(json.Key("rate_rps"), report.rate_rps);
-  json.Key("requests").Int(report.requests);
-  json.Key("ok").Int(report.ok);
-  json.Key("failed").Int(report.failed);
-  WriteNumber(json.Key("elapsed_s"), report.elapsed_s);
-  WriteNumber(json.Key("requests_per_s"), report.requests_per_s);
-  json.Key("tokens").Int(report.tokens);
-  WriteNumber(json.Key("tokens_per_s"), report.tokens_per_s);
-  json.Key("latency_ms").BeginObject();
-  WriteMilliseconds(json.Key("p50"), report.latency_p50_ms);
-  WriteMilliseconds(json.Key("p90"), report.latency_p90_ms);
-  WriteMilliseconds(json.Key("p99"), report.latency_p99_ms);
-  WriteMilliseconds(json.Key("max"), report.latency_max_ms);
-  WriteMilliseconds(json.Key("min"), report.latency_min_ms);
-  WriteMilliseconds(json.Key("mean"), report.latency_mean_ms);
-  json.EndObject();
-  json.Key("errors").BeginObject();
-  for (const auto& [code, count] : report.errors) json.Key(code).Int(count);
-  json.EndObject();
-  json.Key("paths").BeginObject();
-  for (const auto& [path, count] : report.paths) json.Key(path).Int(count);
-  json.EndObject();
-  json.Key("batch_size").BeginObject();
-  WriteNumber(json.Key("mean"), report.mean_batch_size);
-  json.Key("histogram").BeginObject();
-  for (const auto& [size, count] : report.batch_sizes) json.Key(absl::StrCat(size)).Int(count);
-  json.EndObject();
-  json.EndObject();
-  json.Key("server_ms").BeginObject();
-  WriteMilliseconds(json.Key("queue_mean"), report.mean_queue_ms);
-  WriteMilliseconds(json.Key("compute_mean"), report.mean_compute_ms);
-  json.EndObject();
-  json.EndObject();
-  return json.str();
+  Json histogram = Json::object();
+  for (const auto& [size, count] : report.batch_sizes) histogram[absl::StrCat(size)] = count;
+  return DumpJson(Json{
+      {"model", report.model},
+      {"mode", report.rate_rps > 0 ? "open" : "closed"},
+      {"concurrency", report.concurrency},
+      {"rate_rps", JsonNumber(report.rate_rps)},
+      {"requests", report.requests},
+      {"ok", report.ok},
+      {"failed", report.failed},
+      {"elapsed_s", JsonNumber(report.elapsed_s)},
+      {"requests_per_s", JsonNumber(report.requests_per_s)},
+      {"tokens", report.tokens},
+      {"tokens_per_s", JsonNumber(report.tokens_per_s)},
+      {"latency_ms",
+       {{"p50", JsonMilliseconds(report.latency_p50_ms)},
+        {"p90", JsonMilliseconds(report.latency_p90_ms)},
+        {"p99", JsonMilliseconds(report.latency_p99_ms)},
+        {"max", JsonMilliseconds(report.latency_max_ms)},
+        {"min", JsonMilliseconds(report.latency_min_ms)},
+        {"mean", JsonMilliseconds(report.latency_mean_ms)}}},
+      {"errors", Json(report.errors)},
+      {"paths", Json(report.paths)},
+      {"batch_size", {{"mean", JsonNumber(report.mean_batch_size)}, {"histogram", histogram}}},
+      {"server_ms",
+       {{"queue_mean", JsonMilliseconds(report.mean_queue_ms)},
+        {"compute_mean", JsonMilliseconds(report.mean_compute_ms)}}}});
 }
 
 std::string FormatBenchText(const BenchReport& report) {

@@ -7,9 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/api_json.h"
-#include "common/json_number.h"
 #include "common/proto_names.h"
-#include "model/json_writer.h"
 
 namespace ts::client {
 namespace {
@@ -28,11 +26,7 @@ double LabelProbability(const ClassifyResponse& response) {
 
 }  // namespace
 
-std::string ModelJson(const ModelInfo& model) {
-  JsonWriter json;
-  WriteModelJson(json, model);
-  return json.str();
-}
+std::string ModelJson(const ModelInfo& model) { return DumpJson(ModelInfoJson(model)); }
 
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   if (rows.empty()) return "";
@@ -91,24 +85,16 @@ std::string ModelDetails(const ModelInfo& model) {
 
 std::string ClassifyJson(const std::string& file, const ClassifyResponse& response,
                          double latency_ms) {
-  JsonWriter json;
-  json.BeginObject();
-  json.Key("file").String(file);
-  WriteClassifyFields(json, response, latency_ms);
-  json.EndObject();
-  return json.str();
+  Json object = {{"file", file}};
+  AddClassifyFields(object, response, latency_ms);
+  return DumpJson(object);
 }
 
 std::string ClassifyErrorJson(const std::string& file, const grpc::Status& status) {
-  JsonWriter json;
-  json.BeginObject();
-  json.Key("file").String(file);
-  json.Key("error").BeginObject();
-  json.Key("code").String(GrpcCodeName(status.error_code()));
-  json.Key("message").String(status.error_message());
-  json.EndObject();
-  json.EndObject();
-  return json.str();
+  return DumpJson(Json{{"file", file},
+                       {"error",
+                        {{"code", GrpcCodeName(status.error_code())},
+                         {"message", status.error_message()}}}});
 }
 
 std::string ClassifyText(const std::string& file, const ClassifyResponse& response,

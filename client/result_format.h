@@ -21,8 +21,6 @@
 #include <vector>
 
 #include "grpcpp/support/status.h"
-#include "common/api_json.h"
-#include "model/json_writer.h"
 #include "taylorshift/v1/classifier.pb.h"
 
 namespace ts::client {

@@ -30,7 +30,7 @@
 #include "client/result_format.h"
 #include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
-#include "model/json_writer.h"
+#include "model/json_output.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 
 namespace ts::client {
@@ -436,12 +436,8 @@ int RunHealth(const std::vector<std::string>& args) {
                      connection, call);
   }
   if (flags.Has("json")) {
-    JsonWriter json;
-    json.BeginObject();
-    json.Key("service").String(service);
-    json.Key("status").String(ServingStatusName(status));
-    json.EndObject();
-    std::cout << json.str() << "\n";
+    std::cout << DumpJson(Json{{"service", service}, {"status", ServingStatusName(status)}})
+              << "\n";
   } else {
     std::cout << ServingStatusName(status) << "\n";
   }

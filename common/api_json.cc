@@ -1,6 +1,7 @@
 #include "common/api_json.h"
 
-#include "common/json_number.h"
+#include <vector>
+
 #include "common/proto_names.h"
 
 namespace ts {
@@ -8,49 +9,41 @@ namespace ts {
 using taylorshift::v1::ClassifyResponse;
 using taylorshift::v1::ModelInfo;
 
-void WriteModelJson(JsonWriter& json, const ModelInfo& model) {
-  json.BeginObject();
-  json.Key("name").String(model.name());
-  json.Key("version").String(model.version());
-  json.Key("modality").String(model.modality());
-  json.Key("labels").BeginArray();
-  for (const std::string& label : model.labels()) json.String(label);
-  json.EndArray();
-  json.Key("max_length").Int(model.max_length());
-  json.Key("embed_dim").Int(model.embed_dim());
-  json.Key("depth").Int(model.depth());
-  json.Key("heads").Int(model.heads());
-  json.Key("head_dim").Int(model.head_dim());
-  json.Key("crossover_tokens").Int(model.crossover_tokens());
-  json.Key("crossover_source").String(model.crossover_source());
-  json.Key("over_length_policy").String(model.over_length_policy());
-  json.Key("device").String(model.device());
-  json.Key("precision").String(model.precision());
-  json.EndObject();
+Json ModelInfoJson(const ModelInfo& model) {
+  return Json{{"name", model.name()},
+              {"version", model.version()},
+              {"modality", model.modality()},
+              {"labels", std::vector<std::string>(model.labels().begin(), model.labels().end())},
+              {"max_length", model.max_length()},
+              {"embed_dim", model.embed_dim()},
+              {"depth", model.depth()},
+              {"heads", model.heads()},
+              {"head_dim", model.head_dim()},
+              {"crossover_tokens", model.crossover_tokens()},
+              {"crossover_source", model.crossover_source()},
+              {"over_length_policy", model.over_length_policy()},
+              {"device", model.device()},
+              {"precision", model.precision()}};
 }
 
-void WriteClassifyFields(JsonWriter& json, const ClassifyResponse& response, double latency_ms) {
-  json.Key("label").String(response.label());
-  json.Key("probabilities").BeginArray();
+void AddClassifyFields(Json& object, const ClassifyResponse& response, double latency_ms) {
+  std::vector<ClassProbability> probabilities;
   for (const auto& entry : response.probabilities()) {
-    json.BeginObject();
-    json.Key("label").String(entry.label());
-    json.Key("index").Int(entry.index());
-    WriteFloat(json.Key("probability"), entry.probability());
-    json.EndObject();
+    probabilities.push_back({entry.label(), entry.index(), entry.probability()});
   }
-  json.EndArray();
-  json.Key("path").String(PathName(response.path()));
-  json.Key("batch_size").Int(response.timing().batch_size());
-  json.Key("batch_tokens").Int(response.timing().batch_tokens());
-  json.Key("model_version").String(response.model_version());
-  json.Key("tokens").Int(response.tokens());
-  json.Key("truncated").Bool(response.truncated());
-  json.Key("windows").Int(response.windows());
-  WriteMilliseconds(json.Key("queue_ms"), response.timing().queue_seconds() * 1e3);
-  WriteMilliseconds(json.Key("compute_ms"), response.timing().compute_seconds() * 1e3);
-  WriteMilliseconds(json.Key("latency_ms"), latency_ms);
-  json.Key("request_id").String(response.request_id());
+  object["label"] = response.label();
+  object["probabilities"] = ProbabilitiesJson(probabilities);
+  object["path"] = PathName(response.path());
+  object["batch_size"] = response.timing().batch_size();
+  object["batch_tokens"] = response.timing().batch_tokens();
+  object["model_version"] = response.model_version();
+  object["tokens"] = response.tokens();
+  object["truncated"] = response.truncated();
+  object["windows"] = response.windows();
+  object["queue_ms"] = JsonMilliseconds(response.timing().queue_seconds() * 1e3);
+  object["compute_ms"] = JsonMilliseconds(response.timing().compute_seconds() * 1e3);
+  object["latency_ms"] = JsonMilliseconds(latency_ms);
+  object["request_id"] = response.request_id();
 }
 
 }  // namespace ts

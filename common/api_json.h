@@ -10,18 +10,18 @@
 //   "path":"efficient","batch_size":4,"batch_tokens":2052,"model_version":"v3","tokens":513,
 //   "truncated":false,"windows":1,"queue_ms":1.2,"compute_ms":3.4,"latency_ms":5.9,
 //   "request_id":"tsctl-0"
-// Probabilities are floats written with the fewest digits that read back to the same float.
+// `probabilities` is model/json_output.h's ProbabilitiesJson, the schema tsmodel predict
+// prints too.
 #pragma once
 
-#include "model/json_writer.h"
+#include "model/json_output.h"
 #include "taylorshift/v1/classifier.pb.h"
 
 namespace ts {
 
-// The model object, as the next value of `json`.
-void WriteModelJson(JsonWriter& json, const taylorshift::v1::ModelInfo& model);
-// The classify result's fields, as the next keys of the object `json` is in.
-void WriteClassifyFields(JsonWriter& json, const taylorshift::v1::ClassifyResponse& response,
-                         double latency_ms);
+Json ModelInfoJson(const taylorshift::v1::ModelInfo& model);
+// Appends the classify result's fields to `object`.
+void AddClassifyFields(Json& object, const taylorshift::v1::ClassifyResponse& response,
+                       double latency_ms);
 
 }  // namespace ts

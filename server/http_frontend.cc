@@ -12,7 +12,6 @@
 #include "absl/time/clock.h"
 #include "common/api_json.h"
 #include "common/proto_names.h"
-#include "model/json_writer.h"
 #include "server/grpc_status.h"
 #include "server/kserve_v2.h"
 
@@ -26,7 +25,8 @@ using Json = nlohmann::json;
 HttpAnswer JsonAnswer(int status, const Json& body) {
   HttpAnswer answer;
   answer.status = status;
-  answer.body = body.dump();
+  // A name or message with bytes that are not UTF-8 must not make dump() throw.
+  answer.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
   return answer;
 }
 
@@ -377,11 +377,9 @@ HttpAnswer Classify(Inference* inference, const CallContext& call,
   HttpAnswer answer;
   inference->Classify(call, request, [&](const absl::Status& status, pb::ClassifyResponse r) {
     if (status.ok()) {
-      JsonWriter json;
-      json.BeginObject();
-      WriteClassifyFields(json, r, absl::ToDoubleMilliseconds(absl::Now() - started));
-      json.EndObject();
-      answer.body = json.str();
+      ts::Json body = ts::Json::object();
+      AddClassifyFields(body, r, absl::ToDoubleMilliseconds(absl::Now() - started));
+      answer.body = DumpJson(body);
     } else {
       answer = ErrorAnswer(status);
     }
@@ -457,22 +455,18 @@ HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch,
       return Classify(inference, *call, *classify_request);
     }
     if (!get) return MethodNotAllowed("GET", request);
-    JsonWriter json;
+    HttpAnswer answer;
     if (name.empty()) {
       auto models = inference->ListModels(*call);
       if (!models.ok()) return ErrorAnswer(models.status());
-      json.BeginObject();
-      json.Key("models").BeginArray();
-      for (const auto& model : *models) WriteModelJson(json, model);
-      json.EndArray();
-      json.EndObject();
+      ts::Json list = ts::Json::array();
+      for (const auto& model : *models) list.push_back(ModelInfoJson(model));
+      answer.body = DumpJson(ts::Json{{"models", std::move(list)}});
     } else {
       auto model = inference->GetModel(*call, name);
       if (!model.ok()) return ErrorAnswer(model.status());
-      WriteModelJson(json, *model);
+      answer.body = DumpJson(ModelInfoJson(*model));
     }
-    HttpAnswer answer;
-    answer.body = json.str();
     return answer;
   }
   return ErrorAnswer(absl::NotFoundError(absl::StrCat(

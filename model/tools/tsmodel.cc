@@ -28,7 +28,7 @@
 #include "model/listops_generator.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
-#include "model/json_writer.h"
+#include "model/json_output.h"
 #include "model/reference_import.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
@@ -368,30 +368,26 @@ absl::Status Predict(const Args& args) {
   for (const auto& item : items) {
     // Softmax in double, stable against large logits.
     const double top = *std::max_element(item.logits.begin(), item.logits.end());
-    std::vector<double> probabilities;
     double sum = 0;
     for (double logit : item.logits) sum += std::exp(logit - top);
-    for (double logit : item.logits) probabilities.push_back(std::exp(logit - top) / sum);
+    // Floats, as the server answers: one probability schema for every tool.
+    std::vector<ClassProbability> probabilities;
+    Json logits = Json::array();
+    for (std::size_t i = 0; i < item.logits.size(); ++i) {
+      probabilities.push_back({loaded->metadata.labels[i], static_cast<std::int64_t>(i),
+                               static_cast<float>(std::exp(item.logits[i] - top) / sum)});
+      logits.push_back(JsonNumber(item.logits[i]));
+    }
     const auto best =
         std::max_element(item.logits.begin(), item.logits.end()) - item.logits.begin();
-    JsonWriter json;
-    json.BeginObject()
-        .Key("file")
-        .String(item.file)
-        .Key("label")
-        .String(loaded->metadata.labels[best])
-        .Key("logits")
-        .DoubleArray(item.logits)
-        .Key("probabilities")
-        .DoubleArray(probabilities)
-        .Key("path")
-        .String(std::string(AttentionPathName(item.path)))
-        .Key("tokens")
-        .Int(static_cast<std::int64_t>(item.tokens.size()))
-        .Key("truncated")
-        .Bool(item.truncated)
-        .EndObject();
-    std::cout << json.str() << "\n";
+    std::cout << DumpJson(Json{{"file", item.file},
+                               {"label", loaded->metadata.labels[best]},
+                               {"logits", std::move(logits)},
+                               {"probabilities", ProbabilitiesJson(probabilities)},
+                               {"path", std::string(AttentionPathName(item.path))},
+                               {"tokens", item.tokens.size()},
+                               {"truncated", item.truncated}})
+              << "\n";
   }
   std::cout.flush();
   return absl::OkStatus();
@@ -456,11 +452,11 @@ absl::Status ListOps(const Args& args) {
   if (!dataset.ok()) return dataset.status();
   std::string text;
   for (const Example& example : dataset->examples) {
-    JsonWriter json;
-    json.BeginObject().Key("text").String(example.tokens);
-    json.Key("label").String(dataset->label_names[static_cast<std::size_t>(example.label)]);
-    json.EndObject();
-    absl::StrAppend(&text, json.str(), "\n");
+    absl::StrAppend(
+        &text,
+        DumpJson(Json{{"text", example.tokens},
+                      {"label", dataset->label_names[static_cast<std::size_t>(example.label)]}}),
+        "\n");
   }
   std::ofstream file(out, std::ios::binary | std::ios::trunc);
   file << text;

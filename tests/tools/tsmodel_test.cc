@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -10,8 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/listops_generator.h"
-#include "model/json_writer.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {
@@ -37,21 +39,6 @@ std::vector<std::string> Lines(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
-}
-
-// The numbers of the JSON array that follows "key": in `line`.
-std::vector<double> JsonArray(const std::string& line, const std::string& key) {
-  std::vector<double> values;
-  const auto start = line.find("\"" + key + "\":[");
-  if (start == std::string::npos) return values;
-  std::istringstream in(line.substr(start + key.size() + 4));
-  double value;
-  char separator = ',';
-  while (separator == ',' && in >> value) {
-    values.push_back(value);
-    in >> separator;
-  }
-  return values;
 }
 
 class TsmodelTest : public ::testing::Test {
@@ -96,15 +83,15 @@ TEST_F(TsmodelTest, ListOpsWritesTheJobGeneratorsExamplesAsJsonLines) {
   options.seed = 4;
   auto expected = GenerateListOpsDataset(options);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  std::string lines;
-  for (const Example& example : expected->examples) {
-    JsonWriter json;
-    json.BeginObject().Key("text").String(example.tokens);
-    json.Key("label").String(expected->label_names[static_cast<std::size_t>(example.label)]);
-    json.EndObject();
-    lines += json.str() + "\n";
+  const auto lines = Lines(ReadText(out));
+  ASSERT_EQ(lines.size(), expected->examples.size());
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const Example& example = expected->examples[i];
+    EXPECT_EQ(lines[i], nlohmann::ordered_json({{"text", example.tokens},
+                                                {"label", expected->label_names[example.label]}})
+                            .dump())
+        << i;
   }
-  EXPECT_EQ(ReadText(out), lines);
   EXPECT_EQ(Tsmodel("listops --out " + out).exit_code, 2);  // --count is required
 }
 
@@ -147,16 +134,40 @@ TEST_F(TsmodelTest, PredictPrintsOneJsonLinePerFileInInputOrder) {
   const std::vector<std::vector<double>> expected = {
       {0.86190204062706877, -1.1819365285923862, 0.20493422210991707},
       {0.97810009328205627, -0.63480907249062679, 0.57213076889539805}};
+  const std::vector<std::string> labels = {"neg", "neu", "pos"};
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    const auto logits = JsonArray(lines[i], "logits");
-    const auto probabilities = JsonArray(lines[i], "probabilities");
+    const auto object = nlohmann::json::parse(lines[i], nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(object.is_object()) << lines[i];
+    const auto& logits = object["logits"];
     ASSERT_EQ(logits.size(), 3u) << lines[i];
+    // The schema of tsctl classify --json (model/json_output.h): labelled floats.
+    const auto& probabilities = object["probabilities"];
+    ASSERT_TRUE(probabilities.is_array()) << lines[i];
     ASSERT_EQ(probabilities.size(), 3u) << lines[i];
     double sum = 0;
-    for (double p : probabilities) sum += p;
-    EXPECT_NEAR(sum, 1.0, 1e-12) << lines[i];
+    std::size_t best = 0;
+    for (std::size_t k = 0; k < 3; ++k) {
+      const auto& entry = probabilities[k];
+      ASSERT_EQ(entry.size(), 3u) << lines[i];
+      EXPECT_EQ(entry.value("label", ""), labels[k]) << lines[i];
+      EXPECT_EQ(entry.value("index", -1), static_cast<int>(k)) << lines[i];
+      const double p = entry.value("probability", -1.0);
+      EXPECT_GT(p, 0.0) << lines[i];
+      // Written as floats: at most a float's 9 significant digits, not a double's 17.
+      std::string digits = entry["probability"].dump();
+      digits = digits.substr(0, digits.find('e'));
+      digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+      EXPECT_LE(digits.size() - std::min(digits.size(), digits.find_first_not_of('0')), 9u)
+          << lines[i];
+      sum += p;
+      if (logits[k].get<double>() > logits[best].get<double>()) best = k;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6) << lines[i];
+    EXPECT_EQ(object.value("label", ""), labels[best]) << lines[i];
     if (i < expected.size()) {
-      for (std::size_t k = 0; k < 3; ++k) EXPECT_NEAR(logits[k], expected[i][k], 1e-4);
+      for (std::size_t k = 0; k < 3; ++k) {
+        EXPECT_NEAR(logits[k].get<double>(), expected[i][k], 1e-4);
+      }
     }
   }
 }
