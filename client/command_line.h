@@ -1,16 +1,16 @@
-// tsctl's command-line plumbing shared by its commands: exit codes, the flag parser, the
-// connection flags every command takes, and the usual ways of reporting a failure.
-// Flags is not thread-safe; the free functions are.
+// tsctl's command-line plumbing shared by its commands (on CLI11, common/command_line.h): exit
+// codes, the connection flags every command takes, running a parsed command, and the usual
+// ways of reporting a failure. The free functions are thread-safe.
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
-#include <map>
+#include <functional>
 #include <memory>
-#include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/string_view.h"
 #include "client/channel.h"
 #include "grpcpp/channel.h"
@@ -28,58 +28,47 @@ int Usage(absl::string_view message);
 // Prints "tsctl: RPC on SERVER failed: CODE: message" to stderr; returns kExitError.
 int RpcFailed(const std::string& rpc, const ConnectionOptions& options, const grpc::Status& status);
 
-// Command-line flags of one command. Flags not in the command's spec are usage errors. The
-// first problem (in Parse, a typed accessor, or reported through Fail) is kept in error();
-// accessors then return their fallback, so a command reads every flag and checks once.
-// Flags take their value as "--flag VALUE" or "--flag=VALUE"; "--" ends the flags; "-" and
-// anything not starting with "--" is a positional argument.
-class Flags {
- public:
-  // `value_flags` take a value, `bool_flags` do not, `list_flags` take every following
-  // argument up to the next flag.
-  Flags(std::set<std::string> value_flags, std::set<std::string> bool_flags,
-        std::set<std::string> list_flags = {});
-
-  // False (with error() set) on an unknown flag or a missing value.
-  bool Parse(const std::vector<std::string>& args);
-
-  // Records a usage problem (the first one wins); always false.
-  bool Fail(std::string message);
-  bool failed() const { return !error_.empty(); }
-  const std::string& error() const { return error_; }
-
-  bool Has(const std::string& name) const;
-  std::string String(const std::string& name, const std::string& fallback) const;
-  std::vector<std::string> List(const std::string& name) const;
-  // The flag as an integer in [low, high], or `fallback` when absent.
-  std::int64_t Int(const std::string& name, std::int64_t fallback, std::int64_t low,
-                   std::int64_t high);
-  // The flag as a finite number >= low, or `fallback` when absent.
-  double Double(const std::string& name, double fallback, double low);
-  const std::vector<std::string>& positionals() const { return positionals_; }
-
- private:
-  std::set<std::string> value_flags_, bool_flags_, list_flags_;
-  std::map<std::string, std::string> values_;
-  std::map<std::string, std::vector<std::string>> lists_;
-  std::set<std::string> bools_;
-  std::vector<std::string> positionals_;
-  std::string error_;
+// The flags every command takes, as parsed: the connection (--server, --tls, the TLS files,
+// --tls-server-name, --token defaulting to $TSCTL_TOKEN, --max-message-bytes) and --timeout-ms
+// (absent: each command's default).
+struct ConnectionFlags {
+  ConnectionOptions connection;
+  std::optional<std::int64_t> timeout_ms;
+  // --timeout-ms, else `fallback`.
+  std::int64_t TimeoutMs(std::int64_t fallback) const { return timeout_ms.value_or(fallback); }
 };
 
-// The value flags every command takes: --server, the TLS files, --token, --timeout-ms,
-// --max-message-bytes, --tls-server-name (and the bool flag --tls).
-const std::set<std::string>& CommonValueFlags();
+// Adds the flags of ConnectionFlags to `command`, parsed into *flags (which must outlive the
+// parse). --server must not be empty; --cert-file and --key-file go together.
+void AddConnectionFlags(CLI::App& command, ConnectionFlags* flags);
+
+// tsctl's command line: a CLI11 app (common/command_line.h's conventions) whose subcommands
+// each run after a successful parse. Not thread-safe; not movable.
+class Commands {
+ public:
+  Commands();
+  Commands(const Commands&) = delete;
+  Commands& operator=(const Commands&) = delete;
+
+  // The top-level app, for adding commands.
+  CLI::App& app() { return app_; }
+
+  // Makes `command` (a subcommand of app() or of one of its subcommands) run `run` when it is
+  // the command given; its result is Run's exit status.
+  void OnRun(CLI::App& command, std::function<int()> run);
+
+  // Runs the command line `args` (the words after "tsctl"): the exit status of the command
+  // given, 0 after --help, or kExitUsage after a usage error or when no command is given (the
+  // usage goes to stderr).
+  int Run(std::vector<std::string> args);
+
+ private:
+  CLI::App app_;
+  int exit_status_ = kExitOk;
+};
 
 // The channel for `options`, or nullptr after printing "tsctl: CODE: message" to stderr (e.g.
 // a PEM file that cannot be read).
 std::shared_ptr<grpc::Channel> ConnectOrReport(const ConnectionOptions& options);
-
-// `base` plus `more`.
-std::set<std::string> With(std::set<std::string> base, std::initializer_list<const char*> more);
-
-// The connection from the common flags (the token defaults to $TSCTL_TOKEN); problems are
-// recorded in `flags`.
-ConnectionOptions ConnectionFromFlags(Flags& flags);
 
 }  // namespace ts::client

@@ -18,6 +18,7 @@
 #include "client/file_util.h"
 #include "client/job_format.h"
 #include "client/job_plot.h"
+#include "common/command_line.h"
 #include "common/job_spec_yaml.h"
 #include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
@@ -58,14 +59,28 @@ absl::StatusOr<std::string> ReadSpec(const std::string& file) {
 }
 
 // The unary calls' deadline: --timeout-ms (default 30 s).
-std::int64_t UnaryTimeoutMs(Flags& flags) {
-  return flags.Int("timeout-ms", kDefaultTimeoutMs, 0, INT32_MAX);
+std::int64_t UnaryTimeoutMs(const ConnectionFlags& flags) {
+  return flags.TimeoutMs(kDefaultTimeoutMs);
 }
 
 // A watch lasts as long as the job: no deadline unless --timeout-ms is given.
-std::int64_t WatchTimeoutMs(Flags& flags) {
-  return flags.Has("timeout-ms") ? flags.Int("timeout-ms", 0, 0, INT32_MAX) : 0;
-}
+std::int64_t WatchTimeoutMs(const ConnectionFlags& flags) { return flags.TimeoutMs(0); }
+
+struct SubmitFlags {
+  ConnectionFlags common;
+  std::string spec;
+  bool wait = false;
+  bool json = false;
+};
+
+// jobs get|cancel|delete|watch ID (--curve: get only) and jobs plot ID --out FILE.svg.
+struct JobFlags {
+  ConnectionFlags common;
+  std::string id;
+  bool json = false;
+  bool curve = false;
+  std::string out;
+};
 
 // 0 when the job SUCCEEDED; otherwise names the state and reason on stderr and returns 1.
 int JobOutcome(const Job& job) {
@@ -107,23 +122,14 @@ int WatchJob(Jobs::Stub& stub, const ConnectionOptions& connection, const std::s
 // train and eval: parse the spec, submit, then print the job or follow it.
 template <typename Spec>
 int Submit(
-    const std::vector<std::string>& args, const char* command,
-    absl::StatusOr<Spec> (*parse)(const std::string&),
+    const SubmitFlags& flags, absl::StatusOr<Spec> (*parse)(const std::string&),
     const std::function<grpc::Status(Jobs::Stub&, grpc::ClientContext*, const Spec&, Job*)>& call,
     const char* rpc) {
-  Flags flags = SubmitFlags();
-  if (!flags.Parse(args)) return Usage(flags.error());
-  if (!flags.positionals().empty()) {
-    return Usage(absl::StrCat(command, " takes no arguments, got '", flags.positionals()[0],
-                              "' (the spec goes after --spec)"));
-  }
-  const std::string file = flags.String("spec", "");
-  if (file.empty()) flags.Fail("--spec FILE is required");
-  const ConnectionOptions connection = ConnectionFromFlags(flags);
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags);
-  const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags);
-  const bool json = flags.Has("json");
-  if (flags.failed()) return Usage(flags.error());
+  const std::string& file = flags.spec;
+  const ConnectionOptions& connection = flags.common.connection;
+  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
+  const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags.common);
+  const bool json = flags.json;
 
   absl::StatusOr<std::string> text = ReadSpec(file);
   if (!text.ok()) return LocalError(text.status());
@@ -141,25 +147,20 @@ int Submit(
     const grpc::Status status = call(*stub, &context, *spec, &job);
     if (!status.ok()) return RpcFailed(rpc, connection, status);
   }
-  if (!flags.Has("wait")) {
+  if (!flags.wait) {
     std::cout << (json ? JobJson(job) : job.id()) << std::endl;
     return kExitOk;
   }
   return WatchJob(*stub, connection, job.id(), watch_timeout_ms, json);
 }
 
-int RunJobsList(const std::vector<std::string>& args) {
-  Flags flags = ListFlags();
-  if (!flags.Parse(args)) return Usage(flags.error());
-  if (!flags.positionals().empty()) {
-    return Usage(absl::StrCat("jobs list takes no arguments, got '", flags.positionals()[0], "'"));
-  }
-  ListOptions options = ListOptionsFromFlags(flags);
-  taylorshift::v1::ListJobsRequest& request = options.request;
-  const std::int64_t limit = options.limit;
-  const ConnectionOptions connection = ConnectionFromFlags(flags);
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags);
-  if (flags.failed()) return Usage(flags.error());
+int RunJobsList(const ListFlags& flags) {
+  taylorshift::v1::ListJobsRequest request;
+  request.set_state(flags.state);
+  request.set_kind(flags.kind);
+  const std::int64_t limit = flags.limit;
+  const ConnectionOptions& connection = flags.common.connection;
+  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   if (stub == nullptr) return kExitError;
 
@@ -181,7 +182,7 @@ int RunJobsList(const std::vector<std::string>& args) {
     request.set_page_token(response.next_page_token());
   }
   if (limit > 0 && static_cast<std::int64_t>(jobs.size()) > limit) jobs.resize(limit);
-  if (flags.Has("json")) {
+  if (flags.json) {
     for (const Job& job : jobs) std::cout << JobJson(job) << "\n";
   } else {
     std::cout << JobTable(jobs);
@@ -232,24 +233,20 @@ std::string Extension(const std::string& path) {
   return path.substr(dot);
 }
 
+// jobs plot's --out: an .svg file name.
+std::string CheckSvgName(const std::string& out) {
+  const std::string extension = Extension(out);
+  if (absl::EqualsIgnoreCase(extension, ".svg")) return "";
+  return absl::StrCat("only SVG output is supported (a file name ending in .svg); got ",
+                      extension.empty() ? "no extension" : "'" + extension + "'", " in ", out);
+}
+
 // jobs plot ID --out F.svg: the job's loss curve and validation accuracy as an SVG file.
-int RunJobsPlot(const std::vector<std::string>& args) {
-  Flags flags = PlotFlags();
-  if (!flags.Parse(args)) return Usage(flags.error());
-  if (flags.positionals().size() != 1) return Usage("jobs plot takes exactly one job ID");
-  const std::string id = flags.positionals()[0];
-  const std::string out = flags.String("out", "");
-  if (out.empty()) {
-    flags.Fail("jobs plot needs --out FILE.svg");
-  } else if (const std::string extension = Extension(out);
-             !absl::EqualsIgnoreCase(extension, ".svg")) {
-    flags.Fail(absl::StrCat("--out ", out, ": only SVG output is supported (a file name ending in ",
-                            ".svg); got ",
-                            extension.empty() ? "no extension" : "'" + extension + "'"));
-  }
-  const ConnectionOptions connection = ConnectionFromFlags(flags);
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags);
-  if (flags.failed()) return Usage(flags.error());
+int RunJobsPlot(const JobFlags& flags) {
+  const std::string& id = flags.id;
+  const std::string& out = flags.out;
+  const ConnectionOptions& connection = flags.common.connection;
+  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   if (stub == nullptr) return kExitError;
 
@@ -278,20 +275,13 @@ int RunJobsPlot(const std::vector<std::string>& args) {
 }
 
 // jobs get|cancel|delete|watch ID.
-int RunJobsWithId(const std::string& subcommand, const std::vector<std::string>& args) {
-  Flags flags(CommonValueFlags(), {"json", "tls", "curve"});
-  if (!flags.Parse(args)) return Usage(flags.error());
-  if (flags.positionals().size() != 1) {
-    return Usage(absl::StrCat("jobs ", subcommand, " takes exactly one job ID"));
-  }
-  const std::string id = flags.positionals()[0];
-  const ConnectionOptions connection = ConnectionFromFlags(flags);
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags);
-  const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags);
-  const bool json = flags.Has("json");
-  const bool curve = flags.Has("curve");
-  if (curve && subcommand != "get") flags.Fail("--curve goes with jobs get");
-  if (flags.failed()) return Usage(flags.error());
+int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
+  const std::string& id = flags.id;
+  const ConnectionOptions& connection = flags.common.connection;
+  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
+  const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags.common);
+  const bool json = flags.json;
+  const bool curve = flags.curve;
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   if (stub == nullptr) return kExitError;
   if (subcommand == "watch") return WatchJob(*stub, connection, id, watch_timeout_ms, json);
@@ -341,69 +331,25 @@ int RunJobsWithId(const std::string& subcommand, const std::vector<std::string>&
   return kExitOk;
 }
 
-}  // namespace
-
-Flags SubmitFlags() { return Flags(With(CommonValueFlags(), {"spec"}), {"json", "tls", "wait"}); }
-
-Flags ListFlags() {
-  return Flags(With(CommonValueFlags(), {"state", "kind", "limit"}), {"json", "tls"});
+// promote: serve a job's checkpoint or a checkpoint file as a model (version).
+int RunPromote(const PromoteFlags& flags) {
+  const ConnectionOptions& connection = flags.common.connection;
+  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
+  std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
+  if (stub == nullptr) return kExitError;
+  grpc::ClientContext context;
+  PrepareContext(connection, timeout_ms, &context);
+  taylorshift::v1::PromoteCheckpointResponse response;
+  const grpc::Status status = stub->PromoteCheckpoint(&context, flags.request, &response);
+  if (!status.ok()) return RpcFailed("PromoteCheckpoint", connection, status);
+  std::cout << (flags.json ? PromoteJson(response) : PromoteText(response)) << std::endl;
+  return kExitOk;
 }
 
-Flags PlotFlags() { return Flags(With(CommonValueFlags(), {"out"}), {"tls"}); }
-
-Flags PromoteFlags() {
-  return Flags(With(CommonValueFlags(), {"job", "checkpoint", "model"}),
-               {"json", "tls", "last", "require-better"});
-}
-
-ListOptions ListOptionsFromFlags(Flags& flags) {
-  ListOptions options;
-  if (flags.Has("state")) {
-    absl::StatusOr<taylorshift::v1::JobState> state = ParseJobState(flags.String("state", ""));
-    if (state.ok()) {
-      options.request.set_state(*state);
-    } else {
-      flags.Fail(absl::StrCat("--state: ", state.status().message()));
-    }
-  }
-  if (flags.Has("kind")) {
-    absl::StatusOr<taylorshift::v1::JobKind> kind = ParseJobKind(flags.String("kind", ""));
-    if (kind.ok()) {
-      options.request.set_kind(*kind);
-    } else {
-      flags.Fail(absl::StrCat("--kind: ", kind.status().message()));
-    }
-  }
-  options.limit = flags.Int("limit", 0, 0, INT32_MAX);
-  return options;
-}
-
-taylorshift::v1::PromoteCheckpointRequest PromoteRequestFromFlags(Flags& flags) {
-  taylorshift::v1::PromoteCheckpointRequest request;
-  request.set_model(flags.String("model", ""));
-  if (request.model().empty()) flags.Fail("--model NAME is required");
-  const std::string job = flags.String("job", "");
-  const std::string checkpoint = flags.String("checkpoint", "");
-  if (flags.Has("job") == flags.Has("checkpoint")) {
-    flags.Fail("give exactly one of --job ID and --checkpoint PATH");
-  } else if (flags.Has("job")) {
-    if (job.empty()) flags.Fail("--job must not be empty");
-    request.set_job_id(job);
-  } else {
-    if (checkpoint.empty()) flags.Fail("--checkpoint must not be empty");
-    if (flags.Has("last")) flags.Fail("--last goes with --job (a checkpoint file is one file)");
-    request.set_checkpoint(checkpoint);
-  }
-  request.set_which(flags.Has("last") ? taylorshift::v1::CHECKPOINT_CHOICE_LAST
-                                      : taylorshift::v1::CHECKPOINT_CHOICE_BEST);
-  request.set_require_at_least_current_accuracy(flags.Has("require-better"));
-  return request;
-}
-
-int RunTrain(const std::vector<std::string>& args) {
+int RunTrain(const SubmitFlags& flags) {
   using taylorshift::v1::TrainingSpec;
   return Submit<TrainingSpec>(
-      args, "train", &ParseTrainingSpecYaml,
+      flags, &ParseTrainingSpecYaml,
       [](Jobs::Stub& stub, grpc::ClientContext* context, const TrainingSpec& spec, Job* job) {
         taylorshift::v1::SubmitTrainingRequest request;
         *request.mutable_spec() = spec;
@@ -412,10 +358,10 @@ int RunTrain(const std::vector<std::string>& args) {
       "SubmitTraining");
 }
 
-int RunEval(const std::vector<std::string>& args) {
+int RunEval(const SubmitFlags& flags) {
   using taylorshift::v1::EvaluationSpec;
   return Submit<EvaluationSpec>(
-      args, "eval", &ParseEvaluationSpecYaml,
+      flags, &ParseEvaluationSpecYaml,
       [](Jobs::Stub& stub, grpc::ClientContext* context, const EvaluationSpec& spec, Job* job) {
         taylorshift::v1::SubmitEvaluationRequest request;
         *request.mutable_spec() = spec;
@@ -424,41 +370,137 @@ int RunEval(const std::vector<std::string>& args) {
       "SubmitEvaluation");
 }
 
-int RunJobs(const std::vector<std::string>& args) {
-  if (args.empty()) {
-    return Usage("jobs needs a subcommand: list, get, cancel, delete, watch or plot");
-  }
-  const std::string subcommand = args[0];
-  const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (subcommand == "list") return RunJobsList(rest);
-  if (subcommand == "plot") return RunJobsPlot(rest);
-  if (subcommand == "get" || subcommand == "cancel" || subcommand == "delete" ||
-      subcommand == "watch") {
-    return RunJobsWithId(subcommand, rest);
-  }
-  return Usage(absl::StrCat("unknown jobs subcommand '", subcommand,
-                            "' (expected list, get, cancel, delete, watch or plot)"));
+// train / eval SUBMIT: the spec and how to follow the job.
+void AddSubmitCommand(Commands& commands, const std::string& name, const std::string& description,
+                      int (*run)(const SubmitFlags&)) {
+  auto flags = std::make_shared<SubmitFlags>();
+  CLI::App* command = commands.app().add_subcommand(name, description);
+  command->add_option("--spec", flags->spec, "the YAML spec ('-' = stdin)")
+      ->required()
+      ->check(NonEmpty());
+  command->add_flag("--wait", flags->wait,
+                    "follow the job: one line per event (--json: one object per event, then the "
+                    "job); exit 0 only if it SUCCEEDED");
+  command->add_flag("--json", flags->json, "print the job as JSON");
+  AddConnectionFlags(*command, &flags->common);
+  commands.OnRun(*command, [flags, run] { return run(*flags); });
 }
 
-int RunPromote(const std::vector<std::string>& args) {
-  Flags flags = PromoteFlags();
-  if (!flags.Parse(args)) return Usage(flags.error());
-  if (!flags.positionals().empty()) {
-    return Usage(absl::StrCat("promote takes no arguments, got '", flags.positionals()[0], "'"));
+// jobs SUBCOMMAND ID.
+CLI::App* AddJobCommand(Commands& commands, CLI::App& jobs, const std::string& name,
+                        const std::string& description, std::shared_ptr<JobFlags> flags) {
+  CLI::App* command = jobs.add_subcommand(name, description);
+  command->add_option("ID", flags->id, "the job")->required();
+  if (name != "plot") command->add_flag("--json", flags->json, "JSON output");
+  AddConnectionFlags(*command, &flags->common);
+  commands.OnRun(*command, [flags, name] {
+    return name == "plot" ? RunJobsPlot(*flags) : RunJobsWithId(name, *flags);
+  });
+  return command;
+}
+
+}  // namespace
+
+void AddListFlags(CLI::App& command, ListFlags* flags) {
+  AddParsedOption(command, "--state", &flags->state, ParseJobState,
+                  "only jobs in this state: queued|running|succeeded|failed|cancelled");
+  AddParsedOption(command, "--kind", &flags->kind, ParseJobKind,
+                  "only jobs of this kind: training|evaluation");
+  command.add_option("--limit", flags->limit, "at most N jobs (0 = all)")
+      ->check(IntegerIn(0, INT32_MAX));
+}
+
+void AddPromoteFlags(CLI::App& command, PromoteFlags* flags) {
+  taylorshift::v1::PromoteCheckpointRequest* request = &flags->request;
+  request->set_which(taylorshift::v1::CHECKPOINT_CHOICE_BEST);
+  CLI::App* source = command.add_option_group("Source", "what to promote (exactly one)");
+  CLI::Option* job =
+      source
+          ->add_option_function<std::string>(
+              "--job", [request](const std::string& id) { request->set_job_id(id); },
+              "a training job: its best checkpoint (--last: its latest)")
+          ->check(NonEmpty());
+  source
+      ->add_option_function<std::string>(
+          "--checkpoint", [request](const std::string& path) { request->set_checkpoint(path); },
+          "a .tsckpt file under the server's data root")
+      ->check(NonEmpty());
+  source->require_option(1);
+  command
+      .add_option_function<std::string>(
+          "--model", [request](const std::string& model) { request->set_model(model); },
+          "serve it as model NAME (a new name, or a new version of it)")
+      ->required()
+      ->check(NonEmpty());
+  command
+      .add_flag_callback(
+          "--last",
+          [request] { request->set_which(taylorshift::v1::CHECKPOINT_CHOICE_LAST); },
+          "the job's latest checkpoint instead of its best")
+      ->needs(job);
+  command.add_flag_callback(
+      "--require-better", [request] { request->set_require_at_least_current_accuracy(true); },
+      "refuse (FAILED_PRECONDITION) unless its validation accuracy is at least the served "
+      "version's");
+}
+
+void AddJobCommands(Commands& commands) {
+  AddSubmitCommand(commands, "train",
+                   "submit a training job from a YAML spec (keys as in jobs.proto's "
+                   "TrainingSpec); prints the job id (--json: the job)",
+                   RunTrain);
+  AddSubmitCommand(commands, "eval",
+                   "submit an evaluation job from a YAML spec (keys as in jobs.proto's "
+                   "EvaluationSpec); prints the job id (--json: the job)",
+                   RunEval);
+
+  CLI::App* jobs = commands.app().add_subcommand(
+      "jobs", "the Jobs service (the admin role when the server has tokens)");
+  // At most one (so a job ID may be "list"), and one is needed.
+  jobs->require_subcommand(0, 1);
+  jobs->callback([jobs] {
+    if (jobs->get_subcommands().empty()) {
+      throw CLI::RequiredError("jobs needs a subcommand: list, get, cancel, delete, watch or plot",
+                               CLI::ExitCodes::RequiredError);
+    }
+  });
+  {
+    auto flags = std::make_shared<ListFlags>();
+    CLI::App* list = jobs->add_subcommand("list", "jobs, newest first (all pages, or the first N)");
+    AddListFlags(*list, flags.get());
+    list->add_flag("--json", flags->json, "one JSON object per job per line");
+    AddConnectionFlags(*list, &flags->common);
+    commands.OnRun(*list, [flags] { return RunJobsList(*flags); });
   }
-  const taylorshift::v1::PromoteCheckpointRequest request = PromoteRequestFromFlags(flags);
-  const ConnectionOptions connection = ConnectionFromFlags(flags);
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags);
-  if (flags.failed()) return Usage(flags.error());
-  std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
-  if (stub == nullptr) return kExitError;
-  grpc::ClientContext context;
-  PrepareContext(connection, timeout_ms, &context);
-  taylorshift::v1::PromoteCheckpointResponse response;
-  const grpc::Status status = stub->PromoteCheckpoint(&context, request, &response);
-  if (!status.ok()) return RpcFailed("PromoteCheckpoint", connection, status);
-  std::cout << (flags.Has("json") ? PromoteJson(response) : PromoteText(response)) << std::endl;
-  return kExitOk;
+  auto get = std::make_shared<JobFlags>();
+  AddJobCommand(commands, *jobs, "get", "one job: progress, metrics with per-class precision/recall and confusion, checkpoints", get)
+      ->add_flag("--curve", get->curve,
+                 "add text charts of the loss curve and validation accuracy (--json: "
+                 "\"history\")");
+  auto plot = std::make_shared<JobFlags>();
+  AddJobCommand(commands, *jobs, "plot",
+                "write the loss curve and validation accuracy as an SVG chart", plot)
+      ->add_option("--out", plot->out, "the SVG file")
+      ->required()
+      ->check(CLI::Validator(CheckSvgName, "FILE.svg"));
+  AddJobCommand(commands, *jobs, "cancel", "cancel a queued or running job",
+                std::make_shared<JobFlags>());
+  AddJobCommand(commands, *jobs, "delete",
+                "delete a finished job, its checkpoints and history (promoted models stay "
+                "served)",
+                std::make_shared<JobFlags>());
+  AddJobCommand(commands, *jobs, "watch", "follow a job as train --wait does",
+                std::make_shared<JobFlags>());
+
+  auto promote = std::make_shared<PromoteFlags>();
+  CLI::App* command = commands.app().add_subcommand(
+      "promote",
+      "serve a training job's best (--last: latest) checkpoint, or a .tsckpt under the data "
+      "root, as model NAME");
+  AddPromoteFlags(*command, promote.get());
+  command->add_flag("--json", promote->json, "JSON output");
+  AddConnectionFlags(*command, &promote->common);
+  commands.OnRun(*command, [promote] { return RunPromote(*promote); });
 }
 
 }  // namespace ts::client

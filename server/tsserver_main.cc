@@ -7,11 +7,13 @@
 //            [--state-dir DIR] [--data-root DIR] [--threads N] [--ready-file FILE]
 //
 // Flags override the config file. SIGTERM/SIGINT: stop accepting, finish what is queued and in
-// flight within shutdown_grace, exit 0. Exit 1 on a start-up error (message on stderr).
+// flight within shutdown_grace, exit 0. Exit 1 on a start-up error (message on stderr), 2 on a
+// usage error (common/command_line.h).
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/command_line.h"
 #include "model/heap_policy.h"
 #include "model/torch_compat.h"
 #include "server/config.h"
@@ -32,84 +35,33 @@ void Log(const std::string& message) {
             << " tsserver: " << message << std::endl;
 }
 
+// The flags as given; an absent one leaves the config file's value.
 struct Flags {
   std::string config;
-  std::string listen, metrics_listen, http_listen, state_dir, data_root, ready_file;
-  bool has_metrics_listen = false, has_http_listen = false;
-  int threads = -1;
+  std::string listen, state_dir, data_root, ready_file;
+  // Given empty, these turn the listener off.
+  std::optional<std::string> metrics_listen, http_listen;
+  std::optional<int> threads;
   std::vector<std::string> models;
 };
 
-constexpr char kUsage[] =
-    "usage: tsserver [--config FILE] [--listen ADDR] [--metrics-listen ADDR] [--http-listen ADDR]\n"
-    "                [--model NAME=CHECKPOINT]... [--state-dir DIR] [--data-root DIR]\n"
-    "                [--threads N] [--ready-file FILE]\n";
-
-absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    const auto next = [&]() -> absl::StatusOr<std::string> {
-      if (has_value) return value;
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
-      return std::string(argv[++i]);
-    };
-    absl::StatusOr<std::string> v;
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "--config") {
-      v = next();
-      if (v.ok()) flags.config = *v;
-    } else if (arg == "--listen") {
-      v = next();
-      if (v.ok()) flags.listen = *v;
-    } else if (arg == "--metrics-listen") {
-      v = next();
-      if (v.ok()) {
-        flags.metrics_listen = *v;
-        flags.has_metrics_listen = true;
-      }
-    } else if (arg == "--http-listen") {
-      v = next();
-      if (v.ok()) {
-        flags.http_listen = *v;
-        flags.has_http_listen = true;
-      }
-    } else if (arg == "--model") {
-      v = next();
-      if (v.ok()) flags.models.push_back(*v);
-    } else if (arg == "--state-dir") {
-      v = next();
-      if (v.ok()) flags.state_dir = *v;
-    } else if (arg == "--data-root") {
-      v = next();
-      if (v.ok()) flags.data_root = *v;
-    } else if (arg == "--ready-file") {
-      v = next();
-      if (v.ok()) flags.ready_file = *v;
-    } else if (arg == "--threads") {
-      v = next();
-      if (v.ok()) {
-        try {
-          flags.threads = std::stoi(*v);
-        } catch (const std::exception&) {
-          return absl::InvalidArgumentError("--threads needs an integer");
-        }
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown argument '", arg, "'"));
-    }
-    if (!v.ok()) return v.status();
-  }
-  return flags;
+void AddFlags(CLI::App& app, Flags* flags) {
+  app.add_option("--config", flags->config, "YAML config file (config/default.yaml documents it)");
+  app.add_option("--listen", flags->listen, "gRPC address (default 127.0.0.1:50051)");
+  app.add_option("--metrics-listen", flags->metrics_listen,
+                 "Prometheus /metrics address (empty = off)");
+  app.add_option("--http-listen", flags->http_listen,
+                 "HTTP/JSON front end address (empty = off)");
+  app.add_option("--model", flags->models,
+                 "serve checkpoint CHECKPOINT as model NAME (NAME=CHECKPOINT; repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name("NAME=CHECKPOINT");
+  app.add_option("--state-dir", flags->state_dir, "where the server keeps its state");
+  app.add_option("--data-root", flags->data_root, "the folder job data paths resolve in");
+  app.add_option("--threads", flags->threads, "intra-op threads (0 = every core)")
+      ->check(IntegerIn(0, INT32_MAX));
+  app.add_option("--ready-file", flags->ready_file,
+                 "once serving, write the bound addresses here (grpc=, metrics=, http=)");
 }
 
 absl::StatusOr<ServerConfig> BuildConfig(const Flags& flags) {
@@ -120,11 +72,11 @@ absl::StatusOr<ServerConfig> BuildConfig(const Flags& flags) {
     config = std::move(*loaded);
   }
   if (!flags.listen.empty()) config.listen = flags.listen;
-  if (flags.has_metrics_listen) config.metrics_listen = flags.metrics_listen;
-  if (flags.has_http_listen) config.http.listen = flags.http_listen;
+  if (flags.metrics_listen) config.metrics_listen = *flags.metrics_listen;
+  if (flags.http_listen) config.http.listen = *flags.http_listen;
   if (!flags.state_dir.empty()) config.state_dir = flags.state_dir;
   if (!flags.data_root.empty()) config.data_root = flags.data_root;
-  if (flags.threads >= 0) config.intra_op_threads = flags.threads;
+  if (flags.threads) config.intra_op_threads = *flags.threads;
   for (const auto& flag : flags.models) {
     auto model = ParseModelFlag(flag);
     if (!model.ok()) return model.status();
@@ -146,12 +98,18 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto flags = ParseFlags(argc, argv);
-  if (!flags.ok()) {
-    std::cerr << "tsserver: " << flags.status().message() << "\n" << kUsage;
-    return 2;
-  }
-  auto config = BuildConfig(*flags);
+  CLI::App app(
+      "tsserver: serves the configured models over gRPC and HTTP/JSON, with Prometheus "
+      "metrics. Flags override the config file.",
+      "tsserver");
+  UseFlagConventions(app);
+  app.footer(
+      "SIGTERM/SIGINT: stop accepting, finish what is queued and in flight within "
+      "shutdown_grace, exit 0. Exit 1 on a start-up error, 2 on a usage error.");
+  Flags flags;
+  AddFlags(app, &flags);
+  if (std::optional<int> exit = ParseCommandLine(app, argc, argv)) return *exit;
+  auto config = BuildConfig(flags);
   if (!config.ok()) {
     Log(absl::StrCat("configuration error: ", config.status().message()));
     return 1;
@@ -175,14 +133,14 @@ int Run(int argc, char** argv) {
   Log(absl::StrCat("serving gRPC on ", (*server)->grpc_address(), ", HTTP on ",
                    http.empty() ? "(off)" : http, ", metrics on ",
                    metrics.empty() ? "(off)" : metrics, ", ", threads, " intra-op threads"));
-  if (!flags->ready_file.empty()) {
-    const std::string tmp = flags->ready_file + ".tmp";
+  if (!flags.ready_file.empty()) {
+    const std::string tmp = flags.ready_file + ".tmp";
     {
       std::ofstream out(tmp);
       out << "grpc=" << (*server)->grpc_address() << "\nmetrics=" << metrics << "\n";
       if (!http.empty()) out << "http=" << http << "\n";
     }
-    std::rename(tmp.c_str(), flags->ready_file.c_str());
+    std::rename(tmp.c_str(), flags.ready_file.c_str());
   }
 
   int signal = 0;

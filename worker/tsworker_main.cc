@@ -12,7 +12,7 @@
 // The data-parallel world comes from MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (absent: one
 // rank). SIGTERM stops a training job at the next step boundary on every rank (rank 0 saves the
 // training state; exit code 0, "stopped") and ends an evaluation job at once. Exit code 0 when
-// the job finished or stopped, 1 when it failed, 2 for bad flags.
+// the job finished or stopped, 1 when it failed, 2 for bad flags (common/command_line.h).
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -24,15 +24,15 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/command_line.h"
 #include "common/job_spec_yaml.h"
 #include "model/data_parallel.h"
 #include "model/data_root.h"
@@ -54,37 +54,40 @@ void OnTerm(int) {
   g_stop.store(true);
 }
 
-constexpr char kUsage[] =
-    "usage: tsworker --task=FILE --events-fd=N\n"
-    "       tsworker --spec=SPEC.yaml --job-dir=DIR --data-root=DIR [--threads=N]\n"
-    "                [--collective-timeout=SECONDS]\n";
+// The flags as given.
+struct Flags {
+  std::string task;
+  int events_fd = -1;
+  std::string spec, job_dir, data_root;
+  std::optional<int> threads;
+  std::optional<int> collective_timeout_s;
+};
 
-absl::StatusOr<std::map<std::string, std::string>> ParseFlags(int argc, char** argv) {
-  static const char* const kKnown[] = {
-      "task", "events-fd", "spec", "job-dir", "data-root", "threads", "collective-timeout"};
-  std::map<std::string, std::string> flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") return absl::CancelledError(kUsage);
-    if (!absl::StartsWith(arg, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg, "\""));
-    }
-    arg = arg.substr(2);
-    std::string value;
-    if (const auto eq = arg.find('='); eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("--", arg, " needs a value"));
-    }
-    bool known = false;
-    for (const char* name : kKnown) known = known || arg == name;
-    if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", arg));
-    flags[arg] = value;
-  }
-  return flags;
+void AddFlags(CLI::App& app, Flags* flags) {
+  CLI::Option* task =
+      app.add_option("--task", flags->task, "supervised by tsserver: the WorkerTask file");
+  CLI::Option* events_fd =
+      app.add_option("--events-fd", flags->events_fd,
+                     "supervised: the pipe the WorkerMessages go to (a file descriptor)")
+          ->check(IntegerIn(0, INT32_MAX));
+  task->needs(events_fd);
+  events_fd->needs(task);
+  CLI::Option* spec = app.add_option(
+      "--spec", flags->spec, "standalone: a training spec in the YAML form tsctl train takes");
+  CLI::Option* job_dir = app.add_option(
+      "--job-dir", flags->job_dir,
+      "standalone: checkpoints and the training state (rank 0); resumes from its state");
+  CLI::Option* data_root = app.add_option(
+      "--data-root", flags->data_root, "standalone: the folder the spec's data paths resolve in");
+  spec->needs(job_dir)->needs(data_root)->excludes(task);
+  job_dir->needs(spec);
+  data_root->needs(spec);
+  app.add_option("--threads", flags->threads, "standalone: intra-op threads of this rank")
+      ->check(IntegerIn(1, INT32_MAX))
+      ->needs(spec);
+  app.add_option("--collective-timeout", flags->collective_timeout_s,
+                 "seconds a collective operation may wait for the other ranks")
+      ->check(IntegerIn(1, INT32_MAX));
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -94,13 +97,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 // A standalone task: the spec normalised as tsserver would, its init_from inside the data root.
-absl::StatusOr<pb::WorkerTask> StandaloneTask(const std::map<std::string, std::string>& flags) {
-  for (const char* required : {"spec", "job-dir", "data-root"}) {
-    if (flags.count(required) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--", required, " is required with --spec"));
-    }
-  }
-  auto text = ReadFile(flags.at("spec"));
+absl::StatusOr<pb::WorkerTask> StandaloneTask(const Flags& flags) {
+  auto text = ReadFile(flags.spec);
   if (!text.ok()) return text.status();
   auto spec = ParseTrainingSpecYaml(*text);
   if (!spec.ok()) return spec.status();
@@ -112,9 +110,9 @@ absl::StatusOr<pb::WorkerTask> StandaloneTask(const std::map<std::string, std::s
   task.mutable_job()->set_id(spec->name());
   task.mutable_job()->set_name(spec->name());
   task.mutable_job()->set_kind(pb::JOB_KIND_TRAINING);
-  task.set_job_dir(flags.at("job-dir"));
-  task.set_data_root(flags.at("data-root"));
-  task.set_threads(spec->threads());
+  task.set_job_dir(flags.job_dir);
+  task.set_data_root(flags.data_root);
+  task.set_threads(flags.threads ? *flags.threads : spec->threads());
   if (!spec->init_from().empty()) {
     if (absl::StartsWith(spec->init_from(), "job:")) {
       return absl::InvalidArgumentError(
@@ -162,23 +160,25 @@ std::string Describe(const pb::WorkerMessage& message) {
 }
 
 int Main(int argc, char** argv) {
-  auto flags = ParseFlags(argc, argv);
-  if (!flags.ok()) {
-    std::cerr << (absl::IsCancelled(flags.status()) ? "" : "tsworker: ") << flags.status().message()
-              << (absl::IsCancelled(flags.status()) ? "" : "\n")
-              << (absl::IsCancelled(flags.status()) ? "" : kUsage);
-    return absl::IsCancelled(flags.status()) ? 0 : 2;
-  }
-  const bool supervised = flags->count("task") > 0;
+  CLI::App app(
+      "tsworker: runs one training or evaluation job in its own process: supervised by "
+      "tsserver (--task, --events-fd), or standalone for torchrun-style launchers (--spec, "
+      "--job-dir, --data-root). The data-parallel world comes from MASTER_ADDR, MASTER_PORT, "
+      "WORLD_SIZE and RANK (absent: one rank).",
+      "tsworker");
+  UseFlagConventions(app);
+  app.footer(
+      "SIGTERM stops a training job at the next step boundary on every rank (rank 0 saves the "
+      "training state; exit 0, \"stopped\") and ends an evaluation job at once. Exit 0 when the "
+      "job finished or stopped, 1 when it failed, 2 on a usage error.");
+  Flags flags;
+  AddFlags(app, &flags);
+  if (std::optional<int> exit = ParseCommandLine(app, argc, argv)) return *exit;
+  const bool supervised = !flags.task.empty();
   absl::StatusOr<pb::WorkerTask> task;
-  int events_fd = -1;
+  const int events_fd = flags.events_fd;
   if (supervised) {
-    if (flags->count("events-fd") == 0 || !absl::SimpleAtoi(flags->at("events-fd"), &events_fd) ||
-        events_fd < 0) {
-      std::cerr << "tsworker: --task needs --events-fd=N (a file descriptor)\n" << kUsage;
-      return 2;
-    }
-    auto bytes = ReadFile(flags->at("task"));
+    auto bytes = ReadFile(flags.task);
     if (!bytes.ok()) {
       task = bytes.status();
     } else {
@@ -186,14 +186,14 @@ int Main(int argc, char** argv) {
       if (parsed.ParseFromString(*bytes)) {
         task = std::move(parsed);
       } else {
-        task = absl::DataLossError(absl::StrCat(flags->at("task"), ": not a WorkerTask"));
+        task = absl::DataLossError(absl::StrCat(flags.task, ": not a WorkerTask"));
       }
     }
-  } else if (flags->count("spec") > 0) {
-    task = StandaloneTask(*flags);
+  } else if (!flags.spec.empty()) {
+    task = StandaloneTask(flags);
   } else {
-    std::cerr << "tsworker: give --task or --spec\n" << kUsage;
-    return 2;
+    std::cerr << "tsworker: give --task or --spec\n" << app.help();
+    return kUsageExitStatus;
   }
 
   std::unique_ptr<EventWriter> writer;
@@ -256,14 +256,7 @@ int Main(int argc, char** argv) {
     (void)KeepFreedHeapMemory(static_cast<std::int64_t>(task->heap_keep_freed_bytes()));
   }
   compat::SetThreads(static_cast<int>(std::max<std::uint32_t>(task->threads(), 1)));
-  if (flags->count("collective-timeout") > 0) {
-    int seconds = 0;
-    if (!absl::SimpleAtoi(flags->at("collective-timeout"), &seconds) || seconds <= 0) {
-      return finish(absl::InvalidArgumentError("--collective-timeout: expected seconds > 0"),
-                    false);
-    }
-    dp->timeout = std::chrono::seconds(seconds);
-  }
+  if (flags.collective_timeout_s) dp->timeout = std::chrono::seconds(*flags.collective_timeout_s);
 
   absl::Status status;
   auto group = DataParallelGroup::Connect(*dp);

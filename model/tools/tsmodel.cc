@@ -7,20 +7,22 @@
 #include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <functional>
 #include <iterator>
-#include <map>
+#include <memory>
 #include <numeric>
-#include <set>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "model/attention_path.h"
 #include "model/calibration.h"
 #include "model/checkpoint.h"
@@ -29,6 +31,7 @@
 #include "model/encoder.h"
 #include "model/heap_policy.h"
 #include "model/json_output.h"
+#include "model/precision.h"
 #include "model/reference_import.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
@@ -37,110 +40,51 @@ namespace ts {
 namespace {
 
 constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
 
-constexpr char kUsage[] = R"(usage: tsmodel <command> [options]
-
-commands:
-  import-reference STATE_DICT.pt --out CKPT [--labels a,b,...] [--modality bytes|pixels]
-                   [--heads H]
-      Convert a reference (tobna/TaylorShift) state dict saved with
-      torch.save(dict(model.state_dict()), path) into a checkpoint.
-  predict --checkpoint CKPT [--path auto|direct|efficient|softmax] [--batch-size B]
-          [--device cpu|cuda[:N]] [--precision fp32|bf16] [--calibration FILE] FILE...
-      Classify each file (its bytes are the tokens; longer files keep their head). Prints one
-      JSON object per file, in input order. --precision bf16 runs the linear layers in bfloat16
-      (CPUs with AVX512-BF16 or AMX, CUDA 8.0+; refused elsewhere).
-  init --out CKPT --labels a,b,... [--embed-dim C] [--depth L] [--heads H] [--mlp-ratio R]
-       [--max-length N] [--modality bytes|pixels] [--seed S]
-      Write an UNTRAINED checkpoint (seeded random weights; provenance says so): for smoke
-      tests and as the starting point of training. Its predictions are meaningless.
-  info CKPT [--calibration FILE]
-      Architecture, parameter count, metadata, per-layer cost-model crossovers.
-  calibrate CKPT --out FILE [--batch B] [--device cpu|cuda[:N]] [--max-tokens N] [--repeats R]
-      Measure direct vs efficient attention for this model's heads on this machine and write
-      the crossover to FILE (the --calibration input of predict/info and the server).
-  listops --out FILE.jsonl --count N [--min-length 500] [--max-length 2000] [--seed 1]
-      Write the procedural ListOps examples a training job's `format: listops` source makes
-      with the same settings, as JSON Lines ({"text": ..., "label": "0".."9"}), so other
-      trainers (bench/reference_train.py) can learn from exactly the same data.
-
-every command: --threads N (intra-op threads; default: every core), --help
-)";
-
-// A usage error (exit 2) as opposed to a failure while doing the work (exit 1).
+// A usage error found after parsing (exit 2) as opposed to a failure while doing the work (exit 1).
 struct UsageError {
   std::string message;
 };
 
-struct Args {
-  std::map<std::string, std::string> flags;
-  std::vector<std::string> positional;
+// The flags of each command, as given (defaults as documented in its --help).
+struct ImportFlags {
+  std::string state_dict, out, labels, modality = "bytes";
+  std::int64_t heads = 0;
+};
+struct InitFlags {
+  std::string out, labels, modality = "bytes";
+  std::int64_t embed_dim = 64, depth = 2, heads = 8, mlp_ratio = 2, max_length = 2048, seed = 1;
+};
+struct InfoFlags {
+  std::string checkpoint;
+  std::optional<std::string> calibration;
+};
+struct PredictFlags {
+  std::string checkpoint, device = "cpu";
+  std::vector<std::string> files;
+  AttentionPath path = AttentionPath::kAuto;
+  Precision precision = Precision::kFp32;
+  std::int64_t batch_size = 8;
+  std::optional<std::string> calibration;
+};
+struct CalibrateFlags {
+  std::string checkpoint, out, device = "cpu";
+  std::int64_t batch = 1, repeats = 3;
+  std::optional<std::int64_t> max_tokens;
+};
+struct ListOpsFlags {
+  std::string out;
+  ListOpsGeneratorOptions options;
+  std::int64_t seed = 1;
 };
 
-// Parses "--name value" / "--name=value" for the allowed flags; everything else not starting
-// with "--" is positional ("--" ends flag parsing).
-absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv,
-                               const std::set<std::string>& allowed) {
-  Args args;
-  bool flags_done = false;
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    const std::string& arg = argv[i];
-    if (flags_done || arg.size() < 2 || arg.compare(0, 2, "--") != 0) {
-      args.positional.push_back(arg);
-      continue;
-    }
-    if (arg == "--") {
-      flags_done = true;
-      continue;
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    if (const auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-    } else if (name != "help") {
-      if (i + 1 >= argv.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      }
-      value = argv[++i];
-    }
-    if (name != "help" && allowed.count(name) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown option --", name));
-    }
-    args.flags[name] = value;
-  }
-  return args;
-}
-
-absl::StatusOr<std::int64_t> IntFlag(const Args& args, const std::string& name,
-                                     std::int64_t fallback, std::int64_t minimum) {
-  const auto it = args.flags.find(name);
-  if (it == args.flags.end()) return fallback;
-  std::int64_t value = 0;
-  if (!absl::SimpleAtoi(it->second, &value) || value < minimum) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, " must be an integer >= ", minimum, ", got '", it->second, "'"));
-  }
-  return value;
-}
-
-std::string StringFlag(const Args& args, const std::string& name, const std::string& fallback) {
-  const auto it = args.flags.find(name);
-  return it == args.flags.end() ? fallback : it->second;
-}
-
-absl::Status ApplyThreads(const Args& args) {
-  auto threads = IntFlag(args, "threads", 0, 1);
-  if (!threads.ok()) return threads.status();
+void ApplyThreads(std::int64_t threads) {
   // LibTorch would start with one intra-op thread here; default to every core instead.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  compat::SetThreads(*threads > 0 ? static_cast<int>(*threads) : cores);
-  return absl::OkStatus();
+  compat::SetThreads(threads > 0 ? static_cast<int>(threads) : cores);
 }
 
-absl::StatusOr<torch::Device> DeviceFlag(const Args& args) {
-  const std::string name = StringFlag(args, "device", "cpu");
+absl::StatusOr<torch::Device> DeviceFlag(const std::string& name) {
   auto device = CatchTorch(absl::StrCat("--device ", name), [&] { return torch::Device(name); });
   if (!device.ok()) return absl::InvalidArgumentError(device.status().message());
   if (device->is_cuda() && !torch::cuda::is_available()) {
@@ -151,16 +95,16 @@ absl::StatusOr<torch::Device> DeviceFlag(const Args& args) {
 }
 
 // Applies the crossover measured for this model's heads from a calibration file.
-absl::Status ApplyCalibration(const Args& args, LoadedCheckpoint& loaded, std::int64_t batch) {
-  const auto it = args.flags.find("calibration");
-  if (it == args.flags.end()) return absl::OkStatus();
-  auto results = LoadCalibration(it->second);
+absl::Status ApplyCalibration(const std::optional<std::string>& calibration,
+                              LoadedCheckpoint& loaded, std::int64_t batch) {
+  if (!calibration) return absl::OkStatus();
+  auto results = LoadCalibration(*calibration);
   if (!results.ok()) return results.status();
   const std::int64_t heads = loaded.options.heads();
   const std::int64_t head_dim = loaded.options.embed_dim() / heads;
   const auto crossover = LookupCrossover(*results, head_dim, heads, batch);
   if (!crossover) {
-    return absl::NotFoundError(absl::StrCat(it->second, " has no crossover for head_dim ", head_dim,
+    return absl::NotFoundError(absl::StrCat(*calibration, " has no crossover for head_dim ", head_dim,
                                             " with ", heads, " heads"));
   }
   loaded.model->set_crossover_tokens(*crossover);
@@ -177,25 +121,15 @@ absl::StatusOr<std::string> ReadBytes(const std::string& path) {
 
 // ---------------------------------------------------------------------------------------------
 
-absl::Status ImportReference(const Args& args) {
-  if (args.positional.size() != 1) throw UsageError{"import-reference takes one STATE_DICT.pt"};
-  const std::string out = StringFlag(args, "out", "");
-  if (out.empty()) throw UsageError{"import-reference needs --out CKPT"};
+absl::Status ImportReference(const ImportFlags& flags) {
+  const std::string& out = flags.out;
   ReferenceImportOptions options;
-  options.modality = StringFlag(args, "modality", "bytes");
-  if (options.modality != "bytes" && options.modality != "pixels") {
-    throw UsageError{
-        absl::StrCat("--modality must be bytes or pixels, got '", options.modality, "'")};
-  }
-  if (const auto labels = args.flags.find("labels"); labels != args.flags.end()) {
-    options.labels = absl::StrSplit(labels->second, ',');
-  }
-  auto heads = IntFlag(args, "heads", 0, 1);
-  if (!heads.ok()) throw UsageError{std::string(heads.status().message())};
-  options.heads = *heads;
+  options.modality = flags.modality;
+  if (!flags.labels.empty()) options.labels = absl::StrSplit(flags.labels, ',');
+  options.heads = flags.heads;
   options.provenance["created_by"] = "tsmodel import-reference";
 
-  auto imported = ImportReferenceStateDict(args.positional[0], options);
+  auto imported = ImportReferenceStateDict(flags.state_dict, options);
   if (!imported.ok()) return imported.status();
   if (auto status = SaveCheckpoint(out, imported->options, imported->metadata, imported->model);
       !status.ok()) {
@@ -207,31 +141,19 @@ absl::Status ImportReference(const Args& args) {
   return absl::OkStatus();
 }
 
-absl::Status Init(const Args& args) {
-  if (!args.positional.empty()) throw UsageError{"init takes no positional arguments"};
-  const std::string out = StringFlag(args, "out", "");
-  if (out.empty()) throw UsageError{"init needs --out CKPT"};
-  const auto labels_flag = args.flags.find("labels");
-  if (labels_flag == args.flags.end()) throw UsageError{"init needs --labels a,b,..."};
-  std::vector<std::string> labels = absl::StrSplit(labels_flag->second, ',');
-  const auto get = [&](const char* name, std::int64_t fallback) {
-    auto value = IntFlag(args, name, fallback, 1);
-    if (!value.ok()) throw UsageError{std::string(value.status().message())};
-    return *value;
-  };
-  const std::int64_t embed_dim = get("embed-dim", 64);
-  const std::int64_t mlp_ratio = get("mlp-ratio", 2);
-  const std::int64_t seed = get("seed", 1);
-  TaylorShiftEncoderOptions options(embed_dim, get("depth", 2), get("heads", 8),
-                                    get("max-length", 2048),
+absl::Status Init(const InitFlags& flags) {
+  const std::string& out = flags.out;
+  std::vector<std::string> labels = absl::StrSplit(flags.labels, ',');
+  const std::int64_t seed = flags.seed;
+  TaylorShiftEncoderOptions options(flags.embed_dim, flags.depth, flags.heads, flags.max_length,
                                     static_cast<std::int64_t>(labels.size()));
-  options.mlp_hidden(embed_dim * mlp_ratio);
+  options.mlp_hidden(flags.embed_dim * flags.mlp_ratio);
   if (auto valid = ValidateEncoderOptions(options); !valid.ok()) {
     throw UsageError{std::string(valid.message())};
   }
   CheckpointMetadata metadata;
   metadata.format_version = kCheckpointFormatVersion;
-  metadata.modality = StringFlag(args, "modality", "bytes");
+  metadata.modality = flags.modality;
   metadata.labels = labels;
   metadata.provenance["created_by"] = "tsmodel init";
   metadata.provenance["source"] = absl::StrCat("untrained: random initialisation, seed ", seed);
@@ -243,14 +165,13 @@ absl::Status Init(const Args& args) {
   return absl::OkStatus();
 }
 
-absl::Status Info(const Args& args) {
-  if (args.positional.size() != 1) throw UsageError{"info takes one CKPT"};
-  auto loaded = LoadCheckpoint(args.positional[0]);
+absl::Status Info(const InfoFlags& flags) {
+  auto loaded = LoadCheckpoint(flags.checkpoint);
   if (!loaded.ok()) return loaded.status();
-  if (auto status = ApplyCalibration(args, *loaded, 1); !status.ok()) return status;
+  if (auto status = ApplyCalibration(flags.calibration, *loaded, 1); !status.ok()) return status;
   const auto& options = loaded->options;
   const std::int64_t head_dim = options.embed_dim() / options.heads();
-  std::cout << "checkpoint: " << args.positional[0] << "\n"
+  std::cout << "checkpoint: " << flags.checkpoint << "\n"
             << "format_version: " << loaded->metadata.format_version << "\n"
             << "architecture: " << DescribeEncoderOptions(options) << "\n"
             << "parameters: " << loaded->model->CountParameters() << "\n"
@@ -267,7 +188,7 @@ absl::Status Info(const Args& args) {
   }
   const std::int64_t crossover = loaded->model->crossover_tokens();
   std::cout << "crossover_tokens: " << crossover
-            << (args.flags.count("calibration")  ? " (calibrated)"
+            << (flags.calibration                ? " (calibrated)"
                 : options.crossover_tokens() > 0 ? " (checkpoint)"
                                                  : " (formula N0)")
             << "\n"
@@ -278,25 +199,18 @@ absl::Status Info(const Args& args) {
   return absl::OkStatus();
 }
 
-absl::Status Predict(const Args& args) {
-  const std::string checkpoint = StringFlag(args, "checkpoint", "");
-  if (checkpoint.empty()) throw UsageError{"predict needs --checkpoint CKPT"};
-  if (args.positional.empty()) throw UsageError{"predict needs at least one FILE"};
-  auto path = ParseAttentionPath(StringFlag(args, "path", "auto"));
-  if (!path.ok()) throw UsageError{std::string(path.status().message())};
-  auto batch_size = IntFlag(args, "batch-size", 8, 1);
-  if (!batch_size.ok()) throw UsageError{std::string(batch_size.status().message())};
-  auto device = DeviceFlag(args);
+absl::Status Predict(const PredictFlags& flags) {
+  const std::int64_t batch_size = flags.batch_size;
+  auto device = DeviceFlag(flags.device);
   if (!device.ok()) return device.status();
+  if (auto status = CheckPrecisionSupported(flags.precision, *device); !status.ok()) return status;
 
-  auto precision = ParsePrecision(StringFlag(args, "precision", "fp32"));
-  if (!precision.ok()) throw UsageError{absl::StrCat("--", precision.status().message())};
-  if (auto status = CheckPrecisionSupported(*precision, *device); !status.ok()) return status;
-
-  auto loaded = LoadCheckpoint(checkpoint, *device);
+  auto loaded = LoadCheckpoint(flags.checkpoint, *device);
   if (!loaded.ok()) return loaded.status();
-  if (auto status = ApplyCalibration(args, *loaded, *batch_size); !status.ok()) return status;
-  loaded->model->set_precision(*precision);
+  if (auto status = ApplyCalibration(flags.calibration, *loaded, batch_size); !status.ok()) {
+    return status;
+  }
+  loaded->model->set_precision(flags.precision);
   const std::int64_t max_length = loaded->options.max_length();
 
   struct Item {
@@ -307,7 +221,7 @@ absl::Status Predict(const Args& args) {
     AttentionPath path = AttentionPath::kAuto;
   };
   std::vector<Item> items;
-  for (const auto& file : args.positional) {
+  for (const auto& file : flags.files) {
     auto bytes = ReadBytes(file);
     if (!bytes.ok()) return bytes.status();
     Item item;
@@ -328,8 +242,8 @@ absl::Status Predict(const Args& args) {
     return items[a].tokens.size() < items[b].tokens.size();
   });
   auto& model = loaded->model;
-  for (std::size_t start = 0; start < order.size(); start += *batch_size) {
-    const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(*batch_size));
+  for (std::size_t start = 0; start < order.size(); start += batch_size) {
+    const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_size));
     auto ran = CatchTorch("predict", [&] {
       c10::InferenceMode inference;
       const auto batch = static_cast<std::int64_t>(end - start);
@@ -350,7 +264,7 @@ absl::Status Predict(const Args& args) {
                                       torch::kLong));
         }
       }
-      const AttentionPath concrete = model->ResolvePath(*path, longest + 1);
+      const AttentionPath concrete = model->ResolvePath(flags.path, longest + 1);
       const auto logits = model->forward(tokens.to(*device), lengths.to(*device), concrete)
                               .to(torch::kCPU, torch::kDouble)
                               .contiguous();
@@ -393,32 +307,24 @@ absl::Status Predict(const Args& args) {
   return absl::OkStatus();
 }
 
-absl::Status Calibrate(const Args& args) {
-  if (args.positional.size() != 1) throw UsageError{"calibrate takes one CKPT"};
-  const std::string out = StringFlag(args, "out", "");
-  if (out.empty()) throw UsageError{"calibrate needs --out FILE"};
-  auto batch = IntFlag(args, "batch", 1, 1);
-  if (!batch.ok()) throw UsageError{std::string(batch.status().message())};
-  auto repeats = IntFlag(args, "repeats", 3, 1);
-  if (!repeats.ok()) throw UsageError{std::string(repeats.status().message())};
-  auto loaded = LoadCheckpoint(args.positional[0]);
+absl::Status Calibrate(const CalibrateFlags& flags) {
+  const std::string& out = flags.out;
+  auto loaded = LoadCheckpoint(flags.checkpoint);
   if (!loaded.ok()) return loaded.status();
   const auto& model_options = loaded->options;
 
   CalibrationOptions options;
   options.heads = model_options.heads();
   options.head_dim = model_options.embed_dim() / model_options.heads();
-  options.batch = *batch;
-  options.device = StringFlag(args, "device", "cpu");
-  options.repeats = static_cast<int>(*repeats);
+  options.batch = flags.batch;
+  options.device = flags.device;
+  options.repeats = static_cast<int>(flags.repeats);
   options.a = model_options.a();
   options.b = model_options.b();
   options.c = model_options.c();
   // Longer sequences than the model accepts (max_length + CLS) never reach it.
-  auto max_tokens = IntFlag(args, "max-tokens",
-                            std::max(options.min_tokens * 2, model_options.max_length() + 1), 2);
-  if (!max_tokens.ok()) throw UsageError{std::string(max_tokens.status().message())};
-  options.max_tokens = *max_tokens;
+  options.max_tokens = flags.max_tokens.value_or(
+      std::max(options.min_tokens * 2, model_options.max_length() + 1));
   options.min_tokens = std::min(options.min_tokens, options.max_tokens / 2);
 
   auto result = CalibrateCrossover(options);
@@ -432,22 +338,10 @@ absl::Status Calibrate(const Args& args) {
   return absl::OkStatus();
 }
 
-absl::Status ListOps(const Args& args) {
-  if (!args.positional.empty()) throw UsageError{"listops takes no positional arguments"};
-  const std::string out = StringFlag(args, "out", "");
-  if (out.empty()) throw UsageError{"listops needs --out FILE.jsonl"};
-  if (args.flags.count("count") == 0) throw UsageError{"listops needs --count N"};
-  ListOpsGeneratorOptions options;
-  for (auto [flag, field] : {std::pair<const char*, std::int64_t*>{"count", &options.count},
-                             {"min-length", &options.min_length},
-                             {"max-length", &options.max_length}}) {
-    auto value = IntFlag(args, flag, *field, 0);
-    if (!value.ok()) throw UsageError{std::string(value.status().message())};
-    *field = *value;
-  }
-  auto seed = IntFlag(args, "seed", 1, 0);
-  if (!seed.ok()) throw UsageError{std::string(seed.status().message())};
-  options.seed = static_cast<std::uint64_t>(*seed);
+absl::Status ListOps(const ListOpsFlags& flags) {
+  const std::string& out = flags.out;
+  ListOpsGeneratorOptions options = flags.options;
+  options.seed = static_cast<std::uint64_t>(flags.seed);
   auto dataset = GenerateListOpsDataset(options);
   if (!dataset.ok()) return dataset.status();
   std::string text;
@@ -466,64 +360,155 @@ absl::Status ListOps(const Args& args) {
   return absl::OkStatus();
 }
 
-struct Command {
-  const char* name;
-  absl::Status (*run)(const Args&);
-  std::set<std::string> flags;
-};
+// Adds the command's --threads (default: every core) and `run` on its flags, kept in `flags`.
+template <typename Flags>
+CLI::App* AddCommand(CLI::App& app, const std::string& name, const std::string& description,
+                     std::shared_ptr<Flags> flags, absl::Status (*run)(const Flags&),
+                     std::int64_t* threads, std::function<absl::Status()>* chosen) {
+  CLI::App* command = app.add_subcommand(name, description);
+  command->add_option("--threads", *threads, "intra-op threads (default: every core)")
+      ->check(IntegerIn(1, INT32_MAX));
+  command->callback([flags, run, chosen] { *chosen = [flags, run] { return run(*flags); }; });
+  return command;
+}
+
+CLI::Validator OneOf(std::vector<std::string> values) { return CLI::IsMember(std::move(values)); }
 
 int Main(int argc, char** argv) {
-  const std::vector<Command> commands = {
-      {"import-reference", ImportReference, {"out", "labels", "modality", "heads", "threads"}},
-      {"predict",
-       Predict,
-       {"checkpoint", "path", "threads", "batch-size", "device", "precision", "calibration"}},
-      {"init",
-       Init,
-       {"out", "labels", "embed-dim", "depth", "heads", "mlp-ratio", "max-length", "modality",
-        "seed", "threads"}},
-      {"info", Info, {"threads", "calibration"}},
-      {"calibrate", Calibrate, {"out", "threads", "batch", "device", "max-tokens", "repeats"}},
-      {"listops", ListOps, {"out", "count", "min-length", "max-length", "seed", "threads"}},
-  };
-  if (argc < 2) {
-    std::cerr << kUsage;
-    return kExitUsage;
+  CLI::App app(
+      "tsmodel: offline model tool — import reference weights, inspect a checkpoint, classify "
+      "files, calibrate the direct/efficient crossover",
+      "tsmodel");
+  UseFlagConventions(app);
+  app.require_subcommand(1);
+  app.footer("Exit status: 0 success, 1 error, 2 usage error.");
+  std::int64_t threads = 0;
+  std::function<absl::Status()> run;
+  {
+    auto flags = std::make_shared<ImportFlags>();
+    CLI::App* command = AddCommand(
+        app, "import-reference",
+        "Convert a reference (tobna/TaylorShift) state dict saved with "
+        "torch.save(dict(model.state_dict()), path) into a checkpoint.",
+        flags, ImportReference, &threads, &run);
+    command->add_option("STATE_DICT", flags->state_dict, "the .pt file")->required();
+    command->add_option("--out", flags->out, "the checkpoint to write")->required();
+    command->add_option("--labels", flags->labels, "label names a,b,...");
+    command->add_option("--modality", flags->modality, "bytes|pixels")
+        ->capture_default_str()
+        ->check(OneOf({"bytes", "pixels"}));
+    command->add_option("--heads", flags->heads, "attention heads (default: from the state dict)")
+        ->check(IntegerIn(1, INT32_MAX));
   }
-  const std::string name = argv[1];
-  if (name == "--help" || name == "-h" || name == "help") {
-    std::cout << kUsage;
-    return 0;
+  {
+    auto flags = std::make_shared<PredictFlags>();
+    CLI::App* command = AddCommand(
+        app, "predict",
+        "Classify each file (its bytes are the tokens; longer files keep their head). Prints "
+        "one JSON object per file, in input order.",
+        flags, Predict, &threads, &run);
+    command->add_option("FILE", flags->files, "the inputs")->required();
+    command->add_option("--checkpoint", flags->checkpoint, "the model")->required();
+    AddParsedOption(*command, "--path", &flags->path, ParseAttentionPath,
+                    "auto|direct|efficient|softmax (default auto)");
+    command->add_option("--batch-size", flags->batch_size, "files per forward pass")
+        ->capture_default_str()
+        ->check(IntegerIn(1, INT32_MAX));
+    command->add_option("--device", flags->device, "cpu|cuda[:N]")->capture_default_str();
+    AddParsedOption(*command, "--precision", &flags->precision, ParsePrecision,
+                    "fp32 (default) or bf16: the linear layers in bfloat16 (CPUs with "
+                    "AVX512-BF16 or AMX, CUDA 8.0+; refused elsewhere)");
+    command->add_option("--calibration", flags->calibration,
+                        "a crossover measured by calibrate");
   }
-  const auto command = std::find_if(commands.begin(), commands.end(),
-                                    [&](const Command& c) { return name == c.name; });
-  if (command == commands.end()) {
-    std::cerr << "tsmodel: unknown command '" << name << "'\n\n" << kUsage;
-    return kExitUsage;
+  {
+    auto flags = std::make_shared<InitFlags>();
+    CLI::App* command = AddCommand(
+        app, "init",
+        "Write an UNTRAINED checkpoint (seeded random weights; provenance says so): for smoke "
+        "tests and as the starting point of training. Its predictions are meaningless.",
+        flags, Init, &threads, &run);
+    command->add_option("--out", flags->out, "the checkpoint to write")->required();
+    command->add_option("--labels", flags->labels, "label names a,b,...")->required();
+    for (auto [name, value] :
+         {std::pair<const char*, std::int64_t*>{"--embed-dim", &flags->embed_dim},
+          {"--depth", &flags->depth},
+          {"--heads", &flags->heads},
+          {"--mlp-ratio", &flags->mlp_ratio},
+          {"--max-length", &flags->max_length},
+          {"--seed", &flags->seed}}) {
+      command->add_option(name, *value)->capture_default_str()->check(IntegerIn(1, INT32_MAX));
+    }
+    command->add_option("--modality", flags->modality, "bytes|pixels")
+        ->capture_default_str()
+        ->check(OneOf({"bytes", "pixels"}));
   }
-  auto args = ParseArgs(std::vector<std::string>(argv + 2, argv + argc), command->flags);
-  if (!args.ok()) {
-    std::cerr << "tsmodel " << name << ": " << args.status().message() << "\n\n" << kUsage;
-    return kExitUsage;
+  {
+    auto flags = std::make_shared<InfoFlags>();
+    CLI::App* command =
+        AddCommand(app, "info",
+                   "Architecture, parameter count, metadata, per-layer cost-model crossovers.",
+                   flags, Info, &threads, &run);
+    command->add_option("CKPT", flags->checkpoint, "the checkpoint")->required();
+    command->add_option("--calibration", flags->calibration,
+                        "a crossover measured by calibrate");
   }
-  if (args->flags.count("help")) {
-    std::cout << kUsage;
-    return 0;
+  {
+    auto flags = std::make_shared<CalibrateFlags>();
+    CLI::App* command = AddCommand(
+        app, "calibrate",
+        "Measure direct vs efficient attention for this model's heads on this machine and "
+        "write the crossover to FILE (the --calibration input of predict/info and the server).",
+        flags, Calibrate, &threads, &run);
+    command->add_option("CKPT", flags->checkpoint, "the checkpoint")->required();
+    command->add_option("--out", flags->out, "the calibration file to write")->required();
+    command->add_option("--batch", flags->batch)->capture_default_str()->check(
+        IntegerIn(1, INT32_MAX));
+    command->add_option("--device", flags->device, "cpu|cuda[:N]")->capture_default_str();
+    command->add_option("--max-tokens", flags->max_tokens,
+                        "longest sequence measured (default: the model's max_length + 1)")
+        ->check(IntegerIn(2, INT32_MAX));
+    command->add_option("--repeats", flags->repeats)->capture_default_str()->check(
+        IntegerIn(1, INT32_MAX));
   }
+  {
+    auto flags = std::make_shared<ListOpsFlags>();
+    CLI::App* command = AddCommand(
+        app, "listops",
+        "Write the procedural ListOps examples a training job's `format: listops` source makes "
+        "with the same settings, as JSON Lines ({\"text\": ..., \"label\": \"0\"..\"9\"}), "
+        "so other trainers (bench/reference_train.py) can learn from exactly the same data.",
+        flags, ListOps, &threads, &run);
+    command->add_option("--out", flags->out, "the FILE.jsonl to write")->required();
+    command->add_option("--count", flags->options.count, "examples")->required()->check(
+        IntegerIn(0, INT64_MAX));
+    command->add_option("--min-length", flags->options.min_length)
+        ->capture_default_str()
+        ->check(IntegerIn(0, INT64_MAX));
+    command->add_option("--max-length", flags->options.max_length)
+        ->capture_default_str()
+        ->check(IntegerIn(0, INT64_MAX));
+    command->add_option("--seed", flags->seed)->capture_default_str()->check(
+        IntegerIn(0, INT64_MAX));
+  }
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "help") args[0] = "--help";
+  if (std::optional<int> exit = ParseCommandLine(app, std::move(args))) return *exit;
+  const std::string name = app.get_subcommands().front()->get_name();
   try {
-    if (auto status = ApplyThreads(*args); !status.ok())
-      throw UsageError{std::string(status.message())};
+    ApplyThreads(threads);
     // Keep freed tensor memory for the next batch (model/heap_policy.h).
     if (auto status = KeepFreedHeapMemory(kDefaultHeapKeepFreedBytes); !status.ok()) {
       std::cerr << "tsmodel: warning: " << status.message() << "\n";
     }
-    if (auto status = command->run(*args); !status.ok()) {
+    if (auto status = run(); !status.ok()) {
       std::cerr << "tsmodel " << name << ": error: " << status.message() << "\n";
       return kExitError;
     }
   } catch (const UsageError& e) {
-    std::cerr << "tsmodel " << name << ": " << e.message << "\n\n" << kUsage;
-    return kExitUsage;
+    std::cerr << "tsmodel " << name << ": " << e.message << "\nRun 'tsmodel " << name
+              << " --help' for usage.\n";
+    return kUsageExitStatus;
   } catch (const std::exception& e) {
     std::cerr << "tsmodel " << name
               << ": error: " << StatusFromException(e, "unexpected failure").message() << "\n";

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_split.h"
 #include "client/command_line.h"
+#include "common/command_line.h"
 #include "client/job_format.h"
 #include "common/job_spec_yaml.h"
 #include "gmock/gmock.h"
@@ -35,40 +37,75 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// Parses `args` with `flags`, expecting success.
-void ParseOk(Flags& flags, const std::vector<std::string>& args) {
-  ASSERT_TRUE(flags.Parse(args)) << flags.error();
+// Runs tsctl's job command `command` with `args` (the words after it).
+int RunCommand(const std::string& command, std::vector<std::string> args) {
+  Commands commands;
+  AddJobCommands(commands);
+  args.insert(args.begin(), command);
+  return commands.Run(std::move(args));
+}
+
+// Parses `args` with the flags `add` binds to *flags: CLI11's usage error, or "" when they parse.
+template <typename Flags>
+std::string ParseError(void (*add)(CLI::App&, Flags*), Flags* flags,
+                       std::vector<std::string> args) {
+  CLI::App app;
+  UseFlagConventions(app);
+  add(app, flags);
+  std::reverse(args.begin(), args.end());  // CLI11 takes the words last first
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 TEST(CommandLineTest, ValueBoolAndInlineFlags) {
-  Flags flags = SubmitFlags();
-  ParseOk(flags, {"--spec=a.yaml", "--wait", "--server", "h:1", "--", "--json"});
-  EXPECT_EQ(flags.String("spec", ""), "a.yaml");
-  EXPECT_EQ(flags.String("server", ""), "h:1");
-  EXPECT_TRUE(flags.Has("wait"));
-  EXPECT_FALSE(flags.Has("json"));  // after "--": a positional
-  EXPECT_EQ(flags.positionals(), std::vector<std::string>{"--json"});
-}
+  std::string server;
+  bool wait = false;
+  std::int64_t limit = 0;
+  std::vector<std::string> rest;
+  CLI::App app;
+  UseFlagConventions(app);
+  app.add_option("--server", server);
+  app.add_flag("--wait", wait);
+  app.add_option("--limit", limit)->check(IntegerIn(0, 10));
+  app.add_option("rest", rest);
+  std::vector<std::string> args = {"--server", "a:1", "--server=h:1", "--wait", "-", "--",
+                                   "--json"};
+  std::reverse(args.begin(), args.end());
+  app.parse(args);
+  EXPECT_EQ(server, "h:1");  // the last one given
+  EXPECT_TRUE(wait);
+  EXPECT_EQ(rest, (std::vector<std::string>{"-", "--json"}));  // "-" and after "--": positional
 
-TEST(CommandLineTest, RejectsUnknownFlagsAndMissingValues) {
-  Flags unknown = SubmitFlags();
-  EXPECT_FALSE(unknown.Parse({"--spec", "a.yaml", "--follow"}));
-  EXPECT_EQ(unknown.error(), "unknown flag --follow");
-  Flags missing = SubmitFlags();
-  EXPECT_FALSE(missing.Parse({"--spec"}));
-  EXPECT_EQ(missing.error(), "--spec needs a value");
-  Flags valued_bool = SubmitFlags();
-  EXPECT_FALSE(valued_bool.Parse({"--wait=yes"}));
-  EXPECT_EQ(valued_bool.error(), "--wait takes no value");
+  const auto error_of = [&](std::vector<std::string> words) -> std::string {
+    app.clear();
+    std::reverse(words.begin(), words.end());
+    try {
+      app.parse(words);
+    } catch (const CLI::ParseError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_THAT(error_of({"--server", "a", "--follow"}), HasSubstr("--follow"));
+  EXPECT_THAT(error_of({"--server"}), HasSubstr("--server"));
+  EXPECT_THAT(error_of({"--wait=yes"}), HasSubstr("wait"));
+  EXPECT_EQ(error_of({"--limit", "abc"}), "--limit: must be an integer in 0..10, got 'abc'");
+  EXPECT_EQ(error_of({"--limit=11"}), "--limit: must be an integer in 0..10, got '11'");
+  EXPECT_EQ(error_of({"--limit=10"}), "");
 }
 
 TEST(CommandLineTest, ConnectionFlagsApplyToJobCommands) {
-  Flags flags = PromoteFlags();
-  ParseOk(flags, {"--server", "10.0.0.1:7000", "--ca-file", "ca.pem", "--cert-file", "c.pem",
-                  "--key-file", "k.pem", "--tls-server-name", "ts.local", "--token", "t0k",
-                  "--max-message-bytes", "1024", "--tls"});
-  const ConnectionOptions options = ConnectionFromFlags(flags);
-  EXPECT_FALSE(flags.failed()) << flags.error();
+  ConnectionFlags flags;
+  EXPECT_EQ(ParseError(AddConnectionFlags, &flags,
+                       {"--server", "10.0.0.1:7000", "--ca-file", "ca.pem", "--cert-file", "c.pem",
+                        "--key-file", "k.pem", "--tls-server-name", "ts.local", "--token", "t0k",
+                        "--max-message-bytes", "1024", "--tls", "--timeout-ms=5"}),
+            "");
+  const ConnectionOptions& options = flags.connection;
   EXPECT_EQ(options.server, "10.0.0.1:7000");
   EXPECT_TRUE(options.tls);
   EXPECT_EQ(options.ca_file, "ca.pem");
@@ -77,81 +114,79 @@ TEST(CommandLineTest, ConnectionFlagsApplyToJobCommands) {
   EXPECT_EQ(options.tls_server_name, "ts.local");
   EXPECT_EQ(options.token, "t0k");
   EXPECT_EQ(options.max_message_bytes, 1024);
+  EXPECT_EQ(flags.TimeoutMs(30000), 5);
 
-  Flags half = ListFlags();
-  ParseOk(half, {"--cert-file", "c.pem"});
-  ConnectionFromFlags(half);
-  EXPECT_EQ(half.error(), "--cert-file and --key-file go together");
+  ConnectionFlags defaults;
+  EXPECT_EQ(ParseError(AddConnectionFlags, &defaults, {}), "");
+  EXPECT_EQ(defaults.connection.server, "127.0.0.1:50051");
+  EXPECT_EQ(defaults.TimeoutMs(30000), 30000);
+
+  ConnectionFlags half;
+  EXPECT_THAT(ParseError(AddConnectionFlags, &half, {"--cert-file", "c.pem"}),
+              HasSubstr("--cert-file requires --key-file"));
+  ConnectionFlags empty;
+  EXPECT_THAT(ParseError(AddConnectionFlags, &empty, {"--server", ""}),
+              HasSubstr("--server: must not be empty"));
 }
 
 TEST(JobsCommandsTest, ListOptions) {
-  Flags flags = ListFlags();
-  ParseOk(flags, {"--state", "Running", "--kind=training", "--limit", "25"});
-  const ListOptions options = ListOptionsFromFlags(flags);
-  EXPECT_FALSE(flags.failed()) << flags.error();
-  EXPECT_EQ(options.request.state(), taylorshift::v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(options.request.kind(), taylorshift::v1::JOB_KIND_TRAINING);
-  EXPECT_EQ(options.limit, 25);
+  ListFlags flags;
+  EXPECT_EQ(ParseError(AddListFlags, &flags, {"--state", "Running", "--kind=training", "--limit", "25"}),
+            "");
+  EXPECT_EQ(flags.state, taylorshift::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(flags.kind, taylorshift::v1::JOB_KIND_TRAINING);
+  EXPECT_EQ(flags.limit, 25);
 
-  Flags none = ListFlags();
-  ParseOk(none, {});
-  const ListOptions all = ListOptionsFromFlags(none);
-  EXPECT_EQ(all.request.state(), taylorshift::v1::JOB_STATE_UNSPECIFIED);
-  EXPECT_EQ(all.request.kind(), taylorshift::v1::JOB_KIND_UNSPECIFIED);
-  EXPECT_EQ(all.limit, 0);
+  ListFlags none;
+  EXPECT_EQ(ParseError(AddListFlags, &none, {}), "");
+  EXPECT_EQ(none.state, taylorshift::v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(none.kind, taylorshift::v1::JOB_KIND_UNSPECIFIED);
+  EXPECT_EQ(none.limit, 0);
 
-  Flags bad_state = ListFlags();
-  ParseOk(bad_state, {"--state", "done"});
-  ListOptionsFromFlags(bad_state);
-  EXPECT_THAT(bad_state.error(), HasSubstr("--state: unknown state 'done'"));
-  Flags bad_kind = ListFlags();
-  ParseOk(bad_kind, {"--kind", "serving"});
-  ListOptionsFromFlags(bad_kind);
-  EXPECT_THAT(bad_kind.error(), HasSubstr("--kind: unknown kind 'serving'"));
-  Flags bad_limit = ListFlags();
-  ParseOk(bad_limit, {"--limit", "-1"});
-  ListOptionsFromFlags(bad_limit);
-  EXPECT_THAT(bad_limit.error(), HasSubstr("--limit must be an integer in 0.."));
+  ListFlags bad;
+  EXPECT_THAT(ParseError(AddListFlags, &bad, {"--state", "done"}),
+              HasSubstr("--state: unknown state 'done'"));
+  EXPECT_THAT(ParseError(AddListFlags, &bad, {"--kind", "serving"}),
+              HasSubstr("--kind: unknown kind 'serving'"));
+  EXPECT_THAT(ParseError(AddListFlags, &bad, {"--limit", "-1"}),
+              HasSubstr("--limit: must be an integer in 0.."));
 }
 
 TEST(JobsCommandsTest, PromoteFromAJob) {
-  Flags flags = PromoteFlags();
-  ParseOk(flags, {"--job", "j-7", "--model", "imdb", "--require-better"});
-  const auto request = PromoteRequestFromFlags(flags);
-  EXPECT_FALSE(flags.failed()) << flags.error();
+  PromoteFlags flags;
+  EXPECT_EQ(ParseError(AddPromoteFlags, &flags, {"--job", "j-7", "--model", "imdb", "--require-better"}),
+            "");
+  const auto& request = flags.request;
   EXPECT_EQ(request.model(), "imdb");
   EXPECT_EQ(request.job_id(), "j-7");
   EXPECT_EQ(request.which(), taylorshift::v1::CHECKPOINT_CHOICE_BEST);
   EXPECT_TRUE(request.require_at_least_current_accuracy());
 
-  Flags last = PromoteFlags();
-  ParseOk(last, {"--job", "j-7", "--last", "--model", "imdb"});
-  EXPECT_EQ(PromoteRequestFromFlags(last).which(), taylorshift::v1::CHECKPOINT_CHOICE_LAST);
-  EXPECT_FALSE(last.failed()) << last.error();
+  PromoteFlags last;
+  EXPECT_EQ(ParseError(AddPromoteFlags, &last, {"--job", "j-7", "--last", "--model", "imdb"}), "");
+  EXPECT_EQ(last.request.which(), taylorshift::v1::CHECKPOINT_CHOICE_LAST);
 }
 
 TEST(JobsCommandsTest, PromoteFromACheckpoint) {
-  Flags flags = PromoteFlags();
-  ParseOk(flags, {"--checkpoint", "runs/a.tsckpt", "--model", "imdb"});
-  const auto request = PromoteRequestFromFlags(flags);
-  EXPECT_FALSE(flags.failed()) << flags.error();
-  EXPECT_EQ(request.checkpoint(), "runs/a.tsckpt");
-  EXPECT_FALSE(request.require_at_least_current_accuracy());
+  PromoteFlags flags;
+  EXPECT_EQ(ParseError(AddPromoteFlags, &flags, {"--checkpoint", "runs/a.tsckpt", "--model", "imdb"}),
+            "");
+  EXPECT_EQ(flags.request.checkpoint(), "runs/a.tsckpt");
+  EXPECT_FALSE(flags.request.require_at_least_current_accuracy());
 }
 
 TEST(JobsCommandsTest, PromoteRefusesIncompleteOrConflictingSources) {
   const auto error_of = [](const std::vector<std::string>& args) {
-    Flags flags = PromoteFlags();
-    EXPECT_TRUE(flags.Parse(args)) << flags.error();
-    PromoteRequestFromFlags(flags);
-    return flags.error();
+    PromoteFlags flags;
+    return ParseError(AddPromoteFlags, &flags, args);
   };
-  EXPECT_EQ(error_of({"--job", "j-1"}), "--model NAME is required");
-  EXPECT_EQ(error_of({"--model", "m"}), "give exactly one of --job ID and --checkpoint PATH");
-  EXPECT_EQ(error_of({"--model", "m", "--job", "j", "--checkpoint", "c.tsckpt"}),
-            "give exactly one of --job ID and --checkpoint PATH");
+  EXPECT_THAT(error_of({"--job", "j-1"}), HasSubstr("--model is required"));
+  EXPECT_THAT(error_of({"--model", "m"}), HasSubstr("Exactly 1 option from [--job,--checkpoint]"));
+  EXPECT_THAT(error_of({"--model", "m", "--job", "j", "--checkpoint", "c.tsckpt"}),
+              HasSubstr("Exactly 1 option from [--job,--checkpoint] is required and 2 were given"));
   EXPECT_THAT(error_of({"--model", "m", "--checkpoint", "c.tsckpt", "--last"}),
-              HasSubstr("--last goes with --job"));
+              HasSubstr("--last requires --job"));
+  EXPECT_THAT(error_of({"--model", "m", "--job", ""}), HasSubstr("--job: must not be empty"));
 }
 
 class TempSpec {
@@ -177,22 +212,22 @@ TEST(JobsCommandsTest, RefusalsBeforeConnecting) {
     args.insert(args.end(), server.begin(), server.end());
     return args;
   };
-  EXPECT_EQ(RunTrain(with_server({})), kExitUsage);  // no --spec
-  EXPECT_EQ(RunTrain(with_server({"--spec", "a.yaml", "extra"})), kExitUsage);
-  EXPECT_EQ(RunEval({"--spec"}), kExitUsage);  // --spec without its value
-  EXPECT_EQ(RunJobs({}), kExitUsage);
-  EXPECT_EQ(RunJobs(with_server({"show", "j-1"})), kExitUsage);
-  EXPECT_EQ(RunJobs(with_server({"get"})), kExitUsage);
-  EXPECT_EQ(RunJobs(with_server({"cancel", "a", "b"})), kExitUsage);
-  EXPECT_EQ(RunJobs(with_server({"list", "--state", "done"})), kExitUsage);
-  EXPECT_EQ(RunPromote(with_server({"--model", "m"})), kExitUsage);
-  EXPECT_EQ(RunJobs(with_server({"cancel", "j-1", "--curve"})), kExitUsage);
-  EXPECT_EQ(RunJobs(with_server({"plot", "j-1"})), kExitUsage);  // no --out
+  EXPECT_EQ(RunCommand("train", with_server({})), kExitUsage);  // no --spec
+  EXPECT_EQ(RunCommand("train", with_server({"--spec", "a.yaml", "extra"})), kExitUsage);
+  EXPECT_EQ(RunCommand("eval", {"--spec"}), kExitUsage);  // --spec without its value
+  EXPECT_EQ(RunCommand("jobs", {}), kExitUsage);
+  EXPECT_EQ(RunCommand("jobs", with_server({"show", "j-1"})), kExitUsage);
+  EXPECT_EQ(RunCommand("jobs", with_server({"get"})), kExitUsage);
+  EXPECT_EQ(RunCommand("jobs", with_server({"cancel", "a", "b"})), kExitUsage);
+  EXPECT_EQ(RunCommand("jobs", with_server({"list", "--state", "done"})), kExitUsage);
+  EXPECT_EQ(RunCommand("promote", with_server({"--model", "m"})), kExitUsage);
+  EXPECT_EQ(RunCommand("jobs", with_server({"cancel", "j-1", "--curve"})), kExitUsage);
+  EXPECT_EQ(RunCommand("jobs", with_server({"plot", "j-1"})), kExitUsage);  // no --out
 
   // jobs plot writes SVG only, and says so before connecting.
   for (const char* out : {"curve.png", "curve", "dir.svg/curve", "curve.svg.pdf"}) {
     ::testing::internal::CaptureStderr();
-    EXPECT_EQ(RunJobs(with_server({"plot", "j-1", "--out", out})), kExitUsage) << out;
+    EXPECT_EQ(RunCommand("jobs", with_server({"plot", "j-1", "--out", out})), kExitUsage) << out;
     EXPECT_THAT(::testing::internal::GetCapturedStderr(),
                 HasSubstr("only SVG output is supported (a file name ending in .svg)"));
   }
@@ -200,7 +235,7 @@ TEST(JobsCommandsTest, RefusalsBeforeConnecting) {
   // A spec that does not parse is an error (1) named with the file and the key, sent nowhere.
   TempSpec spec("name: x\nmodel: {heads: many}\n");
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(RunTrain(with_server({"--spec", spec.path()})), kExitError);
+  EXPECT_EQ(RunCommand("train", with_server({"--spec", spec.path()})), kExitError);
   const std::string stderr_text = ::testing::internal::GetCapturedStderr();
   EXPECT_THAT(stderr_text, HasSubstr("INVALID_ARGUMENT: " + spec.path() +
                                      ": model.heads: "
@@ -319,7 +354,7 @@ class JobsCommandsServiceTest : public ::testing::Test {
 TEST_F(JobsCommandsServiceTest, TrainSubmitsTheParsedSpecAndPrintsTheId) {
   TempSpec spec(kSpec);
   service_.set_script(TrainingRun("JOB_STATE_SUCCEEDED", ""));
-  const Output out = Capture([&] { return RunTrain(Args({"--spec", spec.path()})); });
+  const Output out = Capture([&] { return RunCommand("train", Args({"--spec", spec.path()})); });
   EXPECT_EQ(out.status, kExitOk) << out.err;
   EXPECT_THAT(out.lines, ElementsAre("j-1"));
   const FakeJobsService::Record record = service_.record();
@@ -334,7 +369,7 @@ TEST_F(JobsCommandsServiceTest, TrainSubmitsTheParsedSpecAndPrintsTheId) {
 TEST_F(JobsCommandsServiceTest, TrainWaitPrintsOneLinePerEvent) {
   TempSpec spec(kSpec);
   service_.set_script(TrainingRun("JOB_STATE_SUCCEEDED", ""));
-  const Output out = Capture([&] { return RunTrain(Args({"--spec", spec.path(), "--wait"})); });
+  const Output out = Capture([&] { return RunCommand("train", Args({"--spec", spec.path(), "--wait"})); });
   EXPECT_EQ(out.status, kExitOk) << out.err;
   EXPECT_THAT(out.lines,
               ElementsAre("job j-1 filetype (training): QUEUED", "state RUNNING",
@@ -353,7 +388,7 @@ TEST_F(JobsCommandsServiceTest, TrainWaitJsonEndsWithTheJob) {
   const Job final_job = script.events.back().job();
   service_.set_script(script);
   const Output out = Capture([&] {
-    return RunTrain(Args({"--spec", spec.path(), "--wait", "--json"}));
+    return RunCommand("train", Args({"--spec", spec.path(), "--wait", "--json"}));
   });
   EXPECT_EQ(out.status, kExitOk) << out.err;
   ASSERT_EQ(out.lines.size(), 7u);
@@ -371,13 +406,13 @@ TEST_F(JobsCommandsServiceTest, TrainWaitJsonEndsWithTheJob) {
 TEST_F(JobsCommandsServiceTest, AFailedOrCancelledJobExitsOneWithTheReason) {
   TempSpec spec(kSpec);
   service_.set_script(TrainingRun("JOB_STATE_FAILED", "data.train.path: not found"));
-  const Output failed = Capture([&] { return RunTrain(Args({"--spec", spec.path(), "--wait"})); });
+  const Output failed = Capture([&] { return RunCommand("train", Args({"--spec", spec.path(), "--wait"})); });
   EXPECT_EQ(failed.status, kExitError);
   EXPECT_EQ(failed.lines.back(), "state FAILED: data.train.path: not found");
   EXPECT_THAT(failed.err, HasSubstr("tsctl: job j-1 FAILED: data.train.path: not found"));
 
   service_.set_script(TrainingRun("JOB_STATE_CANCELLED", "cancelled by CancelJob"));
-  const Output cancelled = Capture([&] { return RunJobs(Args({"watch", "j-1", "--json"})); });
+  const Output cancelled = Capture([&] { return RunCommand("jobs", Args({"watch", "j-1", "--json"})); });
   EXPECT_EQ(cancelled.status, kExitError);
   EXPECT_THAT(cancelled.lines.back(), HasSubstr(R"("state":"CANCELLED")"));
   EXPECT_THAT(cancelled.err, HasSubstr("tsctl: job j-1 CANCELLED: cancelled by CancelJob"));
@@ -387,13 +422,13 @@ TEST_F(JobsCommandsServiceTest, AWatchThatEndsEarlyIsAnError) {
   FakeJobsService::Script script = TrainingRun("JOB_STATE_SUCCEEDED", "");
   script.events.resize(3);  // still RUNNING
   service_.set_script(script);
-  const Output ended = Capture([&] { return RunJobs(Args({"watch", "j-1"})); });
+  const Output ended = Capture([&] { return RunCommand("jobs", Args({"watch", "j-1"})); });
   EXPECT_EQ(ended.status, kExitError);
   EXPECT_THAT(ended.err, HasSubstr("ended before job j-1 finished (last state RUNNING)"));
 
   script.watch_end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down");
   service_.set_script(script);
-  const Output broken = Capture([&] { return RunJobs(Args({"watch", "j-1"})); });
+  const Output broken = Capture([&] { return RunCommand("jobs", Args({"watch", "j-1"})); });
   EXPECT_EQ(broken.status, kExitError);
   EXPECT_THAT(broken.err, HasSubstr("WatchJob on " + service_.address() +
                                     " failed: UNAVAILABLE: server shutting down"));
@@ -405,7 +440,7 @@ TEST_F(JobsCommandsServiceTest, EvalSubmitsTheEvaluationSpec) {
   script.job =
       FromText<Job>(R"pb(id: "j-2" kind: JOB_KIND_EVALUATION name: "e" state: JOB_STATE_QUEUED)pb");
   service_.set_script(script);
-  const Output out = Capture([&] { return RunEval(Args({"--spec", spec.path(), "--json"})); });
+  const Output out = Capture([&] { return RunCommand("eval", Args({"--spec", spec.path(), "--json"})); });
   EXPECT_EQ(out.status, kExitOk) << out.err;
   ASSERT_EQ(out.lines.size(), 1u);
   EXPECT_THAT(out.lines[0], StartsWith(R"({"id":"j-2","kind":"EVALUATION","name":"e",)"
@@ -425,7 +460,7 @@ TEST_F(JobsCommandsServiceTest, ListFollowsPagesUntilDoneOrTheLimit) {
     script.jobs.push_back(job);
   }
   service_.set_script(script);
-  const Output all = Capture([&] { return RunJobs(Args({"list", "--json"})); });
+  const Output all = Capture([&] { return RunCommand("jobs", Args({"list", "--json"})); });
   EXPECT_EQ(all.status, kExitOk) << all.err;
   ASSERT_EQ(all.lines.size(), 5u);
   EXPECT_THAT(all.lines[0], StartsWith(R"({"id":"j-5",)"));
@@ -440,7 +475,7 @@ TEST_F(JobsCommandsServiceTest, ListFollowsPagesUntilDoneOrTheLimit) {
   limited.Start();
   limited.set_script(script);
   const Output three = Capture([&] {
-    return RunJobs({"list", "--limit", "3", "--state", "succeeded", "--kind", "training",
+    return RunCommand("jobs", {"list", "--limit", "3", "--state", "succeeded", "--kind", "training",
                     "--server", limited.address()});
   });
   EXPECT_EQ(three.status, kExitOk) << three.err;
@@ -468,17 +503,17 @@ TEST_F(JobsCommandsServiceTest, GetCancelAndPromote) {
            previous_validation_accuracy: 0.8)pb");
   service_.set_script(script);
 
-  const Output get = Capture([&] { return RunJobs(Args({"get", "j-3", "--json"})); });
+  const Output get = Capture([&] { return RunCommand("jobs", Args({"get", "j-3", "--json"})); });
   EXPECT_EQ(get.status, kExitOk) << get.err;  // get reports; it does not judge the state
   EXPECT_THAT(get.lines, ElementsAre(JobJson(script.job)));
   EXPECT_EQ(service_.record().id, "j-3");
 
-  const Output cancel = Capture([&] { return RunJobs(Args({"cancel", "j-3"})); });
+  const Output cancel = Capture([&] { return RunCommand("jobs", Args({"cancel", "j-3"})); });
   EXPECT_EQ(cancel.status, kExitOk) << cancel.err;
   EXPECT_THAT(cancel.lines, ElementsAre("job j-3: CANCELLED"));
 
   const Output promote = Capture([&] {
-    return RunPromote(Args({"--job", "j-3", "--last", "--model", "imdb", "--require-better"}));
+    return RunCommand("promote", Args({"--job", "j-3", "--last", "--model", "imdb", "--require-better"}));
   });
   EXPECT_EQ(promote.status, kExitOk) << promote.err;
   EXPECT_THAT(promote.lines,
@@ -514,7 +549,7 @@ TEST_F(JobsCommandsServiceTest, GetCurveFollowsEveryHistoryPage) {
   script.history_pages = HistoryPages();
   service_.set_script(script);
 
-  const Output text = Capture([&] { return RunJobs(Args({"get", "j-4", "--curve"})); });
+  const Output text = Capture([&] { return RunCommand("jobs", Args({"get", "j-4", "--curve"})); });
   EXPECT_EQ(text.status, kExitOk) << text.err;
   const auto histories = service_.record().histories;
   ASSERT_EQ(histories.size(), 3u);
@@ -535,7 +570,7 @@ TEST_F(JobsCommandsServiceTest, GetCurveFollowsEveryHistoryPage) {
   json_service.Start();
   json_service.set_script(script);
   const Output json = Capture([&] {
-    return RunJobs({"get", "j-4", "--curve", "--json", "--server", json_service.address()});
+    return RunCommand("jobs", {"get", "j-4", "--curve", "--json", "--server", json_service.address()});
   });
   EXPECT_EQ(json.status, kExitOk) << json.err;
   taylorshift::v1::GetJobHistoryResponse all;
@@ -557,7 +592,7 @@ TEST_F(JobsCommandsServiceTest, AHistoryPageWithoutProgressIsAnError) {
       FromText<taylorshift::v1::GetJobHistoryResponse>(R"pb(next_page_token: "1")pb"),
   };
   service_.set_script(script);
-  const Output out = Capture([&] { return RunJobs(Args({"get", "j-4", "--curve"})); });
+  const Output out = Capture([&] { return RunCommand("jobs", Args({"get", "j-4", "--curve"})); });
   EXPECT_EQ(out.status, kExitError);
   EXPECT_THAT(out.err, HasSubstr("GetJobHistory"));
   EXPECT_THAT(out.err, HasSubstr("without progress"));
@@ -572,7 +607,7 @@ TEST_F(JobsCommandsServiceTest, PlotWritesTheWholeHistoryAsSvg) {
   service_.set_script(script);
   const std::string path = ::testing::TempDir() + "jobs_commands_test_curve.SVG";
   std::remove(path.c_str());
-  const Output out = Capture([&] { return RunJobs(Args({"plot", "j-4", "--out", path})); });
+  const Output out = Capture([&] { return RunCommand("jobs", Args({"plot", "j-4", "--out", path})); });
   EXPECT_EQ(out.status, kExitOk) << out.err;
   EXPECT_THAT(out.lines, ElementsAre("wrote " + path + " (4 loss points, 2 validation runs)"));
   EXPECT_THAT(service_.record().rpcs,
@@ -587,7 +622,7 @@ TEST_F(JobsCommandsServiceTest, PlotWritesTheWholeHistoryAsSvg) {
   // A file that cannot be written is an error naming it.
   const std::string unwritable = ::testing::TempDir() + "no-such-dir/curve.svg";
   const Output failed = Capture([&] {
-    return RunJobs(Args({"plot", "j-4", "--out", unwritable}));
+    return RunCommand("jobs", Args({"plot", "j-4", "--out", unwritable}));
   });
   EXPECT_EQ(failed.status, kExitError);
   EXPECT_THAT(failed.err, HasSubstr("cannot create " + unwritable));

@@ -217,7 +217,8 @@ TEST_F(TsctlTest, HealthIsNotServingForJobsOnAServerWithoutThem) {
 TEST_F(TsctlTest, HealthTakesNoPositionalArguments) {
   const auto out = RunCommand(Tsctl("health", "text"));
   EXPECT_EQ(out.exit_code, 2) << out.text;
-  EXPECT_NE(out.text.find("--service"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("not expected: text"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("Run 'tsctl health --help'"), std::string::npos) << out.text;
 }
 
 TEST_F(TsctlTest, UnreachableServerIsAClearError) {
@@ -225,6 +226,30 @@ TEST_F(TsctlTest, UnreachableServerIsAClearError) {
       RunCommand(std::string(TS_TSCTL_BINARY) + " models --server 127.0.0.1:1 --timeout-ms 2000");
   EXPECT_EQ(out.exit_code, 1);
   EXPECT_NE(out.text.find("UNAVAILABLE"), std::string::npos) << out.text;
+}
+
+// Usage errors stop before anything starts: exit 2, and the message names the flag.
+TEST(CommandLineFlagsTest, UnknownFlagsAndBadIntegersAreUsageErrorsNamingTheFlag) {
+  const std::string tsctl = TS_TSCTL_BINARY;
+  const std::string tsserver = TS_TSSERVER_BINARY;
+  for (const std::string& command :
+       {tsctl + " models --follow", tsctl + " jobs list --limit=ten",
+        tsctl + " bench --model m --concurrency 0", tsctl + " health --timeout-ms -5",
+        tsserver + " --model m=x.tsckpt --colour blue", tsserver + " --threads many",
+        tsserver + " --threads=-2"}) {
+    const auto out = RunCommand(command);
+    EXPECT_EQ(out.exit_code, 2) << command << ": " << out.text;
+    const std::string flag = command.substr(command.rfind(" --") + 1);
+    EXPECT_NE(out.text.find(flag.substr(0, flag.find_first_of(" ="))), std::string::npos)
+        << command << ": " << out.text;
+  }
+  const auto help = RunCommand(tsctl + " jobs list --help");
+  EXPECT_EQ(help.exit_code, 0) << help.text;
+  EXPECT_NE(help.text.find("--state"), std::string::npos) << help.text;
+  const auto server_help = RunCommand(tsserver + " --help");
+  EXPECT_EQ(server_help.exit_code, 0) << server_help.text;
+  EXPECT_NE(server_help.text.find("--model NAME=CHECKPOINT"), std::string::npos)
+      << server_help.text;
 }
 
 }  // namespace
