@@ -22,32 +22,45 @@
 //   models/<name>/<version>.tsckpt   promoted checkpoints (what the registry serves)
 //
 // The jobs themselves are worker/jobs.h, run by tsworker; this class admits, schedules,
-// supervises, persists, reports and promotes. It knows nothing of gRPC. Thread-safe.
+// supervises, persists, reports and promotes, as a facade over one part per concept:
+//   job_admission.h    the checks a submitted spec passes, the memory estimate
+//   job_queue.h        queued and running jobs: max_queued, the memory budget, states, watches
+//   job_runner.h       the run of one job in worker processes, retries
+//   job_recorder.h     worker messages → the job, the store, the metrics, the watchers
+//   job_checkpoints.h  choosing, resolving and keeping checkpoints
+//   job_promotion.h    serving a checkpoint, and again after a restart
+//   job_deletion.h     DeleteJob and the retention sweep
+//   job_context.h      what they share; failed store writes logged and counted
+// It knows nothing of gRPC. Time comes only from the injected clock. Thread-safe.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "model/data_root.h"
+#include "server/clock.h"
 #include "server/config.h"
+#include "server/job_admission.h"
+#include "server/job_checkpoints.h"
+#include "server/job_context.h"
+#include "server/job_deletion.h"
+#include "server/job_promotion.h"
+#include "server/job_queue.h"
+#include "server/job_recorder.h"
+#include "server/job_runner.h"
 #include "server/job_store.h"
 #include "server/metrics.h"
-#include "server/model_registry.h"
 #include "taylorshift/v1/jobs.pb.h"
-#include "taylorshift/v1/worker.pb.h"
 
 namespace ts::server {
+
+class ModelRegistry;
 
 struct JobManagerOptions {
   JobsConfig jobs;
@@ -59,22 +72,14 @@ struct JobManagerOptions {
   ModelConfig promoted_model_defaults;
   // Called after a promotion serves a model (health status, logs). May be empty.
   std::function<void(const std::string& model)> on_model_served;
-  // Log lines (job state changes, restores). May be empty.
+  // Log lines (job state changes, restores, failed store writes). May be empty.
   std::function<void(const std::string& line)> log;
-};
-
-// What PromoteCheckpoint did.
-struct Promotion {
-  std::shared_ptr<ServedModel> model;  // the version now served
-  std::string previous_version;        // empty for a new name
-  std::optional<double> validation_accuracy;
-  std::optional<double> previous_validation_accuracy;
 };
 
 class JobManager {
  public:
   // Opens the store, queues the jobs a previous run left QUEUED or RUNNING, and starts the
-  // workers. `registry` and `metrics` must outlive the manager (metrics may be null).
+  // workers. `registry`, `metrics` and `clock` must outlive the manager (metrics may be null).
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(JobManagerOptions options,
                                                             ModelRegistry* registry,
                                                             Metrics* metrics, Clock* clock);
@@ -113,7 +118,7 @@ class JobManager {
   // job's worker thread (so it must not block), until the job is final — the final STATE event
   // is the last call — or Unwatch. Shutdown() ends every watch with one last call whose event
   // type is TYPE_UNSPECIFIED. Returns a handle for Unwatch (0 when the job was already final).
-  using Listener = std::function<void(const taylorshift::v1::JobEvent& event)>;
+  using Listener = JobQueue::Listener;
   absl::StatusOr<std::int64_t> Watch(const std::string& id, Listener listener);
   void Unwatch(std::int64_t handle);
 
@@ -128,66 +133,25 @@ class JobManager {
   void Shutdown();
 
  private:
-  struct Active;  // a queued or running job
-
   JobManager(JobManagerOptions options, std::unique_ptr<JobStore> store, DataRoot data_root,
              ModelRegistry* registry, Metrics* metrics, Clock* clock);
 
+  // Runs the queue's jobs one after another until Shutdown().
   void WorkerLoop();
-  // Every jobs.retention_sweep_interval: deletes the finished jobs older than jobs.retention.
-  void RetentionLoop();
-  // Runs the job in worker processes until it is final (retrying a failed worker up to the
-  // spec's max_retries), or stopped by a shutdown.
-  void RunJob(const std::shared_ptr<Active>& active);
-  // One run of the job's workers; `stopped` = they stopped on request with the state saved.
-  absl::Status RunAttempt(const std::shared_ptr<Active>& active, bool* stopped);
-  absl::StatusOr<taylorshift::v1::WorkerTask> MakeTask(const Active& active) const;
-  // Applies a worker's report to the job, the store, the metrics and the watchers.
-  void ApplyWorkerMessage(Active& active, const taylorshift::v1::WorkerMessage& message);
-  std::string WorkerBinary() const;
-  // The peak memory of the spec's job, all ranks (model/cost_model.h).
-  std::int64_t EstimateMemory(const taylorshift::v1::TrainingSpec& spec) const;
-  absl::Status CheckSourcePaths(const taylorshift::v1::DataSource& source,
-                                const std::string& field) const;
-  absl::StatusOr<std::string> ResolveCheckpointReference(const std::string& reference,
-                                                         const std::string& field) const;
-  absl::StatusOr<std::string> JobCheckpoint(const std::string& job_id,
-                                            taylorshift::v1::CheckpointChoice which) const;
-  absl::StatusOr<taylorshift::v1::Job> Enqueue(taylorshift::v1::Job job);
-
-  // Persists the job's snapshot and sends `event` (with the snapshot) to its watchers.
-  void Publish(Active& active, taylorshift::v1::JobEvent::Type type,
-               const taylorshift::v1::CheckpointInfo* checkpoint = nullptr);
-  void SetState(Active& active, taylorshift::v1::JobState state, const std::string& reason);
-  std::string JobDir(const std::string& id) const;
-  void Log(const std::string& line) const;
 
   const JobManagerOptions options_;
   const std::unique_ptr<JobStore> store_;
   const DataRoot data_root_;
-  ModelRegistry* const registry_;
-  Metrics* const metrics_;
-  Clock* const clock_;
+  JobContext context_;
+  JobQueue queue_;
+  CheckpointResolver checkpoints_;
+  JobAdmission admission_;
+  JobRecorder recorder_;
+  JobRunner runner_;
+  JobDeleter deleter_;
+  CheckpointPromoter promoter_;
 
-  mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Active>> active_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::shared_ptr<Active>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  const std::int64_t memory_budget_;                      // MemoryBudgetBytes(options_.jobs)
-  std::int64_t running_memory_ ABSL_GUARDED_BY(mu_) = 0;  // estimates of the running jobs
-  absl::CondVar retention_cv_;                            // signalled by Shutdown()
-
-  struct Watcher {
-    std::string job_id;
-    Listener listener;
-  };
-  mutable absl::Mutex watch_mu_;
-  std::map<std::int64_t, Watcher> watchers_ ABSL_GUARDED_BY(watch_mu_);
-  std::int64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
-
-  absl::Mutex promote_mu_;  // one promotion or deletion at a time
-
-  std::vector<std::thread> workers_;
+  std::vector<std::thread> workers_;  // the job runners and the retention sweep
 };
 
 }  // namespace ts::server

@@ -181,7 +181,7 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
     rank->pid = pid;
     rank->events_fd = events[0];
     rank->log_fd = logs[0];
-    rank->last_heard = absl::Now();
+    rank->last_heard = options.clock->Now();
     process->ranks_.push_back(std::move(rank));
   }
   return process;
@@ -216,9 +216,9 @@ JobProcessOutcome JobProcess::Wait() {
   };
 
   for (;;) {
-    if (stop_requested_ && stop_sent == absl::InfiniteFuture()) stop_sent = absl::Now();
+    if (stop_requested_ && stop_sent == absl::InfiniteFuture()) stop_sent = options_.clock->Now();
     if (stop_sent != absl::InfiniteFuture() && !killed &&
-        absl::Now() - stop_sent > options_.stop_grace) {
+        options_.clock->Now() - stop_sent > options_.stop_grace) {
       killed = true;
       KillAll(SIGKILL);
     }
@@ -257,7 +257,7 @@ JobProcessOutcome JobProcess::Wait() {
         }
         continue;
       }
-      rank.last_heard = absl::Now();
+      rank.last_heard = options_.clock->Now();
       if (!owners[i].second) {
         rank.log_partial.append(buffer, static_cast<std::size_t>(n));
         std::size_t eol;
@@ -316,7 +316,8 @@ JobProcessOutcome JobProcess::Wait() {
           end_all(rank->index, "");
         }
       }
-      if (!rank->exited && !killed && absl::Now() - rank->last_heard > options_.heartbeat_timeout) {
+      if (!rank->exited && !killed &&
+          options_.clock->Now() - rank->last_heard > options_.heartbeat_timeout) {
         end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
                                           ") sent no heartbeat for ",
                                           absl::FormatDuration(options_.heartbeat_timeout),
@@ -330,7 +331,8 @@ JobProcessOutcome JobProcess::Wait() {
     if (all_exited) {
       static constexpr absl::Duration kDrain = absl::Seconds(2);
       bool any_heard_recently = false;
-      for (auto& rank : ranks_) any_heard_recently |= absl::Now() - rank->last_heard < kDrain;
+      for (auto& rank : ranks_)
+        any_heard_recently |= options_.clock->Now() - rank->last_heard < kDrain;
       if (!any_heard_recently) break;
     }
   }

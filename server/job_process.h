@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/clock.h"
 #include "taylorshift/v1/worker.pb.h"
 
 namespace ts::server {
@@ -36,6 +37,9 @@ struct JobProcessOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(60);
   absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM → SIGKILL
   std::size_t log_lines_kept = 20;                // of each rank's stderr, for failure reasons
+  // What the heartbeat timeout and the stop grace are measured on (the job manager's clock); the
+  // pipes are still polled in real time.
+  Clock* clock = RealClock();
 };
 
 struct JobProcessOutcome {

@@ -159,7 +159,11 @@ struct Metrics::Impl {
                                          "Accuracy of the latest validation run, per job_id.")),
         jobs_deleted(AddCounter(*registry, "taylorshift_jobs_deleted_total",
                                 "Finished jobs deleted with their files, by reason (request: "
-                                "DeleteJob; retention: older than jobs.retention_s).")) {}
+                                "DeleteJob; retention: older than jobs.retention_s).")),
+        job_store_errors(AddCounter(*registry, "taylorshift_job_store_errors_total",
+                                    "Writes to the job store (state_dir/jobs.db) that failed, by "
+                                    "operation (update_job, append_metric, record_checkpoint, "
+                                    "...); each is also logged with its job id.")) {}
 
   void UpdateMemory() {
     // /proc/self/statm: total program size and resident set size, in pages.
@@ -206,6 +210,7 @@ struct Metrics::Impl {
   Family<Gauge>& job_examples_per_second;
   Family<Gauge>& job_validation_accuracy;
   Family<Counter>& jobs_deleted;
+  Family<Counter>& job_store_errors;
 
   absl::Mutex model_info_mu;
   // (model, version) → its taylorshift_model_info sample, so RemoveModelInfo can find it.
@@ -349,6 +354,10 @@ void Metrics::RemoveJob(const std::string& job_id, const std::string& kind,
     remove(*family, labels);
   }
   impl_->jobs_deleted.Add({{"reason", reason}}).Increment();
+}
+
+void Metrics::RecordJobStoreError(const std::string& operation) {
+  impl_->job_store_errors.Add({{"operation", operation}}).Increment();
 }
 
 void Metrics::RemoveModelInfo(const std::string& model, const std::string& version) {

@@ -47,6 +47,10 @@ class Metrics {
   void SetJobValidationAccuracy(const std::string& job_id, double accuracy);
   // Drops every series of a deleted job and counts the deletion (reason: request, retention).
   void RemoveJob(const std::string& job_id, const std::string& kind, const std::string& reason);
+  // Counts a job-store write that failed (operation: create_job, update_job, delete_job,
+  // append_metric, append_evaluation, truncate_history, record_checkpoint, remove_checkpoint,
+  // record_promotion).
+  void RecordJobStoreError(const std::string& operation);
   // Reads /proc/self/statm and (on CUDA) the device allocator; call before each scrape or
   // periodically.
   void UpdateMemory();

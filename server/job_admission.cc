@@ -1,0 +1,148 @@
+#include "server/job_admission.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/cost_model.h"
+#include "model/quoted.h"
+#include "server/job_spec.h"
+#include "server/model_registry.h"
+
+namespace ts::server {
+namespace pb = taylorshift::v1;
+namespace fs = std::filesystem;
+
+absl::Status JobAdmission::CheckEnabled() const {
+  if (jobs_.enabled) return absl::OkStatus();
+  return absl::FailedPreconditionError("jobs are disabled on this server (jobs.enabled: false)");
+}
+
+absl::Status JobAdmission::CheckSourcePaths(const pb::DataSource& source,
+                                            const std::string& field) const {
+  if (source.format() == "listops" || source.path().empty()) return absl::OkStatus();
+  auto resolved = data_root_->Resolve(source.path());
+  if (!resolved.ok()) return Prefixed(resolved.status(), absl::StrCat(field, ".path: "));
+  std::error_code error;
+  if (!fs::exists(*resolved, error)) {
+    return absl::NotFoundError(
+        absl::StrCat(field, ".path: ", Quoted(source.path()), " does not exist in the data root"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
+  if (auto s = CheckEnabled(); !s.ok()) return s;
+  if (auto s = NormalizeTrainingSpec(&spec, jobs_, num_cores_); !s.ok()) return s;
+  if (auto s = CheckSourcePaths(spec.data().train(), "data.train"); !s.ok()) return s;
+  if (spec.data().has_validation()) {
+    if (auto s = CheckSourcePaths(spec.data().validation(), "data.validation"); !s.ok()) return s;
+  }
+  if (!spec.init_from().empty()) {
+    auto path = checkpoints_->Resolve(spec.init_from(), "init_from");
+    if (!path.ok()) return path.status();
+  }
+  const std::int64_t estimate = EstimateMemory(spec);
+  const std::int64_t budget = MemoryBudgetBytes(jobs_);
+  if (jobs_.memory_admission && estimate > budget) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the job's estimated peak memory is %d bytes (%.2f GiB over %d rank(s): batch_size %d, "
+        "max_length %d, embed_dim %d, depth %d), more than jobs.memory_budget_bytes %d (%.2f GiB)",
+        estimate, estimate / 1073741824.0, std::max<std::uint32_t>(spec.workers(), 1),
+        spec.batch_size(), spec.model().max_length(), spec.model().embed_dim(),
+        spec.model().depth(), budget, budget / 1073741824.0));
+  }
+  pb::Job job;
+  job.set_kind(pb::JOB_KIND_TRAINING);
+  job.set_name(spec.name());
+  job.mutable_progress()->set_memory_estimate_bytes(static_cast<std::uint64_t>(estimate));
+  *job.mutable_training() = std::move(spec);
+  return job;
+}
+
+absl::StatusOr<pb::Job> JobAdmission::Evaluation(pb::EvaluationSpec spec) const {
+  if (auto s = CheckEnabled(); !s.ok()) return s;
+  if (auto s = NormalizeEvaluationSpec(&spec, jobs_, num_cores_); !s.ok()) return s;
+  if (auto s = CheckSourcePaths(spec.data(), "data"); !s.ok()) return s;
+  switch (spec.target_case()) {
+    case pb::EvaluationSpec::kModel:
+      if (registry_->Find(spec.model()) == nullptr) {
+        return absl::NotFoundError(
+            absl::StrCat("model: no served model named ", Quoted(spec.model())));
+      }
+      break;
+    case pb::EvaluationSpec::kJobId:
+      if (auto path = checkpoints_->JobCheckpoint(spec.job_id(), pb::CHECKPOINT_CHOICE_BEST);
+          !path.ok()) {
+        return Prefixed(path.status(), "job_id: ");
+      }
+      break;
+    case pb::EvaluationSpec::kCheckpoint:
+      if (auto path = checkpoints_->Resolve(spec.checkpoint(), "checkpoint"); !path.ok()) {
+        return path.status();
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError("target: give one of model, job_id or checkpoint");
+  }
+  pb::Job job;
+  job.set_kind(pb::JOB_KIND_EVALUATION);
+  job.set_name(spec.name());
+  *job.mutable_evaluation() = std::move(spec);
+  return job;
+}
+
+std::int64_t JobAdmission::EstimateMemory(const pb::TrainingSpec& spec) const {
+  const int ranks = static_cast<int>(std::max<std::uint32_t>(spec.workers(), 1));
+  // The data every rank holds: the files' sizes (a folder's files), or the generated examples.
+  std::int64_t data_bytes = 0;
+  for (const pb::DataSource* source : {&spec.data().train(), &spec.data().validation()}) {
+    if (source->format() == "listops") {
+      data_bytes += static_cast<std::int64_t>(source->generate().count() *
+                                              (source->generate().max_length() + 64));
+      continue;
+    }
+    if (source->path().empty()) continue;
+    auto resolved = data_root_->Resolve(source->path());
+    if (!resolved.ok()) continue;
+    std::error_code error;
+    if (fs::is_directory(*resolved, error)) {
+      for (fs::recursive_directory_iterator it(*resolved, error), end; !error && it != end;
+           it.increment(error)) {
+        if (it->is_regular_file(error))
+          data_bytes += static_cast<std::int64_t>(it->file_size(error));
+      }
+    } else {
+      const auto size = fs::file_size(*resolved, error);
+      if (!error) data_bytes += static_cast<std::int64_t>(size);
+    }
+  }
+  TrainingMemoryShape shape;
+  shape.batch = std::max<std::int64_t>(spec.batch_size(), 1) / ranks;
+  shape.element_bytes = spec.dtype() == "float64" ? 8 : 4;
+  shape.data_bytes = 2 * data_bytes;  // examples are copied once while loading
+  shape.num_classes = std::max(spec.labels_size(), 16);
+  if (spec.init_from().empty()) {
+    const auto& m = spec.model();
+    shape.embed_dim = m.embed_dim();
+    shape.depth = m.depth();
+    shape.heads = m.heads();
+    shape.mlp_hidden = static_cast<std::int64_t>(std::llround(m.embed_dim() * m.mlp_ratio()));
+    shape.max_length = m.max_length();
+    shape.efficient = spec.path() == pb::ATTENTION_PATH_EFFICIENT;
+  }
+  TrainingMemoryEstimate estimate = EstimateTrainingMemory(shape);
+  if (!spec.init_from().empty()) {
+    // The shape is in the checkpoint, which the server does not load at submission: the
+    // weights count (5 copies of the file), activations are not (the workers' limit holds).
+    auto path = checkpoints_->Resolve(spec.init_from(), "init_from");
+    std::error_code error;
+    const auto size = path.ok() ? fs::file_size(*path, error) : 0;
+    if (!error) estimate.total_bytes += 5 * static_cast<std::int64_t>(size);
+  }
+  return estimate.total_bytes * ranks;
+}
+
+}  // namespace ts::server

@@ -1,0 +1,288 @@
+#include "server/job_queue.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/job_process.h"
+
+namespace ts::server {
+namespace pb = taylorshift::v1;
+
+namespace {
+
+std::int64_t MemoryEstimate(const pb::Job& job) {
+  return static_cast<std::int64_t>(job.progress().memory_estimate_bytes());
+}
+
+// The field by which `job` reads job `id`'s checkpoint when it starts, or null.
+const char* UsesCheckpointOf(const pb::Job& job, const std::string& id) {
+  const std::string reference = absl::StrCat("job:", id);
+  if (job.has_training() && job.training().init_from() == reference) return "init_from";
+  if (job.has_evaluation()) {
+    if (job.evaluation().job_id() == id) return "job_id";
+    if (job.evaluation().checkpoint() == reference) return "checkpoint";
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void ActiveJob::SetProcess(JobProcess* process) {
+  absl::MutexLock lock(&process_mu_);
+  process_ = process;
+}
+
+void ActiveJob::StopProcess() {
+  absl::MutexLock lock(&process_mu_);
+  if (process_ != nullptr) process_->Stop();
+}
+
+JobQueue::JobQueue(JobQueueOptions options, JobContext* context)
+    : options_(options), context_(context) {}
+
+absl::Status JobQueue::Restore(pb::Job job) {
+  const bool was_running = job.state() == pb::JOB_STATE_RUNNING;
+  auto active = std::make_shared<ActiveJob>(std::move(job));
+  if (was_running) {
+    active->job.mutable_progress()->set_resumes(active->job.progress().resumes() + 1);
+  }
+  active->job.set_state(pb::JOB_STATE_QUEUED);
+  const std::string& id = active->id;
+  if (absl::Status s = context_->store->UpdateJob(active->job);
+      !context_->StoreWriteOk(s, "update_job", id, "its queued state after a restart")) {
+    return s;
+  }
+  context_->Log(absl::StrCat("job ", id, " (", active->job.name(), ") queued again",
+                             was_running ? " to resume after a restart" : ""));
+  if (context_->metrics != nullptr) {
+    context_->metrics->SetJobState(id, JobKindName(active->job.kind()), "queued");
+  }
+  absl::MutexLock lock(&mu_);
+  active_[id] = active;
+  queue_.push_back(std::move(active));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<pb::Job> JobQueue::Enqueue(pb::Job job) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the server is shutting down");
+  std::int64_t queued = 0;
+  for (const auto& [id, active] : active_) {
+    if (active->job.state() == pb::JOB_STATE_QUEUED) ++queued;
+  }
+  if (queued >= options_.max_queued) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        queued, " jobs are queued, the limit (jobs.max_queued) is ", options_.max_queued));
+  }
+  job.set_state(pb::JOB_STATE_QUEUED);
+  SetTimestamp(context_->clock->Now(), job.mutable_create_time());
+  auto stored = context_->store->CreateJob(std::move(job));
+  if (!context_->StoreWriteOk(stored.status(), "create_job", "(new)", "a submitted job")) {
+    return stored.status();
+  }
+  auto active = std::make_shared<ActiveJob>(*stored);
+  active_[stored->id()] = active;
+  queue_.push_back(std::move(active));
+  if (context_->metrics != nullptr) {
+    context_->metrics->SetJobState(stored->id(), JobKindName(stored->kind()), "queued");
+  }
+  context_->Log(absl::StrCat("job ", stored->id(), " (", stored->name(), ", ",
+                             JobKindName(stored->kind()), ") queued"));
+  return *stored;
+}
+
+std::shared_ptr<ActiveJob> JobQueue::Next() {
+  absl::MutexLock lock(&mu_);
+  // The head of the queue starts when its memory estimate fits beside the running jobs' (or
+  // nothing runs): jobs.memory_budget_bytes holds for all jobs together.
+  mu_.Await(absl::Condition(
+      +[](JobQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
+        if (q->stopping_) return true;
+        if (q->queue_.empty()) return false;
+        const std::int64_t need = MemoryEstimate(q->queue_.front()->job);
+        return q->running_memory_ == 0 ||
+               q->running_memory_ + need <= q->options_.memory_budget_bytes;
+      },
+      this));
+  if (stopping_) return nullptr;
+  std::shared_ptr<ActiveJob> active = std::move(queue_.front());
+  queue_.pop_front();
+  running_memory_ += MemoryEstimate(active->job);
+  return active;
+}
+
+void JobQueue::Release(const ActiveJob& active) {
+  absl::MutexLock lock(&mu_);
+  running_memory_ -= MemoryEstimate(active.job);
+  active_.erase(active.id);
+}
+
+absl::StatusOr<pb::Job> JobQueue::Get(const std::string& id) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (const auto it = active_.find(id); it != active_.end()) return it->second->job;
+  }
+  return context_->store->GetJob(id);
+}
+
+absl::StatusOr<pb::Job> JobQueue::Cancel(const std::string& id) {
+  std::shared_ptr<ActiveJob> active;
+  bool was_queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (const auto it = active_.find(id); it != active_.end()) {
+      // A job that just finished is still here until its runner lets go of it.
+      if (IsFinalJobState(it->second->job.state())) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", id, " is already ", JobStateName(it->second->job.state())));
+      }
+      active = it->second;
+      active->cancel = true;
+      // Still waiting (not yet taken by a runner): cancelled here; otherwise the runner stops it.
+      if (const auto q = std::find(queue_.begin(), queue_.end(), active); q != queue_.end()) {
+        was_queued = true;
+        queue_.erase(q);
+        active_.erase(id);
+      }
+    }
+  }
+  if (active == nullptr) {
+    auto job = context_->store->GetJob(id);
+    if (!job.ok()) return job.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is already ", JobStateName(job->state())));
+  }
+  if (was_queued) {
+    SetState(*active, pb::JOB_STATE_CANCELLED, "cancelled by request while queued");
+  } else {
+    active->StopProcess();  // SIGTERM now, SIGKILL after jobs.stop_grace
+  }
+  return Snapshot(*active);
+}
+
+absl::Status JobQueue::CheckDeletable(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  // A job that just reached its final state may still be here for a moment (its runner letting
+  // go of it); its record and files are final already.
+  if (const auto it = active_.find(id);
+      it != active_.end() && !IsFinalJobState(it->second->job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id, " is ", JobStateName(it->second->job.state()), "; cancel it first"));
+  }
+  for (const auto& [other_id, active] : active_) {
+    if (IsFinalJobState(active->job.state())) continue;
+    if (const char* field = UsesCheckpointOf(active->job, id); field != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, " has a checkpoint that job ", other_id, " (",
+                       JobStateName(active->job.state()), ") uses as its ", field,
+                       "; delete it after that job has finished"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void JobQueue::Update(ActiveJob& active, const std::function<void(pb::Job& job)>& change) {
+  absl::MutexLock lock(&mu_);
+  change(active.job);
+}
+
+pb::Job JobQueue::Snapshot(const ActiveJob& active) const {
+  absl::MutexLock lock(&mu_);
+  return active.job;
+}
+
+void JobQueue::Publish(ActiveJob& active, pb::JobEvent::Type type,
+                       const pb::CheckpointInfo* checkpoint) {
+  pb::JobEvent event;
+  event.set_type(type);
+  *event.mutable_job() = Snapshot(active);
+  if (checkpoint != nullptr) *event.mutable_checkpoint() = *checkpoint;
+  context_->StoreWriteOk(context_->store->UpdateJob(event.job()), "update_job", event.job().id(),
+                         absl::StrCat("its ", JobStateName(event.job().state()), " snapshot (",
+                                      pb::JobEvent::Type_Name(type), " event)"));
+  const bool final = type == pb::JobEvent::STATE && IsFinalJobState(event.job().state());
+  absl::MutexLock lock(&mu_);  // orders events after a Watch snapshot taken under mu_
+  absl::MutexLock watch_lock(&watch_mu_);
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    if (it->second.job_id != event.job().id()) {
+      ++it;
+      continue;
+    }
+    it->second.listener(event);
+    it = final ? watchers_.erase(it) : std::next(it);
+  }
+}
+
+void JobQueue::SetState(ActiveJob& active, pb::JobState state, const std::string& reason) {
+  std::string id, kind;
+  {
+    absl::MutexLock lock(&mu_);
+    active.job.set_state(state);
+    active.job.set_reason(reason);
+    if (state == pb::JOB_STATE_RUNNING && !active.job.has_start_time()) {
+      SetTimestamp(context_->clock->Now(), active.job.mutable_start_time());
+    }
+    if (IsFinalJobState(state)) SetTimestamp(context_->clock->Now(), active.job.mutable_end_time());
+    id = active.job.id();
+    kind = JobKindName(active.job.kind());
+  }
+  if (context_->metrics != nullptr) {
+    context_->metrics->SetJobState(id, kind, JobStateName(state));
+    if (IsFinalJobState(state)) context_->metrics->RecordJobFinished(kind, JobStateName(state));
+  }
+  context_->Log(
+      absl::StrCat("job ", id, " ", JobStateName(state), reason.empty() ? "" : ": ", reason));
+  Publish(active, pb::JobEvent::STATE);
+}
+
+absl::StatusOr<std::int64_t> JobQueue::Watch(const std::string& id, Listener listener) {
+  // Registering under mu_ orders the snapshot before any later event of the job.
+  absl::MutexLock lock(&mu_);
+  pb::JobEvent snapshot;
+  snapshot.set_type(pb::JobEvent::SNAPSHOT);
+  if (const auto it = active_.find(id); it != active_.end()) {
+    *snapshot.mutable_job() = it->second->job;
+  } else {
+    auto job = context_->store->GetJob(id);
+    if (!job.ok()) return job.status();
+    *snapshot.mutable_job() = std::move(*job);
+  }
+  listener(snapshot);
+  if (IsFinalJobState(snapshot.job().state())) return 0;
+  absl::MutexLock watch_lock(&watch_mu_);
+  const std::int64_t handle = next_watch_++;
+  watchers_[handle] = {id, std::move(listener)};
+  return handle;
+}
+
+void JobQueue::Unwatch(std::int64_t handle) {
+  absl::MutexLock lock(&watch_mu_);
+  watchers_.erase(handle);
+}
+
+void JobQueue::Stop() {
+  std::vector<std::shared_ptr<ActiveJob>> active;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (const auto& [id, job] : active_) active.push_back(job);
+  }
+  // Running workers stop at their next step boundary and save their state (SIGTERM).
+  for (const auto& job : active) job->StopProcess();
+  // Open watches end now (an event of type TYPE_UNSPECIFIED says so): their jobs will not reach
+  // a final state in this process.
+  absl::MutexLock lock(&watch_mu_);
+  const pb::JobEvent closing;
+  for (auto& [handle, watcher] : watchers_) watcher.listener(closing);
+  watchers_.clear();
+}
+
+bool JobQueue::stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stopping_;
+}
+
+}  // namespace ts::server

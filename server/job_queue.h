@@ -1,0 +1,128 @@
+// JobQueue: the table of queued and running jobs — admission to the queue, the order they start
+// in, their state transitions and the watchers of their events.
+//
+// - Admission: Enqueue stores a job QUEUED (create_time from the clock) unless jobs.max_queued
+//   jobs are waiting (RESOURCE_EXHAUSTED naming the limit) or Stop() was called (UNAVAILABLE).
+// - Start order: Next() hands out the head of the queue once its memory estimate fits beside the
+//   running jobs' in the memory budget (or nothing runs), so the budget holds for all jobs
+//   together; the job stays in the table until Release().
+// - Transitions: SetState stamps start/end times from the clock, updates the job metrics, logs,
+//   persists the snapshot and publishes a STATE event; Publish persists and sends any event.
+// - Watches: a listener gets a SNAPSHOT and then every event of the job, ordered after the
+//   snapshot, until the job is final (the final STATE event is the last call), Unwatch, or Stop()
+//   (one last call with an event of type TYPE_UNSPECIFIED). Listeners run on the thread that
+//   publishes, under the table's lock: they must not block or call back into the queue.
+//
+// A failed snapshot write is reported through JobContext::StoreWriteOk (logged and counted) and
+// the job goes on from memory. Thread-safe. The context must outlive the queue.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/job_context.h"
+#include "taylorshift/v1/jobs.pb.h"
+
+namespace ts::server {
+
+class JobProcess;
+
+// A queued or running job. `job` is read and written under its JobQueue's lock only (Snapshot,
+// Update); `id` never changes; `cancel` and the process are the runner's.
+struct ActiveJob {
+  explicit ActiveJob(taylorshift::v1::Job stored) : id(stored.id()), job(std::move(stored)) {}
+
+  const std::string id;
+  taylorshift::v1::Job job;
+  std::atomic<bool> cancel{false};
+
+  // The workers now running the job, or null; StopProcess asks them to stop (SIGTERM, then
+  // SIGKILL after jobs.stop_grace).
+  void SetProcess(JobProcess* process);
+  void StopProcess();
+
+ private:
+  absl::Mutex process_mu_;
+  JobProcess* process_ ABSL_GUARDED_BY(process_mu_) = nullptr;
+};
+
+struct JobQueueOptions {
+  std::int64_t max_queued = 100;         // jobs.max_queued: waiting jobs at most
+  std::int64_t memory_budget_bytes = 0;  // MemoryBudgetBytes(jobs): the running jobs together
+};
+
+class JobQueue {
+ public:
+  using Listener = std::function<void(const taylorshift::v1::JobEvent& event)>;
+
+  JobQueue(JobQueueOptions options, JobContext* context);
+
+  // Queues again a job a previous run left QUEUED or RUNNING (a RUNNING one counts one more
+  // resume), storing it QUEUED; the store's error when that write fails.
+  absl::Status Restore(taylorshift::v1::Job job);
+  // Stores `job` QUEUED and queues it; see the class comment for the refusals. Returns the job
+  // as stored (with its id).
+  absl::StatusOr<taylorshift::v1::Job> Enqueue(taylorshift::v1::Job job);
+  // Blocks until the head of the queue may start, removes it from the queue and counts its
+  // memory estimate as running; null once Stop() was called.
+  std::shared_ptr<ActiveJob> Next();
+  // The job's runner is done with it: its memory estimate is free again and it leaves the table.
+  void Release(const ActiveJob& active);
+
+  // A queued or running job's snapshot, else the stored record (NOT_FOUND for an unknown id).
+  absl::StatusOr<taylorshift::v1::Job> Get(const std::string& id) const;
+  // A queued job is CANCELLED at once; a running one is marked and its workers told to stop
+  // (its runner makes it CANCELLED); a finished one is FAILED_PRECONDITION.
+  absl::StatusOr<taylorshift::v1::Job> Cancel(const std::string& id);
+  // FAILED_PRECONDITION when job `id` is queued or running, or when a queued or running job
+  // reads its checkpoint when it starts (init_from "job:<id>", an evaluation's job_id).
+  absl::Status CheckDeletable(const std::string& id) const;
+
+  // Changes the job under the table's lock (what its workers report, its retries).
+  void Update(ActiveJob& active, const std::function<void(taylorshift::v1::Job& job)>& change);
+  taylorshift::v1::Job Snapshot(const ActiveJob& active) const;
+  // Persists the job's snapshot and sends `type` (with the snapshot and `checkpoint`) to its
+  // watchers.
+  void Publish(ActiveJob& active, taylorshift::v1::JobEvent::Type type,
+               const taylorshift::v1::CheckpointInfo* checkpoint = nullptr);
+  void SetState(ActiveJob& active, taylorshift::v1::JobState state, const std::string& reason);
+
+  absl::StatusOr<std::int64_t> Watch(const std::string& id, Listener listener);
+  void Unwatch(std::int64_t handle);
+
+  // Later Enqueue calls are UNAVAILABLE and Next() returns null; every active job's workers are
+  // told to stop; watches end. Idempotent.
+  void Stop();
+  bool stopping() const;
+
+ private:
+  const JobQueueOptions options_;
+  JobContext* const context_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<ActiveJob>> active_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<ActiveJob>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::int64_t running_memory_ ABSL_GUARDED_BY(mu_) = 0;  // estimates of the running jobs
+
+  struct Watcher {
+    std::string job_id;
+    Listener listener;
+  };
+  mutable absl::Mutex watch_mu_;  // taken after mu_
+  std::map<std::int64_t, Watcher> watchers_ ABSL_GUARDED_BY(watch_mu_);
+  std::int64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
+};
+
+}  // namespace ts::server

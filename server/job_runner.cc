@@ -1,0 +1,180 @@
+#include "server/job_runner.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/atomic_file.h"
+#include "model/quoted.h"
+#include "server/job_process.h"
+#include "server/model_registry.h"
+
+namespace ts::server {
+namespace pb = taylorshift::v1;
+namespace fs = std::filesystem;
+
+AttemptVerdict JudgeAttempt(const absl::Status& status, bool stopped, bool cancelled,
+                            bool shutting_down, std::uint32_t retries, std::uint32_t max_retries) {
+  if (cancelled) return AttemptVerdict::kCancelled;
+  if (shutting_down && (stopped || !status.ok())) return AttemptVerdict::kInterrupted;
+  if (status.ok()) return AttemptVerdict::kSucceeded;
+  // A failure of the spec or the data fails the same way again: only a worker that died or hung,
+  // or ran out of memory, is retried.
+  const bool retriable = absl::IsInternal(status) || absl::IsResourceExhausted(status) ||
+                         absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+  return retriable && retries < max_retries ? AttemptVerdict::kRetry : AttemptVerdict::kFailed;
+}
+
+JobRunner::JobRunner(JobRunnerOptions options, JobQueue* queue, JobRecorder* recorder,
+                     const CheckpointResolver* checkpoints, const ModelRegistry* registry,
+                     const JobContext* context)
+    : options_(std::move(options)),
+      queue_(queue),
+      recorder_(recorder),
+      checkpoints_(checkpoints),
+      registry_(registry),
+      context_(context) {}
+
+void JobRunner::Run(ActiveJob& active) {
+  queue_->SetState(active, pb::JOB_STATE_RUNNING, "");
+  const pb::Job job = queue_->Snapshot(active);
+  const std::uint32_t max_retries = job.kind() == pb::JOB_KIND_TRAINING
+                                        ? job.training().max_retries()
+                                        : job.evaluation().max_retries();
+  for (;;) {
+    bool stopped = false;
+    const absl::Status status = RunAttempt(active, &stopped);
+    const std::uint32_t retries = queue_->Snapshot(active).progress().retries();
+    switch (
+        JudgeAttempt(status, stopped, active.cancel, queue_->stopping(), retries, max_retries)) {
+      case AttemptVerdict::kCancelled:
+        queue_->SetState(active, pb::JOB_STATE_CANCELLED, "cancelled by request");
+        return;
+      case AttemptVerdict::kInterrupted:
+        // Left RUNNING in the store: the next start queues it again and it resumes.
+        context_->Log(absl::StrCat("job ", active.id,
+                                   " interrupted by shutdown; it resumes on the next start"));
+        return;
+      case AttemptVerdict::kSucceeded:
+        queue_->SetState(active, pb::JOB_STATE_SUCCEEDED, "");
+        return;
+      case AttemptVerdict::kRetry:
+        queue_->Update(active, [&](pb::Job& j) { j.mutable_progress()->set_retries(retries + 1); });
+        context_->Log(absl::StrCat("job ", active.id, " attempt ", retries + 1, " failed (",
+                                   status.message(), "); retrying from its last saved state (",
+                                   retries + 1, " of max_retries ", max_retries, ")"));
+        queue_->Publish(active, pb::JobEvent::PROGRESS);
+        continue;
+      case AttemptVerdict::kFailed:
+        queue_->SetState(active, pb::JOB_STATE_FAILED, std::string(status.message()));
+        return;
+    }
+  }
+}
+
+absl::StatusOr<pb::WorkerTask> JobRunner::MakeTask(const ActiveJob& active) const {
+  pb::WorkerTask task;
+  *task.mutable_job() = queue_->Snapshot(active);
+  const pb::Job& job = task.job();
+  task.set_job_dir((fs::path(options_.jobs_dir) / job.id()).string());
+  task.set_data_root(options_.data_root);
+  task.set_heartbeat_ms(
+      static_cast<std::uint32_t>(absl::ToInt64Milliseconds(options_.jobs.heartbeat_interval)));
+  task.set_heap_keep_freed_bytes(static_cast<std::uint64_t>(options_.heap_keep_freed_bytes));
+  task.set_max_steps(static_cast<std::uint64_t>(options_.jobs.limits.max_steps));
+  if (job.kind() == pb::JOB_KIND_TRAINING) {
+    task.set_threads(job.training().threads());
+    if (!job.training().init_from().empty()) {
+      auto path = checkpoints_->Resolve(job.training().init_from(), "init_from");
+      if (!path.ok()) return path.status();
+      task.set_init_from_path(*path);
+    }
+    return task;
+  }
+  const pb::EvaluationSpec& spec = job.evaluation();
+  task.set_threads(spec.threads());
+  switch (spec.target_case()) {
+    case pb::EvaluationSpec::kModel: {
+      const auto model = registry_->Find(spec.model());
+      if (model == nullptr) {
+        return absl::NotFoundError(
+            absl::StrCat("model: no served model named ", Quoted(spec.model())));
+      }
+      task.set_checkpoint_path(model->config().checkpoint);
+      break;
+    }
+    case pb::EvaluationSpec::kJobId: {
+      auto path = checkpoints_->JobCheckpoint(spec.job_id(), pb::CHECKPOINT_CHOICE_BEST);
+      if (!path.ok()) return path.status();
+      task.set_checkpoint_path(*path);
+      break;
+    }
+    default: {
+      auto path = checkpoints_->Resolve(spec.checkpoint(), "checkpoint");
+      if (!path.ok()) return path.status();
+      task.set_checkpoint_path(*path);
+    }
+  }
+  return task;
+}
+
+absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
+  const std::string& id = active.id;
+  auto task = MakeTask(active);
+  if (!task.ok()) return task.status();
+  std::error_code error;
+  fs::create_directories(task->job_dir(), error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", task->job_dir(), ": ", error.message()));
+  }
+  const std::string task_file = (fs::path(task->job_dir()) / "task.pb").string();
+  if (auto s = WriteFileAtomically(task_file, task->SerializeAsString()); !s.ok()) return s;
+
+  const int world =
+      task->job().kind() == pb::JOB_KIND_TRAINING
+          ? static_cast<int>(std::max<std::uint32_t>(task->job().training().workers(), 1))
+          : 1;
+  JobProcessOptions process_options;
+  process_options.binary = WorkerBinary();
+  process_options.task_file = task_file;
+  process_options.world_size = world;
+  process_options.threads = static_cast<int>(std::max<std::uint32_t>(task->threads(), 1));
+  process_options.address_space_bytes = static_cast<std::uint64_t>(
+      MemoryBudgetBytes(options_.jobs) / world + options_.jobs.worker_address_space_overhead_bytes);
+  process_options.heartbeat_timeout = options_.jobs.heartbeat_timeout;
+  process_options.stop_grace = options_.jobs.stop_grace;
+  process_options.clock = context_->clock;
+  auto process = JobProcess::Start(
+      process_options,
+      [this, &active](const pb::WorkerMessage& message) { recorder_->Apply(active, message); },
+      [this, id](int rank, const std::string& line) {
+        context_->Log(absl::StrCat("job ", id, " rank ", rank, ": ", line));
+      });
+  if (!process.ok()) return process.status();
+  std::vector<std::string> pids;
+  for (const pid_t pid : (*process)->pids()) pids.push_back(absl::StrCat(pid));
+  context_->Log(absl::StrCat("job ", id, ": worker process", world > 1 ? "es " : " ",
+                             absl::StrJoin(pids, ", "), " started (", world, " rank",
+                             world > 1 ? "s" : "", ", address space limit ",
+                             process_options.address_space_bytes, " bytes each)"));
+  active.SetProcess(process->get());
+  // A cancel or a shutdown that came before the process existed.
+  if (active.cancel || queue_->stopping()) (*process)->Stop();
+  const JobProcessOutcome outcome = (*process)->Wait();
+  active.SetProcess(nullptr);
+  *stopped = outcome.stopped;
+  return outcome.status;
+}
+
+std::string JobRunner::WorkerBinary() const {
+  if (!options_.jobs.worker_binary.empty()) return options_.jobs.worker_binary;
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  return error ? std::string("tsworker") : (self.parent_path() / "tsworker").string();
+}
+
+}  // namespace ts::server

@@ -1,0 +1,130 @@
+// JobAdmission: a submitted spec's data inside the data root, its checkpoint references, an
+// evaluation's target, the memory estimate against jobs.memory_budget_bytes, and jobs disabled.
+#include "server/job_admission.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "server/job_queue.h"
+#include "server/model_registry.h"
+#include "tests/testing/job_testing.h"
+
+namespace ts::server {
+namespace {
+
+namespace pb = taylorshift::v1;
+using ::testing::HasSubstr;
+
+pb::TrainingSpec TinySpec() {
+  pb::TrainingSpec spec;
+  spec.set_name("tiny");
+  auto* model = spec.mutable_model();
+  model->set_embed_dim(32);
+  model->set_depth(1);
+  model->set_heads(4);
+  model->set_mlp_ratio(2);
+  model->set_max_length(64);
+  spec.mutable_data()->mutable_train()->set_format("jsonl");
+  spec.mutable_data()->mutable_train()->set_path("task/train.jsonl");
+  spec.mutable_optimizer()->set_name("adamw");
+  spec.mutable_optimizer()->set_lr(3e-3);
+  spec.set_batch_size(16);
+  spec.set_steps(20);
+  spec.set_threads(1);
+  return spec;
+}
+
+class JobAdmissionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(env_.dir() + "/data/task");
+    std::ofstream(env_.dir() + "/data/task/train.jsonl") << "{\"text\": \"a\", \"label\": \"x\"}\n";
+    auto root = DataRoot::Create(env_.dir() + "/data");
+    ASSERT_TRUE(root.ok()) << root.status();
+    root_ = std::make_unique<DataRoot>(*root);
+    resolver_ = std::make_unique<CheckpointResolver>(root_.get(), &queue_);
+    jobs_.threads_per_job = 1;
+    jobs_.memory_budget_bytes = std::int64_t{1} << 40;
+  }
+  JobAdmission Admission() const {
+    return JobAdmission(jobs_, 1, root_.get(), resolver_.get(), &registry_);
+  }
+
+  ts::testing::JobTestContext env_;
+  JobQueue queue_{JobQueueOptions{10, 0}, env_.context()};
+  ModelRegistry registry_;
+  std::unique_ptr<DataRoot> root_;
+  std::unique_ptr<CheckpointResolver> resolver_;
+  JobsConfig jobs_;
+};
+
+TEST_F(JobAdmissionTest, AGoodSpecBecomesATrainingJobWithItsMemoryEstimate) {
+  auto job = Admission().Training(TinySpec());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->kind(), pb::JOB_KIND_TRAINING);
+  EXPECT_EQ(job->name(), "tiny");
+  EXPECT_EQ(static_cast<std::int64_t>(job->progress().memory_estimate_bytes()),
+            Admission().EstimateMemory(job->training()));
+  EXPECT_GT(job->progress().memory_estimate_bytes(), 0u);
+}
+
+TEST_F(JobAdmissionTest, AnEstimateOverTheBudgetIsRefusedWithBothNumbers) {
+  const std::int64_t estimate = Admission().EstimateMemory(TinySpec());
+  jobs_.memory_budget_bytes = estimate - 1;
+  auto refused = Admission().Training(TinySpec());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("more than jobs.memory_budget_bytes " + std::to_string(estimate - 1)));
+  // With admission off, the workers' own limit is what holds.
+  jobs_.memory_admission = false;
+  EXPECT_TRUE(Admission().Training(TinySpec()).ok());
+}
+
+TEST_F(JobAdmissionTest, DataAndCheckpointsMustBeInTheDataRoot) {
+  pb::TrainingSpec missing = TinySpec();
+  missing.mutable_data()->mutable_train()->set_path("task/nope.jsonl");
+  auto not_found = Admission().Training(missing);
+  EXPECT_EQ(not_found.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(not_found.status().message()), HasSubstr("data.train.path: "));
+
+  pb::TrainingSpec init = TinySpec();
+  init.clear_model();  // the architecture comes from the checkpoint
+  init.set_init_from("job:job-3");
+  auto no_job = Admission().Training(init);
+  EXPECT_EQ(no_job.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(no_job.status().message()), HasSubstr("init_from: "));
+}
+
+TEST_F(JobAdmissionTest, AnEvaluationNeedsAServedModelOrAJobWithACheckpoint) {
+  pb::EvaluationSpec spec;
+  spec.set_name("eval");
+  spec.mutable_data()->set_format("jsonl");
+  spec.mutable_data()->set_path("task/train.jsonl");
+  spec.set_model("imdb");
+  auto no_model = Admission().Evaluation(spec);
+  EXPECT_EQ(no_model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(no_model.status().message()), HasSubstr("no served model named"));
+
+  pb::Job running;
+  running.set_kind(pb::JOB_KIND_TRAINING);
+  ASSERT_TRUE(queue_.Enqueue(running).ok());
+  spec.set_job_id("job-1");
+  auto no_checkpoint = Admission().Evaluation(spec);
+  EXPECT_EQ(no_checkpoint.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(no_checkpoint.status().message()),
+              HasSubstr("job_id: job job-1 (queued) has no best or last checkpoint yet"));
+}
+
+TEST_F(JobAdmissionTest, NothingIsAdmittedWhenJobsAreDisabled) {
+  jobs_.enabled = false;
+  EXPECT_EQ(Admission().Training(TinySpec()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Admission().Evaluation(pb::EvaluationSpec()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ts::server

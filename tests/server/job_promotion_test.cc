@@ -1,0 +1,155 @@
+// CheckpointPromoter: a job's best checkpoint copied under models/, served, recorded and
+// served again after a restart; the accuracy guard; refusals before anything is served.
+#include "server/job_promotion.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "model/checkpoint.h"
+#include "model/encoder.h"
+#include "server/job_queue.h"
+#include "server/model_registry.h"
+#include "tests/testing/encoder_testing.h"
+#include "tests/testing/job_testing.h"
+
+namespace ts::server {
+namespace {
+
+namespace pb = taylorshift::v1;
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+void WriteCheckpoint(const std::string& path, std::uint64_t seed, const std::string& accuracy) {
+  TaylorShiftEncoderOptions options(16, 1, 2, 64, 3);
+  options.mlp_hidden(32);
+  TaylorShiftEncoder model(options);
+  ts::testing::RandomizeParameters(model, seed);
+  CheckpointMetadata metadata;
+  metadata.modality = "bytes";
+  metadata.labels = {"a", "b", "c"};
+  if (!accuracy.empty()) metadata.provenance["validation_accuracy"] = accuracy;
+  ASSERT_TRUE(SaveCheckpoint(path, options, metadata, model).ok());
+}
+
+class CheckpointPromoterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(env_.dir() + "/data");
+    auto root = DataRoot::Create(env_.dir() + "/data");
+    ASSERT_TRUE(root.ok()) << root.status();
+    root_ = std::make_unique<DataRoot>(*root);
+    resolver_ = std::make_unique<CheckpointResolver>(root_.get(), &queue_);
+    promoter_ = MakePromoter(&registry_);
+  }
+  std::unique_ptr<CheckpointPromoter> MakePromoter(ModelRegistry* registry) {
+    CheckpointPromoterOptions options;
+    options.models_dir = env_.dir() + "/models";
+    options.promoted_model_defaults.device = "cpu";
+    options.on_model_served = [this](const std::string& name) { served_.push_back(name); };
+    return std::make_unique<CheckpointPromoter>(options, resolver_.get(), registry,
+                                                env_.context());
+  }
+  // A finished training job whose best checkpoint is `path`.
+  std::string JobWithBest(const std::string& path) {
+    pb::Job job;
+    job.set_kind(pb::JOB_KIND_TRAINING);
+    job.set_state(pb::JOB_STATE_SUCCEEDED);
+    auto* best = job.add_checkpoints();
+    best->set_kind("best");
+    best->set_path(path);
+    auto stored = env_.store().CreateJob(job);
+    EXPECT_TRUE(stored.ok());
+    return stored->id();
+  }
+
+  ts::testing::JobTestContext env_;
+  JobQueue queue_{JobQueueOptions{10, 0}, env_.context()};
+  std::unique_ptr<DataRoot> root_;
+  std::unique_ptr<CheckpointResolver> resolver_;
+  ModelRegistry registry_;
+  std::unique_ptr<CheckpointPromoter> promoter_;
+  std::vector<std::string> served_;
+};
+
+TEST_F(CheckpointPromoterTest, AJobsBestCheckpointIsCopiedServedRecordedAndRestored) {
+  const std::string best = env_.dir() + "/best.tsckpt";
+  WriteCheckpoint(best, 1, "0.75");
+  const std::string id = JobWithBest(best);
+  pb::PromoteCheckpointRequest request;
+  request.set_model("news");
+  request.set_job_id(id);
+  auto promotion = promoter_->Promote(request);
+  ASSERT_TRUE(promotion.ok()) << promotion.status();
+  ASSERT_NE(promotion->model, nullptr);
+  EXPECT_TRUE(promotion->previous_version.empty());
+  EXPECT_EQ(promotion->validation_accuracy, 0.75);
+  const std::string version = promotion->model->version();
+  const std::string copy = env_.dir() + "/models/news/" + version + ".tsckpt";
+  EXPECT_TRUE(fs::exists(copy));
+  EXPECT_EQ(registry_.Find("news"), promotion->model);
+  EXPECT_EQ(served_, std::vector<std::string>{"news"});
+
+  auto history = env_.store().PromotionHistory("news");
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history->size(), 1u);
+  EXPECT_EQ((*history)[0].version, version);
+  EXPECT_EQ((*history)[0].checkpoint, copy);
+  EXPECT_EQ((*history)[0].source, "job:" + id + ":best");
+  EXPECT_EQ((*history)[0].time_ms, absl::ToUnixMillis(env_.clock().Now()));
+
+  // After a restart: a fresh registry serves the promoted version again.
+  ModelRegistry restarted;
+  MakePromoter(&restarted)->RestorePromotions();
+  ASSERT_NE(restarted.Find("news"), nullptr);
+  EXPECT_EQ(restarted.Find("news")->version(), version);
+  EXPECT_TRUE(env_.Logged("restored from promotion (job:" + id + ":best)"));
+}
+
+TEST_F(CheckpointPromoterTest, TheAccuracyGuardKeepsABetterServedVersion) {
+  const std::string good = env_.dir() + "/data/good.tsckpt";
+  const std::string worse = env_.dir() + "/data/worse.tsckpt";
+  WriteCheckpoint(good, 1, "0.8");
+  WriteCheckpoint(worse, 2, "0.6");
+  pb::PromoteCheckpointRequest request;
+  request.set_model("news");
+  request.set_checkpoint("good.tsckpt");
+  auto first = promoter_->Promote(request);
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  request.set_checkpoint("worse.tsckpt");
+  request.set_require_at_least_current_accuracy(true);
+  auto refused = promoter_->Promote(request);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("the candidate's validation accuracy 0.6000 is below the served "
+                        "version's 0.8000"));
+  EXPECT_EQ(registry_.Find("news")->version(), first->model->version());
+
+  request.set_require_at_least_current_accuracy(false);
+  auto replaced = promoter_->Promote(request);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_EQ(replaced->previous_version, first->model->version());
+  EXPECT_EQ(replaced->previous_validation_accuracy, 0.8);
+  EXPECT_EQ(env_.store().PromotionHistory("news")->size(), 2u);
+}
+
+TEST_F(CheckpointPromoterTest, BadRequestsAreRefusedBeforeAnythingIsServed) {
+  pb::PromoteCheckpointRequest request;
+  request.set_model("no spaces allowed");
+  request.set_checkpoint("x.tsckpt");
+  EXPECT_EQ(promoter_->Promote(request).status().code(), absl::StatusCode::kInvalidArgument);
+  request.set_model("news");
+  request.clear_checkpoint();
+  EXPECT_EQ(promoter_->Promote(request).status().code(), absl::StatusCode::kInvalidArgument);
+  request.set_job_id("job-5");
+  auto unknown = promoter_->Promote(request);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("job_id: "));
+  EXPECT_EQ(registry_.Find("news"), nullptr);
+  EXPECT_TRUE(served_.empty());
+}
+
+}  // namespace
+}  // namespace ts::server

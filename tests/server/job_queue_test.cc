@@ -1,0 +1,245 @@
+// JobQueue: admission (jobs.max_queued, shutdown), the memory budget of the running jobs, state
+// transitions with the fake clock's times, watches, cancel and deletion refusals, and a failed
+// snapshot write counted.
+#include "server/job_queue.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "tests/testing/job_testing.h"
+
+namespace ts::server {
+namespace {
+
+namespace pb = taylorshift::v1;
+using ::testing::HasSubstr;
+
+pb::Job TrainingJob(const std::string& name, std::uint64_t memory_estimate_bytes = 0) {
+  pb::Job job;
+  job.set_kind(pb::JOB_KIND_TRAINING);
+  job.set_name(name);
+  job.mutable_progress()->set_memory_estimate_bytes(memory_estimate_bytes);
+  return job;
+}
+
+class JobQueueTest : public ::testing::Test {
+ protected:
+  ts::testing::JobTestContext env_;
+};
+
+TEST_F(JobQueueTest, EnqueueStoresTheJobQueuedAtTheClocksTimeAndRefusesPastMaxQueued) {
+  JobQueue queue(JobQueueOptions{2, 0}, env_.context());
+  auto first = queue.Enqueue(TrainingJob("a"));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->id(), "job-1");
+  EXPECT_EQ(first->state(), pb::JOB_STATE_QUEUED);
+  EXPECT_EQ(first->create_time().seconds(), absl::ToUnixSeconds(env_.clock().Now()));
+  auto stored = env_.store().GetJob("job-1");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->state(), pb::JOB_STATE_QUEUED);
+  EXPECT_EQ(env_.Sample("taylorshift_job_state{job_id=\"job-1\",kind=\"training\",state=\"queued\"}"),
+            1);
+
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("b")).ok());
+  auto third = queue.Enqueue(TrainingJob("c"));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(third.status().message()),
+              HasSubstr("2 jobs are queued, the limit (jobs.max_queued) is 2"));
+
+  // A job its runner has started no longer counts as waiting.
+  auto running = queue.Next();
+  ASSERT_NE(running, nullptr);
+  queue.SetState(*running, pb::JOB_STATE_RUNNING, "");
+  EXPECT_TRUE(queue.Enqueue(TrainingJob("c")).ok());
+}
+
+TEST_F(JobQueueTest, AfterStopEnqueueIsUnavailableAndNextReturnsNull) {
+  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
+  queue.Stop();
+  EXPECT_TRUE(queue.stopping());
+  EXPECT_EQ(queue.Enqueue(TrainingJob("b")).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(queue.Next(), nullptr);
+  // The queued job stays queued in the store for the next start.
+  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_QUEUED);
+}
+
+TEST_F(JobQueueTest, TheHeadStartsOnlyWhenItFitsBesideTheRunningJobsOrNothingRuns) {
+  JobQueue queue(JobQueueOptions{10, 100}, env_.context());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("big", 150)).ok());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("a", 60)).ok());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("b", 40)).ok());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("c", 10)).ok());
+
+  // Over the budget on its own, but nothing runs: it starts.
+  auto big = queue.Next();
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->id, "job-1");
+
+  // "a" waits for "big"; when "big" is released, "a" and then "b" (60 + 40 = 100) start.
+  std::shared_ptr<ActiveJob> a;
+  absl::Notification a_started;
+  std::thread runner([&] {
+    a = queue.Next();
+    a_started.Notify();
+  });
+  // Only a guard: a wrong queue hands "a" out at once, a correct one never before the release.
+  EXPECT_FALSE(a_started.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  queue.Release(*big);
+  runner.join();
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->id, "job-2");
+  auto b = queue.Next();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->id, "job-3");
+  // "c" (10) does not fit beside 100 until one of them is released.
+  queue.Release(*b);
+  auto c = queue.Next();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->id, "job-4");
+  // Released jobs leave the table: Get reads the store.
+  EXPECT_TRUE(queue.Get("job-1").ok());
+}
+
+TEST_F(JobQueueTest, RestoreQueuesAgainAndCountsTheResumeOfARunningJob) {
+  auto stored = env_.store().CreateJob(TrainingJob("interrupted"));
+  ASSERT_TRUE(stored.ok());
+  stored->set_state(pb::JOB_STATE_RUNNING);
+  stored->mutable_progress()->set_resumes(2);
+  ASSERT_TRUE(env_.store().UpdateJob(*stored).ok());
+
+  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  ASSERT_TRUE(queue.Restore(*stored).ok());
+  auto job = env_.store().GetJob(stored->id());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), pb::JOB_STATE_QUEUED);
+  EXPECT_EQ(job->progress().resumes(), 3u);
+  EXPECT_TRUE(env_.Logged("queued again to resume after a restart"));
+  auto next = queue.Next();
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(next->id, stored->id());
+}
+
+TEST_F(JobQueueTest, StatesCarryTheClocksTimesAndWatchersSeeEveryEventUntilTheFinalOne) {
+  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
+  std::vector<pb::JobEvent> events;
+  auto handle = queue.Watch("job-1", [&](const pb::JobEvent& e) { events.push_back(e); });
+  ASSERT_TRUE(handle.ok());
+  EXPECT_GT(*handle, 0);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type(), pb::JobEvent::SNAPSHOT);
+
+  auto active = queue.Next();
+  const absl::Time start = env_.clock().Now();
+  queue.SetState(*active, pb::JOB_STATE_RUNNING, "");
+  env_.clock().Advance(absl::Seconds(90));
+  queue.Update(*active, [](pb::Job& job) { job.mutable_progress()->set_step(7); });
+  queue.Publish(*active, pb::JobEvent::PROGRESS);
+  queue.SetState(*active, pb::JOB_STATE_SUCCEEDED, "");
+  queue.Publish(*active, pb::JobEvent::PROGRESS);  // after the final event: not delivered
+
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1].type(), pb::JobEvent::STATE);
+  EXPECT_EQ(events[1].job().state(), pb::JOB_STATE_RUNNING);
+  EXPECT_EQ(events[2].type(), pb::JobEvent::PROGRESS);
+  EXPECT_EQ(events[2].job().progress().step(), 7u);
+  EXPECT_EQ(events[3].job().state(), pb::JOB_STATE_SUCCEEDED);
+  const pb::Job& done = events[3].job();
+  EXPECT_EQ(done.start_time().seconds(), absl::ToUnixSeconds(start));
+  EXPECT_EQ(done.end_time().seconds(), absl::ToUnixSeconds(start + absl::Seconds(90)));
+  // Persisted, and counted.
+  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(env_.Sample("taylorshift_jobs_total{kind=\"training\",state=\"succeeded\"}"), 1);
+  // A finished job's watch is only its snapshot.
+  std::vector<pb::JobEvent> late;
+  auto late_handle = queue.Watch("job-1", [&](const pb::JobEvent& e) { late.push_back(e); });
+  ASSERT_TRUE(late_handle.ok());
+  EXPECT_EQ(*late_handle, 0);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].job().state(), pb::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(queue.Watch("job-9", [](const pb::JobEvent&) {}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobQueueTest, StopEndsOpenWatchesWithAnUnspecifiedEvent) {
+  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
+  std::vector<pb::JobEvent> events;
+  ASSERT_TRUE(queue.Watch("job-1", [&](const pb::JobEvent& e) { events.push_back(e); }).ok());
+  queue.Stop();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].type(), pb::JobEvent::TYPE_UNSPECIFIED);
+}
+
+TEST_F(JobQueueTest, CancelEndsAQueuedJobAtOnceAndRefusesAFinishedOne) {
+  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("b")).ok());
+  auto cancelled = queue.Cancel("job-2");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), pb::JOB_STATE_CANCELLED);
+  EXPECT_EQ(cancelled->reason(), "cancelled by request while queued");
+  EXPECT_EQ(env_.store().GetJob("job-2")->state(), pb::JOB_STATE_CANCELLED);
+  auto again = queue.Cancel("job-2");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(again.status().message()), HasSubstr("is already cancelled"));
+  EXPECT_EQ(queue.Cancel("job-7").status().code(), absl::StatusCode::kNotFound);
+
+  // A running job is marked; its runner makes it CANCELLED.
+  auto running = queue.Next();
+  ASSERT_NE(running, nullptr);
+  EXPECT_EQ(running->id, "job-1");
+  queue.SetState(*running, pb::JOB_STATE_RUNNING, "");
+  auto marked = queue.Cancel("job-1");
+  ASSERT_TRUE(marked.ok());
+  EXPECT_EQ(marked->state(), pb::JOB_STATE_RUNNING);
+  EXPECT_TRUE(running->cancel);
+  // Cancelled while queued, it never starts.
+  queue.Stop();
+  EXPECT_EQ(queue.Next(), nullptr);
+}
+
+TEST_F(JobQueueTest, DeletionIsRefusedForUnfinishedJobsAndCheckpointsTheyRead) {
+  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  auto finished = env_.store().CreateJob(TrainingJob("done"));
+  ASSERT_TRUE(finished.ok());
+  EXPECT_TRUE(queue.CheckDeletable(finished->id()).ok());
+
+  pb::Job reader = TrainingJob("reader");
+  reader.mutable_training()->set_init_from("job:" + finished->id());
+  ASSERT_TRUE(queue.Enqueue(reader).ok());  // job-2
+  const absl::Status used = queue.CheckDeletable(finished->id());
+  EXPECT_EQ(used.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(used.message()),
+              HasSubstr("has a checkpoint that job job-2 (queued) uses as its init_from"));
+
+  pb::Job evaluation;
+  evaluation.set_kind(pb::JOB_KIND_EVALUATION);
+  evaluation.mutable_evaluation()->set_job_id("job-2");
+  ASSERT_TRUE(queue.Enqueue(evaluation).ok());  // job-3
+  const absl::Status queued = queue.CheckDeletable("job-2");
+  EXPECT_EQ(queued.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(queued.message()), HasSubstr("job job-2 is queued; cancel it first"));
+}
+
+TEST_F(JobQueueTest, AFailedSnapshotWriteIsLoggedAndCountedAndTheJobGoesOn) {
+  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
+  auto active = queue.Next();
+  // The record is gone underneath the queue: every write of the job now fails (NOT_FOUND).
+  ASSERT_TRUE(env_.store().DeleteJob("job-1").ok());
+  EXPECT_EQ(env_.StoreErrors("update_job"), 0);
+  queue.SetState(*active, pb::JOB_STATE_RUNNING, "");
+  EXPECT_EQ(env_.StoreErrors("update_job"), 1);
+  EXPECT_TRUE(env_.Logged("job job-1: cannot write its running snapshot (STATE event) to the job "
+                          "store (update_job)"));
+  EXPECT_EQ(queue.Snapshot(*active).state(), pb::JOB_STATE_RUNNING);
+}
+
+}  // namespace
+}  // namespace ts::server
