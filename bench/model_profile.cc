@@ -4,6 +4,7 @@
 //
 //   model_profile [--preset paper|demo|pixel] [--embed-dim C --depth L --heads H --mlp-ratio R]
 //                 [--length N] [--batch B] [--precision fp32|bf16] [--path auto|direct|efficient]
+//                 [--cpu-gemm onednn|libtorch]
 //                 [--threads T] [--repeats R] [--json]
 //
 // Each part runs alone on inputs of the shape it sees in the model ([B, N+1, C]), in inference
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "model/cpu_gemm.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
 #include "model/json_output.h"
@@ -188,6 +190,7 @@ int Run(const Config& config) {
                                {"threads", config.threads},
                                {"precision", PrecisionName(config.precision)},
                                {"path", std::string(AttentionPathName(path))},
+                               {"cpu_gemm", CpuGemmBackend()},
                                {"fp32_gemm_gflops", JsonNumber(fp32_rate / 1e9)},
                                {"bf16_gemm_gflops", JsonNumber(bf16_rate / 1e9)},
                                {"parts", std::move(json_parts)},
@@ -201,10 +204,12 @@ int Run(const Config& config) {
     return 0;
   }
   std::cout << absl::StrFormat(
-      "%s: C %d, depth %d, H %d (d %d), MLP %d, N %d, batch %d, %d threads, %s, path %s\n"
+      "%s: C %d, depth %d, H %d (d %d), MLP %d, N %d, batch %d, %d threads, %s, path %s, "
+      "kernel GEMMs %s\n"
       "GEMM rate: fp32 %.0f GFLOP/s%s\n\n",
       config.preset, C, config.depth, H, d, L, config.length, B, config.threads,
-      PrecisionName(config.precision), std::string(AttentionPathName(path)), fp32_rate / 1e9,
+      PrecisionName(config.precision), std::string(AttentionPathName(path)), CpuGemmBackend(),
+      fp32_rate / 1e9,
       bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "");
   std::cout << "| part | ms | GFLOP | GFLOP/s | roofline ms | ms / roofline |\n"
                "|---|---:|---:|---:|---:|---:|\n";
@@ -296,6 +301,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     config.path = *path;
+    flags.erase(it);
+  }
+  if (const auto it = flags.find("cpu-gemm"); it != flags.end()) {
+    if (it->second != "onednn" && it->second != "libtorch") {
+      std::cerr << "model_profile: --cpu-gemm: expected onednn or libtorch, got '" << it->second
+                << "'\n";
+      return 2;
+    }
+    ts::SetCpuGemmUseOneDnn(it->second == "onednn");
     flags.erase(it);
   }
   if (!flags.empty()) {

@@ -31,6 +31,7 @@ void TaylorShiftAttentionImpl::reset() {
   kernel_options_.output_normalize = options_.output_normalize();
   kernel_options_.direct_block_elements = options_.direct_block_elements();
   kernel_options_.efficient_chunk_tokens = options_.efficient_chunk_tokens();
+  low_kernel_options_ = kernel_options_;
 }
 
 void TaylorShiftAttentionImpl::reset_parameters() {
@@ -50,6 +51,8 @@ std::int64_t TaylorShiftAttentionImpl::crossover_tokens() const {
 void TaylorShiftAttentionImpl::set_precision(Precision precision) {
   qkv_low_ = LowPrecisionWeight(qkv, precision);
   proj_low_ = LowPrecisionWeight(proj, precision);
+  low_kernel_options_ = kernel_options_;
+  low_kernel_options_.bf16_products = precision == Precision::kBf16;
 }
 
 AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path, std::int64_t tokens) const {
@@ -80,7 +83,8 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
       q = q * (1.0 / std::sqrt(static_cast<double>(dim)));
     }
   }
-  auto y = RunAttentionPath(concrete, q, k, v, key_padding_mask, kernel_options_);
+  auto y = RunAttentionPath(concrete, q, k, v, key_padding_mask,
+                            low ? low_kernel_options_ : kernel_options_);
   if (options_.attn_drop() > 0) {
     y = torch::dropout(y, options_.attn_drop(), is_training());
   }

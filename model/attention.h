@@ -61,6 +61,8 @@ class TaylorShiftAttentionImpl : public torch::nn::Module {
  private:
   TaylorShiftAttentionOptions options_;
   TaylorKernelOptions kernel_options_;
+  // kernel_options_ plus the precision's bf16_products, for eval mode (set_precision).
+  TaylorKernelOptions low_kernel_options_;
   torch::Tensor qkv_low_;  // bf16 copies of the weights (undefined at fp32)
   torch::Tensor proj_low_;
 };

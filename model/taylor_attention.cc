@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "model/cpu_gemm.h"
 #include "model/torch_compat.h"
 
 namespace ts {
@@ -96,19 +97,19 @@ std::int64_t BlockRows(const Shape& shape, std::int64_t budget_elements) {
 // into the key-side sums afterwards, so queries and keys share this map.
 std::int64_t FeatureCount(std::int64_t d) { return d * (d + 1) / 2 + d + 1; }
 
-template <typename T>
-void FillFeatures(const T* __restrict x, T* __restrict out, std::int64_t rows, std::int64_t d) {
+template <typename T, typename Out = T>
+void FillFeatures(const T* __restrict x, Out* __restrict out, std::int64_t rows, std::int64_t d) {
   const std::int64_t width = FeatureCount(d);
   at::parallel_for(0, rows, 64, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const T* __restrict xr = x + r * d;
-      T* __restrict o = out + r * width;
+      Out* __restrict o = out + r * width;
       for (std::int64_t i = 0; i < d; ++i) {
         const T xi = xr[i];
-        for (std::int64_t j = i; j < d; ++j) *o++ = xi * xr[j];
+        for (std::int64_t j = i; j < d; ++j) *o++ = static_cast<Out>(xi * xr[j]);
       }
-      for (std::int64_t i = 0; i < d; ++i) *o++ = xr[i];
-      *o = T(1);
+      for (std::int64_t i = 0; i < d; ++i) *o++ = static_cast<Out>(xr[i]);
+      *o = Out(1);
     }
   });
 }
@@ -207,9 +208,11 @@ void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t, const t
       const std::int64_t h = task / blocks;
       const std::int64_t start = (task % blocks) * rows;
       const std::int64_t n = std::min(rows, tokens - start);
-      auto scores = torch::mm(q_aug[h].narrow(0, start, n), k_aug_t[h]);
+      auto scores = torch::empty({n, tokens}, q_aug.options());
+      MatmulInto(scores, q_aug[h].narrow(0, start, n), k_aug_t[h]);
       scores.square_();
-      const auto nom = torch::addmm(constant[h].expand({n, d + 1}), scores, v_aug[h]);
+      auto nom = constant[h].expand({n, d + 1}).contiguous();
+      MatmulInto(nom, scores, v_aug[h], 1.0);
       auto out = y[h].narrow(0, start, n);
       at::div_out(out, nom.narrow(1, 0, d), nom.narrow(1, d, 1));
     }
@@ -225,6 +228,7 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
   const std::int64_t features = FeatureCount(d);
   at::parallel_for(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
     auto buffer = torch::empty({std::min(chunk, tokens), features}, q_s.options());
+    auto nom_buffer = torch::empty({std::min(chunk, tokens), d + 1}, q_s.options());
     for (std::int64_t h = begin; h < end; ++h) {
       auto kv = kv_out.defined() ? kv_out[h].zero_()
                                  : torch::zeros({features, d + 1}, q_s.options());
@@ -235,7 +239,7 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
           FillFeatures<scalar_t>(k_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
                                  psi.data_ptr<scalar_t>(), n, d);
         });
-        kv.addmm_(psi.t(), v_p[h].narrow(0, start, n));
+        MatmulInto(kv, psi.t(), v_p[h].narrow(0, start, n), 1.0);
       }
       kv.mul_(coefficients);
       for (std::int64_t start = 0; start < tokens; start += chunk) {
@@ -245,10 +249,51 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
           FillFeatures<scalar_t>(q_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
                                  phi.data_ptr<scalar_t>(), n, d);
         });
-        const auto nom = torch::mm(phi, kv);
+        auto nom = nom_buffer.narrow(0, 0, n);
+        MatmulInto(nom, phi, kv);
         auto out = y[h].narrow(0, start, n);
         at::div_out(out, nom.narrow(1, 1, d), nom.narrow(1, 0, 1));
         if (den_out.defined()) den_out[h].narrow(0, start, n).copy_(nom.narrow(1, 0, 1));
+      }
+    }
+  });
+}
+
+// EfficientCpu's inference forward with TaylorKernelOptions::bf16_products: the same loops, with
+// the features and values in bfloat16 for the two products (oneDNN) and every sum, the
+// coefficients and the division in float32.
+void EfficientCpuBf16(const torch::Tensor& q_s, const torch::Tensor& k_s, const torch::Tensor& v_p,
+                      const torch::Tensor& coefficients, torch::Tensor& y, std::int64_t chunk) {
+  const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
+  const std::int64_t features = FeatureCount(d);
+  const auto bf16 = q_s.options().dtype(torch::kBFloat16);
+  at::parallel_for(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t rows = std::min(chunk, tokens);
+    auto buffer = torch::empty({rows, features}, bf16);
+    auto values = torch::empty({rows, d + 1}, bf16);
+    auto nom_buffer = torch::empty({rows, d + 1}, q_s.options());
+    auto kv = torch::empty({features, d + 1}, q_s.options());
+    for (std::int64_t h = begin; h < end; ++h) {
+      for (std::int64_t start = 0; start < tokens; start += chunk) {
+        const std::int64_t n = std::min(chunk, tokens - start);
+        auto psi = buffer.narrow(0, 0, n);
+        FillFeatures<float, c10::BFloat16>(k_s[h].narrow(0, start, n).data_ptr<float>(),
+                                           psi.data_ptr<c10::BFloat16>(), n, d);
+        auto v_c = values.narrow(0, 0, n);
+        v_c.copy_(v_p[h].narrow(0, start, n));
+        MatmulBf16Into(kv, psi.t(), v_c, start == 0 ? 0.0 : 1.0);
+      }
+      kv.mul_(coefficients);
+      const auto kv_low = kv.to(torch::kBFloat16);
+      for (std::int64_t start = 0; start < tokens; start += chunk) {
+        const std::int64_t n = std::min(chunk, tokens - start);
+        auto phi = buffer.narrow(0, 0, n);
+        FillFeatures<float, c10::BFloat16>(q_s[h].narrow(0, start, n).data_ptr<float>(),
+                                           phi.data_ptr<c10::BFloat16>(), n, d);
+        auto nom = nom_buffer.narrow(0, 0, n);
+        MatmulBf16Into(nom, phi, kv_low);
+        auto out = y[h].narrow(0, start, n);
+        at::div_out(out, nom.narrow(1, 1, d), nom.narrow(1, 0, 1));
       }
     }
   });
@@ -311,8 +356,8 @@ void EfficientBackwardCpu(const torch::Tensor& q_s, const torch::Tensor& k_s,
           FillFeatures<scalar_t>(q_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
                                  phi.data_ptr<scalar_t>(), n, d);
         });
-        dkv.addmm_(phi.t(), dnom_c);
-        at::mm_out(dphi, dnom_c, kv_t);
+        MatmulInto(dkv, phi.t(), dnom_c, 1.0);
+        MatmulInto(dphi, dnom_c, kv_t);
         AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatureGrad", [&] {
           FeatureGradRows<scalar_t>(q_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
                                     dphi.data_ptr<scalar_t>(),
@@ -330,8 +375,8 @@ void EfficientBackwardCpu(const torch::Tensor& q_s, const torch::Tensor& k_s,
                                  psi.data_ptr<scalar_t>(), n, d);
         });
         auto dv_c = dv[h].narrow(0, start, n);
-        at::mm_out(dv_c, psi, dkv);
-        at::mm_out(dpsi, v_p[h].narrow(0, start, n), dkv_t);
+        MatmulInto(dv_c, psi, dkv);
+        MatmulInto(dpsi, v_p[h].narrow(0, start, n), dkv_t);
         AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatureGrad", [&] {
           FeatureGradRows<scalar_t>(k_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
                                     dpsi.data_ptr<scalar_t>(),
@@ -506,8 +551,13 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
         .view({s.batch, s.heads, s.tokens, d});
   }
   auto y = torch::empty({bh, s.tokens, d}, q.options());
-  EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk, y,
-                   {}, {});
+  if (options.bf16_products && q.is_cpu() && q.scalar_type() == torch::kFloat &&
+      HaveBf16Matmul()) {
+    EfficientCpuBf16(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, y, chunk);
+  } else {
+    EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk,
+                     y, {}, {});
+  }
   return y.view({s.batch, s.heads, s.tokens, d});
 }
 

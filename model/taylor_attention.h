@@ -28,6 +28,11 @@ struct TaylorKernelOptions {
   std::int64_t direct_block_elements = std::int64_t{1} << 19;
   // Efficient path: tokens per chunk when building the d(d+1)/2 features.
   std::int64_t efficient_chunk_tokens = 512;
+  // Efficient path, float32 on the CPU without autograd: the two feature products run in
+  // bfloat16 with float32 sums (model/precision.h's bf16). Features and values are rounded to
+  // bfloat16, KV is summed and scaled in float32 and rounded once for the query side; the
+  // denominators and the division stay float32. Ignored where HaveBf16Matmul() is false.
+  bool bf16_products = false;
 };
 
 // Throws c10::Error with a clear message unless a > 0 and c ≥ b²/(4a).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/cost_model.h"
+#include "model/cpu_gemm.h"
 #include "model/taylor_attention.h"
 #include "model/torch_compat.h"
 
@@ -111,6 +112,38 @@ TEST(TaylorEfficientTest, LongSequenceFp32StaysFiniteAndAccurate) {
   const auto expected =
       torch::matmul(attn / attn.sum(-1, true), v[0][0]) * std::sqrt(double(n) / d);
   EXPECT_LE(RelativeError(y[0][0].index_select(0, rows), expected), 1e-4);
+}
+
+// precision: bf16 runs the efficient path's two feature products in bfloat16 with float32 sums.
+// Against float64 the error is bfloat16's (≈ 2⁻⁸ relative per product, averaged over the sums),
+// padded keys still drop out, and the result differs from the float32 kernel's (so the bf16
+// kernel is what ran).
+TEST(TaylorEfficientTest, Bf16ProductsStayWithinBf16ErrorOfFloat64) {
+  if (!HaveBf16Matmul()) GTEST_SKIP() << "no oneDNN bfloat16 matmul on this build or CPU";
+  torch::manual_seed(11);
+  const std::int64_t heads = 4, n = 1300, d = 32, real = 1100;
+  const auto q = torch::randn({2, heads, n, d});
+  const auto k = torch::randn({2, heads, n, d});
+  const auto v = torch::randn({2, heads, n, d});
+  auto mask = torch::zeros({2, n}, torch::kBool);
+  mask.index_put_({1, Slice(real, torch::indexing::None)}, true);
+  const auto tau = torch::full({1, heads, 1, 1}, 1.5f);
+  torch::NoGradGuard no_grad;
+  const auto [qn, kn] = NormalizeQueryKey(q, k, tau);
+  TaylorKernelOptions options;
+  options.efficient_chunk_tokens = 512;  // three chunks, the last one partial
+  const auto fp32 = TaylorEfficient(qn, kn, v, mask, options);
+  options.bf16_products = true;
+  const auto bf16 = TaylorEfficient(qn, kn, v, mask, options);
+  ASSERT_EQ(bf16.scalar_type(), torch::kFloat32);
+  const auto tau64 = torch::full({heads}, 1.5);
+  const auto full = PlainTaylor(q[0], k[0], v[0], tau64);
+  const auto part =
+      PlainTaylor(q[1].narrow(1, 0, real), k[1].narrow(1, 0, real), v[1].narrow(1, 0, real), tau64);
+  EXPECT_LE(RelativeError(fp32[0], full), 1e-4);
+  EXPECT_LE(RelativeError(bf16[0], full), 2e-2);
+  EXPECT_LE(RelativeError(bf16[1].narrow(1, 0, real), part), 2e-2);
+  EXPECT_GT(RelativeError(bf16[0], fp32[0]), 1e-6);
 }
 
 TEST(TaylorGradientTest, DirectAndEfficientGradientsAgreeAndMatchFiniteDifferences) {

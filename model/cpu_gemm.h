@@ -1,0 +1,42 @@
+// Matrix products for one thread's share of a parallel CPU kernel (the attention kernels run one
+// head or one block per task inside at::parallel_for, each with single-threaded GEMMs).
+//
+// Why not at::mm: LibTorch hands float GEMMs to OpenBLAS, and Debian's OpenMP build of OpenBLAS
+// runs concurrent calls from two threads 2.2× slower than one after the other, so the kernels'
+// parallel loops lost their second core. oneDNN's sgemm (libdnnl, the oneDNN LibTorch itself is
+// linked against) has no such contention and is ≈1.6× faster on the kernels' shapes
+// ([512 × 561]ᵀ·[512 × 33] and back) on one thread (docs/PERFORMANCE.md). Without oneDNN (a
+// LibTorch that bundles its own, e.g. a CUDA build) and for float64, at::addmm_out is used.
+//
+// Thread-safe: calls only read their inputs and write `out`.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace ts {
+
+// out = a·b + beta·out for 2-D CPU tensors of one floating dtype; `a` and `b` may be transposed
+// views (either stride may be 1) and `out` must have unit column stride. With beta = 0, `out`'s
+// previous contents are ignored (NaN included). Runs on the calling thread only when called
+// inside a parallel region.
+void MatmulInto(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
+                double beta = 0.0);
+
+// out (float32) = a·b + beta·out with a, b bfloat16: products in bfloat16, sums in float32
+// (oneDNN's matmul, AVX512-BF16 or AMX). Same layouts as MatmulInto. Throws c10::Error when
+// HaveBf16Matmul() is false; callers check it (and CheckPrecisionSupported) first.
+void MatmulBf16Into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
+                    double beta = 0.0);
+
+// Whether MatmulBf16Into can run here: built with oneDNN and the CPU has bf16 instructions.
+bool HaveBf16Matmul();
+
+// Whether float products go to oneDNN ("onednn") or LibTorch's BLAS ("libtorch"), for logs and
+// benchmark reports.
+const char* CpuGemmBackend();
+
+// For side-by-side benchmarks (bench/model_profile --cpu-gemm): false sends float products to
+// LibTorch even where oneDNN is available. Process-wide; default true.
+void SetCpuGemmUseOneDnn(bool use);
+
+}  // namespace ts
