@@ -50,8 +50,7 @@ void AddConnectionFlags(CLI::App& command, ConnectionFlags* flags) {
                   "name to check in the server certificate (implies --tls)")
       ->group(kGroup);
   command
-      .add_option("--token", connection.token,
-                  "send \"authorization: Bearer TOKEN\" on every call")
+      .add_option("--token", connection.token, "send \"authorization: Bearer TOKEN\" on every call")
       ->envname("TSCTL_TOKEN")
       ->group(kGroup);
   command

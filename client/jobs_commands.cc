@@ -414,12 +414,11 @@ void AddPromoteFlags(CLI::App& command, PromoteFlags* flags) {
   taylorshift::v1::PromoteCheckpointRequest* request = &flags->request;
   request->set_which(taylorshift::v1::CHECKPOINT_CHOICE_BEST);
   CLI::App* source = command.add_option_group("Source", "what to promote (exactly one)");
-  CLI::Option* job =
-      source
-          ->add_option_function<std::string>(
-              "--job", [request](const std::string& id) { request->set_job_id(id); },
-              "a training job: its best checkpoint (--last: its latest)")
-          ->check(NonEmpty());
+  CLI::Option* job = source
+                         ->add_option_function<std::string>(
+                             "--job", [request](const std::string& id) { request->set_job_id(id); },
+                             "a training job: its best checkpoint (--last: its latest)")
+                         ->check(NonEmpty());
   source
       ->add_option_function<std::string>(
           "--checkpoint", [request](const std::string& path) { request->set_checkpoint(path); },
@@ -434,8 +433,7 @@ void AddPromoteFlags(CLI::App& command, PromoteFlags* flags) {
       ->check(NonEmpty());
   command
       .add_flag_callback(
-          "--last",
-          [request] { request->set_which(taylorshift::v1::CHECKPOINT_CHOICE_LAST); },
+          "--last", [request] { request->set_which(taylorshift::v1::CHECKPOINT_CHOICE_LAST); },
           "the job's latest checkpoint instead of its best")
       ->needs(job);
   command.add_flag_callback(
@@ -473,7 +471,9 @@ void AddJobCommands(Commands& commands) {
     commands.OnRun(*list, [flags] { return RunJobsList(*flags); });
   }
   auto get = std::make_shared<JobFlags>();
-  AddJobCommand(commands, *jobs, "get", "one job: progress, metrics with per-class precision/recall and confusion, checkpoints", get)
+  AddJobCommand(
+      commands, *jobs, "get",
+      "one job: progress, metrics with per-class precision/recall and confusion, checkpoints", get)
       ->add_flag("--curve", get->curve,
                  "add text charts of the loss curve and validation accuracy (--json: "
                  "\"history\")");

@@ -285,7 +285,7 @@ int RunBench(const BenchFlags& flags) {
     std::shared_ptr<grpc::Channel> channel = ConnectOrReport(connection);
     if (channel == nullptr) return kExitError;
     call = protocol == BenchProtocol::kV2Grpc ? MakeV2GrpcCall(channel, connection, timeout_ms)
-                                               : MakeClassifyCall(channel, connection, timeout_ms);
+                                              : MakeClassifyCall(channel, connection, timeout_ms);
   }
   const BenchReport report = RunLoad(load, *generator, call);
   std::cout << (flags.classify.json ? FormatBenchJson(report) + "\n" : FormatBenchText(report));
@@ -294,8 +294,7 @@ int RunBench(const BenchFlags& flags) {
     std::vector<std::string> errors;
     for (const auto& [code, count] : report.errors)
       errors.push_back(absl::StrCat(code, " x", count));
-    std::cerr << "tsctl: no request to "
-              << (UsesHttp(protocol) ? http_base_url : connection.server)
+    std::cerr << "tsctl: no request to " << (UsesHttp(protocol) ? http_base_url : connection.server)
               << " succeeded: " << absl::StrJoin(errors, ", ") << "\n";
     return kExitError;
   }
@@ -343,17 +342,17 @@ void AddClassifyFlags(CLI::App& command, ClassifyFlags* flags) {
           [prototype](std::int64_t k) { prototype->set_top_k(static_cast<std::uint32_t>(k)); },
           "answer the K most likely labels (default: the model's)")
       ->check(IntegerIn(0, UINT32_MAX));
+  command.add_option_function<std::string>(
+      "--path",
+      [prototype](const std::string& name) {
+        absl::StatusOr<taylorshift::v1::AttentionPath> path = ParsePath(name);
+        if (!path.ok()) throw CLI::ValidationError("--path", std::string(path.status().message()));
+        prototype->set_path(*path);
+      },
+      "attention path: auto|direct|efficient|softmax (default auto)");
   command
-      .add_option_function<std::string>(
-          "--path",
-          [prototype](const std::string& name) {
-            absl::StatusOr<taylorshift::v1::AttentionPath> path = ParsePath(name);
-            if (!path.ok()) throw CLI::ValidationError("--path", std::string(path.status().message()));
-            prototype->set_path(*path);
-          },
-          "attention path: auto|direct|efficient|softmax (default auto)");
-  command.add_option("--deadline-ms", flags->deadline_ms,
-                     "deadline of each Classify call (default: --timeout-ms)")
+      .add_option("--deadline-ms", flags->deadline_ms,
+                  "deadline of each Classify call (default: --timeout-ms)")
       ->check(IntegerIn(0, INT32_MAX));
   AddConnectionFlags(command, &flags->common);
 }
@@ -422,9 +421,10 @@ void AddCommands(Commands& commands) {
                     "rest (POST /v1/models/NAME:classify); the last two go to the HTTP front "
                     "end at --http, one keep-alive connection per worker. Only classify sends "
                     "images; v2 answers carry no path, tokens or server timing");
-    command->add_option("--http", flags->http,
-                        "HOST:PORT of the HTTP front end (http.listen; https:// with the TLS "
-                        "flags)")
+    command
+        ->add_option("--http", flags->http,
+                     "HOST:PORT of the HTTP front end (http.listen; https:// with the TLS "
+                     "flags)")
         ->check(NonEmpty());
     AddClassifyFlags(*command, &flags->classify);
     command->add_flag("--json", flags->classify.json, "the report as one JSON object");

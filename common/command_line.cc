@@ -66,8 +66,7 @@ CLI::Validator NumberAtLeast(double low) {
 
 CLI::Validator NonEmpty() {
   return CLI::Validator(
-      [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
-      "");
+      [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; }, "");
 }
 
 }  // namespace ts

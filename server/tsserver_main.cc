@@ -50,8 +50,7 @@ void AddFlags(CLI::App& app, Flags* flags) {
   app.add_option("--listen", flags->listen, "gRPC address (default 127.0.0.1:50051)");
   app.add_option("--metrics-listen", flags->metrics_listen,
                  "Prometheus /metrics address (empty = off)");
-  app.add_option("--http-listen", flags->http_listen,
-                 "HTTP/JSON front end address (empty = off)");
+  app.add_option("--http-listen", flags->http_listen, "HTTP/JSON front end address (empty = off)");
   app.add_option("--model", flags->models,
                  "serve checkpoint CHECKPOINT as model NAME (NAME=CHECKPOINT; repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)

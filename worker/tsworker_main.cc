@@ -214,7 +214,8 @@ int Main(int argc, char** argv) {
     message.mutable_result()->set_message(std::string(status.message()));
     message.mutable_result()->set_stopped(stopped);
     if (writer != nullptr) (void)writer->Write(message);
-    if (!status.ok() && !stopped) std::cerr << "tsworker[rank " << rank << "] failed: " << status << std::endl;
+    if (!status.ok() && !stopped)
+      std::cerr << "tsworker[rank " << rank << "] failed: " << status << std::endl;
     if (stopped)
       std::cerr << "tsworker[rank " << rank << "] stopped: " << status.message() << std::endl;
     return status.ok() || stopped ? 0 : 1;

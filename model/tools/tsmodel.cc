@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
-#include <iostream>
 #include <functional>
+#include <iostream>
 #include <iterator>
 #include <memory>
 #include <numeric>
@@ -27,10 +27,10 @@
 #include "model/calibration.h"
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
-#include "model/listops_generator.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
 #include "model/json_output.h"
+#include "model/listops_generator.h"
 #include "model/precision.h"
 #include "model/reference_import.h"
 #include "model/torch_compat.h"
@@ -104,8 +104,8 @@ absl::Status ApplyCalibration(const std::optional<std::string>& calibration,
   const std::int64_t head_dim = loaded.options.embed_dim() / heads;
   const auto crossover = LookupCrossover(*results, head_dim, heads, batch);
   if (!crossover) {
-    return absl::NotFoundError(absl::StrCat(*calibration, " has no crossover for head_dim ", head_dim,
-                                            " with ", heads, " heads"));
+    return absl::NotFoundError(absl::StrCat(*calibration, " has no crossover for head_dim ",
+                                            head_dim, " with ", heads, " heads"));
   }
   loaded.model->set_crossover_tokens(*crossover);
   return absl::OkStatus();
@@ -323,8 +323,8 @@ absl::Status Calibrate(const CalibrateFlags& flags) {
   options.b = model_options.b();
   options.c = model_options.c();
   // Longer sequences than the model accepts (max_length + CLS) never reach it.
-  options.max_tokens = flags.max_tokens.value_or(
-      std::max(options.min_tokens * 2, model_options.max_length() + 1));
+  options.max_tokens =
+      flags.max_tokens.value_or(std::max(options.min_tokens * 2, model_options.max_length() + 1));
   options.min_tokens = std::min(options.min_tokens, options.max_tokens / 2);
 
   auto result = CalibrateCrossover(options);
@@ -386,11 +386,10 @@ int Main(int argc, char** argv) {
   std::function<absl::Status()> run;
   {
     auto flags = std::make_shared<ImportFlags>();
-    CLI::App* command = AddCommand(
-        app, "import-reference",
-        "Convert a reference (tobna/TaylorShift) state dict saved with "
-        "torch.save(dict(model.state_dict()), path) into a checkpoint.",
-        flags, ImportReference, &threads, &run);
+    CLI::App* command = AddCommand(app, "import-reference",
+                                   "Convert a reference (tobna/TaylorShift) state dict saved with "
+                                   "torch.save(dict(model.state_dict()), path) into a checkpoint.",
+                                   flags, ImportReference, &threads, &run);
     command->add_option("STATE_DICT", flags->state_dict, "the .pt file")->required();
     command->add_option("--out", flags->out, "the checkpoint to write")->required();
     command->add_option("--labels", flags->labels, "label names a,b,...");
@@ -418,8 +417,7 @@ int Main(int argc, char** argv) {
     AddParsedOption(*command, "--precision", &flags->precision, ParsePrecision,
                     "fp32 (default) or bf16: the linear layers in bfloat16 (CPUs with "
                     "AVX512-BF16 or AMX, CUDA 8.0+; refused elsewhere)");
-    command->add_option("--calibration", flags->calibration,
-                        "a crossover measured by calibrate");
+    command->add_option("--calibration", flags->calibration, "a crossover measured by calibrate");
   }
   {
     auto flags = std::make_shared<InitFlags>();
@@ -445,13 +443,11 @@ int Main(int argc, char** argv) {
   }
   {
     auto flags = std::make_shared<InfoFlags>();
-    CLI::App* command =
-        AddCommand(app, "info",
-                   "Architecture, parameter count, metadata, per-layer cost-model crossovers.",
-                   flags, Info, &threads, &run);
+    CLI::App* command = AddCommand(
+        app, "info", "Architecture, parameter count, metadata, per-layer cost-model crossovers.",
+        flags, Info, &threads, &run);
     command->add_option("CKPT", flags->checkpoint, "the checkpoint")->required();
-    command->add_option("--calibration", flags->calibration,
-                        "a crossover measured by calibrate");
+    command->add_option("--calibration", flags->calibration, "a crossover measured by calibrate");
   }
   {
     auto flags = std::make_shared<CalibrateFlags>();
@@ -462,14 +458,17 @@ int Main(int argc, char** argv) {
         flags, Calibrate, &threads, &run);
     command->add_option("CKPT", flags->checkpoint, "the checkpoint")->required();
     command->add_option("--out", flags->out, "the calibration file to write")->required();
-    command->add_option("--batch", flags->batch)->capture_default_str()->check(
-        IntegerIn(1, INT32_MAX));
+    command->add_option("--batch", flags->batch)
+        ->capture_default_str()
+        ->check(IntegerIn(1, INT32_MAX));
     command->add_option("--device", flags->device, "cpu|cuda[:N]")->capture_default_str();
-    command->add_option("--max-tokens", flags->max_tokens,
-                        "longest sequence measured (default: the model's max_length + 1)")
+    command
+        ->add_option("--max-tokens", flags->max_tokens,
+                     "longest sequence measured (default: the model's max_length + 1)")
         ->check(IntegerIn(2, INT32_MAX));
-    command->add_option("--repeats", flags->repeats)->capture_default_str()->check(
-        IntegerIn(1, INT32_MAX));
+    command->add_option("--repeats", flags->repeats)
+        ->capture_default_str()
+        ->check(IntegerIn(1, INT32_MAX));
   }
   {
     auto flags = std::make_shared<ListOpsFlags>();
@@ -480,16 +479,18 @@ int Main(int argc, char** argv) {
         "so other trainers (bench/reference_train.py) can learn from exactly the same data.",
         flags, ListOps, &threads, &run);
     command->add_option("--out", flags->out, "the FILE.jsonl to write")->required();
-    command->add_option("--count", flags->options.count, "examples")->required()->check(
-        IntegerIn(0, INT64_MAX));
+    command->add_option("--count", flags->options.count, "examples")
+        ->required()
+        ->check(IntegerIn(0, INT64_MAX));
     command->add_option("--min-length", flags->options.min_length)
         ->capture_default_str()
         ->check(IntegerIn(0, INT64_MAX));
     command->add_option("--max-length", flags->options.max_length)
         ->capture_default_str()
         ->check(IntegerIn(0, INT64_MAX));
-    command->add_option("--seed", flags->seed)->capture_default_str()->check(
-        IntegerIn(0, INT64_MAX));
+    command->add_option("--seed", flags->seed)
+        ->capture_default_str()
+        ->check(IntegerIn(0, INT64_MAX));
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "help") args[0] = "--help";

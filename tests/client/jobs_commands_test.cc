@@ -17,8 +17,8 @@
 
 #include "absl/strings/str_split.h"
 #include "client/command_line.h"
-#include "common/command_line.h"
 #include "client/job_format.h"
+#include "common/command_line.h"
 #include "common/job_spec_yaml.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -72,8 +72,8 @@ TEST(CommandLineTest, ValueBoolAndInlineFlags) {
   app.add_flag("--wait", wait);
   app.add_option("--limit", limit)->check(IntegerIn(0, 10));
   app.add_option("rest", rest);
-  std::vector<std::string> args = {"--server", "a:1", "--server=h:1", "--wait", "-", "--",
-                                   "--json"};
+  std::vector<std::string> args = {"--server", "a:1", "--server=h:1", "--wait",
+                                   "-",        "--",  "--json"};
   std::reverse(args.begin(), args.end());
   app.parse(args);
   EXPECT_EQ(server, "h:1");  // the last one given
@@ -131,8 +131,9 @@ TEST(CommandLineTest, ConnectionFlagsApplyToJobCommands) {
 
 TEST(JobsCommandsTest, ListOptions) {
   ListFlags flags;
-  EXPECT_EQ(ParseError(AddListFlags, &flags, {"--state", "Running", "--kind=training", "--limit", "25"}),
-            "");
+  EXPECT_EQ(
+      ParseError(AddListFlags, &flags, {"--state", "Running", "--kind=training", "--limit", "25"}),
+      "");
   EXPECT_EQ(flags.state, taylorshift::v1::JOB_STATE_RUNNING);
   EXPECT_EQ(flags.kind, taylorshift::v1::JOB_KIND_TRAINING);
   EXPECT_EQ(flags.limit, 25);
@@ -154,8 +155,9 @@ TEST(JobsCommandsTest, ListOptions) {
 
 TEST(JobsCommandsTest, PromoteFromAJob) {
   PromoteFlags flags;
-  EXPECT_EQ(ParseError(AddPromoteFlags, &flags, {"--job", "j-7", "--model", "imdb", "--require-better"}),
-            "");
+  EXPECT_EQ(
+      ParseError(AddPromoteFlags, &flags, {"--job", "j-7", "--model", "imdb", "--require-better"}),
+      "");
   const auto& request = flags.request;
   EXPECT_EQ(request.model(), "imdb");
   EXPECT_EQ(request.job_id(), "j-7");
@@ -169,8 +171,9 @@ TEST(JobsCommandsTest, PromoteFromAJob) {
 
 TEST(JobsCommandsTest, PromoteFromACheckpoint) {
   PromoteFlags flags;
-  EXPECT_EQ(ParseError(AddPromoteFlags, &flags, {"--checkpoint", "runs/a.tsckpt", "--model", "imdb"}),
-            "");
+  EXPECT_EQ(
+      ParseError(AddPromoteFlags, &flags, {"--checkpoint", "runs/a.tsckpt", "--model", "imdb"}),
+      "");
   EXPECT_EQ(flags.request.checkpoint(), "runs/a.tsckpt");
   EXPECT_FALSE(flags.request.require_at_least_current_accuracy());
 }
@@ -369,7 +372,9 @@ TEST_F(JobsCommandsServiceTest, TrainSubmitsTheParsedSpecAndPrintsTheId) {
 TEST_F(JobsCommandsServiceTest, TrainWaitPrintsOneLinePerEvent) {
   TempSpec spec(kSpec);
   service_.set_script(TrainingRun("JOB_STATE_SUCCEEDED", ""));
-  const Output out = Capture([&] { return RunCommand("train", Args({"--spec", spec.path(), "--wait"})); });
+  const Output out = Capture([&] {
+    return RunCommand("train", Args({"--spec", spec.path(), "--wait"}));
+  });
   EXPECT_EQ(out.status, kExitOk) << out.err;
   EXPECT_THAT(out.lines,
               ElementsAre("job j-1 filetype (training): QUEUED", "state RUNNING",
@@ -406,13 +411,17 @@ TEST_F(JobsCommandsServiceTest, TrainWaitJsonEndsWithTheJob) {
 TEST_F(JobsCommandsServiceTest, AFailedOrCancelledJobExitsOneWithTheReason) {
   TempSpec spec(kSpec);
   service_.set_script(TrainingRun("JOB_STATE_FAILED", "data.train.path: not found"));
-  const Output failed = Capture([&] { return RunCommand("train", Args({"--spec", spec.path(), "--wait"})); });
+  const Output failed = Capture([&] {
+    return RunCommand("train", Args({"--spec", spec.path(), "--wait"}));
+  });
   EXPECT_EQ(failed.status, kExitError);
   EXPECT_EQ(failed.lines.back(), "state FAILED: data.train.path: not found");
   EXPECT_THAT(failed.err, HasSubstr("tsctl: job j-1 FAILED: data.train.path: not found"));
 
   service_.set_script(TrainingRun("JOB_STATE_CANCELLED", "cancelled by CancelJob"));
-  const Output cancelled = Capture([&] { return RunCommand("jobs", Args({"watch", "j-1", "--json"})); });
+  const Output cancelled = Capture([&] {
+    return RunCommand("jobs", Args({"watch", "j-1", "--json"}));
+  });
   EXPECT_EQ(cancelled.status, kExitError);
   EXPECT_THAT(cancelled.lines.back(), HasSubstr(R"("state":"CANCELLED")"));
   EXPECT_THAT(cancelled.err, HasSubstr("tsctl: job j-1 CANCELLED: cancelled by CancelJob"));
@@ -440,7 +449,9 @@ TEST_F(JobsCommandsServiceTest, EvalSubmitsTheEvaluationSpec) {
   script.job =
       FromText<Job>(R"pb(id: "j-2" kind: JOB_KIND_EVALUATION name: "e" state: JOB_STATE_QUEUED)pb");
   service_.set_script(script);
-  const Output out = Capture([&] { return RunCommand("eval", Args({"--spec", spec.path(), "--json"})); });
+  const Output out = Capture([&] {
+    return RunCommand("eval", Args({"--spec", spec.path(), "--json"}));
+  });
   EXPECT_EQ(out.status, kExitOk) << out.err;
   ASSERT_EQ(out.lines.size(), 1u);
   EXPECT_THAT(out.lines[0], StartsWith(R"({"id":"j-2","kind":"EVALUATION","name":"e",)"
@@ -476,7 +487,7 @@ TEST_F(JobsCommandsServiceTest, ListFollowsPagesUntilDoneOrTheLimit) {
   limited.set_script(script);
   const Output three = Capture([&] {
     return RunCommand("jobs", {"list", "--limit", "3", "--state", "succeeded", "--kind", "training",
-                    "--server", limited.address()});
+                               "--server", limited.address()});
   });
   EXPECT_EQ(three.status, kExitOk) << three.err;
   ASSERT_EQ(three.lines.size(), 4u);  // header and 3 rows
@@ -513,7 +524,8 @@ TEST_F(JobsCommandsServiceTest, GetCancelAndPromote) {
   EXPECT_THAT(cancel.lines, ElementsAre("job j-3: CANCELLED"));
 
   const Output promote = Capture([&] {
-    return RunCommand("promote", Args({"--job", "j-3", "--last", "--model", "imdb", "--require-better"}));
+    return RunCommand("promote",
+                      Args({"--job", "j-3", "--last", "--model", "imdb", "--require-better"}));
   });
   EXPECT_EQ(promote.status, kExitOk) << promote.err;
   EXPECT_THAT(promote.lines,
@@ -570,7 +582,8 @@ TEST_F(JobsCommandsServiceTest, GetCurveFollowsEveryHistoryPage) {
   json_service.Start();
   json_service.set_script(script);
   const Output json = Capture([&] {
-    return RunCommand("jobs", {"get", "j-4", "--curve", "--json", "--server", json_service.address()});
+    return RunCommand("jobs",
+                      {"get", "j-4", "--curve", "--json", "--server", json_service.address()});
   });
   EXPECT_EQ(json.status, kExitOk) << json.err;
   taylorshift::v1::GetJobHistoryResponse all;
@@ -607,7 +620,9 @@ TEST_F(JobsCommandsServiceTest, PlotWritesTheWholeHistoryAsSvg) {
   service_.set_script(script);
   const std::string path = ::testing::TempDir() + "jobs_commands_test_curve.SVG";
   std::remove(path.c_str());
-  const Output out = Capture([&] { return RunCommand("jobs", Args({"plot", "j-4", "--out", path})); });
+  const Output out = Capture([&] {
+    return RunCommand("jobs", Args({"plot", "j-4", "--out", path}));
+  });
   EXPECT_EQ(out.status, kExitOk) << out.err;
   EXPECT_THAT(out.lines, ElementsAre("wrote " + path + " (4 loss points, 2 validation runs)"));
   EXPECT_THAT(service_.record().rpcs,

@@ -36,12 +36,12 @@ class TsctlTest : public ::testing::Test {
       ASSERT_TRUE(SaveCheckpoint(*dir_ + "/" + name + ".tsckpt", options, metadata, model).ok());
     }
     server_ = new ts::testing::ServerProcess();
-    ASSERT_TRUE(server_->Start(TS_TSSERVER_BINARY,
-                               {"--listen", "127.0.0.1:0", "--metrics-listen", "", "--model",
-                                "text=" + *dir_ + "/text.tsckpt", "--model",
-                                "pixels=" + *dir_ + "/pixels.tsckpt", "--threads", "2",
-                                "--state-dir", *dir_ + "/state", "--data-root", *dir_ + "/data"},
-                               *dir_));
+    ASSERT_TRUE(server_->Start(
+        TS_TSSERVER_BINARY,
+        {"--listen", "127.0.0.1:0", "--metrics-listen", "", "--model",
+         "text=" + *dir_ + "/text.tsckpt", "--model", "pixels=" + *dir_ + "/pixels.tsckpt",
+         "--threads", "2", "--state-dir", *dir_ + "/state", "--data-root", *dir_ + "/data"},
+        *dir_));
     server_flag_ = new std::string(" --server " + server_->grpc_address());
   }
   static void TearDownTestSuite() {
