@@ -196,14 +196,16 @@ void Server::Shutdown(absl::Duration grace) {
     p.jobs->Shutdown();
     p.log("jobs stopped");
   }
-  // Stops accepting calls and waits for those in flight (their batches keep running).
+  // Queued requests run now, not after their max_queue_delay: the calls in flight wait for
+  // them. Requests that reach a batcher from here on are UNAVAILABLE.
+  p.registry->DrainAll(std::max(absl::ZeroDuration(), deadline - absl::Now()));
+  p.log("batchers drained");
+  // Stops accepting calls and waits for those in flight.
   if (p.http != nullptr) {
     p.http->Stop();
     p.log("HTTP stopped");
   }
   p.grpc->Shutdown(absl::ToChronoTime(deadline));
-  p.log("RPCs finished; draining batchers");
-  p.registry->DrainAll(std::max(absl::ZeroDuration(), deadline - absl::Now()));
   p.grpc->Wait();
   p.log("stopped");
 }

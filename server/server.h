@@ -32,9 +32,10 @@ class Server {
   std::string http_address() const;  // empty when http.listen is empty
   std::string metrics_address() const;  // empty when metrics_listen is empty
 
-  // Health turns NOT_SERVING, running jobs save their state, the HTTP front end and gRPC stop
-  // accepting and answer what is in flight, batchers finish what is queued — all within
-  // `grace` — then everything stops. Idempotent.
+  // Health turns NOT_SERVING, running jobs save their state, batchers stop accepting and run
+  // what is queued at once (whatever its max_queue_delay), then the HTTP front end and gRPC stop
+  // accepting and answer what is in flight — all within `grace` — then everything stops.
+  // Idempotent.
   void Shutdown(absl::Duration grace);
 
  private:

@@ -1,7 +1,9 @@
-// Integration tests against a real `tsserver` process on loopback: results equal the in-process
-// model while batches form and both paths run, every error case answers its code and the server
-// keeps serving, deadlines skip compute, SIGTERM loses no accepted request, metrics pass
-// promtool, health and auth behave.
+// Integration tests against the whole server (server/server.h) running in this process on
+// loopback, its batchers on a fake clock that moves only when a test says: results equal the
+// model's own while batches form and both paths run, every error case answers its code and the
+// server keeps serving, an expired deadline skips compute, a full queue says which limit, metrics
+// pass promtool, health, auth, TLS, message limits, calibration and windows behave. What only a
+// process shows (signals, the ready file, exit codes) is tests/server/tsserver_process_test.cc.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -18,15 +20,20 @@
 #include "model/batch_classifier.h"
 #include "model/checkpoint.h"
 #include "model/mixed_linear.h"
+#include "server/config.h"
+#include "server/server.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 #include "tests/testing/encoder_testing.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/metrics_text.h"
 #include "tests/testing/server_process.h"
 
 namespace ts {
 namespace {
 
 namespace pb = taylorshift::v1;
-using ts::testing::ServerProcess;
+using ts::server::Server;
+using ts::testing::FakeClock;
 
 constexpr std::int64_t kMaxLength = 512;
 
@@ -45,6 +52,15 @@ std::string WriteModel(const std::string& dir, const std::string& name, const st
   const std::string path = dir + "/" + name + ".tsckpt";
   EXPECT_TRUE(SaveCheckpoint(path, options, metadata, model).ok());
   return path;
+}
+
+// Loads `config_path` as tsserver does (relative paths against its directory) and starts the
+// server on `clock`.
+absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& config_path,
+                                                    ts::server::Clock* clock) {
+  auto config = ts::server::LoadServerConfig(config_path);
+  if (!config.ok()) return config.status();
+  return Server::Create(*config, clock);
 }
 
 std::string RandomDocument(std::mt19937& rng, std::int64_t length) {
@@ -85,18 +101,22 @@ class ServerIntegrationTest : public ::testing::Test {
               "    batching: {max_queue_delay_us: 400000, max_queue_size: 3, max_batch_size: 64,\n"
               "               start_when_idle: false}\n";
     config.close();
-    server_ = new ServerProcess();
-    ASSERT_TRUE(server_->Start(TS_TSSERVER_BINARY, {"--config", *dir_ + "/config.yaml"}, *dir_));
+    clock_ = new FakeClock();
+    auto server = StartServer(*dir_ + "/config.yaml", clock_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
   }
   static void TearDownTestSuite() {
-    EXPECT_EQ(server_->Stop(SIGTERM), 0) << server_->Log();
+    if (server_ != nullptr) server_->Shutdown(absl::Seconds(20));
     delete server_;
+    delete clock_;  // after the server: its batch threads wait on it
   }
 
   std::unique_ptr<pb::Classifier::Stub> Stub() {
     return pb::Classifier::NewStub(
         grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials()));
   }
+  // `deadline_ms` is real time; the server moves it onto its (fake) clock.
   static grpc::Status Call(pb::Classifier::Stub& stub, const pb::ClassifyRequest& request,
                            pb::ClassifyResponse* response, int deadline_ms = 30000) {
     grpc::ClientContext context;
@@ -112,11 +132,13 @@ class ServerIntegrationTest : public ::testing::Test {
 
   static std::string* dir_;
   static std::string* tiny_;
-  static ServerProcess* server_;
+  static FakeClock* clock_;
+  static Server* server_;
 };
 std::string* ServerIntegrationTest::dir_ = nullptr;
 std::string* ServerIntegrationTest::tiny_ = nullptr;
-ServerProcess* ServerIntegrationTest::server_ = nullptr;
+FakeClock* ServerIntegrationTest::clock_ = nullptr;
+Server* ServerIntegrationTest::server_ = nullptr;
 
 TEST_F(ServerIntegrationTest, ConcurrentMixedLengthsGetTheInProcessModelsProbabilities) {
   std::mt19937 rng(42);
@@ -220,44 +242,67 @@ TEST_F(ServerIntegrationTest, ErrorsAnswerTheirCodeAndTheServerKeepsServing) {
 }
 
 TEST_F(ServerIntegrationTest, ExpiredDeadlinesAreNotComputedAndAFullQueueSaysWhichLimit) {
-  auto stub = Stub();
-  pb::ClassifyResponse response;
-  // "slow" holds a batch open for 400 ms: a 100 ms deadline expires in the queue.
-  const auto status = Call(*stub, Document("slow", "expires in the queue"), &response, 100);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  // Four concurrent requests against max_queue_size 3.
-  std::vector<std::future<grpc::Status>> calls;
-  for (int i = 0; i < 5; ++i) {
-    calls.push_back(std::async(std::launch::async, [this, i] {
+  // "slow" holds a batch open for 400 ms of the server's clock, which moves only here.
+  const absl::Time start = clock_->Now();
+  auto expiring = std::async(std::launch::async, [this] {
+    auto stub = Stub();
+    pb::ClassifyResponse response;
+    return Call(*stub, Document("slow", "expires in the queue"), &response, 20000);
+  });
+  // The request is queued once the batch thread waits for its bucket's delay.
+  ASSERT_TRUE(clock_->BlockUntilWaiting(start + absl::Milliseconds(400)));
+  // Past the 20 s deadline (moved onto the fake clock) and the 400 ms delay: the batch starts
+  // with the request already expired.
+  clock_->Advance(absl::Seconds(21));
+  const grpc::Status expired = expiring.get();
+  EXPECT_EQ(expired.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << expired.error_message();
+  EXPECT_NE(expired.error_message().find("deadline passed before the batch ran"),
+            std::string::npos)
+      << expired.error_message();
+
+  // Three requests fill max_queue_size 3; two more are refused at once, naming the limit.
+  std::vector<std::future<grpc::Status>> queued;
+  for (int i = 0; i < 3; ++i) {
+    queued.push_back(std::async(std::launch::async, [this, i] {
       auto s = Stub();
       pb::ClassifyResponse r;
-      return Call(*s, Document("slow", "queued " + std::to_string(i)), &r, 10000);
+      return Call(*s, Document("slow", "queued " + std::to_string(i)), &r);
     }));
   }
-  int exhausted = 0, ok = 0;
-  for (auto& call : calls) {
-    const auto s = call.get();
-    if (s.ok()) ++ok;
-    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      ++exhausted;
-      EXPECT_NE(s.error_message().find("max_queue_size=3"), std::string::npos) << s.error_message();
-    }
+  ASSERT_TRUE(ts::testing::WaitForMetric(server_->metrics_address(),
+                                         "taylorshift_queue_depth{model=\"slow\"}", 3));
+  for (int i = 3; i < 5; ++i) {
+    auto stub = Stub();
+    pb::ClassifyResponse response;
+    const auto s = Call(*stub, Document("slow", "queued " + std::to_string(i)), &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_NE(s.error_message().find("max_queue_size=3"), std::string::npos) << s.error_message();
   }
-  EXPECT_GE(exhausted, 1);
-  EXPECT_GE(ok, 1);
-  EXPECT_EQ(ok + exhausted, 5);
+  for (auto& call : queued) {
+    EXPECT_EQ(call.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+        << "a batch ran before its delay passed on the server's clock";
+  }
+  clock_->Advance(absl::Milliseconds(400));
+  for (auto& call : queued) {
+    const auto s = call.get();
+    EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  }
+
   const std::string metrics = ts::testing::HttpGet(server_->metrics_address(), "/metrics");
-  EXPECT_NE(metrics.find("taylorshift_rejected_total{model=\"slow\",reason=\"deadline_exceeded\"}"),
-            std::string::npos)
+  EXPECT_EQ(ts::testing::MetricSample(
+                metrics,
+                "taylorshift_rejected_total{model=\"slow\",reason=\"deadline_exceeded\"}"),
+            1)
       << metrics;
-  EXPECT_NE(metrics.find("taylorshift_rejected_total{model=\"slow\",reason=\"queue_full\"}"),
-            std::string::npos);
-  // The expired request never reached a batch: only the OK ones were computed.
-  const std::string compute_count = "taylorshift_compute_duration_seconds_count{model=\"slow\"";
-  const auto at = metrics.find(compute_count);
-  ASSERT_NE(at, std::string::npos);
-  const auto value = std::stod(metrics.substr(metrics.find('}', at) + 1));
-  EXPECT_LE(value, static_cast<double>(ok));
+  EXPECT_EQ(ts::testing::MetricSample(
+                metrics, "taylorshift_rejected_total{model=\"slow\",reason=\"queue_full\"}"),
+            2)
+      << metrics;
+  // The expired request never reached compute: one batch ran, the three accepted requests'.
+  EXPECT_EQ(ts::testing::MetricSample(
+                metrics, "taylorshift_compute_duration_seconds_count{model=\"slow\""),
+            1)
+      << metrics;
 }
 
 TEST_F(ServerIntegrationTest, MetricsEndpointPassesPromtool) {
@@ -364,10 +409,11 @@ TEST_F(ServerIntegrationTest, HealthIsServingOverallAndPerModel) {
             -static_cast<int>(grpc::StatusCode::NOT_FOUND));
 }
 
-class ServerLifecycleTest : public ::testing::Test {
+// Each test starts its own server (StartServer) on a config of its own.
+class ServerIntegrationConfigTest : public ::testing::Test {
  protected:
   // A plaintext Classifier stub for `server`.
-  static std::unique_ptr<pb::Classifier::Stub> PlainStub(const ServerProcess& server) {
+  static std::unique_ptr<pb::Classifier::Stub> PlainStub(const Server& server) {
     return pb::Classifier::NewStub(
         grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
   }
@@ -377,63 +423,26 @@ class ServerLifecycleTest : public ::testing::Test {
     WriteModel(dir_, "tiny", "bytes", 128, {"x", "y"}, 3);
   }
   std::string dir_;
+  FakeClock clock_;  // outlives the servers the tests start
 };
 
-TEST_F(ServerLifecycleTest, SigtermFinishesEveryAcceptedRequestAndExitsZero) {
-  // Batches wait up to 1.5 s for company, so the requests are still queued at SIGTERM.
-  std::ofstream(dir_ + "/slow.yaml")
-      << "listen: 127.0.0.1:0\nmetrics_listen: ''\nshutdown_grace_ms: 20000\n"
-         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu,\n"
-         "          batching: {max_queue_delay_us: 1500000, max_batch_size: 64,\n"
-         "                     start_when_idle: false}}]\n";
-  ServerProcess server;
-  ASSERT_TRUE(
-      server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/slow.yaml", "--threads", "2"}, dir_));
-  std::vector<std::future<grpc::Status>> calls;
-  for (int i = 0; i < 12; ++i) {
-    calls.push_back(std::async(std::launch::async, [&server, i] {
-      auto stub = PlainStub(server);
-      pb::ClassifyRequest request;
-      request.set_model("tiny");
-      request.set_document(std::string(20 + 8 * i, 'q'));
-      pb::ClassifyResponse response;
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-      return stub->Classify(&context, request, &response);
-    }));
-  }
-  // Let the requests reach the server's queue, then ask it to stop while they wait there.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  for (auto& call : calls) {
-    EXPECT_EQ(call.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
-        << "a request finished before SIGTERM: the test would not test the drain";
-  }
-  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.Log();
-  for (auto& call : calls) {
-    const auto status = call.get();
-    EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
-  }
-  EXPECT_NE(server.Log().find("stopped"), std::string::npos) << server.Log();
-}
-
-TEST_F(ServerLifecycleTest, Bf16ModelsServeWithin002OfFp32OrAreRefusedWithoutTheHardware) {
+TEST_F(ServerIntegrationConfigTest, Bf16ModelsServeWithin002OfFp32OrAreRefusedWithoutTheHardware) {
   // The same checkpoint at both precisions; 127-byte documents give 128 rows, enough for the
   // bf16 product (kMinLowPrecisionRows).
   std::ofstream(dir_ + "/bf16.yaml")
       << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
          "models: [{name: full, checkpoint: tiny.tsckpt, device: cpu},\n"
          "         {name: half, checkpoint: tiny.tsckpt, device: cpu, precision: bf16}]\n";
+  auto server = StartServer(dir_ + "/bf16.yaml", &clock_);
   if (!HostCpuHasBf16()) {
-    const auto refused = ts::testing::RunCommand(std::string(TS_TSSERVER_BINARY) + " --config " +
-                                                 dir_ + "/bf16.yaml");
-    EXPECT_NE(refused.exit_code, 0) << refused.text;
-    EXPECT_NE(refused.text.find("model 'half': precision bf16"), std::string::npos) << refused.text;
-    EXPECT_NE(refused.text.find("AVX512-BF16"), std::string::npos) << refused.text;
+    ASSERT_FALSE(server.ok());
+    const std::string message(server.status().message());
+    EXPECT_NE(message.find("model 'half': precision bf16"), std::string::npos) << message;
+    EXPECT_NE(message.find("AVX512-BF16"), std::string::npos) << message;
     return;
   }
-  ServerProcess server;
-  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/bf16.yaml"}, dir_));
-  auto stub = PlainStub(server);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = PlainStub(**server);
   for (const auto& [name, precision] :
        {std::pair<std::string, std::string>{"full", "fp32"}, {"half", "bf16"}}) {
     grpc::ClientContext context;
@@ -468,17 +477,16 @@ TEST_F(ServerLifecycleTest, Bf16ModelsServeWithin002OfFp32OrAreRefusedWithoutThe
   }
   EXPECT_LT(largest, 0.02);
   EXPECT_GT(largest, 0.0) << "the bf16 model computed in fp32";
-  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.Log();
 }
 
-TEST_F(ServerLifecycleTest, BearerTokensGuardClassifyButNotHealth) {
+TEST_F(ServerIntegrationConfigTest, BearerTokensGuardClassifyButNotHealth) {
   std::ofstream(dir_ + "/auth.yaml")
       << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
          "auth: {tokens: {s3cret: [classify]}}\n"
          "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
-  ServerProcess server;
-  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/auth.yaml"}, dir_));
-  auto stub = PlainStub(server);
+  auto server = StartServer(dir_ + "/auth.yaml", &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = PlainStub(**server);
   pb::ClassifyRequest request;
   request.set_model("tiny");
   request.set_document("guarded");
@@ -493,11 +501,10 @@ TEST_F(ServerLifecycleTest, BearerTokensGuardClassifyButNotHealth) {
       EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
     }
   }
-  EXPECT_EQ(HealthStatus(server.grpc_address(), ""), 1);
-  EXPECT_EQ(server.Stop(SIGTERM), 0);
+  EXPECT_EQ(HealthStatus((*server)->grpc_address(), ""), 1);
 }
 
-TEST_F(ServerLifecycleTest, MutualTlsAcceptsOnlyClientsWithACertificateFromTheCa) {
+TEST_F(ServerIntegrationConfigTest, MutualTlsAcceptsOnlyClientsWithACertificateFromTheCa) {
   ASSERT_EQ(std::system(
                 (ts::testing::SourcePath("tests/testing/make_test_certs.sh") + " " + dir_).c_str()),
             0);
@@ -506,15 +513,15 @@ TEST_F(ServerLifecycleTest, MutualTlsAcceptsOnlyClientsWithACertificateFromTheCa
          "tls: {cert_file: server.crt, key_file: server.key,\n"
          "      client_ca_file: ca.crt}\n"
          "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
-  ServerProcess server;
-  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/tls.yaml"}, dir_));
+  auto server = StartServer(dir_ + "/tls.yaml", &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
   const auto read = [this](const std::string& name) {
     std::ifstream in(dir_ + "/" + name);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
   const auto classify = [&](const grpc::SslCredentialsOptions& tls) {
     auto stub = pb::Classifier::NewStub(
-        grpc::CreateChannel(server.grpc_address(), grpc::SslCredentials(tls)));
+        grpc::CreateChannel((*server)->grpc_address(), grpc::SslCredentials(tls)));
     pb::ClassifyRequest request;
     request.set_model("tiny");
     request.set_document("over tls");
@@ -530,22 +537,21 @@ TEST_F(ServerLifecycleTest, MutualTlsAcceptsOnlyClientsWithACertificateFromTheCa
   without_cert.pem_root_certs = read("ca.crt");
   EXPECT_FALSE(classify(without_cert).ok());
   // Plaintext to a TLS port fails too.
-  auto plain = PlainStub(server);
+  auto plain = PlainStub(**server);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   pb::ListModelsResponse models;
   EXPECT_FALSE(plain->ListModels(&context, {}, &models).ok());
-  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.Log();
 }
 
-TEST_F(ServerLifecycleTest, MessagesOverTheSizeLimitAreRefusedAndTheServerKeepsServing) {
+TEST_F(ServerIntegrationConfigTest, MessagesOverTheSizeLimitAreRefusedAndTheServerKeepsServing) {
   std::ofstream(dir_ + "/small.yaml")
       << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
          "max_message_bytes: 4096\n"
          "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
-  ServerProcess server;
-  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/small.yaml"}, dir_));
-  auto stub = PlainStub(server);
+  auto server = StartServer(dir_ + "/small.yaml", &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = PlainStub(**server);
   for (const std::size_t bytes : {std::size_t{100000}, std::size_t{50}}) {
     pb::ClassifyRequest request;
     request.set_model("tiny");
@@ -561,10 +567,9 @@ TEST_F(ServerLifecycleTest, MessagesOverTheSizeLimitAreRefusedAndTheServerKeepsS
       EXPECT_TRUE(status.ok()) << status.error_message();
     }
   }
-  EXPECT_EQ(server.Stop(SIGTERM), 0);
 }
 
-TEST_F(ServerLifecycleTest, CrossoverComesFromCalibrationFileOrStartupCalibration) {
+TEST_F(ServerIntegrationConfigTest, CrossoverComesFromCalibrationFileOrStartupCalibration) {
   std::ofstream(dir_ + "/tiny.calibration")
       << "taylorshift-calibration 1\n"
          "crossover head_dim=8 heads=4 batch=1 tokens=42 crossed=1 device=cpu threads=2\n";
@@ -574,9 +579,9 @@ TEST_F(ServerLifecycleTest, CrossoverComesFromCalibrationFileOrStartupCalibratio
          "  - {name: from_file, checkpoint: tiny.tsckpt, device: cpu, calibration: "
          "tiny.calibration}\n"
          "  - {name: measured, checkpoint: tiny.tsckpt, device: cpu, calibrate_at_start: true}\n";
-  ServerProcess server;
-  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/calibrated.yaml"}, dir_));
-  auto stub = PlainStub(server);
+  auto server = StartServer(dir_ + "/calibrated.yaml", &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = PlainStub(**server);
   for (const std::string name : {"from_file", "measured"}) {
     grpc::ClientContext context;
     pb::GetModelRequest request;
@@ -604,17 +609,16 @@ TEST_F(ServerLifecycleTest, CrossoverComesFromCalibrationFileOrStartupCalibratio
     ASSERT_TRUE(stub->Classify(&context, request, &response).ok());
     EXPECT_EQ(response.path(), path) << length;
   }
-  EXPECT_EQ(server.Stop(SIGTERM), 0);
 }
 
-TEST_F(ServerLifecycleTest, WindowPolicyAveragesTheWindowsProbabilities) {
+TEST_F(ServerIntegrationConfigTest, WindowPolicyAveragesTheWindowsProbabilities) {
   std::ofstream(dir_ + "/window.yaml")
       << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
          "models: [{name: win, checkpoint: tiny.tsckpt, device: cpu, max_length: 64,\n"
          "          over_length: window, window_stride: 32, max_windows: 4}]\n";
-  ServerProcess server;
-  ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/window.yaml"}, dir_));
-  auto stub = PlainStub(server);
+  auto server = StartServer(dir_ + "/window.yaml", &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = PlainStub(**server);
   std::mt19937 rng(9);
   const std::string doc = RandomDocument(rng, 130);  // windows at 0, 32, 64 and 66 (end-aligned)
   pb::ClassifyRequest request;
@@ -641,7 +645,6 @@ TEST_F(ServerLifecycleTest, WindowPolicyAveragesTheWindowsProbabilities) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("max_windows=4"), std::string::npos)
       << status.error_message();
-  EXPECT_EQ(server.Stop(SIGTERM), 0);
 }
 
 }  // namespace
