@@ -209,8 +209,7 @@ int Run(const Config& config) {
       "GEMM rate: fp32 %.0f GFLOP/s%s\n\n",
       config.preset, C, config.depth, H, d, L, config.length, B, config.threads,
       PrecisionName(config.precision), std::string(AttentionPathName(path)), CpuGemmBackend(),
-      fp32_rate / 1e9,
-      bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "");
+      fp32_rate / 1e9, bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "");
   std::cout << "| part | ms | GFLOP | GFLOP/s | roofline ms | ms / roofline |\n"
                "|---|---:|---:|---:|---:|---:|\n";
   for (const Part& part : parts) {

@@ -28,9 +28,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/peak_memory.h"
-#include "model/listops_generator.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
+#include "model/listops_generator.h"
 #include "model/torch_compat.h"
 #include "model/training.h"
 

@@ -240,29 +240,28 @@ Json MessageJson(const pb::Message& message) {
 
 std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse* history) {
   const auto& progress = job.progress();
-  Json object = {
-      {"id", job.id()},
-      {"kind", JobKindName(job.kind())},
-      {"name", job.name()},
-      {"state", JobStateName(job.state())},
-      {"reason", job.reason()},
-      {"step", progress.step()},
-      {"total_steps", progress.total_steps()},
-      {"epoch", JsonNumber(progress.epoch())},
-      {"create_time", TimeJson(job.create_time())},
-      {"start_time", TimeJson(job.start_time())},
-      {"end_time", TimeJson(job.end_time())},
-      {"labels", std::vector<std::string>(job.labels().begin(), job.labels().end())},
-      {"progress",
-       {{"loss", JsonNumber(progress.loss())},
-        {"learning_rate", JsonNumber(progress.learning_rate())},
-        {"examples_per_second", JsonNumber(progress.examples_per_second())},
-        {"train_examples", progress.train_examples()},
-        {"validation_examples", progress.validation_examples()},
-        {"skipped_examples", progress.skipped_examples()},
-        {"resumes", progress.resumes()},
-        {"retries", progress.retries()},
-        {"memory_estimate_bytes", progress.memory_estimate_bytes()}}}};
+  Json object = {{"id", job.id()},
+                 {"kind", JobKindName(job.kind())},
+                 {"name", job.name()},
+                 {"state", JobStateName(job.state())},
+                 {"reason", job.reason()},
+                 {"step", progress.step()},
+                 {"total_steps", progress.total_steps()},
+                 {"epoch", JsonNumber(progress.epoch())},
+                 {"create_time", TimeJson(job.create_time())},
+                 {"start_time", TimeJson(job.start_time())},
+                 {"end_time", TimeJson(job.end_time())},
+                 {"labels", std::vector<std::string>(job.labels().begin(), job.labels().end())},
+                 {"progress",
+                  {{"loss", JsonNumber(progress.loss())},
+                   {"learning_rate", JsonNumber(progress.learning_rate())},
+                   {"examples_per_second", JsonNumber(progress.examples_per_second())},
+                   {"train_examples", progress.train_examples()},
+                   {"validation_examples", progress.validation_examples()},
+                   {"skipped_examples", progress.skipped_examples()},
+                   {"resumes", progress.resumes()},
+                   {"retries", progress.retries()},
+                   {"memory_estimate_bytes", progress.memory_estimate_bytes()}}}};
   const EvaluationReport* metrics = JobMetrics(job);
   object["metrics"] = metrics != nullptr ? ReportJson(*metrics) : Json(nullptr);
   if (IsTraining(job)) {

@@ -327,31 +327,31 @@ BenchReport RunLoad(const LoadOptions& options, const RequestGenerator& generato
 std::string FormatBenchJson(const BenchReport& report) {
   Json histogram = Json::object();
   for (const auto& [size, count] : report.batch_sizes) histogram[absl::StrCat(size)] = count;
-  return DumpJson(Json{
-      {"model", report.model},
-      {"mode", report.rate_rps > 0 ? "open" : "closed"},
-      {"concurrency", report.concurrency},
-      {"rate_rps", JsonNumber(report.rate_rps)},
-      {"requests", report.requests},
-      {"ok", report.ok},
-      {"failed", report.failed},
-      {"elapsed_s", JsonNumber(report.elapsed_s)},
-      {"requests_per_s", JsonNumber(report.requests_per_s)},
-      {"tokens", report.tokens},
-      {"tokens_per_s", JsonNumber(report.tokens_per_s)},
-      {"latency_ms",
-       {{"p50", JsonMilliseconds(report.latency_p50_ms)},
-        {"p90", JsonMilliseconds(report.latency_p90_ms)},
-        {"p99", JsonMilliseconds(report.latency_p99_ms)},
-        {"max", JsonMilliseconds(report.latency_max_ms)},
-        {"min", JsonMilliseconds(report.latency_min_ms)},
-        {"mean", JsonMilliseconds(report.latency_mean_ms)}}},
-      {"errors", Json(report.errors)},
-      {"paths", Json(report.paths)},
-      {"batch_size", {{"mean", JsonNumber(report.mean_batch_size)}, {"histogram", histogram}}},
-      {"server_ms",
-       {{"queue_mean", JsonMilliseconds(report.mean_queue_ms)},
-        {"compute_mean", JsonMilliseconds(report.mean_compute_ms)}}}});
+  return DumpJson(
+      Json{{"model", report.model},
+           {"mode", report.rate_rps > 0 ? "open" : "closed"},
+           {"concurrency", report.concurrency},
+           {"rate_rps", JsonNumber(report.rate_rps)},
+           {"requests", report.requests},
+           {"ok", report.ok},
+           {"failed", report.failed},
+           {"elapsed_s", JsonNumber(report.elapsed_s)},
+           {"requests_per_s", JsonNumber(report.requests_per_s)},
+           {"tokens", report.tokens},
+           {"tokens_per_s", JsonNumber(report.tokens_per_s)},
+           {"latency_ms",
+            {{"p50", JsonMilliseconds(report.latency_p50_ms)},
+             {"p90", JsonMilliseconds(report.latency_p90_ms)},
+             {"p99", JsonMilliseconds(report.latency_p99_ms)},
+             {"max", JsonMilliseconds(report.latency_max_ms)},
+             {"min", JsonMilliseconds(report.latency_min_ms)},
+             {"mean", JsonMilliseconds(report.latency_mean_ms)}}},
+           {"errors", Json(report.errors)},
+           {"paths", Json(report.paths)},
+           {"batch_size", {{"mean", JsonNumber(report.mean_batch_size)}, {"histogram", histogram}}},
+           {"server_ms",
+            {{"queue_mean", JsonMilliseconds(report.mean_queue_ms)},
+             {"compute_mean", JsonMilliseconds(report.mean_compute_ms)}}}});
 }
 
 std::string FormatBenchText(const BenchReport& report) {

@@ -47,8 +47,6 @@ bool UsesHttp(BenchProtocol protocol);
 absl::Status ValidateProtocolFlags(BenchProtocol protocol, const std::string& http_address,
                                    bool has_image_input);
 
-
-
 // The status of an HTTP answer: OK for 2xx; otherwise the code named by the JSON body's
 // "code" field when it is a gRPC code name (not "OK"), else GrpcCodeForHttpStatus; the
 // message is the body's "error" field, else "HTTP <status>: <start of the body>".

@@ -91,10 +91,10 @@ std::string ClassifyJson(const std::string& file, const ClassifyResponse& respon
 }
 
 std::string ClassifyErrorJson(const std::string& file, const grpc::Status& status) {
-  return DumpJson(Json{{"file", file},
-                       {"error",
-                        {{"code", GrpcCodeName(status.error_code())},
-                         {"message", status.error_message()}}}});
+  return DumpJson(
+      Json{{"file", file},
+           {"error",
+            {{"code", GrpcCodeName(status.error_code())}, {"message", status.error_message()}}}});
 }
 
 std::string ClassifyText(const std::string& file, const ClassifyResponse& response,

@@ -68,9 +68,9 @@ absl::Status DecodeRawBytes(const std::string& raw, std::vector<std::string>* ou
     const std::uint32_t length = ReadLe32(raw, at);
     at += 4;
     if (raw.size() - at < length) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "BYTES raw contents: element ", out->size(), " of ", length, " bytes at byte ", at - 4,
-          " runs past the end (", raw.size(), " bytes)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("BYTES raw contents: element ", out->size(), " of ", length,
+                       " bytes at byte ", at - 4, " runs past the end (", raw.size(), " bytes)"));
     }
     out->push_back(raw.substr(at, length));
     at += length;

@@ -79,7 +79,8 @@ TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
   const double bytes = static_cast<double>(s.element_bytes);
   // Parameters: token embedding, per block qkv + projection + MLP + norms, head.
   const double per_block = 4 * c * c + 2 * c * hidden + hidden + 9 * c + 2 * heads;
-  const double params = static_cast<double>(s.vocab_size) * c + c + static_cast<double>(s.depth) * per_block +
+  const double params = static_cast<double>(s.vocab_size) * c + c +
+                        static_cast<double>(s.depth) * per_block +
                         c * static_cast<double>(s.num_classes) + 3 * c;
   e.parameters = static_cast<std::int64_t>(params);
   // Weights, gradients, the optimizer's moments, and one more copy for clipping / the update.
@@ -93,14 +94,14 @@ TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
   // One block's attention at its peak, held twice (forward kept for backward, and the
   // backward's temporaries): direct keeps N×N scores, Taylor terms and weights per head;
   // efficient keeps O(N·d) features and the d³ moment tensors.
-  const double attention_entries =
-      s.efficient ? batch * heads * (6 * n * d + 3 * d * d * d + 2 * d * d)
-                  : batch * heads * (4 * n * n + 2 * n * d);
+  const double attention_entries = s.efficient
+                                       ? batch * heads * (6 * n * d + 3 * d * d * d + 2 * d * d)
+                                       : batch * heads * (4 * n * n + 2 * n * d);
   e.attention_bytes = static_cast<std::int64_t>(2 * attention_entries * bytes);
   e.data_bytes = s.data_bytes;
   e.runtime_bytes = std::int64_t{256} << 20;  // measured: ~190 MB resident for a tiny job
-  e.total_bytes = e.state_bytes + e.activation_bytes + e.attention_bytes + e.data_bytes +
-                  e.runtime_bytes;
+  e.total_bytes =
+      e.state_bytes + e.activation_bytes + e.attention_bytes + e.data_bytes + e.runtime_bytes;
   return e;
 }
 

@@ -34,27 +34,27 @@ namespace ts {
 // Peak memory of one training rank, estimated before the job runs (job admission). Sizes in
 // bytes; every term is an upper-bound model of what LibTorch holds at the peak of a step.
 struct TrainingMemoryShape {
-  std::int64_t embed_dim = 0;    // C
-  std::int64_t depth = 0;        // blocks
-  std::int64_t heads = 0;        // H
-  std::int64_t mlp_hidden = 0;   // MLP width
-  std::int64_t max_length = 0;   // input tokens (the CLS token is added)
+  std::int64_t embed_dim = 0;   // C
+  std::int64_t depth = 0;       // blocks
+  std::int64_t heads = 0;       // H
+  std::int64_t mlp_hidden = 0;  // MLP width
+  std::int64_t max_length = 0;  // input tokens (the CLS token is added)
   std::int64_t num_classes = 2;
   std::int64_t vocab_size = 256;
-  std::int64_t batch = 1;        // examples per rank per step
-  bool efficient = false;        // the efficient path (else direct, the larger at long inputs)
-  int element_bytes = 4;         // 4 float32, 8 float64
-  int optimizer_states = 2;      // AdamW / LAMB moments per parameter
-  std::int64_t data_bytes = 0;   // the training and validation data held in memory
+  std::int64_t batch = 1;       // examples per rank per step
+  bool efficient = false;       // the efficient path (else direct, the larger at long inputs)
+  int element_bytes = 4;        // 4 float32, 8 float64
+  int optimizer_states = 2;     // AdamW / LAMB moments per parameter
+  std::int64_t data_bytes = 0;  // the training and validation data held in memory
 };
 
 struct TrainingMemoryEstimate {
-  std::int64_t parameters = 0;         // parameter count
-  std::int64_t state_bytes = 0;        // weights, gradients, optimizer moments, clipping copy
-  std::int64_t activation_bytes = 0;   // what the forward keeps for the backward, all blocks
-  std::int64_t attention_bytes = 0;    // the attention terms of one block at its peak
+  std::int64_t parameters = 0;        // parameter count
+  std::int64_t state_bytes = 0;       // weights, gradients, optimizer moments, clipping copy
+  std::int64_t activation_bytes = 0;  // what the forward keeps for the backward, all blocks
+  std::int64_t attention_bytes = 0;   // the attention terms of one block at its peak
   std::int64_t data_bytes = 0;
-  std::int64_t runtime_bytes = 0;      // the process itself (LibTorch, allocator, threads)
+  std::int64_t runtime_bytes = 0;  // the process itself (LibTorch, allocator, threads)
   std::int64_t total_bytes = 0;
 };
 

@@ -41,11 +41,14 @@ bool DnnlSgemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& 
   if (m == 0 || n == 0) return true;
   const std::int64_t ldc = std::max<std::int64_t>(out.size(0) <= 1 ? n : out.stride(0), 1);
   if (k == 0) {
-    if (beta == 0.0f) out.zero_(); else out.mul_(beta);
+    if (beta == 0.0f)
+      out.zero_();
+    else
+      out.mul_(beta);
     return true;
   }
-  return dnnl_sgemm(ta, tb, m, n, k, 1.0f, a.data_ptr<float>(), lda, b.data_ptr<float>(), ldb,
-                    beta, out.data_ptr<float>(), ldc) == dnnl_success;
+  return dnnl_sgemm(ta, tb, m, n, k, 1.0f, a.data_ptr<float>(), lda, b.data_ptr<float>(), ldb, beta,
+                    out.data_ptr<float>(), ldc) == dnnl_success;
 }
 
 // A 2-D tensor as a oneDNN memory descriptor (any strides).
@@ -79,7 +82,7 @@ const Bf16Primitive& CachedBf16Primitive(const torch::Tensor& out, const torch::
   // A kernel uses two or three shapes; the bound only keeps odd callers from growing it.
   constexpr std::size_t kMaxEntries = 64;
   thread_local std::map<Bf16Key, Bf16Primitive> cache;
-  const Bf16Key key{out.size(0), out.size(1), a.size(1), a.stride(0), a.stride(1),
+  const Bf16Key key{out.size(0), out.size(1), a.size(1),     a.stride(0), a.stride(1),
                     b.stride(0), b.stride(1), out.stride(0), beta};
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   if (cache.size() >= kMaxEntries) cache.clear();
@@ -111,7 +114,10 @@ void MatmulBf16Into(torch::Tensor& out, const torch::Tensor& a, const torch::Ten
 #if defined(TS_HAVE_DNNL)
   if (out.numel() == 0) return;
   if (a.size(1) == 0) {
-    if (beta == 0.0) out.zero_(); else out.mul_(beta);
+    if (beta == 0.0)
+      out.zero_();
+    else
+      out.mul_(beta);
     return;
   }
   const auto& entry = CachedBf16Primitive(out, a, b, static_cast<float>(beta));
@@ -137,9 +143,9 @@ void MatmulInto(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor&
                   out.size(0) == a.size(0) && out.size(1) == b.size(1),
               "MatmulInto: shapes ", out.sizes(), " = ", a.sizes(), " · ", b.sizes());
 #if defined(TS_HAVE_DNNL)
-  if (use_onednn.load(std::memory_order_relaxed) && out.scalar_type() == torch::kFloat && a.scalar_type() == torch::kFloat &&
-      b.scalar_type() == torch::kFloat && out.is_cpu() && a.is_cpu() && b.is_cpu() &&
-      DnnlSgemm(out, a, b, static_cast<float>(beta))) {
+  if (use_onednn.load(std::memory_order_relaxed) && out.scalar_type() == torch::kFloat &&
+      a.scalar_type() == torch::kFloat && b.scalar_type() == torch::kFloat && out.is_cpu() &&
+      a.is_cpu() && b.is_cpu() && DnnlSgemm(out, a, b, static_cast<float>(beta))) {
     return;
   }
 #endif

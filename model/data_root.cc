@@ -55,13 +55,13 @@ absl::StatusOr<std::string> DataRoot::Resolve(std::string_view relative) const {
     return absl::InvalidArgumentError("data path contains a NUL byte");
   }
   if (path[0] == '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data path ", Quoted(path), " is absolute; give it relative to the data root"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data path ", Quoted(path), " is absolute; give it relative to the data root"));
   }
   for (const absl::string_view part : absl::StrSplit(path, '/')) {
     if (part == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data path ", Quoted(path), " contains \"..\"; it must stay in the data root"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data path ", Quoted(path), " contains \"..\"; it must stay in the data root"));
     }
   }
   std::error_code ec;
@@ -81,8 +81,8 @@ absl::StatusOr<std::string> DataRoot::Resolve(std::string_view relative) const {
     if (part == ".") continue;
     prefix /= part;
     if (fs::is_symlink(fs::symlink_status(prefix, ec))) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("data path ", Quoted(path), " goes through a symlink that does not resolve"));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "data path ", Quoted(path), " goes through a symlink that does not resolve"));
     }
   }
   return resolved.string();

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -18,8 +19,6 @@
 #include <system_error>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -143,9 +142,9 @@ absl::StatusOr<nlohmann::json> ParseJsonLine(const std::string& line) {
     // what() is "[json.exception.parse_error.101] parse error at line 1, column 9: <detail>".
     const std::string what = e.what();
     const std::size_t detail = what.find(": ");
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid JSON at byte ", e.byte, ": ",
-        detail == std::string::npos ? what : what.substr(detail + 2)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid JSON at byte ", e.byte, ": ",
+                     detail == std::string::npos ? what : what.substr(detail + 2)));
   }
   if (!object.is_object()) {
     return absl::InvalidArgumentError(
@@ -210,8 +209,8 @@ absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
         } else {
           auto it = std::find(options.labels.begin(), options.labels.end(), name);
           if (it == options.labels.end()) {
-            problem = absl::StrCat("label \"", name, "\" is not one of the ",
-                                   options.labels.size(), " labels");
+            problem = absl::StrCat("label \"", name, "\" is not one of the ", options.labels.size(),
+                                   " labels");
           } else {
             index = it - options.labels.begin();
           }
@@ -241,8 +240,7 @@ absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
       if (absl::Status s = malformed.Report(where, problem); !s.ok()) return s;
       continue;
     }
-    dataset.examples.push_back(
-        Example{std::move(text->get_ref<std::string&>()), index});
+    dataset.examples.push_back(Example{std::move(text->get_ref<std::string&>()), index});
   }
   if (reader->failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);

@@ -18,8 +18,9 @@ namespace ts {
 // blocks up to glibc's mmap ceiling (32 MiB on 64-bit) from the heap, not from fresh mappings
 // (M_MMAP_THRESHOLD = min(keep_bytes, 32 MiB)), and lets every thread use the main arena
 // (M_ARENA_MAX = 1: per-thread arenas unmap their 64 MiB heaps once free, whatever the trim
-// threshold, and training jobs run on their own threads). 0 leaves glibc's defaults. INVALID_ARGUMENT for a
-// negative value; FAILED_PRECONDITION when the C library refuses (a non-glibc libc).
+// threshold, and training jobs run on their own threads). 0 leaves glibc's defaults.
+// INVALID_ARGUMENT for a negative value; FAILED_PRECONDITION when the C library refuses (a
+// non-glibc libc).
 absl::Status KeepFreedHeapMemory(std::int64_t keep_bytes);
 
 // The default of tsserver's `heap_keep_freed_bytes` and of the tools: 1 GiB.

@@ -230,8 +230,8 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
     auto buffer = torch::empty({std::min(chunk, tokens), features}, q_s.options());
     auto nom_buffer = torch::empty({std::min(chunk, tokens), d + 1}, q_s.options());
     for (std::int64_t h = begin; h < end; ++h) {
-      auto kv = kv_out.defined() ? kv_out[h].zero_()
-                                 : torch::zeros({features, d + 1}, q_s.options());
+      auto kv =
+          kv_out.defined() ? kv_out[h].zero_() : torch::zeros({features, d + 1}, q_s.options());
       for (std::int64_t start = 0; start < tokens; start += chunk) {
         const std::int64_t n = std::min(chunk, tokens - start);
         auto psi = buffer.narrow(0, 0, n);
@@ -310,12 +310,11 @@ void EfficientForward(const torch::Tensor& q_s, const torch::Tensor& k_s, const 
   }
   const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
   // KV = Σ_j ψ(k_j) v'_jᵀ, accumulated chunk by chunk: no N×d² tensor ever exists.
-  auto kv = kv_out.defined() ? kv_out.zero_()
-                             : torch::zeros({bh, FeatureCount(d), d + 1}, q_s.options());
+  auto kv =
+      kv_out.defined() ? kv_out.zero_() : torch::zeros({bh, FeatureCount(d), d + 1}, q_s.options());
   for (std::int64_t start = 0; start < tokens; start += chunk) {
     const std::int64_t n = std::min(chunk, tokens - start);
-    kv.baddbmm_(Features(k_s.narrow(1, start, n)).transpose(1, 2),
-                v_p.narrow(1, start, n));
+    kv.baddbmm_(Features(k_s.narrow(1, start, n)).transpose(1, 2), v_p.narrow(1, start, n));
   }
   kv.mul_(coefficients);
   torch::Tensor nom;
@@ -390,9 +389,8 @@ void EfficientBackwardCpu(const torch::Tensor& q_s, const torch::Tensor& k_s,
 // EfficientBackwardCpu with batched GEMMs, for devices other than the CPU.
 void EfficientBackwardBatched(const torch::Tensor& q_s, const torch::Tensor& k_s,
                               const torch::Tensor& v_p, const torch::Tensor& coefficients,
-                              const torch::Tensor& kv, const torch::Tensor& dnom,
-                              torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv,
-                              std::int64_t chunk) {
+                              const torch::Tensor& kv, const torch::Tensor& dnom, torch::Tensor& dq,
+                              torch::Tensor& dk, torch::Tensor& dv, std::int64_t chunk) {
   const std::int64_t tokens = q_s.size(1);
   auto dkv = torch::zeros_like(kv);
   const auto kv_t = kv.transpose(1, 2);
@@ -444,8 +442,7 @@ class EfficientCore : public torch::autograd::Function<EfficientCore> {
     const std::int64_t chunk = ctx->saved_data["chunk"].toInt();
     const auto grad_y = grad_outputs[0].contiguous();
     // Quotient rule for y = nom₁:/nom₀: ∂L/∂nom₀ = −⟨∂L/∂y, y⟩/nom₀, ∂L/∂nom₁: = (∂L/∂y)/nom₀.
-    const auto dnom =
-        torch::cat({-(grad_y * y).sum(-1, /*keepdim=*/true), grad_y}, -1).div_(den);
+    const auto dnom = torch::cat({-(grad_y * y).sum(-1, /*keepdim=*/true), grad_y}, -1).div_(den);
     auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
     if (q.device().is_cpu()) {
       EfficientBackwardCpu(q, k, v, coefficients, kv, dnom, dq, dk, dv, chunk);
@@ -551,12 +548,11 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
         .view({s.batch, s.heads, s.tokens, d});
   }
   auto y = torch::empty({bh, s.tokens, d}, q.options());
-  if (options.bf16_products && q.is_cpu() && q.scalar_type() == torch::kFloat &&
-      HaveBf16Matmul()) {
+  if (options.bf16_products && q.is_cpu() && q.scalar_type() == torch::kFloat && HaveBf16Matmul()) {
     EfficientCpuBf16(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, y, chunk);
   } else {
-    EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk,
-                     y, {}, {});
+    EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk, y,
+                     {}, {});
   }
   return y.view({s.batch, s.heads, s.tokens, d});
 }

@@ -6,7 +6,8 @@
 // does not depend on the batch it is computed in. Rows of padded queries are finite but
 // meaningless. All functions are differentiable when autograd is on; when it is off they use
 // in-place kernels that keep at most one block of scores (direct) or one chunk of features
-// (efficient) alive. The efficient path has its own backward (see TaylorEfficient). Errors are thrown as c10::Error (callers at the model boundary convert).
+// (efficient) alive. The efficient path has its own backward (see TaylorEfficient). Errors are
+// thrown as c10::Error (callers at the model boundary convert).
 #pragma once
 
 #include <torch/torch.h>

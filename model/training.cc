@@ -241,10 +241,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TaylorShiftEncoder mode
                                                    ") does not match the encoder options (",
                                                    DescribeEncoderOptions(encoder), ")"));
   }
-  if (auto s = CatchTorch("converting the model", [&] {
-        model->to(options.dtype);
-        return 0;
-      });
+  if (auto s = CatchTorch("converting the model",
+                          [&] {
+                            model->to(options.dtype);
+                            return 0;
+                          });
       !s.ok()) {
     return s.status();
   }
@@ -253,9 +254,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TaylorShiftEncoder mode
 
 absl::Status Trainer::SetDataParallel(DataParallelGroup* group) {
   if (group != nullptr && options_.batch_size % group->world_size() != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size ", options_.batch_size, " is not divisible by the ",
-                     group->world_size(), " data-parallel ranks"));
+    return absl::InvalidArgumentError(absl::StrCat("batch_size ", options_.batch_size,
+                                                   " is not divisible by the ", group->world_size(),
+                                                   " data-parallel ranks"));
   }
   data_parallel_ = group;
   if (group == nullptr) return absl::OkStatus();
@@ -372,7 +373,8 @@ absl::StatusOr<TrainingStepResult> Trainer::Step() {
     }
     std::vector<const LabeledSequence*> examples = NextBatch();
     if (data_parallel_ != nullptr && data_parallel_->world_size() > 1) {
-      const std::size_t slice = examples.size() / static_cast<std::size_t>(data_parallel_->world_size());
+      const std::size_t slice =
+          examples.size() / static_cast<std::size_t>(data_parallel_->world_size());
       const std::size_t first = slice * static_cast<std::size_t>(data_parallel_->rank());
       examples = std::vector<const LabeledSequence*>(examples.begin() + first,
                                                      examples.begin() + first + slice);

@@ -43,23 +43,23 @@ class ClassifyStreamReactor final
     const pb::ClassifyRequest request = request_;
     StartRead(&request_);
     service_->inference()->Classify(CallFrom(*context_), request,
-                            [this, id = request.request_id()](const absl::Status& status,
-                                                              pb::ClassifyResponse response) {
-                              if (!status.ok()) {
-                                response.set_request_id(id);
-                                response.set_error_code(static_cast<int>(status.code()));
-                                response.set_error_message(std::string(status.message()));
-                              }
-                              bool finish = false;
-                              {
-                                absl::MutexLock lock(&mu_);
-                                --pending_;
-                                outbox_.push_back(std::move(response));
-                                MaybeWriteLocked();
-                                finish = ShouldFinishLocked();
-                              }
-                              if (finish) FinishStream();
-                            });
+                                    [this, id = request.request_id()](
+                                        const absl::Status& status, pb::ClassifyResponse response) {
+                                      if (!status.ok()) {
+                                        response.set_request_id(id);
+                                        response.set_error_code(static_cast<int>(status.code()));
+                                        response.set_error_message(std::string(status.message()));
+                                      }
+                                      bool finish = false;
+                                      {
+                                        absl::MutexLock lock(&mu_);
+                                        --pending_;
+                                        outbox_.push_back(std::move(response));
+                                        MaybeWriteLocked();
+                                        finish = ShouldFinishLocked();
+                                      }
+                                      if (finish) FinishStream();
+                                    });
   }
 
   void OnWriteDone(bool ok) override {
@@ -114,11 +114,12 @@ grpc::ServerUnaryReactor* ClassifierService::Classify(grpc::CallbackServerContex
                                                       const pb::ClassifyRequest* request,
                                                       pb::ClassifyResponse* response) {
   auto* reactor = context->DefaultReactor();
-  inference_->Classify(CallFrom(*context), *request,
-                       [reactor, response](const absl::Status& status, pb::ClassifyResponse result) {
-                         if (status.ok()) *response = std::move(result);
-                         reactor->Finish(ToGrpcStatus(status));
-                       });
+  inference_->Classify(
+      CallFrom(*context), *request,
+      [reactor, response](const absl::Status& status, pb::ClassifyResponse result) {
+        if (status.ok()) *response = std::move(result);
+        reactor->Finish(ToGrpcStatus(status));
+      });
   return reactor;
 }
 

@@ -507,8 +507,8 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
       CheckAtLeast(std::string("max_concurrent_streams"), config.max_concurrent_streams, 1),
       CheckAtLeast<std::int64_t>("max_infer_batch", config.max_infer_batch, 1),
       CheckAtLeast(std::string("http.threads"), config.http.threads, 1),
-      CheckAtLeast(std::string("http.keep_alive_max_requests"),
-                   config.http.keep_alive_max_requests, 1),
+      CheckAtLeast(std::string("http.keep_alive_max_requests"), config.http.keep_alive_max_requests,
+                   1),
       CheckAtLeast<std::int64_t>("http.max_body_bytes", config.http.max_body_bytes, 0),
   };
   for (const absl::Status& check : checks) {

@@ -27,7 +27,7 @@ struct ModelConfig {
   std::string device = "auto";  // auto (cuda:0 if present, else cpu), cpu, cuda, cuda:N
   std::int64_t max_length = 0;  // 0 = the checkpoint's max_length; else ≤ it
   LengthPolicy over_length = LengthPolicy::kTruncate;  // model/inputs.h
-  std::int64_t window_stride = 0;   // window policy: 0 = max_length / 2
+  std::int64_t window_stride = 0;                      // window policy: 0 = max_length / 2
   std::int64_t max_windows = 16;    // window policy: more windows → INVALID_ARGUMENT
   std::string calibration;          // calibration file; empty = none
   bool calibrate_at_start = false;  // short calibration at start when no file is given

@@ -13,8 +13,8 @@ namespace ts::server {
 
 // ToGrpcStatus (absl → gRPC) is ts::ToGrpcStatus in common/proto_names.h, which the client
 // uses too.
-using ::ts::ToGrpcStatus;
 using ::ts::HttpStatusFor;
+using ::ts::ToGrpcStatus;
 // "OK", "INVALID_ARGUMENT", … (the metrics' `code` label).
 std::string StatusCodeName(absl::StatusCode code);
 

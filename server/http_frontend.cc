@@ -62,7 +62,8 @@ absl::StatusOr<CallContext> CallFromHttp(const HttpExchange& request,
     std::int64_t ms = 0;
     if (!absl::SimpleAtoi(timeout, &ms) || ms < 0) {
       return Invalid("X-Timeout-Ms", absl::StrCat("must be a whole number of milliseconds ≥ 0, "
-                                                  "got \"", timeout, "\""));
+                                                  "got \"",
+                                                  timeout, "\""));
     }
     call.deadline = absl::Now() + absl::Milliseconds(ms);
   } else if (default_timeout > absl::ZeroDuration()) {
@@ -87,7 +88,8 @@ std::string TypeName(const Json& value) { return value.type_name(); }
 
 absl::Status ReadParameters(const Json& value, const std::string& field,
                             google::protobuf::Map<std::string, v2::InferParameter>* out) {
-  if (!value.is_object()) return Invalid(field, absl::StrCat("must be an object, got ", TypeName(value)));
+  if (!value.is_object())
+    return Invalid(field, absl::StrCat("must be an object, got ", TypeName(value)));
   for (const auto& [name, v] : value.items()) {
     v2::InferParameter& parameter = (*out)[name];
     if (v.is_boolean()) {
@@ -123,8 +125,8 @@ absl::Status ReadData(const Json& data, const std::string& field, const std::str
     contents->add_bytes_contents(data.get<std::string>());
   } else if (datatype == "UINT8" || datatype == "UINT16" || datatype == "UINT32") {
     if (!data.is_number_unsigned() || data.get<std::uint64_t>() > 0xffffffffu) {
-      return Invalid(field, absl::StrCat(datatype, " elements are integers ≥ 0, got ",
-                                         data.dump()));
+      return Invalid(field,
+                     absl::StrCat(datatype, " elements are integers ≥ 0, got ", data.dump()));
     }
     contents->add_uint_contents(static_cast<std::uint32_t>(data.get<std::uint64_t>()));
   }
@@ -170,8 +172,8 @@ absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body) {
             return Invalid(field, "unknown key (known: name, datatype, shape, parameters, data)");
           }
         }
-        if (auto s = ReadData(in["data"], at + ".data", tensor->datatype(),
-                              tensor->mutable_contents());
+        if (auto s =
+                ReadData(in["data"], at + ".data", tensor->datatype(), tensor->mutable_contents());
             !s.ok()) {
           return s;
         }
@@ -305,13 +307,14 @@ absl::StatusOr<pb::ClassifyRequest> ClassifyRequestFromJson(const Json& body,
       if (key == "over_length") request.set_over_length(value.get<std::string>());
       if (key == "request_id") request.set_request_id(value.get<std::string>());
     } else {
-      return Invalid(key, "unknown key (known: text, document_base64, image, top_k, path, "
-                          "over_length, request_id)");
+      return Invalid(key,
+                     "unknown key (known: text, document_base64, image, top_k, path, "
+                     "over_length, request_id)");
     }
   }
   if (inputs != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("body: give exactly one of text, document_base64 or image (got ", inputs, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "body: give exactly one of text, document_base64 or image (got ", inputs, ")"));
   }
   return request;
 }
@@ -351,21 +354,21 @@ HttpAnswer Infer(Inference* inference, std::int64_t max_batch, const CallContext
                  v2::ModelInferRequest request) {
   absl::Notification done;
   HttpAnswer answer;
-  kserve::Infer(inference, call, request, max_batch,
-                [&](const absl::Status& status, kserve::InferResult result) {
-                  if (status.ok()) {
-                    answer = JsonAnswer(200, InferResultJson(result));
-                  } else {
-                    // The messages name the gRPC fields; REST bodies carry them as "data".
-                    std::string message(status.message());
-                    for (const std::string field :
-                         {".contents.bytes_contents", ".contents.uint_contents"}) {
-                      message = absl::StrReplaceAll(message, {{field, ".data"}});
-                    }
-                    answer = ErrorAnswer(absl::Status(status.code(), message));
-                  }
-                  done.Notify();
-                });
+  kserve::Infer(
+      inference, call, request, max_batch,
+      [&](const absl::Status& status, kserve::InferResult result) {
+        if (status.ok()) {
+          answer = JsonAnswer(200, InferResultJson(result));
+        } else {
+          // The messages name the gRPC fields; REST bodies carry them as "data".
+          std::string message(status.message());
+          for (const std::string field : {".contents.bytes_contents", ".contents.uint_contents"}) {
+            message = absl::StrReplaceAll(message, {{field, ".data"}});
+          }
+          answer = ErrorAnswer(absl::Status(status.code(), message));
+        }
+        done.Notify();
+      });
   done.WaitForNotification();
   return LateIsDeadlineExceeded(call, std::move(answer));
 }
@@ -391,8 +394,8 @@ HttpAnswer Classify(Inference* inference, const CallContext& call,
 
 }  // namespace
 
-HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch,
-                 absl::Duration default_timeout, const HttpExchange& request) {
+HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch, absl::Duration default_timeout,
+                 const HttpExchange& request) {
   auto call = CallFromHttp(request, default_timeout);
   if (!call.ok()) return ErrorAnswer(call.status());
   const std::string& path = request.path;
@@ -406,11 +409,11 @@ HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch,
       return JsonAnswer(ready ? 200 : 503, Json{{"ready", ready}});
     }
     const auto metadata = kserve::ServerMetadata();
-    return JsonAnswer(200, Json{{"name", metadata.name()},
-                                {"version", metadata.version()},
-                                {"extensions", std::vector<std::string>(
-                                                   metadata.extensions().begin(),
-                                                   metadata.extensions().end())}});
+    return JsonAnswer(200,
+                      Json{{"name", metadata.name()},
+                           {"version", metadata.version()},
+                           {"extensions", std::vector<std::string>(metadata.extensions().begin(),
+                                                                   metadata.extensions().end())}});
   }
   std::smatch match;
   if (std::regex_match(path, match, ModelRoute())) {

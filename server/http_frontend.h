@@ -21,12 +21,12 @@ namespace ts::server {
 
 // Answers one request: routing, JSON decoding, the call through `inference`, JSON encoding.
 // Blocks until the classification (if any) is done.
-HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch,
-                 absl::Duration default_timeout, const HttpExchange& request);
+HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch, absl::Duration default_timeout,
+                 const HttpExchange& request);
 
 struct HttpFrontendOptions {
   HttpConfig http;
-  TlsConfig tls;                             // cert_file set: HTTPS (client_ca_file: mTLS)
+  TlsConfig tls;                              // cert_file set: HTTPS (client_ca_file: mTLS)
   std::int64_t max_message_bytes = 64 << 20;  // the body limit when http.max_body_bytes is 0
   std::int64_t max_infer_batch = 256;
 };

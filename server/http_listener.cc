@@ -58,8 +58,8 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   httplib::Server& server = *impl->server;
   const int threads = std::max(1, options.threads);
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server.set_payload_max_length(static_cast<std::size_t>(std::max<std::int64_t>(
-      1, options.max_body_bytes)));
+  server.set_payload_max_length(
+      static_cast<std::size_t>(std::max<std::int64_t>(1, options.max_body_bytes)));
   server.set_keep_alive_timeout(std::max<time_t>(1, absl::ToInt64Seconds(options.keep_alive)));
   server.set_keep_alive_max_count(
       static_cast<std::size_t>(std::max(1, options.keep_alive_max_requests)));
@@ -95,19 +95,19 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   server.Delete(".*", serve);
   server.Options(".*", serve);
   // What httplib answers itself: a body over the limit (413), a malformed request (400).
-  server.set_error_handler([name = options.name](const httplib::Request& /*req*/,
-                                                 httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string message =
-        res.status == 413 ? absl::StrCat("body: larger than ", name, ".max_body_bytes")
-                          : absl::StrCat("the request was refused with HTTP ", res.status);
-    res.set_content(absl::StrCat("{\"error\":\"", message, "\",\"code\":\"",
-                                 res.status == 413 ? "RESOURCE_EXHAUSTED" : "INVALID_ARGUMENT",
-                                 "\"}"),
-                    "application/json");
-  });
-  const int bound = port == 0 ? server.bind_to_any_port(host)
-                              : (server.bind_to_port(host, port) ? port : -1);
+  server.set_error_handler(
+      [name = options.name](const httplib::Request& /*req*/, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        const std::string message =
+            res.status == 413 ? absl::StrCat("body: larger than ", name, ".max_body_bytes")
+                              : absl::StrCat("the request was refused with HTTP ", res.status);
+        res.set_content(
+            absl::StrCat("{\"error\":\"", message, "\",\"code\":\"",
+                         res.status == 413 ? "RESOURCE_EXHAUSTED" : "INVALID_ARGUMENT", "\"}"),
+            "application/json");
+      });
+  const int bound =
+      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
     return absl::UnavailableError(absl::StrCat(options.name, ": cannot listen on ", listen));
   }
@@ -125,11 +125,11 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   }
   if (*returned) {
     impl->thread.join();
-    return absl::UnavailableError(absl::StrCat(options.name, ": the listener on ", listen,
-                                               " stopped"));
+    return absl::UnavailableError(
+        absl::StrCat(options.name, ": the listener on ", listen, " stopped"));
   }
-  const std::string shown = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]")
-                                                                : host;
+  const std::string shown =
+      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
   return std::unique_ptr<HttpListener>(
       new HttpListener(std::move(impl), absl::StrCat(shown, ":", bound), bound));
 }

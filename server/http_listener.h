@@ -18,8 +18,8 @@ namespace ts::server {
 
 // One HTTP exchange without the socket.
 struct HttpExchange {
-  std::string method;  // GET, HEAD, POST, …
-  std::string path;    // without the query string
+  std::string method;                          // GET, HEAD, POST, …
+  std::string path;                            // without the query string
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
 };
@@ -38,8 +38,8 @@ struct HttpListenerOptions {
   std::string listen;         // host:port, [v6]:port
   std::string cert_file;      // set: HTTPS with this certificate chain and key_file
   std::string key_file;
-  std::string client_ca_file;  // set: clients must present a certificate signed by it
-  int threads = 1;             // connections served at once
+  std::string client_ca_file;             // set: clients must present a certificate signed by it
+  int threads = 1;                        // connections served at once
   std::int64_t max_body_bytes = 1 << 20;  // larger → 413
   absl::Duration keep_alive = absl::Seconds(5);
   int keep_alive_max_requests = 1000;

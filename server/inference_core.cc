@@ -104,9 +104,8 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
   if (!request.over_length().empty()) {
     auto parsed = ParseLengthPolicy(request.over_length());
     if (!parsed.ok()) {
-      return finish(absl::InvalidArgumentError(
-                        absl::StrCat("over_length: ", parsed.status().message())),
-                    {});
+      return finish(
+          absl::InvalidArgumentError(absl::StrCat("over_length: ", parsed.status().message())), {});
     }
     over_length = *parsed;
   }

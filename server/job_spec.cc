@@ -63,9 +63,8 @@ absl::Status CheckDataPath(const std::string& key, const std::string& path) {
   }
   for (const absl::string_view part : absl::StrSplit(path, '/')) {
     if (part == "..") {
-      return Invalid(
-          key,
-          absl::StrCat("must stay inside the data root (no \"..\" component), got ", Quoted(path)));
+      return Invalid(key, absl::StrCat("must stay inside the data root (no \"..\" component), got ",
+                                       Quoted(path)));
     }
   }
   return absl::OkStatus();
@@ -413,7 +412,8 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const JobsConfig& jobs, i
   }
   if (spec->dtype().empty()) spec->set_dtype("float32");
   if (spec->dtype() != "float32" && spec->dtype() != "float64") {
-    return Invalid("dtype", absl::StrCat("must be float32 or float64, got ", Quoted(spec->dtype())));
+    return Invalid("dtype",
+                   absl::StrCat("must be float32 or float64, got ", Quoted(spec->dtype())));
   }
   if (spec->steps() > 0) {
     FillIntervals(spec);

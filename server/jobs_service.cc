@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
-#include "server/inference_core.h"
 #include "server/grpc_status.h"
+#include "server/inference_core.h"
 
 namespace ts::server {
 namespace pb = taylorshift::v1;

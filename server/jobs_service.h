@@ -17,8 +17,7 @@ class JobsService final : public taylorshift::v1::Jobs::CallbackService {
                                            const taylorshift::v1::SubmitTrainingRequest* request,
                                            taylorshift::v1::Job* response) final;
   grpc::ServerUnaryReactor* SubmitEvaluation(
-      grpc::CallbackServerContext* context,
-      const taylorshift::v1::SubmitEvaluationRequest* request,
+      grpc::CallbackServerContext* context, const taylorshift::v1::SubmitEvaluationRequest* request,
       taylorshift::v1::Job* response) final;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const taylorshift::v1::GetJobRequest* request,
@@ -33,8 +32,7 @@ class JobsService final : public taylorshift::v1::Jobs::CallbackService {
                                       const taylorshift::v1::DeleteJobRequest* request,
                                       taylorshift::v1::DeleteJobResponse* response) final;
   grpc::ServerWriteReactor<taylorshift::v1::JobEvent>* WatchJob(
-      grpc::CallbackServerContext* context,
-      const taylorshift::v1::WatchJobRequest* request) final;
+      grpc::CallbackServerContext* context, const taylorshift::v1::WatchJobRequest* request) final;
   grpc::ServerUnaryReactor* PromoteCheckpoint(
       grpc::CallbackServerContext* context,
       const taylorshift::v1::PromoteCheckpointRequest* request,

@@ -63,8 +63,8 @@ absl::Status ApplyParameters(const v2::ModelInferRequest& request, pb::ClassifyR
       std::string upper = absl::AsciiStrToUpper(*path);
       pb::AttentionPath parsed;
       if (!pb::AttentionPath_Parse(absl::StrCat("ATTENTION_PATH_", upper), &parsed)) {
-        return Invalid(field,
-                       absl::StrCat("must be auto, direct, efficient or softmax; got ", Quoted(*path)));
+        return Invalid(
+            field, absl::StrCat("must be auto, direct, efficient or softmax; got ", Quoted(*path)));
       }
       common->set_path(parsed);
     } else if (name == "over_length") {
@@ -110,8 +110,8 @@ absl::Status PlanOutputs(const v2::ModelInferRequest& request, std::uint32_t top
         }
         plan->class_count = static_cast<std::uint32_t>(std::min<std::int64_t>(*k, 1 << 30));
         class_count_field = param;
-      } else if (name == "binary_data" && value.parameter_choice_case() ==
-                                              v2::InferParameter::kBoolParam &&
+      } else if (name == "binary_data" &&
+                 value.parameter_choice_case() == v2::InferParameter::kBoolParam &&
                  !value.bool_param()) {
         // The REST binary extension turned off: the default here.
       } else {
@@ -124,9 +124,8 @@ absl::Status PlanOutputs(const v2::ModelInferRequest& request, std::uint32_t top
     }
   }
   if (plan->class_count > static_cast<std::uint32_t>(model.labels_size())) {
-    return Invalid(class_count_field,
-                   absl::StrCat(plan->class_count, " exceeds the model's ", model.labels_size(),
-                                " classes"));
+    return Invalid(class_count_field, absl::StrCat(plan->class_count, " exceeds the model's ",
+                                                   model.labels_size(), " classes"));
   }
   return absl::OkStatus();
 }
@@ -172,8 +171,8 @@ v2::ModelMetadataResponse ModelMetadata(const pb::ModelInfo& model) {
 absl::Status CheckVersion(const pb::ModelInfo& model, const std::string& version) {
   if (version.empty() || version == model.version()) return absl::OkStatus();
   return absl::NotFoundError(absl::StrCat("model ", Quoted(model.name()), " has no version ",
-                                          Quoted(version), " (it serves ",
-                                          Quoted(model.version()), ")"));
+                                          Quoted(version), " (it serves ", Quoted(model.version()),
+                                          ")"));
 }
 
 absl::StatusOr<InferPlan> Plan(const v2::ModelInferRequest& request, const pb::ModelInfo& model,
@@ -193,9 +192,9 @@ absl::StatusOr<InferPlan> Plan(const v2::ModelInferRequest& request, const pb::M
   }
   const auto& input = request.inputs(0);
   if (input.name() != expected) {
-    return Invalid("inputs[0].name", absl::StrCat("model ", Quoted(model.name()), " takes ",
-                                                  Quoted(expected), ", not ",
-                                                  Quoted(input.name())));
+    return Invalid("inputs[0].name",
+                   absl::StrCat("model ", Quoted(model.name()), " takes ", Quoted(expected),
+                                ", not ", Quoted(input.name())));
   }
   for (const auto& [name, value] : input.parameters()) {
     if (name == "binary_data_size") {
@@ -218,7 +217,8 @@ absl::StatusOr<InferPlan> Plan(const v2::ModelInferRequest& request, const pb::M
                      absl::StrCat("must be ≥ 0, got ", shape[i]));
     }
   }
-  if (shape.empty()) return Invalid("inputs[0].shape", "missing (the first dimension is the batch)");
+  if (shape.empty())
+    return Invalid("inputs[0].shape", "missing (the first dimension is the batch)");
   const std::int64_t batch = shape[0];
   if (batch < 1 || batch > max_batch) {
     return Invalid("inputs[0].shape[0]", absl::StrCat("the batch must hold 1 to ", max_batch,
@@ -264,8 +264,8 @@ absl::StatusOr<InferPlan> Plan(const v2::ModelInferRequest& request, const pb::M
     const std::int64_t height = shape[1], width = shape[2];
     const std::int64_t channels = shape.size() == 4 ? 3 : 1;
     if (height == 0 || width == 0 || height * width > (std::int64_t{1} << 26)) {
-      return Invalid("inputs[0].shape", absl::StrCat("height × width must be 1 to 2^26, got ",
-                                                     ShapeString(shape)));
+      return Invalid("inputs[0].shape",
+                     absl::StrCat("height × width must be 1 to 2^26, got ", ShapeString(shape)));
     }
     const std::int64_t per_image = height * width * channels;
     std::string pixels;
@@ -381,12 +381,11 @@ void Infer(Inference* inference, const CallContext& call, const v2::ModelInferRe
             const absl::Status& failed = join->statuses[j];
             if (failed.ok()) continue;
             return done(n == 1 ? failed
-                               : absl::Status(failed.code(), absl::StrCat("batch element ", j,
-                                                                          ": ", failed.message())),
+                               : absl::Status(failed.code(), absl::StrCat("batch element ", j, ": ",
+                                                                          failed.message())),
                         {});
           }
-          done(absl::OkStatus(),
-               Assemble(*shared_request, *info, *shared_plan, join->responses));
+          done(absl::OkStatus(), Assemble(*shared_request, *info, *shared_plan, join->responses));
         });
   }
 }

@@ -61,7 +61,7 @@ struct BatchTask {
   // payload), or the reason it did not run (DEADLINE_EXCEEDED, CANCELLED, UNAVAILABLE at
   // shutdown, or the runner's error). The queue time is Batch::started - enqueued.
   std::function<void(absl::Status status, Payload& payload)> done;
-  Payload payload;  // the runner reads and writes it
+  Payload payload;      // the runner reads and writes it
   absl::Time enqueued;  // set by Schedule()
 };
 
@@ -70,7 +70,7 @@ struct Batch {
   std::int64_t padded_tokens = 0;  // the bucket's padded length
   int path = 0;
   std::vector<std::unique_ptr<BatchTask<Payload>>> tasks;  // in arrival order
-  absl::Time started;  // clock time the batch was taken to run
+  absl::Time started;                                      // clock time the batch was taken to run
 };
 
 struct LengthBucketBatcherOptions {
@@ -174,7 +174,7 @@ class LengthBucketBatcher {
   std::map<BucketKey, std::deque<QueuedTask>> buckets_ ABSL_GUARDED_BY(mu_);
   std::int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // tasks in buckets_
   std::int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // accepted tasks whose `done` is not called
-  int running_ ABSL_GUARDED_BY(mu_) = 0;            // batches taken and not yet finished
+  int running_ ABSL_GUARDED_BY(mu_) = 0;           // batches taken and not yet finished
   std::uint64_t next_arrival_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t depth_version_ ABSL_GUARDED_BY(mu_) = 0;  // bumped whenever queued_ changes
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;

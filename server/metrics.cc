@@ -19,9 +19,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/http_listener.h"
 #include "absl/synchronization/mutex.h"
 #include "model/torch_compat.h"
+#include "server/http_listener.h"
 
 namespace ts::server {
 namespace {

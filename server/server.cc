@@ -119,8 +119,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   auto credentials = Credentials(config.tls);
   if (!credentials.ok()) return Prefixed("tls: ", credentials.status());
 
-  p.inference = std::make_unique<InferenceCore>(p.registry.get(), p.authorizer.get(),
-                                                p.metrics.get(), clock);
+  p.inference =
+      std::make_unique<InferenceCore>(p.registry.get(), p.authorizer.get(), p.metrics.get(), clock);
   p.classifier = std::make_unique<ClassifierService>(p.inference.get());
   p.kserve = std::make_unique<KServeService>(p.inference.get(), config.max_infer_batch);
   grpc::EnableDefaultHealthCheckService(true);

@@ -27,9 +27,9 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  int port() const;                  // the gRPC port bound (listen may say :0)
-  std::string grpc_address() const;  // host:port
-  std::string http_address() const;  // empty when http.listen is empty
+  int port() const;                     // the gRPC port bound (listen may say :0)
+  std::string grpc_address() const;     // host:port
+  std::string http_address() const;     // empty when http.listen is empty
   std::string metrics_address() const;  // empty when metrics_listen is empty
 
   // Health turns NOT_SERVING, running jobs save their state, batchers stop accepting and run

@@ -330,9 +330,8 @@ TEST(TaylorEfficientBackwardTest, MemoryDoesNotHoldFeaturesOfTheWholeSequence) {
   // One tensor of the sequence's features per head, and one [N, d+1] tensor per head.
   const std::int64_t all_features = heads * n * features * float_bytes;
   const std::int64_t per_token_row = heads * n * (d + 1) * float_bytes;
-  const std::int64_t chunk_features =
-      2 * std::max(1, at::get_num_threads()) * options.efficient_chunk_tokens * features *
-      float_bytes;
+  const std::int64_t chunk_features = 2 * std::max(1, at::get_num_threads()) *
+                                      options.efficient_chunk_tokens * features * float_bytes;
 
   const auto before = compat::GetCpuAllocationCounts().current_bytes;
   compat::ResetPeakCpuAllocations();

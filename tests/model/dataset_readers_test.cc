@@ -77,20 +77,20 @@ TEST_F(DatasetTest, JsonLinesIntegerLabelsAndGivenLabels) {
 TEST_F(DatasetTest, JsonLinesMalformedFailsNamingFileAndLine) {
   const std::string good = "{\"text\": \"ok\", \"label\": \"a\"}\n";
   const std::vector<std::string> bad_lines = {
-      "{\"text\": \"x\", \"label\": \"a\"",  // bad JSON
-      "{\"text\": \"x\"}",                   // missing label
-      "{\"label\": \"a\"}",                  // missing text
-      "{\"text\": 5, \"label\": \"a\"}",     // text not a string
-      "{\"text\": \"x\", \"label\": 1.5}",   // fractional label
-      "{\"text\": \"x\", \"label\": -1}",    // negative label
-      "{\"text\": \"x\", \"label\": null}",  // null label
-      "{\"text\": \"x\", \"label\": 3}",     // integer after string labels
-      "{\"text\": \"\", \"label\": \"a\"}",  // empty text
-      "[\"x\", \"a\"]",                         // not an object
+      "{\"text\": \"x\", \"label\": \"a\"",                     // bad JSON
+      "{\"text\": \"x\"}",                                      // missing label
+      "{\"label\": \"a\"}",                                     // missing text
+      "{\"text\": 5, \"label\": \"a\"}",                        // text not a string
+      "{\"text\": \"x\", \"label\": 1.5}",                      // fractional label
+      "{\"text\": \"x\", \"label\": -1}",                       // negative label
+      "{\"text\": \"x\", \"label\": null}",                     // null label
+      "{\"text\": \"x\", \"label\": 3}",                        // integer after string labels
+      "{\"text\": \"\", \"label\": \"a\"}",                     // empty text
+      "[\"x\", \"a\"]",                                         // not an object
       "{\"text\": \"x\", \"label\": \"a\", \"label\": \"b\"}",  // duplicate key
-      "{\"text\": \"x\xFF\", \"label\": \"a\"}",               // not UTF-8
-      "{\"text\": \"x\", \"label\": 1e0}",   // exponent label
-      "{\"text\": \"x\", \"label\": 18446744073709551616}",  // beyond 64 bits
+      "{\"text\": \"x\xFF\", \"label\": \"a\"}",                // not UTF-8
+      "{\"text\": \"x\", \"label\": 1e0}",                      // exponent label
+      "{\"text\": \"x\", \"label\": 18446744073709551616}",     // beyond 64 bits
   };
   for (const std::string& bad : bad_lines) {
     const std::string path = Write("bad.jsonl", good + good + bad + "\n" + good);

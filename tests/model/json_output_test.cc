@@ -68,7 +68,10 @@ TEST(JsonOutputTest, Utf8PassesAndBytesThatAreNotBecomeReplacementCharacters) {
             "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
   // A lone continuation byte, 0xff, an overlong '/': never an exception, still one line.
   EXPECT_EQ(Text(Json("a\x80")), "\"a\xef\xbf\xbd\"");
-  EXPECT_EQ(Text(Json("\xff" "b")), "\"\xef\xbf\xbd" "b\"");
+  EXPECT_EQ(Text(Json("\xff"
+                      "b")),
+            "\"\xef\xbf\xbd"
+            "b\"");
   const std::string overlong = Text(Json("\xc0\xaf"));
   EXPECT_EQ(overlong.find('/'), std::string::npos) << overlong;
   EXPECT_NE(overlong.find("\xef\xbf\xbd"), std::string::npos) << overlong;

@@ -16,8 +16,8 @@
 
 #include "model/batch_classifier.h"
 #include "model/checkpoint.h"
-#include "model/listops_generator.h"
 #include "model/encoder.h"
+#include "model/listops_generator.h"
 #include "model/mixed_linear.h"
 
 namespace ts {

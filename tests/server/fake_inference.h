@@ -52,8 +52,8 @@ class FakeInference final : public Inference {
     }
     if (request.model() != model_.name()) return done(absl::NotFoundError("no such model"), {});
     if (!fail_.ok()) return done(fail_, {});
-    const std::size_t size = request.has_image() ? request.image().pixels().size()
-                                                 : request.document().size();
+    const std::size_t size =
+        request.has_image() ? request.image().pixels().size() : request.document().size();
     const auto p = Probabilities(size, model_.labels_size());
     taylorshift::v1::ClassifyResponse response;
     response.set_request_id(request.request_id());

@@ -13,8 +13,8 @@
 namespace ts::server {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FakeInference;
+using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
 HttpAnswer Call(FakeInference& fake, const std::string& method, const std::string& path,
@@ -114,9 +114,9 @@ TEST(HttpFrontendTest, ErrorsCarryTheirStatusFieldAndHeaders) {
   expect(Call(fake, "POST", "/v2/models/m/infer", R"({"inputs": [{"name": "document",
          "datatype": "BYTES", "shape": [1], "data": ["a"], "parameters": {"binary_data_size": 1}}]})"),
          400, "binary tensor data extension");
-  expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a"})",
-              {{"x-timeout-ms", "soon"}}),
-         400, "X-Timeout-Ms");
+  expect(
+      Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a"})", {{"x-timeout-ms", "soon"}}),
+      400, "X-Timeout-Ms");
   expect(Call(fake, "GET", "/v3"), 404, "no route");
   auto wrong_method = Call(fake, "GET", "/v2/models/m/infer");
   EXPECT_EQ(wrong_method.status, 405);
@@ -152,8 +152,8 @@ TEST(HttpFrontendTest, ServesOnLoopbackLimitsBodiesAndStops) {
   auto classify = client.Post("/v1/models/m:classify", R"({"text": "abc"})", "application/json");
   ASSERT_TRUE(classify);
   EXPECT_EQ(classify->status, 200) << classify->body;
-  auto big = client.Post("/v1/models/m:classify",
-                         Json{{"text", std::string(5000, 'a')}}.dump(), "application/json");
+  auto big = client.Post("/v1/models/m:classify", Json{{"text", std::string(5000, 'a')}}.dump(),
+                         "application/json");
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 413);
   EXPECT_THAT(big->body, HasSubstr("max_body_bytes"));
@@ -173,10 +173,11 @@ TEST(HttpFrontendTest, ServesOnLoopbackLimitsBodiesAndStops) {
 
 TEST(HttpFrontendTest, ServesHttpsWithTheServersCertificate) {
   const std::string dir = ::testing::TempDir() + "/http_frontend_tls";
-  const std::string make_cert =
-      "mkdir -p " + dir + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir +
-      "/key.pem -out " + dir + "/cert.pem -days 1 -subj /CN=localhost -addext "
-      "subjectAltName=IP:127.0.0.1 2>/dev/null";
+  const std::string make_cert = "mkdir -p " + dir +
+                                " && openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir +
+                                "/key.pem -out " + dir +
+                                "/cert.pem -days 1 -subj /CN=localhost -addext "
+                                "subjectAltName=IP:127.0.0.1 2>/dev/null";
   ASSERT_EQ(std::system(make_cert.c_str()), 0) << make_cert;
   FakeInference fake;
   HttpFrontendOptions options;

@@ -26,7 +26,8 @@ pb::CheckpointInfo Info(const std::string& kind, std::uint64_t step, const std::
   return info;
 }
 
-pb::WorkerCheckpoint Message(const pb::CheckpointInfo& info, std::vector<std::string> removed = {}) {
+pb::WorkerCheckpoint Message(const pb::CheckpointInfo& info,
+                             std::vector<std::string> removed = {}) {
   pb::WorkerCheckpoint message;
   *message.mutable_checkpoint() = info;
   for (auto& r : removed) message.add_removed_paths(r);
@@ -114,8 +115,9 @@ TEST_F(CheckpointStoreTest, AFailedRecordIsLoggedAndCounted) {
   // A job the store does not know: the record fails (NOT_FOUND), is logged and counted.
   RecordCheckpoint(*env_.context(), "job-404", Message(Info("last", 20, "step-20")));
   EXPECT_EQ(env_.StoreErrors("record_checkpoint"), 1);
-  EXPECT_TRUE(env_.Logged("job job-404: cannot write the last checkpoint of step 20 (step-20) to "
-                          "the job store (record_checkpoint)"));
+  EXPECT_TRUE(
+      env_.Logged("job job-404: cannot write the last checkpoint of step 20 (step-20) to "
+                  "the job store (record_checkpoint)"));
   EXPECT_THAT(StoredPaths(), ElementsAre("step-10"));
 }
 

@@ -48,8 +48,7 @@ class CheckpointPromoterTest : public ::testing::Test {
     options.models_dir = env_.dir() + "/models";
     options.promoted_model_defaults.device = "cpu";
     options.on_model_served = [this](const std::string& name) { served_.push_back(name); };
-    return std::make_unique<CheckpointPromoter>(options, resolver_.get(), registry,
-                                                env_.context());
+    return std::make_unique<CheckpointPromoter>(options, resolver_.get(), registry, env_.context());
   }
   // A finished training job whose best checkpoint is `path`.
   std::string JobWithBest(const std::string& path) {

@@ -41,8 +41,8 @@ TEST_F(JobQueueTest, EnqueueStoresTheJobQueuedAtTheClocksTimeAndRefusesPastMaxQu
   auto stored = env_.store().GetJob("job-1");
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_EQ(stored->state(), pb::JOB_STATE_QUEUED);
-  EXPECT_EQ(env_.Sample("taylorshift_job_state{job_id=\"job-1\",kind=\"training\",state=\"queued\"}"),
-            1);
+  EXPECT_EQ(
+      env_.Sample("taylorshift_job_state{job_id=\"job-1\",kind=\"training\",state=\"queued\"}"), 1);
 
   ASSERT_TRUE(queue.Enqueue(TrainingJob("b")).ok());
   auto third = queue.Enqueue(TrainingJob("c"));
@@ -236,8 +236,9 @@ TEST_F(JobQueueTest, AFailedSnapshotWriteIsLoggedAndCountedAndTheJobGoesOn) {
   EXPECT_EQ(env_.StoreErrors("update_job"), 0);
   queue.SetState(*active, pb::JOB_STATE_RUNNING, "");
   EXPECT_EQ(env_.StoreErrors("update_job"), 1);
-  EXPECT_TRUE(env_.Logged("job job-1: cannot write its running snapshot (STATE event) to the job "
-                          "store (update_job)"));
+  EXPECT_TRUE(
+      env_.Logged("job job-1: cannot write its running snapshot (STATE event) to the job "
+                  "store (update_job)"));
   EXPECT_EQ(queue.Snapshot(*active).state(), pb::JOB_STATE_RUNNING);
 }
 

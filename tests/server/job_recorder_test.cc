@@ -61,8 +61,8 @@ class JobRecorderTest : public ::testing::Test {
     ASSERT_TRUE(queue_.Enqueue(job).ok());
     active_ = queue_.Next();
     ASSERT_NE(active_, nullptr);
-    ASSERT_TRUE(queue_.Watch(active_->id, [this](const pb::JobEvent& e) { events_.push_back(e); })
-                    .ok());
+    ASSERT_TRUE(
+        queue_.Watch(active_->id, [this](const pb::JobEvent& e) { events_.push_back(e); }).ok());
     events_.clear();
   }
   std::vector<pb::JobEvent::Type> EventTypes() const {
@@ -155,14 +155,15 @@ TEST_F(JobRecorderTest, CheckpointsFollowWhatTheWorkerKeptInTheJobAndTheStore) {
   recorder_.Apply(*active_, Checkpoint("best", 30, "/j/best.tsckpt"));
 
   const pb::Job job = queue_.Snapshot(*active_);
-  EXPECT_THAT(Paths(job.checkpoints()),
-              ElementsAre("last:/j/step-20.tsckpt", "last:/j/step-30.tsckpt", "best:/j/best.tsckpt"));
+  EXPECT_THAT(
+      Paths(job.checkpoints()),
+      ElementsAre("last:/j/step-20.tsckpt", "last:/j/step-30.tsckpt", "best:/j/best.tsckpt"));
   auto stored = env_.store().Checkpoints("job-1");
   ASSERT_TRUE(stored.ok());
   std::vector<std::string> stored_paths;
   for (const auto& c : *stored) stored_paths.push_back(c.kind() + ":" + c.path());
-  EXPECT_THAT(stored_paths,
-              ElementsAre("last:/j/step-20.tsckpt", "last:/j/step-30.tsckpt", "best:/j/best.tsckpt"));
+  EXPECT_THAT(stored_paths, ElementsAre("last:/j/step-20.tsckpt", "last:/j/step-30.tsckpt",
+                                        "best:/j/best.tsckpt"));
   ASSERT_EQ(events_.size(), 5u);
   EXPECT_EQ(events_.back().type(), pb::JobEvent::CHECKPOINT);
   EXPECT_EQ(events_.back().checkpoint().step(), 30u);
@@ -195,8 +196,9 @@ TEST_F(JobRecorderTest, FailedStoreWritesAreLoggedWithTheJobAndCountedByOperatio
   EXPECT_EQ(env_.StoreErrors("record_checkpoint"), 1);
   EXPECT_EQ(env_.StoreErrors("truncate_history"), 1);
   EXPECT_EQ(env_.StoreErrors("update_job"), 4);  // one snapshot per event
-  EXPECT_TRUE(env_.Logged("job job-1: cannot write the loss of step 40 to the job store "
-                          "(append_metric): "));
+  EXPECT_TRUE(
+      env_.Logged("job job-1: cannot write the loss of step 40 to the job store "
+                  "(append_metric): "));
   EXPECT_TRUE(env_.Logged("job job-1: cannot write the last checkpoint of step 40"));
   // The job itself goes on: what the workers reported is still there for the watchers.
   EXPECT_EQ(queue_.Snapshot(*active_).progress().step(), 20u);

@@ -13,8 +13,8 @@ namespace ts::server::kserve {
 namespace {
 
 namespace v2 = ::inference;
-using ::testing::HasSubstr;
 using testing::FakeInference;
+using ::testing::HasSubstr;
 
 v2::ModelInferRequest Documents(const std::vector<std::string>& documents) {
   v2::ModelInferRequest request;
@@ -196,7 +196,8 @@ TEST(KServeV2Test, EveryBadRequestNamesItsField) {
     auto plan = Plan(request, model, /*max_batch=*/8);
     ASSERT_FALSE(plan.ok()) << c.field;
     EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
-    EXPECT_THAT(std::string(plan.status().message()), ::testing::StartsWith(c.field + ":")) << plan.status();
+    EXPECT_THAT(std::string(plan.status().message()), ::testing::StartsWith(c.field + ":"))
+        << plan.status();
   }
   // The batch limit is named with its config key.
   auto big = Plan(Documents(std::vector<std::string>(9, "x")), model, 8);

@@ -203,8 +203,7 @@ class LengthBucketBatcherTest : public ::testing::Test {
   }
 
   std::unique_ptr<Batcher> Make(const LengthBucketBatcherOptions& options) {
-    auto batcher =
-        Batcher::Create(options, recorder_.Runner(), &clock_, recorder_.Observer());
+    auto batcher = Batcher::Create(options, recorder_.Runner(), &clock_, recorder_.Observer());
     EXPECT_TRUE(batcher.ok()) << batcher.status();
     return batcher.ok() ? std::move(*batcher) : nullptr;
   }
@@ -750,9 +749,8 @@ TEST_F(LengthBucketBatcherTest, CreateRejectsInvalidOptionsNamingTheField) {
   }
   EXPECT_EQ(Batcher::Create(SmallOptions(), nullptr, &clock_).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      Batcher::Create(SmallOptions(), recorder_.Runner(), nullptr).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Batcher::Create(SmallOptions(), recorder_.Runner(), nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

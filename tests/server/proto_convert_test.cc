@@ -29,8 +29,7 @@ TEST(ProtoConvertTest, EveryApiPathMapsToTheModelsAndBack) {
 }
 
 TEST(ProtoConvertTest, UnknownApiValueIsInvalidArgumentNamingPath) {
-  const absl::StatusOr<AttentionPath> converted =
-      FromProtoPath(static_cast<pb::AttentionPath>(42));
+  const absl::StatusOr<AttentionPath> converted = FromProtoPath(static_cast<pb::AttentionPath>(42));
   EXPECT_EQ(converted.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(converted.status().message()),
               ::testing::StartsWith("path: unknown attention path value 42"));

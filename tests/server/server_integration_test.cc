@@ -256,8 +256,7 @@ TEST_F(ServerIntegrationTest, ExpiredDeadlinesAreNotComputedAndAFullQueueSaysWhi
   clock_->Advance(absl::Seconds(21));
   const grpc::Status expired = expiring.get();
   EXPECT_EQ(expired.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << expired.error_message();
-  EXPECT_NE(expired.error_message().find("deadline passed before the batch ran"),
-            std::string::npos)
+  EXPECT_NE(expired.error_message().find("deadline passed before the batch ran"), std::string::npos)
       << expired.error_message();
 
   // Three requests fill max_queue_size 3; two more are refused at once, naming the limit.
@@ -290,8 +289,7 @@ TEST_F(ServerIntegrationTest, ExpiredDeadlinesAreNotComputedAndAFullQueueSaysWhi
 
   const std::string metrics = ts::testing::HttpGet(server_->metrics_address(), "/metrics");
   EXPECT_EQ(ts::testing::MetricSample(
-                metrics,
-                "taylorshift_rejected_total{model=\"slow\",reason=\"deadline_exceeded\"}"),
+                metrics, "taylorshift_rejected_total{model=\"slow\",reason=\"deadline_exceeded\"}"),
             1)
       << metrics;
   EXPECT_EQ(ts::testing::MetricSample(
@@ -299,8 +297,8 @@ TEST_F(ServerIntegrationTest, ExpiredDeadlinesAreNotComputedAndAFullQueueSaysWhi
             2)
       << metrics;
   // The expired request never reached compute: one batch ran, the three accepted requests'.
-  EXPECT_EQ(ts::testing::MetricSample(
-                metrics, "taylorshift_compute_duration_seconds_count{model=\"slow\""),
+  EXPECT_EQ(ts::testing::MetricSample(metrics,
+                                      "taylorshift_compute_duration_seconds_count{model=\"slow\""),
             1)
       << metrics;
 }

@@ -1,8 +1,6 @@
 // The server as a library (server/server.h): built in-process with a fake clock, answering the
 // same document identically over Classifier.Classify, KServe v2 ModelInfer and the HTTP route,
 // refusing an address in use, and stopping on Shutdown.
-#include "server/server.h"
-
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "server/server.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 #include "tests/testing/fake_clock.h"
 
@@ -39,9 +38,8 @@ ServerConfig DemoConfig() {
 TEST(ServerLibraryTest, OneProcessServesEveryFrontEndAlikeAndShutsDown) {
   ts::testing::FakeClock clock;
   std::vector<std::string> log;
-  auto server = Server::Create(DemoConfig(), &clock, [&log](const std::string& line) {
-    log.push_back(line);
-  });
+  auto server = Server::Create(DemoConfig(), &clock,
+                               [&log](const std::string& line) { log.push_back(line); });
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->port(), 0);
   EXPECT_THAT(log, ::testing::Contains(HasSubstr("model 'listops'")));

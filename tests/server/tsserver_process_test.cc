@@ -85,9 +85,9 @@ TEST_F(TsserverProcessTest, AStartUpErrorExitsOneWithTheReason) {
   std::ofstream(dir_ + "/missing.yaml")
       << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
          "models: [{name: gone, checkpoint: missing.tsckpt, device: cpu}]\n";
-  const auto refused = ts::testing::RunCommand(std::string(TS_TSSERVER_BINARY) + " --config " +
-                                               dir_ + "/missing.yaml --ready-file " + dir_ +
-                                               "/ready");
+  const auto refused =
+      ts::testing::RunCommand(std::string(TS_TSSERVER_BINARY) + " --config " + dir_ +
+                              "/missing.yaml --ready-file " + dir_ + "/ready");
   EXPECT_EQ(refused.exit_code, 1) << refused.text;
   EXPECT_NE(refused.text.find("loading models: "), std::string::npos) << refused.text;
   EXPECT_NE(refused.text.find("missing.tsckpt"), std::string::npos) << refused.text;

@@ -33,11 +33,11 @@ class JobTestContext {
     auto metrics = ts::server::Metrics::Create("");
     EXPECT_TRUE(metrics.ok()) << metrics.status();
     metrics_ = std::move(*metrics);
-    context_ = std::make_unique<ts::server::JobContext>(
-        store_.get(), metrics_.get(), &clock_, [this](const std::string& line) {
-          absl::MutexLock lock(&mu_);
-          log_.push_back(line);
-        });
+    context_ = std::make_unique<ts::server::JobContext>(store_.get(), metrics_.get(), &clock_,
+                                                        [this](const std::string& line) {
+                                                          absl::MutexLock lock(&mu_);
+                                                          log_.push_back(line);
+                                                        });
   }
 
   const std::string& dir() const { return dir_; }

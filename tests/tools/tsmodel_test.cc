@@ -7,11 +7,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "model/listops_generator.h"
 #include "tests/testing/encoder_testing.h"
