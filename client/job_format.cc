@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "client/result_format.h"
 #include "common/api_json.h"
+#include "common/job_spec_yaml.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/timestamp.pb.h"
 
@@ -30,16 +31,6 @@ using taylorshift::v1::JobState;
 // The enum's value name without its type prefix ("JOB_STATE_QUEUED" → "QUEUED").
 std::string ShortName(const std::string& name, absl::string_view prefix) {
   return absl::StartsWith(name, prefix) ? name.substr(prefix.size()) : name;
-}
-
-// "AttentionPath" → "ATTENTION_PATH_".
-std::string EnumValuePrefix(const pb::EnumDescriptor& type) {
-  std::string prefix;
-  for (const char c : type.name()) {
-    if (absl::ascii_isupper(static_cast<unsigned char>(c)) && !prefix.empty()) prefix += '_';
-    prefix += absl::ascii_toupper(static_cast<unsigned char>(c));
-  }
-  return prefix + "_";
 }
 
 bool HasTime(const pb::Timestamp& time) { return time.seconds() != 0 || time.nanos() != 0; }

@@ -501,7 +501,7 @@ ClassifyCall MakeV2GrpcCall(std::shared_ptr<grpc::Channel> channel,
         grpc::ClientContext context;
         PrepareContext(connection, timeout_ms, &context);
         inference::ModelInferResponse answer;
-        const grpc::Status status = stub->ModelInfer(&context, V2InferRequest(request), &answer);
+        grpc::Status status = stub->ModelInfer(&context, V2InferRequest(request), &answer);
         if (!status.ok()) return status;
         return ToGrpcStatus(DecodeV2Response(answer, response));
       };

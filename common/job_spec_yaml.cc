@@ -68,16 +68,6 @@ absl::Status ReadDouble(const YAML::Node& node, const std::string& path, double*
   return absl::OkStatus();
 }
 
-// "AttentionPath" → "ATTENTION_PATH_": the prefix proto style puts on an enum's value names.
-std::string EnumValuePrefix(const pb::EnumDescriptor& type) {
-  std::string prefix;
-  for (const char c : type.name()) {
-    if (absl::ascii_isupper(static_cast<unsigned char>(c)) && !prefix.empty()) prefix += '_';
-    prefix += absl::ascii_toupper(static_cast<unsigned char>(c));
-  }
-  return prefix + "_";
-}
-
 // The value's YAML name: lower case without the enum's prefix ("auto" for ATTENTION_PATH_AUTO).
 std::string EnumValueYamlName(const pb::EnumValueDescriptor& value) {
   std::string name = value.name();
@@ -234,6 +224,15 @@ absl::StatusOr<TrainingSpec> ParseTrainingSpecYaml(const std::string& yaml_text)
 
 absl::StatusOr<EvaluationSpec> ParseEvaluationSpecYaml(const std::string& yaml_text) {
   return ParseSpecYaml<EvaluationSpec>(yaml_text);
+}
+
+std::string EnumValuePrefix(const google::protobuf::EnumDescriptor& type) {
+  std::string prefix;
+  for (const char c : type.name()) {
+    if (absl::ascii_isupper(static_cast<unsigned char>(c)) && !prefix.empty()) prefix += '_';
+    prefix += absl::ascii_toupper(static_cast<unsigned char>(c));
+  }
+  return prefix + "_";
 }
 
 }  // namespace ts

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "tests/testing/issue_example_spec.h"
 
 namespace ts {
 namespace {
@@ -20,18 +21,7 @@ using ::taylorshift::v1::TrainingSpec;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The example of the issue, verbatim.
-constexpr char kIssueExample[] = R"yaml(
-name: filetype
-model: {embed_dim: 64, depth: 2, heads: 8, mlp_ratio: 2, max_length: 2048}
-data:
-  train: {format: jsonl, path: train.jsonl}
-  validation: {format: jsonl, path: val.jsonl}     # or split: 0.1
-optimizer: {name: adamw, lr: 0.001, weight_decay: 0.001, warmup_steps: 20}
-batch_size: 16
-steps: 300             # or epochs
-seed: 1
-)yaml";
+using ::ts::testing::kIssueExample;
 
 // Every field of TrainingSpec and of the messages under it, with non-default values.
 constexpr char kFullTrainingYaml[] = R"yaml(

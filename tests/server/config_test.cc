@@ -78,7 +78,7 @@ class TempDir {
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
   std::string File(const std::string& name, const std::string& text) const {
-    const std::string path = (std::filesystem::path(path_) / name).string();
+    std::string path = (std::filesystem::path(path_) / name).string();
     std::ofstream(path) << text;
     return path;
   }

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec_yaml.h"
+#include "tests/testing/issue_example_spec.h"
 
 namespace ts::server {
 namespace {
@@ -22,18 +23,7 @@ using ::testing::StartsWith;
 
 constexpr int kCores = 4;
 
-// The example of the issue, verbatim.
-constexpr char kIssueExample[] = R"yaml(
-name: filetype
-model: {embed_dim: 64, depth: 2, heads: 8, mlp_ratio: 2, max_length: 2048}
-data:
-  train: {format: jsonl, path: train.jsonl}
-  validation: {format: jsonl, path: val.jsonl}     # or split: 0.1
-optimizer: {name: adamw, lr: 0.001, weight_decay: 0.001, warmup_steps: 20}
-batch_size: 16
-steps: 300             # or epochs
-seed: 1
-)yaml";
+using ::ts::testing::kIssueExample;
 
 TrainingSpec ParseOrDie(const std::string& yaml) {
   absl::StatusOr<TrainingSpec> spec = ParseTrainingSpecYaml(yaml);
