@@ -211,7 +211,9 @@ void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t, const t
       auto scores = torch::empty({n, tokens}, q_aug.options());
       MatmulInto(scores, q_aug[h].narrow(0, start, n), k_aug_t[h]);
       scores.square_();
-      auto nom = constant[h].expand({n, d + 1}).contiguous();
+      // A fresh tensor: contiguous() of a one-row block would alias `constant` itself.
+      auto nom = torch::empty({n, d + 1}, q_aug.options());
+      nom.copy_(constant[h].expand({n, d + 1}));
       MatmulInto(nom, scores, v_aug[h], 1.0);
       auto out = y[h].narrow(0, start, n);
       at::div_out(out, nom.narrow(1, 0, d), nom.narrow(1, d, 1));

@@ -1381,8 +1381,8 @@ def needed_packages(binaries):
 # Always present in debian:12-slim.
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6"}
 # What the CUDA image takes from the LibTorch zip instead of Debian (the zip's c10d brings its
-# own gloo headers and library).
-DEBIAN_TORCH = {"libtorch-dev", "libopenblas0-openmp", "libgloo-dev"}
+# own gloo headers and library, and its own oneDNN, so model/cpu_gemm keeps at::mm there).
+DEBIAN_TORCH = {"libtorch-dev", "libopenblas0-openmp", "libgloo-dev", "libdnnl-dev"}
 
 
 class DockerfileTest(unittest.TestCase):
@@ -1411,7 +1411,8 @@ class DockerfileTest(unittest.TestCase):
             runtime_packages = {p for i, a in runtime if i == "RUN" for p in apt_packages(a)}
             missing = needed - runtime_packages
             if name.endswith(".cuda"):
-                missing = {p for p in missing if not p.startswith(("libtorch", "libgloo"))}
+                missing = {p for p in missing
+                           if not p.startswith(("libtorch", "libgloo", "libdnnl"))}
             self.assertEqual(missing, set(), f"{name}: runtime stage lacks libraries")
             # Sources copied from the context exist; the binaries come from the build tree.
             copied = []
