@@ -22,6 +22,7 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 using ::ts::testing::kIssueExample;
+using ::ts::testing::kIssueSplitAlternative;
 
 // Every field of TrainingSpec and of the messages under it, with non-default values.
 constexpr char kFullTrainingYaml[] = R"yaml(
@@ -183,14 +184,7 @@ TEST(JobSpecYamlTest, IssueExampleParses) {
 }
 
 TEST(JobSpecYamlTest, IssueAlternativesParse) {
-  TrainingSpec split = ParseOrDie(R"yaml(
-name: filetype
-model: {embed_dim: 64, depth: 2, heads: 8, max_length: 2048}
-data:
-  train: {format: jsonl, path: train.jsonl}
-  validation: {split: 0.1}
-epochs: 3
-)yaml");
+  TrainingSpec split = ParseOrDie(kIssueSplitAlternative);
   EXPECT_EQ(split.data().validation().split(), 0.1);
   EXPECT_EQ(split.epochs(), 3.0);
   EXPECT_EQ(split.steps(), 0u);

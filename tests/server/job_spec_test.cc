@@ -24,6 +24,7 @@ using ::testing::StartsWith;
 constexpr int kCores = 4;
 
 using ::ts::testing::kIssueExample;
+using ::ts::testing::kIssueSplitAlternative;
 
 TrainingSpec ParseOrDie(const std::string& yaml) {
   absl::StatusOr<TrainingSpec> spec = ParseTrainingSpecYaml(yaml);
@@ -64,14 +65,7 @@ TEST(JobSpecNormalizeTest, IssueExampleNormalizes) {
 }
 
 TEST(JobSpecNormalizeTest, IssueAlternativesNormalize) {
-  TrainingSpec split = ParseOrDie(R"yaml(
-name: filetype
-model: {embed_dim: 64, depth: 2, heads: 8, max_length: 2048}
-data:
-  train: {format: jsonl, path: train.jsonl}
-  validation: {split: 0.1}
-epochs: 3
-)yaml");
+  TrainingSpec split = ParseOrDie(kIssueSplitAlternative);
   EXPECT_TRUE(NormalizeTrainingSpec(&split, JobsConfig(), kCores).ok());
 }
 

@@ -16,4 +16,14 @@ steps: 300             # or epochs
 seed: 1
 )yaml";
 
+// The issue's alternatives to it: a validation split instead of a file, epochs instead of steps.
+constexpr char kIssueSplitAlternative[] = R"yaml(
+name: filetype
+model: {embed_dim: 64, depth: 2, heads: 8, max_length: 2048}
+data:
+  train: {format: jsonl, path: train.jsonl}
+  validation: {split: 0.1}
+epochs: 3
+)yaml";
+
 }  // namespace ts::testing
