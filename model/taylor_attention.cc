@@ -161,6 +161,21 @@ void FeatureGradRows(const T* __restrict x, const T* __restrict g, T* __restrict
   }
 }
 
+// FillFeatures and FeatureGradRows on tensors: out = φ(x) for x [n, d], and out = (∂φ(x)/∂x)ᵀ g
+// for g [n, F]; all contiguous, float or double.
+void FeaturesInto(const torch::Tensor& x, const torch::Tensor& out) {
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "TaylorFeatures", [&] {
+    FillFeatures<scalar_t>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.size(0), x.size(1));
+  });
+}
+
+void FeatureGradInto(const torch::Tensor& x, const torch::Tensor& g, const torch::Tensor& out) {
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "TaylorFeatureGrad", [&] {
+    FeatureGradRows<scalar_t>(x.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(),
+                              out.data_ptr<scalar_t>(), x.size(0), x.size(1));
+  });
+}
+
 // FeatureGradRows with tensor operations, for devices other than the CPU: x [..., n, d],
 // g [..., n, F] → [..., n, d].
 torch::Tensor FeatureGrad(const torch::Tensor& x, const torch::Tensor& g) {
@@ -237,20 +252,14 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
       for (std::int64_t start = 0; start < tokens; start += chunk) {
         const std::int64_t n = std::min(chunk, tokens - start);
         auto psi = buffer.narrow(0, 0, n);
-        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatures", [&] {
-          FillFeatures<scalar_t>(k_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
-                                 psi.data_ptr<scalar_t>(), n, d);
-        });
+        FeaturesInto(k_s[h].narrow(0, start, n), psi);
         MatmulInto(kv, psi.t(), v_p[h].narrow(0, start, n), 1.0);
       }
       kv.mul_(coefficients);
       for (std::int64_t start = 0; start < tokens; start += chunk) {
         const std::int64_t n = std::min(chunk, tokens - start);
         auto phi = buffer.narrow(0, 0, n);
-        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatures", [&] {
-          FillFeatures<scalar_t>(q_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
-                                 phi.data_ptr<scalar_t>(), n, d);
-        });
+        FeaturesInto(q_s[h].narrow(0, start, n), phi);
         auto nom = nom_buffer.narrow(0, 0, n);
         MatmulInto(nom, phi, kv);
         auto out = y[h].narrow(0, start, n);
@@ -353,17 +362,10 @@ void EfficientBackwardCpu(const torch::Tensor& q_s, const torch::Tensor& k_s,
         auto phi = feature_buffer.narrow(0, 0, n);
         auto dphi = grad_buffer.narrow(0, 0, n);
         const auto dnom_c = dnom[h].narrow(0, start, n);
-        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatures", [&] {
-          FillFeatures<scalar_t>(q_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
-                                 phi.data_ptr<scalar_t>(), n, d);
-        });
+        FeaturesInto(q_s[h].narrow(0, start, n), phi);
         MatmulInto(dkv, phi.t(), dnom_c, 1.0);
         MatmulInto(dphi, dnom_c, kv_t);
-        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatureGrad", [&] {
-          FeatureGradRows<scalar_t>(q_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
-                                    dphi.data_ptr<scalar_t>(),
-                                    dq[h].narrow(0, start, n).data_ptr<scalar_t>(), n, d);
-        });
+        FeatureGradInto(q_s[h].narrow(0, start, n), dphi, dq[h].narrow(0, start, n));
       }
       dkv.mul_(coefficients);
       const auto dkv_t = dkv.t();
@@ -371,18 +373,11 @@ void EfficientBackwardCpu(const torch::Tensor& q_s, const torch::Tensor& k_s,
         const std::int64_t n = std::min(chunk, tokens - start);
         auto psi = feature_buffer.narrow(0, 0, n);
         auto dpsi = grad_buffer.narrow(0, 0, n);
-        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatures", [&] {
-          FillFeatures<scalar_t>(k_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
-                                 psi.data_ptr<scalar_t>(), n, d);
-        });
+        FeaturesInto(k_s[h].narrow(0, start, n), psi);
         auto dv_c = dv[h].narrow(0, start, n);
         MatmulInto(dv_c, psi, dkv);
         MatmulInto(dpsi, v_p[h].narrow(0, start, n), dkv_t);
-        AT_DISPATCH_FLOATING_TYPES(q_s.scalar_type(), "TaylorFeatureGrad", [&] {
-          FeatureGradRows<scalar_t>(k_s[h].narrow(0, start, n).data_ptr<scalar_t>(),
-                                    dpsi.data_ptr<scalar_t>(),
-                                    dk[h].narrow(0, start, n).data_ptr<scalar_t>(), n, d);
-        });
+        FeatureGradInto(k_s[h].narrow(0, start, n), dpsi, dk[h].narrow(0, start, n));
       }
     }
   });
