@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/cost_model.h"
+#include "model/efficient_inference.h"
 
 namespace ts {
 
@@ -75,16 +76,27 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
   auto k = qkv_heads[1];
   const auto v = qkv_heads[2];
   const AttentionPath concrete = ResolvePath(path, tokens);
-  if (concrete != AttentionPath::kSoftmax) {
-    if (options_.input_normalize()) {
-      std::tie(q, k) = NormalizeQueryKey(q, k, temperature);
-    } else {
-      // The reference scales q by C^-½ before the Taylor polynomial.
-      q = q * (1.0 / std::sqrt(static_cast<double>(dim)));
+  // The reference scales q by C^-½ before the Taylor polynomial when it does not normalise.
+  const double query_factor = 1.0 / std::sqrt(static_cast<double>(dim));
+  const TaylorKernelOptions& kernel = low ? low_kernel_options_ : kernel_options_;
+  torch::Tensor y;
+  if (concrete == AttentionPath::kEfficient && CanRunEfficientInference(q, k, v)) {
+    // One fused pass per head: normalisation, v' and the output layout inside the kernel.
+    QueryKeyScaling scaling;
+    scaling.normalize = options_.input_normalize();
+    scaling.temperature = temperature;
+    scaling.query_factor = query_factor;
+    y = EfficientInference(q, k, v, key_padding_mask, kernel, scaling);
+  } else {
+    if (concrete != AttentionPath::kSoftmax) {
+      if (options_.input_normalize()) {
+        std::tie(q, k) = NormalizeQueryKey(q, k, temperature);
+      } else {
+        q = q * query_factor;
+      }
     }
+    y = RunAttentionPath(concrete, q, k, v, key_padding_mask, kernel);
   }
-  auto y = RunAttentionPath(concrete, q, k, v, key_padding_mask,
-                            low ? low_kernel_options_ : kernel_options_);
   if (options_.attn_drop() > 0) {
     y = torch::dropout(y, options_.attn_drop(), is_training());
   }

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "model/cpu_gemm.h"
+#include "model/efficient_inference.h"
+#include "model/taylor_features.h"
 #include "model/torch_compat.h"
 
 namespace ts {
@@ -91,12 +93,9 @@ std::int64_t BlockRows(const Shape& shape, std::int64_t budget_elements) {
   return std::max<std::int64_t>(1, std::min(shape.tokens, budget_elements / per_row));
 }
 
-// Feature map of the efficient path: [x_i·x_j for i ≤ j (row by row) | x | 1], so that
-// ⟨φ(q), ψ(k)⟩ covers the S², S and constant terms with one GEMM per side. [..., n, d] →
-// [..., n, d(d+1)/2 + d + 1]. The coefficients (a, 2a off the diagonal, b·α², c·α⁴) are folded
-// into the key-side sums afterwards, so queries and keys share this map.
-std::int64_t FeatureCount(std::int64_t d) { return d * (d + 1) / 2 + d + 1; }
-
+// φ (model/taylor_features.h) of each row of x [rows, d] into out [rows, F]. The kernels apply
+// the coefficients (a, 2a, b·α², c·α⁴ for the scaled q, k) to the key-side sums, so queries and
+// keys share this map.
 template <typename T, typename Out = T>
 void FillFeatures(const T* __restrict x, Out* __restrict out, std::int64_t rows, std::int64_t d) {
   const std::int64_t width = FeatureCount(d);
@@ -192,21 +191,6 @@ torch::Tensor FeatureGrad(const torch::Tensor& x, const torch::Tensor& g) {
   return out;
 }
 
-// Per-feature coefficients: a on the diagonal squares, 2a off it (x_i x_j = x_j x_i), b·α² on
-// the linear features and c·α⁴ on the constant one.
-torch::Tensor FeatureCoefficients(std::int64_t d, double a, double b_alpha2, double c_alpha4,
-                                  const torch::TensorOptions& options) {
-  std::vector<double> values;
-  values.reserve(FeatureCount(d));
-  for (std::int64_t i = 0; i < d; ++i) {
-    for (std::int64_t j = i; j < d; ++j) values.push_back(i == j ? a : 2 * a);
-  }
-  for (std::int64_t i = 0; i < d; ++i) values.push_back(b_alpha2);
-  values.push_back(c_alpha4);
-  return torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64))
-      .to(options.device(), options.dtype().toScalarType());
-}
-
 // CPU inference kernels. Each task owns one head (efficient) or one block of query rows of one
 // head (direct) and runs single-threaded GEMMs inside at::parallel_for: many small multi-threaded
 // BLAS calls cost far more in thread hand-offs than they compute on a few cores, while
@@ -265,46 +249,6 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
         auto out = y[h].narrow(0, start, n);
         at::div_out(out, nom.narrow(1, 1, d), nom.narrow(1, 0, 1));
         if (den_out.defined()) den_out[h].narrow(0, start, n).copy_(nom.narrow(1, 0, 1));
-      }
-    }
-  });
-}
-
-// EfficientCpu's inference forward with TaylorKernelOptions::bf16_products: the same loops, with
-// the features and values in bfloat16 for the two products (oneDNN) and every sum, the
-// coefficients and the division in float32.
-void EfficientCpuBf16(const torch::Tensor& q_s, const torch::Tensor& k_s, const torch::Tensor& v_p,
-                      const torch::Tensor& coefficients, torch::Tensor& y, std::int64_t chunk) {
-  const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
-  const std::int64_t features = FeatureCount(d);
-  const auto bf16 = q_s.options().dtype(torch::kBFloat16);
-  at::parallel_for(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
-    const std::int64_t rows = std::min(chunk, tokens);
-    auto buffer = torch::empty({rows, features}, bf16);
-    auto values = torch::empty({rows, d + 1}, bf16);
-    auto nom_buffer = torch::empty({rows, d + 1}, q_s.options());
-    auto kv = torch::empty({features, d + 1}, q_s.options());
-    for (std::int64_t h = begin; h < end; ++h) {
-      for (std::int64_t start = 0; start < tokens; start += chunk) {
-        const std::int64_t n = std::min(chunk, tokens - start);
-        auto psi = buffer.narrow(0, 0, n);
-        FillFeatures<float, c10::BFloat16>(k_s[h].narrow(0, start, n).data_ptr<float>(),
-                                           psi.data_ptr<c10::BFloat16>(), n, d);
-        auto v_c = values.narrow(0, 0, n);
-        v_c.copy_(v_p[h].narrow(0, start, n));
-        MatmulBf16Into(kv, psi.t(), v_c, start == 0 ? 0.0 : 1.0);
-      }
-      kv.mul_(coefficients);
-      const auto kv_low = kv.to(torch::kBFloat16);
-      for (std::int64_t start = 0; start < tokens; start += chunk) {
-        const std::int64_t n = std::min(chunk, tokens - start);
-        auto phi = buffer.narrow(0, 0, n);
-        FillFeatures<float, c10::BFloat16>(q_s[h].narrow(0, start, n).data_ptr<float>(),
-                                           phi.data_ptr<c10::BFloat16>(), n, d);
-        auto nom = nom_buffer.narrow(0, 0, n);
-        MatmulBf16Into(nom, phi, kv_low);
-        auto out = y[h].narrow(0, start, n);
-        at::div_out(out, nom.narrow(1, 1, d), nom.narrow(1, 0, 1));
       }
     }
   });
@@ -452,6 +396,19 @@ class EfficientCore : public torch::autograd::Function<EfficientCore> {
 
 }  // namespace
 
+torch::Tensor FeatureCoefficients(std::int64_t d, double a, double b, double c,
+                                  const torch::TensorOptions& options) {
+  std::vector<double> values;
+  values.reserve(FeatureCount(d));
+  for (std::int64_t i = 0; i < d; ++i) {
+    for (std::int64_t j = i; j < d; ++j) values.push_back(i == j ? a : 2 * a);
+  }
+  for (std::int64_t i = 0; i < d; ++i) values.push_back(b);
+  values.push_back(c);
+  return torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64))
+      .to(options.device(), options.dtype().toScalarType());
+}
+
 void CheckTaylorCoefficients(double a, double b, double c) {
   TORCH_CHECK_VALUE(a > 0 && c >= b * b / (4 * a),
                     "Taylor coefficients must satisfy a > 0 and c >= b^2/(4a) so that "
@@ -523,6 +480,12 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   TORCH_CHECK(options.efficient_chunk_tokens > 0, "efficient_chunk_tokens must be positive");
   const Shape s = CheckInputs(q, k, v, key_padding_mask);
   const bool grad = NeedsGrad(q, k, v);
+  if (!grad && CanRunEfficientInference(q, k, v)) {
+    // q and k arrive normalised: the fused kernel's scaling is the identity.
+    QueryKeyScaling identity;
+    identity.normalize = false;
+    return EfficientInference(q, k, v, key_padding_mask, options, identity);
+  }
   const std::int64_t bh = s.batch * s.heads;
   const std::int64_t d = s.head_dim;
   const std::int64_t features = FeatureCount(d);
@@ -545,12 +508,8 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
         .view({s.batch, s.heads, s.tokens, d});
   }
   auto y = torch::empty({bh, s.tokens, d}, q.options());
-  if (options.bf16_products && q.is_cpu() && q.scalar_type() == torch::kFloat && HaveBf16Matmul()) {
-    EfficientCpuBf16(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, y, chunk);
-  } else {
-    EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk, y,
-                     {}, {});
-  }
+  EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk, y, {},
+                   {});
   return y.view({s.batch, s.heads, s.tokens, d});
 }
 

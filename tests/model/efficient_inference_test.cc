@@ -1,0 +1,145 @@
+// The fused efficient inference kernel (model/efficient_inference.h) against a plain float64
+// evaluation of the formula of docs/MODEL.md, on strided slices of a qkv tensor as the attention
+// module passes them.
+#include "model/efficient_inference.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/cpu_gemm.h"
+
+namespace ts {
+namespace {
+
+using torch::indexing::None;
+using torch::indexing::Slice;
+
+// Plain float64 TaylorShift of one sequence: q̂, k̂, v are [H, n, d] (already scaled).
+torch::Tensor PlainTaylor(const torch::Tensor& q_hat, const torch::Tensor& k_hat,
+                          const torch::Tensor& v, bool output_normalize, double a = 0.5,
+                          double b = 1.0, double c = 1.0) {
+  const auto s =
+      torch::matmul(q_hat.to(torch::kFloat64), k_hat.to(torch::kFloat64).transpose(1, 2));
+  const auto attn = a * s * s + b * s + c;
+  const auto y = torch::matmul(attn / attn.sum(-1, true), v.to(torch::kFloat64));
+  const double n = static_cast<double>(q_hat.size(1)), d = static_cast<double>(q_hat.size(2));
+  return output_normalize ? y * std::sqrt(n / d) : y;
+}
+
+double RelativeError(const torch::Tensor& actual, const torch::Tensor& expected) {
+  const auto e = expected.to(torch::kFloat64);
+  const double scale = e.abs().max().item<double>();
+  return (actual.to(torch::kFloat64) - e).abs().max().item<double>() / std::max(scale, 1e-300);
+}
+
+// q, k, v as the module sees them: [B, H, N, d] slices of one [B, N, 3, H, d] tensor.
+struct Qkv {
+  torch::Tensor q, k, v;
+};
+Qkv Slices(std::int64_t batch, std::int64_t tokens, std::int64_t heads, std::int64_t d) {
+  const auto qkv = torch::randn({batch, tokens, 3 * heads * d})
+                       .reshape({batch, tokens, 3, heads, d})
+                       .permute({2, 0, 3, 1, 4});
+  return {qkv[0], qkv[1], qkv[2]};
+}
+
+struct Case {
+  bool normalize, output_normalize, bf16;
+};
+
+class EfficientInferenceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EfficientInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) {
+  const Case param = GetParam();
+  if (param.bf16 && !HaveBf16Matmul()) {
+    GTEST_SKIP() << "no oneDNN bfloat16 matmul on this build or CPU";
+  }
+  torch::manual_seed(7);
+  const std::int64_t batch = 2, heads = 3, tokens = 1100, d = 16, real = 700;
+  const auto [q, k, v] = Slices(batch, tokens, heads, d);
+  ASSERT_FALSE(q.is_contiguous());
+  auto mask = torch::zeros({batch, tokens}, torch::kBool);
+  mask.index_put_({1, Slice(real, None)}, true);
+  const auto tau = torch::rand({1, heads, 1, 1}) * 2 + 0.5;
+  QueryKeyScaling scaling;
+  scaling.normalize = param.normalize;
+  scaling.temperature = tau;
+  scaling.query_factor = 0.3;
+  TaylorKernelOptions options;
+  options.efficient_chunk_tokens = 256;  // five chunks, the last one partial
+  options.output_normalize = param.output_normalize;
+  options.bf16_products = param.bf16;
+  torch::NoGradGuard no_grad;
+  const auto y = EfficientInference(q, k, v, mask, options, scaling);
+  ASSERT_EQ(y.sizes(), q.sizes());
+  EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
+
+  const auto scaled = [&](const torch::Tensor& x, bool query) {
+    const auto x64 = x.to(torch::kFloat64);
+    if (!param.normalize) return query ? x64 * 0.3 : x64;
+    const auto unit = x64 / x64.norm(2, -1, true);
+    return query ? unit * tau.to(torch::kFloat64)[0] : unit;
+  };
+  const double tolerance = param.bf16 ? 2e-2 : 1e-4;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t n = b == 0 ? tokens : real;
+    const auto expected =
+        PlainTaylor(scaled(q[b], true).narrow(1, 0, n), scaled(k[b], false).narrow(1, 0, n),
+                    v[b].narrow(1, 0, n), param.output_normalize);
+    EXPECT_LE(RelativeError(y[b].narrow(1, 0, n), expected), tolerance) << "sequence " << b;
+  }
+  if (param.bf16) {
+    // The bf16 kernel really ran: it differs from the float32 one.
+    options.bf16_products = false;
+    const auto fp32 = EfficientInference(q, k, v, mask, options, scaling);
+    EXPECT_GT(RelativeError(y, fp32), 1e-6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Scalings, EfficientInferenceTest,
+                         ::testing::Values(Case{true, true, false}, Case{true, false, false},
+                                           Case{false, true, false}, Case{true, true, true}));
+
+TEST(EfficientInferenceModuleTest, ModuleOutputEqualsTheUnfusedPath) {
+  torch::manual_seed(5);
+  auto attention = TaylorShiftAttention(
+      TaylorShiftAttentionOptions(64, 4).input_normalize(true).crossover_tokens(1));
+  attention->eval();
+  {
+    torch::NoGradGuard no_grad;
+    attention->temperature.uniform_(0.5, 2.0);
+  }
+  const auto x = torch::randn({2, 600, 64});
+  auto mask = torch::zeros({2, 600}, torch::kBool);
+  mask.index_put_({0, Slice(450, None)}, true);
+  torch::Tensor fused, unfused;
+  {
+    torch::NoGradGuard no_grad;  // inference: the fused kernel
+    fused = attention->forward(x, mask, AttentionPath::kEfficient);
+  }
+  // With autograd on, the module takes the unfused kernels on normalised inputs.
+  unfused = attention->forward(x, mask, AttentionPath::kEfficient);
+  ASSERT_TRUE(unfused.requires_grad());
+  EXPECT_LE(RelativeError(fused.narrow(1, 0, 450)[0], unfused.detach().narrow(1, 0, 450)[0]), 1e-5);
+  EXPECT_LE(RelativeError(fused[1], unfused.detach()[1]), 1e-5);
+}
+
+TEST(EfficientInferenceErrorTest, RefusesAutogradAndBadMasks) {
+  const auto [q, k, v] = Slices(1, 20, 2, 8);
+  const auto leaf = q.detach().clone().requires_grad_(true);
+  EXPECT_FALSE(CanRunEfficientInference(leaf, k, v));
+  EXPECT_THROW(EfficientInference(leaf, k, v, {}, {}, {}), c10::Error);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(CanRunEfficientInference(leaf, k, v));
+  EXPECT_THROW(EfficientInference(q, k, v, torch::zeros({1, 19}, torch::kBool), {}, {}),
+               c10::Error);
+  EXPECT_THROW(EfficientInference(q, k, v, torch::zeros({1, 20}), {}, {}), c10::Error);
+}
+
+}  // namespace
+}  // namespace ts
