@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "common/yaml_fields.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -79,8 +80,7 @@ std::string EnumValueYamlName(const pb::EnumValueDescriptor& value) {
 absl::Status ReadEnum(const YAML::Node& node, const std::string& path,
                       const pb::EnumDescriptor& type, int* out) {
   std::string text;
-  absl::Status status = ReadScalar(node, path, &text);
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(ReadScalar(node, path, &text));
   const std::string lower = absl::AsciiStrToLower(text);
   std::vector<std::string> names;
   for (int i = 0; i < type.value_count(); ++i) {
@@ -106,6 +106,7 @@ absl::Status ReadField(const YAML::Node& node, const std::string& path,
     const pb::FieldDescriptor* set = reflection.GetOneofFieldDescriptor(*message, oneof);
     if (set != nullptr && set != &field) {
       std::vector<std::string> names;
+      names.reserve(oneof->field_count());
       for (int i = 0; i < oneof->field_count(); ++i) names.push_back(oneof->field(i)->name());
       return NodeError(node, path,
                        absl::StrCat("conflicts with ", set->name(), " (give only one of ",
@@ -123,8 +124,7 @@ absl::Status ReadField(const YAML::Node& node, const std::string& path,
     reflection.ClearField(message, &field);
     for (std::size_t i = 0; i < node.size(); ++i) {
       std::string value;
-      absl::Status status = ReadScalar(node[i], absl::StrCat(path, "[", i, "]"), &value);
-      if (!status.ok()) return status;
+      TS_RETURN_IF_ERROR(ReadScalar(node[i], absl::StrCat(path, "[", i, "]"), &value));
       reflection.AddString(message, &field, std::move(value));
     }
     return absl::OkStatus();
@@ -160,8 +160,7 @@ absl::Status ReadField(const YAML::Node& node, const std::string& path,
     case pb::FieldDescriptor::CPPTYPE_INT32:
     case pb::FieldDescriptor::CPPTYPE_INT64: {
       std::int64_t value = 0;
-      status = ReadInt64(node, path, &value);
-      if (!status.ok()) return status;
+      TS_RETURN_IF_ERROR(ReadInt64(node, path, &value));
       if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_INT64) {
         reflection.SetInt64(message, &field, value);
       } else if (value < std::numeric_limits<std::int32_t>::min() ||
@@ -175,8 +174,7 @@ absl::Status ReadField(const YAML::Node& node, const std::string& path,
     case pb::FieldDescriptor::CPPTYPE_DOUBLE:
     case pb::FieldDescriptor::CPPTYPE_FLOAT: {
       double value = 0;
-      status = ReadDouble(node, path, &value);
-      if (!status.ok()) return status;
+      TS_RETURN_IF_ERROR(ReadDouble(node, path, &value));
       if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE) {
         reflection.SetDouble(message, &field, value);
       } else {
@@ -210,9 +208,8 @@ absl::Status ReadMessage(const YAML::Node& node, const std::string& path, pb::Me
 template <typename Spec>
 absl::StatusOr<Spec> ParseSpecYaml(const std::string& yaml_text) {
   Spec spec;
-  absl::Status status = yaml_fields::ReadDocument(
-      yaml_text, [&spec](const YAML::Node& root) { return ReadMessage(root, "", &spec); });
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(yaml_fields::ReadDocument(
+      yaml_text, [&spec](const YAML::Node& root) { return ReadMessage(root, "", &spec); }));
   return spec;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace ts::yaml_fields {
 
@@ -61,7 +62,7 @@ absl::Status ReadMap(const YAML::Node& node, const std::string& path, const Fiel
     if (!key_node.IsScalar()) {
       return NodeError(key_node, path.empty() ? "(top level)" : path, "keys must be plain strings");
     }
-    const std::string key = key_node.Scalar();
+    const std::string& key = key_node.Scalar();
     const std::string key_path = ChildPath(path, key);
     const auto field = std::find_if(fields.begin(), fields.end(),
                                     [&](const auto& entry) { return entry.first == key; });
@@ -75,8 +76,7 @@ absl::Status ReadMap(const YAML::Node& node, const std::string& path, const Fiel
     if (!seen.insert(key).second) return NodeError(key_node, key_path, "duplicate key");
     const YAML::Node value = it->second;
     if (value.IsNull()) continue;
-    absl::Status status = field->second(value, key_path);
-    if (!status.ok()) return status;
+    TS_RETURN_IF_ERROR(field->second(value, key_path));
   }
   return absl::OkStatus();
 }
@@ -100,8 +100,7 @@ absl::Status ReadInt64(const YAML::Node& node, const std::string& path, std::int
 
 absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out) {
   std::int64_t value = 0;
-  absl::Status status = ReadInt64(node, path, &value);
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(ReadInt64(node, path, &value));
   if (value < INT_MIN || value > INT_MAX) {
     return NodeError(node, path, absl::StrCat("out of range, got ", value));
   }

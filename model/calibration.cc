@@ -9,10 +9,12 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "model/taylor_attention.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
@@ -66,7 +68,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
       return torch::randn({options.batch, options.heads, tokens, options.head_dim},
                           torch::TensorOptions().device(device));
     };
-    auto [q, k] = NormalizeQueryKey(make(), make(), {});
+    // Not a structured binding: C++17 lambdas cannot capture one.
+    torch::Tensor q, k;
+    std::tie(q, k) = NormalizeQueryKey(make(), make(), {});
     const auto v = make();
     CalibrationPoint point;
     point.tokens = tokens;
@@ -183,12 +187,11 @@ absl::StatusOr<std::vector<CalibrationResult>> LoadCalibration(const std::string
     if (line.empty() || line[0] == '#') continue;
     const std::string where = absl::StrCat(path, ":", line_number);
     const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    auto fields = ParseFields(words, where);
-    if (!fields.ok()) return fields.status();
+    TS_ASSIGN_OR_RETURN(auto fields, ParseFields(words, where));
     const auto integer = [&](const std::string& key) -> absl::StatusOr<std::int64_t> {
       std::int64_t value = 0;
-      const auto it = fields->find(key);
-      if (it == fields->end() || !absl::SimpleAtoi(it->second, &value) || value < 0) {
+      const auto it = fields.find(key);
+      if (it == fields.end() || !absl::SimpleAtoi(it->second, &value) || value < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": missing or invalid non-negative integer '", key, "'"));
       }
@@ -196,49 +199,44 @@ absl::StatusOr<std::vector<CalibrationResult>> LoadCalibration(const std::string
     };
     const auto real = [&](const std::string& key) -> absl::StatusOr<double> {
       double value = 0;
-      const auto it = fields->find(key);
-      if (it == fields->end() || !absl::SimpleAtod(it->second, &value)) {
+      const auto it = fields.find(key);
+      if (it == fields.end() || !absl::SimpleAtod(it->second, &value)) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": missing or invalid number '", key, "'"));
       }
       return value;
     };
-    auto head_dim = integer("head_dim");
-    auto heads = integer("heads");
-    auto batch = integer("batch");
-    auto tokens = integer("tokens");
-    for (const auto* s : {&head_dim, &heads, &batch, &tokens}) {
-      if (!s->ok()) return s->status();
-    }
+    TS_ASSIGN_OR_RETURN(const std::int64_t head_dim, integer("head_dim"));
+    TS_ASSIGN_OR_RETURN(const std::int64_t heads, integer("heads"));
+    TS_ASSIGN_OR_RETURN(const std::int64_t batch, integer("batch"));
+    TS_ASSIGN_OR_RETURN(const std::int64_t tokens, integer("tokens"));
     if (words[0] == "crossover") {
-      for (const auto& [key, value] : *fields) {
+      for (const auto& [key, value] : fields) {
         if (key != "head_dim" && key != "heads" && key != "batch" && key != "tokens" &&
             key != "crossed" && key != "device" && key != "threads") {
           return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", key, "'"));
         }
       }
       CalibrationResult r;
-      r.head_dim = *head_dim;
-      r.heads = *heads;
-      r.batch = *batch;
-      r.crossover_tokens = *tokens;
-      r.crossed = (*fields)["crossed"] == "1";
-      r.device = (*fields)["device"];
+      r.head_dim = head_dim;
+      r.heads = heads;
+      r.batch = batch;
+      r.crossover_tokens = tokens;
+      r.crossed = fields["crossed"] == "1";
+      r.device = fields["device"];
       std::int64_t threads = 0;
-      absl::SimpleAtoi((*fields)["threads"], &threads);
+      absl::SimpleAtoi(fields["threads"], &threads);
       r.threads = static_cast<int>(threads);
       results.push_back(std::move(r));
     } else if (words[0] == "point") {
-      if (results.empty() || results.back().head_dim != *head_dim ||
-          results.back().heads != *heads || results.back().batch != *batch) {
+      if (results.empty() || results.back().head_dim != head_dim || results.back().heads != heads ||
+          results.back().batch != batch) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": point line without a matching crossover line before it"));
       }
-      auto direct = real("direct_s");
-      auto efficient = real("efficient_s");
-      if (!direct.ok()) return direct.status();
-      if (!efficient.ok()) return efficient.status();
-      results.back().points.push_back({*tokens, *direct, *efficient});
+      TS_ASSIGN_OR_RETURN(const double direct, real("direct_s"));
+      TS_ASSIGN_OR_RETURN(const double efficient, real("efficient_s"));
+      results.back().points.push_back({tokens, direct, efficient});
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": unknown record '", words[0], "' (expected crossover or point)"));

@@ -1,25 +1,20 @@
 #include "model/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <torch/csrc/jit/serialization/pickle.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "model/atomic_file.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
@@ -41,22 +36,6 @@ std::uint64_t ReadLittleEndian(const char* data, int bytes) {
     value |= static_cast<std::uint64_t>(static_cast<unsigned char>(data[i])) << (8 * i);
   }
   return value;
-}
-
-std::string ErrnoText() { return std::strerror(errno); }
-
-absl::StatusOr<std::vector<char>> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    struct stat info;
-    if (::stat(path.c_str(), &info) != 0 && errno == ENOENT) {
-      return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
-    }
-    return absl::PermissionDeniedError(absl::StrCat("cannot open ", path, ": ", ErrnoText()));
-  }
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return bytes;
 }
 
 std::string ShapeText(c10::IntArrayRef sizes) {
@@ -115,10 +94,9 @@ c10::IValue EncodePayload(const TaylorShiftEncoderOptions& options,
 }
 
 absl::StatusOr<TaylorShiftEncoderOptions> DecodeArchitecture(const c10::IValue& value) {
-  auto entries = StringKeyedDict(value, "checkpoint architecture");
-  if (!entries.ok()) return entries.status();
+  TS_ASSIGN_OR_RETURN(const auto entries, StringKeyedDict(value, "checkpoint architecture"));
   EncoderOptionFields fields;
-  for (const auto& [name, field] : *entries) {
+  for (const auto& [name, field] : entries) {
     if (field.isBool()) {
       fields.emplace_back(name, field.toBool());
     } else if (field.isInt()) {
@@ -134,31 +112,28 @@ absl::StatusOr<TaylorShiftEncoderOptions> DecodeArchitecture(const c10::IValue& 
 }
 
 absl::StatusOr<CheckpointMetadata> DecodeMetadata(const c10::IValue& value) {
-  auto entries = StringKeyedDict(value, "checkpoint metadata");
-  if (!entries.ok()) return entries.status();
+  TS_ASSIGN_OR_RETURN(const auto entries, StringKeyedDict(value, "checkpoint metadata"));
   CheckpointMetadata metadata;
-  auto modality = Require(*entries, "modality", "checkpoint metadata");
-  if (!modality.ok()) return modality.status();
-  if (!modality->isString()) {
+  TS_ASSIGN_OR_RETURN(const auto modality, Require(entries, "modality", "checkpoint metadata"));
+  if (!modality.isString()) {
     return absl::InvalidArgumentError("checkpoint metadata 'modality' must be a string");
   }
-  metadata.modality = modality->toStringRef();
-  auto labels = Require(*entries, "labels", "checkpoint metadata");
-  if (!labels.ok()) return labels.status();
-  if (!labels->isList()) {
+  metadata.modality = modality.toStringRef();
+  TS_ASSIGN_OR_RETURN(const auto labels, Require(entries, "labels", "checkpoint metadata"));
+  if (!labels.isList()) {
     return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
   }
-  for (const auto& label : labels->toListRef()) {
+  for (const auto& label : labels.toListRef()) {
     if (!label.isString()) {
       return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
     }
     metadata.labels.push_back(label.toStringRef());
   }
-  auto provenance_value = Require(*entries, "provenance", "checkpoint metadata");
-  if (!provenance_value.ok()) return provenance_value.status();
-  auto provenance = StringKeyedDict(*provenance_value, "checkpoint provenance");
-  if (!provenance.ok()) return provenance.status();
-  for (const auto& [key, text] : *provenance) {
+  TS_ASSIGN_OR_RETURN(const auto provenance_value,
+                      Require(entries, "provenance", "checkpoint metadata"));
+  TS_ASSIGN_OR_RETURN(const auto provenance,
+                      StringKeyedDict(provenance_value, "checkpoint provenance"));
+  for (const auto& [key, text] : provenance) {
     if (!text.isString()) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint provenance '", key, "' must be a string"));
@@ -169,10 +144,9 @@ absl::StatusOr<CheckpointMetadata> DecodeMetadata(const c10::IValue& value) {
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> DecodeState(const c10::IValue& value) {
-  auto entries = StringKeyedDict(value, "checkpoint state");
-  if (!entries.ok()) return entries.status();
+  TS_ASSIGN_OR_RETURN(const auto entries, StringKeyedDict(value, "checkpoint state"));
   std::map<std::string, torch::Tensor> state;
-  for (const auto& [name, tensor] : *entries) {
+  for (const auto& [name, tensor] : entries) {
     if (!tensor.isTensor()) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint state '", name, "' is not a tensor"));
@@ -308,36 +282,30 @@ absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
 absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOptions& options,
                             const CheckpointMetadata& metadata, TaylorShiftEncoder& model) {
   if (model.is_empty()) return absl::InvalidArgumentError("SaveCheckpoint: model is null");
-  if (auto status = ValidateEncoderOptions(options); !status.ok()) return status;
-  if (auto status = CheckOptionsDescribeModel(options, model->options()); !status.ok()) {
-    return status;
-  }
-  if (auto status = ValidateCheckpointMetadata(metadata, options.num_classes()); !status.ok()) {
-    return status;
-  }
+  TS_RETURN_IF_ERROR(ValidateEncoderOptions(options));
+  TS_RETURN_IF_ERROR(CheckOptionsDescribeModel(options, model->options()));
+  TS_RETURN_IF_ERROR(ValidateCheckpointMetadata(metadata, options.num_classes()));
   CheckpointMetadata stamped = metadata;
   stamped.provenance.try_emplace("created_at", UtcTimestampNow());
   stamped.provenance.try_emplace("libtorch_version", compat::TorchVersion());
 
-  auto payload = CatchTorch("saving checkpoint", [&] {
-    return torch::pickle_save(EncodePayload(options, stamped, StateDict(model)));
-  });
-  if (!payload.ok()) return payload.status();
+  TS_ASSIGN_OR_RETURN(
+      const auto payload, CatchTorch("saving checkpoint", [&] {
+        return torch::pickle_save(EncodePayload(options, stamped, StateDict(model)));
+      }));
 
   std::vector<char> file;
-  file.reserve(kHeaderBytes + payload->size() + kTrailerBytes);
+  file.reserve(kHeaderBytes + payload.size() + kTrailerBytes);
   file.insert(file.end(), kMagic.begin(), kMagic.end());
   AppendLittleEndian(file, kCheckpointFormatVersion, 4);
-  AppendLittleEndian(file, payload->size(), 8);
-  file.insert(file.end(), payload->begin(), payload->end());
-  AppendLittleEndian(file, Crc32(payload->data(), payload->size()), 4);
+  AppendLittleEndian(file, payload.size(), 8);
+  file.insert(file.end(), payload.begin(), payload.end());
+  AppendLittleEndian(file, Crc32(payload.data(), payload.size()), 4);
   return WriteFileAtomically(path, std::string(file.data(), file.size()));
 }
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::Device device) {
-  auto bytes = ReadFile(path);
-  if (!bytes.ok()) return bytes.status();
-  const std::vector<char>& file = *bytes;
+  TS_ASSIGN_OR_RETURN(const std::string file, ReadFile(path, "checkpoint"));
   if (file.size() < kMagic.size() || !std::equal(kMagic.begin(), kMagic.end(), file.begin())) {
     return absl::DataLossError(absl::StrCat(path, " is not a TaylorShift checkpoint (bad magic)"));
   }
@@ -372,42 +340,34 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::
                         actual_crc, stored_crc));
   }
 
-  auto root_value = CatchTorch(absl::StrCat("unpickling ", path), [&] {
-    return torch::pickle_load(std::vector<char>(payload, payload + payload_bytes));
-  });
-  if (!root_value.ok()) return root_value.status();
-  auto root = StringKeyedDict(*root_value, "checkpoint payload");
-  if (!root.ok()) return root.status();
-  auto architecture_value = Require(*root, "architecture", "checkpoint payload");
-  if (!architecture_value.ok()) return architecture_value.status();
-  auto metadata_value = Require(*root, "metadata", "checkpoint payload");
-  if (!metadata_value.ok()) return metadata_value.status();
-  auto state_value = Require(*root, "state", "checkpoint payload");
-  if (!state_value.ok()) return state_value.status();
+  TS_ASSIGN_OR_RETURN(
+      const auto root_value, CatchTorch(absl::StrCat("unpickling ", path), [&] {
+        return torch::pickle_load(std::vector<char>(payload, payload + payload_bytes));
+      }));
+  TS_ASSIGN_OR_RETURN(const auto root, StringKeyedDict(root_value, "checkpoint payload"));
+  TS_ASSIGN_OR_RETURN(const auto architecture_value,
+                      Require(root, "architecture", "checkpoint payload"));
+  TS_ASSIGN_OR_RETURN(const auto metadata_value, Require(root, "metadata", "checkpoint payload"));
+  TS_ASSIGN_OR_RETURN(const auto state_value, Require(root, "state", "checkpoint payload"));
 
-  auto options = DecodeArchitecture(*architecture_value);
-  if (!options.ok()) return options.status();
-  auto metadata = DecodeMetadata(*metadata_value);
-  if (!metadata.ok()) return metadata.status();
-  metadata->format_version = static_cast<int>(version);
-  if (auto status = ValidateCheckpointMetadata(*metadata, options->num_classes()); !status.ok()) {
-    return status;
-  }
-  auto state = DecodeState(*state_value);
-  if (!state.ok()) return state.status();
+  TS_ASSIGN_OR_RETURN(const auto options, DecodeArchitecture(architecture_value));
+  TS_ASSIGN_OR_RETURN(auto metadata, DecodeMetadata(metadata_value));
+  metadata.format_version = static_cast<int>(version);
+  TS_RETURN_IF_ERROR(ValidateCheckpointMetadata(metadata, options.num_classes()));
+  TS_ASSIGN_OR_RETURN(const auto state, DecodeState(state_value));
 
-  auto model = CatchTorch("building model", [&] { return TaylorShiftEncoder(*options); });
-  if (!model.ok()) return model.status();
-  if (auto status = LoadStateDict(*state, *model); !status.ok()) {
+  TS_ASSIGN_OR_RETURN(auto model,
+                      CatchTorch("building model", [&] { return TaylorShiftEncoder(options); }));
+  if (auto status = LoadStateDict(state, model); !status.ok()) {
     return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
   }
   auto moved = CatchTorch("moving model to device", [&] {
-    (*model)->to(device);
-    (*model)->eval();
+    model->to(device);
+    model->eval();
     return true;
   });
-  if (!moved.ok()) return moved.status();
-  return LoadedCheckpoint{*options, *std::move(metadata), *std::move(model)};
+  TS_RETURN_IF_ERROR(moved.status());
+  return LoadedCheckpoint{options, std::move(metadata), std::move(model)};
 }
 
 }  // namespace ts

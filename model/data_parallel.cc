@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/torch_status.h"
 
 #ifdef TS_HAVE_GLOO
@@ -31,15 +32,10 @@ absl::StatusOr<int> IntFromEnvironment(const char* name, int fallback, int min, 
 
 absl::StatusOr<DataParallelOptions> DataParallelFromEnvironment() {
   DataParallelOptions options;
-  auto world = IntFromEnvironment("WORLD_SIZE", 1, 1, 1 << 16);
-  if (!world.ok()) return world.status();
-  options.world_size = *world;
-  auto rank = IntFromEnvironment("RANK", 0, 0, options.world_size - 1);
-  if (!rank.ok()) return rank.status();
-  options.rank = *rank;
-  auto port = IntFromEnvironment("MASTER_PORT", options.master_port, 1, 65535);
-  if (!port.ok()) return port.status();
-  options.master_port = *port;
+  TS_ASSIGN_OR_RETURN(options.world_size, IntFromEnvironment("WORLD_SIZE", 1, 1, 1 << 16));
+  TS_ASSIGN_OR_RETURN(options.rank, IntFromEnvironment("RANK", 0, 0, options.world_size - 1));
+  TS_ASSIGN_OR_RETURN(options.master_port,
+                      IntFromEnvironment("MASTER_PORT", options.master_port, 1, 65535));
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
     options.master_addr = addr;
   } else if (options.world_size > 1) {
@@ -67,7 +63,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
     const DataParallelOptions& options) {
   std::unique_ptr<DataParallelGroup> group(new DataParallelGroup(options));
   if (options.world_size == 1) return group;
-  auto status = CatchTorch("joining the data-parallel world", [&] {
+  auto joined = CatchTorch("joining the data-parallel world", [&] {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(options.master_port);
     store_options.isServer = options.rank == 0;
@@ -90,7 +86,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
     group->backend_ = std::move(backend);
     return 0;
   });
-  if (!status.ok()) return status.status();
+  TS_RETURN_IF_ERROR(joined.status());
   return group;
 }
 
@@ -121,6 +117,7 @@ absl::Status DataParallelGroup::AverageGradients(const std::vector<torch::Tensor
                       std::vector<WorkPtr> works;
                       for (const auto& bucket : buckets) {
                         std::vector<torch::Tensor> pieces;
+                        pieces.reserve(bucket.size());
                         for (const auto& g : bucket) pieces.push_back(g.reshape({-1}));
                         std::vector<torch::Tensor> flat{torch::cat(pieces)};
                         works.push_back(backend_->group->allreduce(flat));

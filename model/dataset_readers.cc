@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -25,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "model/data_root.h"
 #include "model/inputs.h"
 #include "model/listops_generator.h"
@@ -69,18 +70,6 @@ absl::Status OpenError(const std::string& path, int error_number) {
   }
   return absl::Status(absl::ErrnoToStatusCode(error_number),
                       absl::StrCat("cannot read ", path, ": ", std::strerror(error_number)));
-}
-
-// The whole file; errors as OpenError (a directory or unreadable file is an error).
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return OpenError(path, ENOENT);
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return OpenError(path, errno != 0 ? errno : EACCES);
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return OpenError(path, errno != 0 ? errno : EIO);
-  return data;
 }
 
 // Line-by-line reader over a file opened for a text format; strips CR and a leading BOM.
@@ -160,8 +149,7 @@ absl::StatusOr<nlohmann::json> ParseJsonLine(const std::string& line) {
 
 absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
                                              const DatasetReadOptions& options) {
-  absl::StatusOr<LineReader> reader = LineReader::Open(path);
-  if (!reader.ok()) return reader.status();
+  TS_ASSIGN_OR_RETURN(LineReader reader, LineReader::Open(path));
   Dataset dataset;
   MalformedRecords malformed(options, &dataset);
   const bool infer = options.labels.empty();
@@ -171,15 +159,12 @@ absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
   std::int64_t max_integer_label = -1;
 
   std::string line;
-  while (reader->Next(&line)) {
+  while (reader.Next(&line)) {
     if (IsBlank(line)) continue;
-    const std::string where = absl::StrCat(path, ":", reader->line_number());
+    const std::string where = absl::StrCat(path, ":", reader.line_number());
     absl::StatusOr<nlohmann::json> object = ParseJsonLine(line);
     if (!object.ok()) {
-      if (absl::Status s = malformed.Report(where, std::string(object.status().message()));
-          !s.ok()) {
-        return s;
-      }
+      TS_RETURN_IF_ERROR(malformed.Report(where, std::string(object.status().message())));
       continue;
     }
     auto text = object->find("text");
@@ -237,12 +222,12 @@ absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
       }
     }
     if (!problem.empty()) {
-      if (absl::Status s = malformed.Report(where, problem); !s.ok()) return s;
+      TS_RETURN_IF_ERROR(malformed.Report(where, problem));
       continue;
     }
     dataset.examples.push_back(Example{std::move(text->get_ref<std::string&>()), index});
   }
-  if (reader->failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  if (reader.failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);
 
   if (!infer) {
@@ -271,7 +256,7 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
   if (!fs::is_directory(root, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(root, " is not a folder"));
   }
-  if (absl::Status s = CheckInsideRoot(root, options.confine_to); !s.ok()) return s;
+  TS_RETURN_IF_ERROR(CheckInsideRoot(root, options.confine_to));
   Dataset dataset;
   MalformedRecords malformed(options, &dataset);
 
@@ -295,9 +280,7 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
       return absl::InvalidArgumentError(
           absl::StrCat("class folder ", class_dir.string(), " does not exist"));
     }
-    if (absl::Status s = CheckInsideRoot(class_dir.string(), options.confine_to); !s.ok()) {
-      return s;
-    }
+    TS_RETURN_IF_ERROR(CheckInsideRoot(class_dir.string(), options.confine_to));
     std::vector<fs::path> files;
     for (const fs::directory_entry& entry : fs::directory_iterator(class_dir, ec)) {
       if (entry.path().extension() == ".txt") files.push_back(entry.path());
@@ -305,8 +288,8 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
     if (ec) return OpenError(class_dir.string(), ec.value());
     std::sort(files.begin(), files.end());
     for (const fs::path& file : files) {
-      if (absl::Status s = CheckInsideRoot(file.string(), options.confine_to); !s.ok()) return s;
-      absl::StatusOr<std::string> bytes = ReadWholeFile(file.string());
+      TS_RETURN_IF_ERROR(CheckInsideRoot(file.string(), options.confine_to));
+      absl::StatusOr<std::string> bytes = ReadFile(file.string());
       std::string problem;
       if (!bytes.ok()) {
         problem = absl::StrCat("unreadable: ", std::string(bytes.status().message()));
@@ -314,7 +297,7 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
         problem = "empty file";
       }
       if (!problem.empty()) {
-        if (absl::Status s = malformed.Report(file.string(), problem); !s.ok()) return s;
+        TS_RETURN_IF_ERROR(malformed.Report(file.string(), problem));
         continue;
       }
       dataset.examples.push_back(Example{std::move(*bytes), static_cast<std::int64_t>(label)});
@@ -327,18 +310,17 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
 
 absl::StatusOr<Dataset> ReadListOpsTsvDataset(const std::string& path,
                                               const DatasetReadOptions& options) {
-  absl::StatusOr<LineReader> reader = LineReader::Open(path);
-  if (!reader.ok()) return reader.status();
+  TS_ASSIGN_OR_RETURN(LineReader reader, LineReader::Open(path));
   Dataset dataset;
   MalformedRecords malformed(options, &dataset);
   std::string line;
-  if (!reader->Next(&line) || line != "Source\tTarget") {
+  if (!reader.Next(&line) || line != "Source\tTarget") {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ":1: expected the header line \"Source<TAB>Target\""));
   }
-  while (reader->Next(&line)) {
+  while (reader.Next(&line)) {
     if (IsBlank(line)) continue;
-    const std::string where = absl::StrCat(path, ":", reader->line_number());
+    const std::string where = absl::StrCat(path, ":", reader.line_number());
     const std::vector<absl::string_view> columns = absl::StrSplit(line, '\t');
     std::string problem;
     absl::string_view target;
@@ -354,12 +336,12 @@ absl::StatusOr<Dataset> ReadListOpsTsvDataset(const std::string& path,
       }
     }
     if (!problem.empty()) {
-      if (absl::Status s = malformed.Report(where, problem); !s.ok()) return s;
+      TS_RETURN_IF_ERROR(malformed.Report(where, problem));
       continue;
     }
     dataset.examples.push_back(Example{std::string(columns[0]), target[0] - '0'});
   }
-  if (reader->failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  if (reader.failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);
   dataset.label_names = ListOpsLabelNames();
   return dataset;
@@ -367,23 +349,19 @@ absl::StatusOr<Dataset> ReadListOpsTsvDataset(const std::string& path,
 
 absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
                                            const DatasetReadOptions& options) {
-  absl::StatusOr<std::string> data = ReadWholeFile(path);
-  if (!data.ok()) return data.status();
+  TS_ASSIGN_OR_RETURN(const std::string data, ReadFile(path));
   Dataset dataset;
   MalformedRecords malformed(options, &dataset);
-  const std::int64_t size = static_cast<std::int64_t>(data->size());
+  const std::int64_t size = static_cast<std::int64_t>(data.size());
   const std::int64_t records = size / kCifarRecordBytes;
   std::string rgb(kCifarImageBytes, '\0');
   for (std::int64_t i = 0; i < records; ++i) {
-    const char* record = data->data() + i * kCifarRecordBytes;
+    const char* record = data.data() + i * kCifarRecordBytes;
     const int label = static_cast<unsigned char>(record[0]);
     if (label > 9) {
       const std::string where = absl::StrCat(path, ": record ", i);
-      if (absl::Status s =
-              malformed.Report(where, absl::StrCat("label byte ", label, " is not a class 0-9"));
-          !s.ok()) {
-        return s;
-      }
+      TS_RETURN_IF_ERROR(
+          malformed.Report(where, absl::StrCat("label byte ", label, " is not a class 0-9")));
       continue;
     }
     // Planar (all R, all G, all B) → interleaved RGB, the layout ImageToTokens takes.
@@ -393,17 +371,13 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
       rgb[3 * p + 1] = planes[1024 + p];
       rgb[3 * p + 2] = planes[2048 + p];
     }
-    absl::StatusOr<std::string> gray = ImageToTokens(32, 32, 3, rgb);
-    if (!gray.ok()) return gray.status();
-    dataset.examples.push_back(Example{std::move(*gray), label});
+    TS_ASSIGN_OR_RETURN(std::string gray, ImageToTokens(32, 32, 3, rgb));
+    dataset.examples.push_back(Example{std::move(gray), label});
   }
   if (const std::int64_t tail = size % kCifarRecordBytes; tail != 0) {
     const std::string where = absl::StrCat(path, ": record ", records);
-    if (absl::Status s = malformed.Report(
-            where, absl::StrCat("truncated record: ", tail, " of ", kCifarRecordBytes, " bytes"));
-        !s.ok()) {
-      return s;
-    }
+    TS_RETURN_IF_ERROR(malformed.Report(
+        where, absl::StrCat("truncated record: ", tail, " of ", kCifarRecordBytes, " bytes")));
   }
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);
   dataset.label_names = {"airplane", "automobile", "bird",  "cat",  "deer",

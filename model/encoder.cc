@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace ts {
 namespace {
@@ -113,7 +114,7 @@ absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options) {
            {"heads", options.heads()},
            {"max_length", options.max_length()},
            {"num_classes", options.num_classes()}}) {
-    if (auto status = positive(name, value); !status.ok()) return status;
+    TS_RETURN_IF_ERROR(positive(name, value));
   }
   if (options.mlp_hidden() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -233,7 +234,7 @@ absl::StatusOr<TaylorShiftEncoderOptions> EncoderOptionsFromFields(
     return absl::InvalidArgumentError(absl::StrCat(
         "architecture field 'mlp_hidden' must be positive, got ", options.mlp_hidden()));
   }
-  if (auto status = ValidateEncoderOptions(options); !status.ok()) return status;
+  TS_RETURN_IF_ERROR(ValidateEncoderOptions(options));
   return options;
 }
 

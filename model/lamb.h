@@ -62,8 +62,8 @@ class Lamb : public torch::optim::Optimizer {
   // Throws c10::Error for lr < 0, eps < 0, betas outside [0, 1) or weight_decay < 0.
   explicit Lamb(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                 LambOptions defaults = {});
-  explicit Lamb(std::vector<torch::Tensor> params, LambOptions defaults = {})
-      : Lamb({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+  explicit Lamb(std::vector<torch::Tensor> params, const LambOptions& defaults = {})
+      : Lamb({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;

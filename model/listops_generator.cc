@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace ts {
 namespace {
@@ -74,6 +75,7 @@ int ApplyListOpsOperator(std::string_view op, std::vector<int> args) {
 
 std::vector<std::string> ListOpsLabelNames() {
   std::vector<std::string> names;
+  names.reserve(10);
   for (int i = 0; i < 10; ++i) names.push_back(std::to_string(i));
   return names;
 }
@@ -111,9 +113,9 @@ absl::StatusOr<Dataset> GenerateListOpsDataset(const ListOpsGeneratorOptions& op
       const auto length = static_cast<std::int64_t>(expression.size());
       if (length >= options.min_length && length <= options.max_length) break;
     }
-    absl::StatusOr<int> label = EvaluateListOps(expression);
-    if (!label.ok()) return label.status();  // a generator bug; never expected
-    dataset.examples.push_back(Example{std::move(expression), *label});
+    // An error here is a generator bug; never expected.
+    TS_ASSIGN_OR_RETURN(const int label, EvaluateListOps(expression));
+    dataset.examples.push_back(Example{std::move(expression), label});
   }
   return dataset;
 }

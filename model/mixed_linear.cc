@@ -1,11 +1,9 @@
 #include "model/mixed_linear.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file_io.h"
 #include "model/torch_compat.h"
 
 namespace ts {
@@ -27,12 +25,8 @@ bool CpuInfoHasBf16(std::string_view cpuinfo) {
 }
 
 bool HostCpuHasBf16() {
-  static const bool has = [] {
-    std::ifstream in("/proc/cpuinfo");
-    std::stringstream text;
-    text << in.rdbuf();
-    return CpuInfoHasBf16(text.str());
-  }();
+  // An unreadable /proc/cpuinfo reads as no bf16.
+  static const bool has = CpuInfoHasBf16(ReadFile("/proc/cpuinfo").value_or(""));
   return has;
 }
 

@@ -3,14 +3,14 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "model/torch_status.h"
 
 namespace ts {
@@ -38,13 +38,11 @@ absl::StatusOr<torch::Tensor> RequireTensor(const std::map<std::string, torch::T
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadStateDict(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  TS_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path, "reference state dict"));
 
-  auto loaded =
-      CatchTorch(absl::StrCat("cannot unpickle ", path), [&] { return torch::pickle_load(bytes); });
+  auto loaded = CatchTorch(absl::StrCat("cannot unpickle ", path), [&] {
+    return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  });
   if (!loaded.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         loaded.status().message(),
@@ -94,30 +92,30 @@ absl::StatusOr<TaylorShiftEncoderOptions> InferReferenceArchitecture(
   std::int64_t embed_dim = 0;
   std::int64_t vocab_size = 0;
   if (conv_embed) {
-    auto first = RequireTensor(state, "patch_embed.proj.0.weight", 3, "[C/4, V, 3]");
-    if (!first.ok()) return first.status();
-    auto last = RequireTensor(state, "patch_embed.proj.6.weight", 3, "[C, C/2, 3]");
-    if (!last.ok()) return last.status();
-    embed_dim = last->size(0);
-    vocab_size = first->size(1);
+    TS_ASSIGN_OR_RETURN(const torch::Tensor first,
+                        RequireTensor(state, "patch_embed.proj.0.weight", 3, "[C/4, V, 3]"));
+    TS_ASSIGN_OR_RETURN(const torch::Tensor last,
+                        RequireTensor(state, "patch_embed.proj.6.weight", 3, "[C, C/2, 3]"));
+    embed_dim = last.size(0);
+    vocab_size = first.size(1);
   } else {
-    auto weight = RequireTensor(state, "patch_embed.weight", 2, "[C, V]");
-    if (!weight.ok()) return weight.status();
-    embed_dim = weight->size(0);
-    vocab_size = weight->size(1);
+    TS_ASSIGN_OR_RETURN(const torch::Tensor weight,
+                        RequireTensor(state, "patch_embed.weight", 2, "[C, V]"));
+    embed_dim = weight.size(0);
+    vocab_size = weight.size(1);
   }
   const std::string c_text = absl::StrCat(embed_dim);
 
   std::int64_t heads = options.heads;
   const bool input_normalize = state.count("blocks.0.attn.temperature") > 0;
   if (input_normalize) {
-    auto temperature = RequireTensor(state, "blocks.0.attn.temperature", 4, "[1, H, 1, 1]");
-    if (!temperature.ok()) return temperature.status();
-    const std::int64_t inferred = temperature->size(1);
+    TS_ASSIGN_OR_RETURN(const torch::Tensor temperature,
+                        RequireTensor(state, "blocks.0.attn.temperature", 4, "[1, H, 1, 1]"));
+    const std::int64_t inferred = temperature.size(1);
     if (heads != 0 && heads != inferred) {
       return absl::InvalidArgumentError(
           absl::StrCat("heads ", heads, " was given but blocks.0.attn.temperature ",
-                       ShapeText(temperature->sizes()), " says ", inferred));
+                       ShapeText(temperature.sizes()), " says ", inferred));
     }
     heads = inferred;
   } else if (heads <= 0) {
@@ -126,17 +124,17 @@ absl::StatusOr<TaylorShiftEncoderOptions> InferReferenceArchitecture(
         "normalisation), so the number of heads must be given explicitly");
   }
 
-  auto fc1 = RequireTensor(state, "blocks.0.mlp.fc1.weight", 2, absl::StrCat("[L, ", c_text, "]"));
-  if (!fc1.ok()) return fc1.status();
-  auto head = RequireTensor(state, "head.weight", 2, absl::StrCat("[K, ", c_text, "]"));
-  if (!head.ok()) return head.status();
-  auto pe = RequireTensor(state, "pe", 3, absl::StrCat("[1, max_len, ", c_text, "]"));
-  if (!pe.ok()) return pe.status();
+  TS_ASSIGN_OR_RETURN(const torch::Tensor fc1, RequireTensor(state, "blocks.0.mlp.fc1.weight", 2,
+                                                             absl::StrCat("[L, ", c_text, "]")));
+  TS_ASSIGN_OR_RETURN(const torch::Tensor head,
+                      RequireTensor(state, "head.weight", 2, absl::StrCat("[K, ", c_text, "]")));
+  TS_ASSIGN_OR_RETURN(const torch::Tensor pe,
+                      RequireTensor(state, "pe", 3, absl::StrCat("[1, max_len, ", c_text, "]")));
   const bool qkv_bias = state.count("blocks.0.attn.qkv.bias") > 0;
 
-  TaylorShiftEncoderOptions inferred(embed_dim, depth, heads, pe->size(1), head->size(0));
+  TaylorShiftEncoderOptions inferred(embed_dim, depth, heads, pe.size(1), head.size(0));
   inferred.vocab_size(vocab_size)
-      .mlp_hidden(fc1->size(0))
+      .mlp_hidden(fc1.size(0))
       .qkv_bias(qkv_bias)
       .conv_embed(conv_embed)
       .input_normalize(input_normalize)
@@ -154,40 +152,36 @@ absl::StatusOr<TaylorShiftEncoderOptions> InferReferenceArchitecture(
 
 absl::StatusOr<ImportedModel> ImportReferenceState(
     const std::map<std::string, torch::Tensor>& state, const ReferenceImportOptions& options) {
-  auto architecture = InferReferenceArchitecture(state, options);
-  if (!architecture.ok()) return architecture.status();
+  TS_ASSIGN_OR_RETURN(const TaylorShiftEncoderOptions architecture,
+                      InferReferenceArchitecture(state, options));
 
   CheckpointMetadata metadata;
   metadata.modality = options.modality;
   metadata.labels = options.labels;
   if (metadata.labels.empty()) {
-    for (std::int64_t i = 0; i < architecture->num_classes(); ++i) {
+    for (std::int64_t i = 0; i < architecture.num_classes(); ++i) {
       metadata.labels.push_back(absl::StrCat(i));
     }
   }
-  if (auto status = ValidateCheckpointMetadata(metadata, architecture->num_classes());
-      !status.ok()) {
-    return status;
-  }
+  TS_RETURN_IF_ERROR(ValidateCheckpointMetadata(metadata, architecture.num_classes()));
   metadata.provenance = options.provenance;
   metadata.provenance.try_emplace("format", "reference state dict (tobna/TaylorShift)");
 
-  auto model = CatchTorch("building model", [&] { return TaylorShiftEncoder(*architecture); });
-  if (!model.ok()) return model.status();
-  if (auto status = LoadStateDict(state, *model); !status.ok()) {
+  TS_ASSIGN_OR_RETURN(
+      auto model, CatchTorch("building model", [&] { return TaylorShiftEncoder(architecture); }));
+  if (auto status = LoadStateDict(state, model); !status.ok()) {
     return absl::Status(status.code(), absl::StrCat("reference ", status.message()));
   }
-  (*model)->eval();
-  return ImportedModel{*architecture, std::move(metadata), *std::move(model)};
+  model->eval();
+  return ImportedModel{architecture, std::move(metadata), std::move(model)};
 }
 
 absl::StatusOr<ImportedModel> ImportReferenceStateDict(const std::string& path,
                                                        const ReferenceImportOptions& options) {
-  auto state = ReadStateDict(path);
-  if (!state.ok()) return state.status();
+  TS_ASSIGN_OR_RETURN(const auto state, ReadStateDict(path));
   ReferenceImportOptions with_source = options;
   with_source.provenance.try_emplace("source", path);
-  auto imported = ImportReferenceState(*state, with_source);
+  auto imported = ImportReferenceState(state, with_source);
   if (!imported.ok()) {
     return absl::Status(imported.status().code(),
                         absl::StrCat(path, ": ", imported.status().message()));

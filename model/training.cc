@@ -1,21 +1,15 @@
 #include "model/training.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "model/atomic_file.h"
 #include "model/lamb.h"
 #include "model/torch_status.h"
@@ -25,8 +19,6 @@ namespace {
 
 constexpr char kStateFormat[] = "taylorshift-training-state-v1";
 constexpr double kPi = 3.14159265358979323846;
-
-std::string ErrnoText() { return std::strerror(errno); }
 
 // SplitMix64 finaliser: decorrelates (seed, counter) pairs for the data order and dropout.
 std::uint64_t Mix(std::uint64_t x) {
@@ -212,17 +204,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TaylorShiftEncode
                                                          const TrainingOptions& options,
                                                          std::vector<LabeledSequence> train,
                                                          std::vector<LabeledSequence> validation) {
-  if (absl::Status s = ValidateEncoderOptions(encoder); !s.ok()) return s;
-  if (absl::Status s = ValidateTrainingOptions(options); !s.ok()) return s;
-  auto model = CatchTorch("building the model", [&] {
+  TS_RETURN_IF_ERROR(ValidateEncoderOptions(encoder));
+  TS_RETURN_IF_ERROR(ValidateTrainingOptions(options));
+  const auto build = [&] {
     torch::manual_seed(options.seed);
     TaylorShiftEncoder fresh(encoder);
     fresh->to(options.dtype);
     return fresh;
-  });
-  if (!model.ok()) return model.status();
-  return CreateChecked(*std::move(model), encoder, options, std::move(train),
-                       std::move(validation));
+  };
+  TS_ASSIGN_OR_RETURN(auto model, CatchTorch("building the model", build));
+  return CreateChecked(std::move(model), encoder, options, std::move(train), std::move(validation));
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TaylorShiftEncoder model,
@@ -230,8 +221,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TaylorShiftEncoder mode
                                                          const TrainingOptions& options,
                                                          std::vector<LabeledSequence> train,
                                                          std::vector<LabeledSequence> validation) {
-  if (absl::Status s = ValidateEncoderOptions(encoder); !s.ok()) return s;
-  if (absl::Status s = ValidateTrainingOptions(options); !s.ok()) return s;
+  TS_RETURN_IF_ERROR(ValidateEncoderOptions(encoder));
+  TS_RETURN_IF_ERROR(ValidateTrainingOptions(options));
   if (model.is_empty()) return absl::InvalidArgumentError("model is null");
   const TaylorShiftEncoderOptions& actual = model->options();
   if (actual.embed_dim() != encoder.embed_dim() || actual.depth() != encoder.depth() ||
@@ -241,14 +232,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TaylorShiftEncoder mode
                                                    ") does not match the encoder options (",
                                                    DescribeEncoderOptions(encoder), ")"));
   }
-  if (auto s = CatchTorch("converting the model",
-                          [&] {
-                            model->to(options.dtype);
-                            return 0;
-                          });
-      !s.ok()) {
-    return s.status();
-  }
+  auto converted = CatchTorch("converting the model", [&] {
+    model->to(options.dtype);
+    return 0;
+  });
+  TS_RETURN_IF_ERROR(converted.status());
   return CreateChecked(std::move(model), encoder, options, std::move(train), std::move(validation));
 }
 
@@ -270,12 +258,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::CreateChecked(
     const TrainingOptions& options, std::vector<LabeledSequence> train,
     std::vector<LabeledSequence> validation) {
   if (train.empty()) return absl::InvalidArgumentError("the training set is empty");
-  if (absl::Status s = ValidateExamples(train, encoder.num_classes(), "training"); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ValidateExamples(validation, encoder.num_classes(), "validation"); !s.ok()) {
-    return s;
-  }
+  TS_RETURN_IF_ERROR(ValidateExamples(train, encoder.num_classes(), "training"));
+  TS_RETURN_IF_ERROR(ValidateExamples(validation, encoder.num_classes(), "validation"));
   std::unique_ptr<Trainer> trainer(
       new Trainer(std::move(model), encoder, options, std::move(train), std::move(validation)));
   absl::StatusOr<bool> built = CatchTorch("building the optimizer", [&] {
@@ -283,7 +267,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::CreateChecked(
     trainer->BuildOptimizer();
     return true;
   });
-  if (!built.ok()) return built.status();
+  TS_RETURN_IF_ERROR(built.status());
   return trainer;
 }
 
@@ -422,9 +406,7 @@ absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
   if (batch_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch_size must be > 0, got ", batch_size));
   }
-  if (absl::Status s = ValidateExamples(examples, encoder.num_classes(), "evaluation"); !s.ok()) {
-    return s;
-  }
+  TS_RETURN_IF_ERROR(ValidateExamples(examples, encoder.num_classes(), "evaluation"));
   const auto start = std::chrono::steady_clock::now();
   return CatchTorch("evaluation", [&] {
     torch::NoGradGuard no_grad;
@@ -475,7 +457,7 @@ absl::StatusOr<EvaluationResult> Trainer::Evaluate(const std::vector<LabeledSequ
 absl::StatusOr<EvaluationResult> Trainer::EvaluateValidation() { return Evaluate(validation_); }
 
 absl::Status Trainer::SaveState(const std::string& path) {
-  absl::StatusOr<std::string> bytes = CatchTorch("saving the training state", [&] {
+  const auto serialize = [&] {
     torch::serialize::OutputArchive archive;
     archive.write("format", torch::IValue(std::string(kStateFormat)));
     archive.write("encoder", torch::IValue(DescribeEncoderOptions(encoder_options_)));
@@ -495,25 +477,17 @@ absl::Status Trainer::SaveState(const std::string& path) {
     std::ostringstream out;
     archive.save_to(out);
     return out.str();
-  });
-  if (!bytes.ok()) return bytes.status();
-  return WriteFileAtomically(path, *bytes);
+  };
+  TS_ASSIGN_OR_RETURN(const std::string bytes, CatchTorch("saving the training state", serialize));
+  return WriteFileAtomically(path, bytes);
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Resume(const std::string& path,
                                                          const TrainingOptions& options,
                                                          std::vector<LabeledSequence> train,
                                                          std::vector<LabeledSequence> validation) {
-  if (absl::Status s = ValidateTrainingOptions(options); !s.ok()) return s;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    struct stat info;
-    if (::stat(path.c_str(), &info) != 0 && errno == ENOENT) {
-      return absl::NotFoundError(absl::StrCat("training state ", path, " does not exist"));
-    }
-    return absl::PermissionDeniedError(absl::StrCat("cannot open ", path, ": ", ErrnoText()));
-  }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  TS_RETURN_IF_ERROR(ValidateTrainingOptions(options));
+  TS_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path, "training state"));
 
   struct Saved {
     std::string encoder;
@@ -570,22 +544,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Resume(const std::string& path
       saved->epoch < 0) {
     return absl::DataLossError(absl::StrCat(path, ": invalid data position"));
   }
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Create(*encoder, options, std::move(train), std::move(validation));
-  if (!trainer.ok()) return trainer.status();
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                      Create(*encoder, options, std::move(train), std::move(validation)));
   absl::StatusOr<bool> loaded = CatchTorch("restoring the training state", [&] {
     torch::serialize::InputArchive model_archive;
     archive->read("model", model_archive);
-    (*trainer)->model_->load(model_archive);
+    trainer->model_->load(model_archive);
     torch::serialize::InputArchive optimizer_archive;
     archive->read("optimizer", optimizer_archive);
-    (*trainer)->optimizer_->load(optimizer_archive);
+    trainer->optimizer_->load(optimizer_archive);
     return true;
   });
   if (!loaded.ok()) return absl::DataLossError(absl::StrCat(path, ": ", loaded.status().message()));
-  (*trainer)->step_ = saved->step;
-  (*trainer)->epoch_ = saved->epoch;
-  (*trainer)->epoch_index_ = saved->epoch_index;
+  trainer->step_ = saved->step;
+  trainer->epoch_ = saved->epoch;
+  trainer->epoch_index_ = saved->epoch_index;
   return trainer;
 }
 

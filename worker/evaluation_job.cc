@@ -1,6 +1,7 @@
 // An evaluation job: one pass of a checkpoint over a data set. It has no step boundaries to
 // stop at; a SIGTERM ends the process at once (tsworker_main.cc).
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/checkpoint.h"
 #include "server/proto_convert.h"
 #include "worker/job_data.h"
@@ -12,27 +13,24 @@ namespace pb = taylorshift::v1;
 absl::Status RunEvaluationJob(const JobContext& context) {
   const pb::WorkerTask& task = *context.task;
   const pb::EvaluationSpec& spec = task.job().evaluation();
-  auto root = DataRoot::Create(task.data_root());
-  if (!root.ok()) return root.status();
-  auto loaded = LoadCheckpoint(task.checkpoint_path());
-  if (!loaded.ok()) return loaded.status();
-  auto data = LoadSource(*root, spec.data(), loaded->metadata.labels, "data");
-  if (!data.ok()) return data.status();
-  auto attention = server::FromProtoPath(spec.path());
-  if (!attention.ok()) return attention.status();
+  TS_ASSIGN_OR_RETURN(const DataRoot root, DataRoot::Create(task.data_root()));
+  TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(task.checkpoint_path()));
+  TS_ASSIGN_OR_RETURN(const Dataset data,
+                      LoadSource(root, spec.data(), loaded.metadata.labels, "data"));
+  TS_ASSIGN_OR_RETURN(const AttentionPath attention, server::FromProtoPath(spec.path()));
 
   pb::WorkerMessage started;
-  for (const auto& label : loaded->metadata.labels) started.mutable_started()->add_labels(label);
-  started.mutable_started()->set_validation_examples(data->examples.size());
-  started.mutable_started()->set_skipped_examples(static_cast<std::uint64_t>(data->skipped));
+  for (const auto& label : loaded.metadata.labels) started.mutable_started()->add_labels(label);
+  started.mutable_started()->set_validation_examples(data.examples.size());
+  started.mutable_started()->set_skipped_examples(static_cast<std::uint64_t>(data.skipped));
   started.mutable_started()->set_world_size(1);
   context.emit(started);
 
-  auto result = EvaluateClassifier(loaded->model, loaded->options, data->examples,
-                                   spec.batch_size(), *attention);
-  if (!result.ok()) return result.status();
+  TS_ASSIGN_OR_RETURN(const EvaluationResult result,
+                      EvaluateClassifier(loaded.model, loaded.options, data.examples,
+                                         spec.batch_size(), attention));
   pb::WorkerMessage report;
-  *report.mutable_report() = ToReport(*result, loaded->metadata.labels, 0);
+  *report.mutable_report() = ToReport(result, loaded.metadata.labels, 0);
   context.emit(report);
   return absl::OkStatus();
 }

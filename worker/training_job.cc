@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
 #include "model/training.h"
@@ -51,9 +52,7 @@ absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
   options.batch_size = spec.batch_size();
   options.grad_clip_norm = spec.grad_clip();
   options.seed = spec.seed();
-  auto path = server::FromProtoPath(spec.path());
-  if (!path.ok()) return path.status();
-  options.path = *path;
+  TS_ASSIGN_OR_RETURN(options.path, server::FromProtoPath(spec.path()));
   options.log_interval = static_cast<std::int64_t>(spec.log_interval());
   options.eval_interval = static_cast<std::int64_t>(spec.eval_interval());
   options.checkpoint_interval = static_cast<std::int64_t>(spec.checkpoint_interval());
@@ -63,7 +62,7 @@ absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("dtype: must be float32 or float64, got \"",
                                                    spec.dtype().substr(0, 64), "\""));
   }
-  if (auto s = ValidateTrainingOptions(options); !s.ok()) return s;
+  TS_RETURN_IF_ERROR(ValidateTrainingOptions(options));
   return options;
 }
 
@@ -86,44 +85,38 @@ absl::Status RunTrainingJob(const JobContext& context) {
   if (dir_error) {
     return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", dir_error.message()));
   }
-  auto root = DataRoot::Create(task.data_root());
-  if (!root.ok()) return root.status();
+  TS_ASSIGN_OR_RETURN(const DataRoot root, DataRoot::Create(task.data_root()));
 
   // Data.
   std::vector<std::string> labels(spec.labels().begin(), spec.labels().end());
-  auto train = LoadSource(*root, spec.data().train(), labels, "data.train");
-  if (!train.ok()) return train.status();
-  if (labels.empty()) labels = train->label_names;
+  TS_ASSIGN_OR_RETURN(Dataset train, LoadSource(root, spec.data().train(), labels, "data.train"));
+  if (labels.empty()) labels = train.label_names;
   std::vector<Example> validation;
-  std::int64_t skipped = train->skipped;
+  std::int64_t skipped = train.skipped;
   if (spec.data().validation().split() > 0) {
     auto split =
-        SplitDataset(std::move(train->examples), spec.data().validation().split(), spec.seed());
+        SplitDataset(std::move(train.examples), spec.data().validation().split(), spec.seed());
     if (!split.ok()) return Prefixed(split.status(), "data.validation.split: ");
-    train->examples = std::move(split->train);
+    train.examples = std::move(split->train);
     validation = std::move(split->validation);
   } else if (spec.data().has_validation() && !spec.data().validation().format().empty()) {
-    auto loaded = LoadSource(*root, spec.data().validation(), labels, "data.validation");
-    if (!loaded.ok()) return loaded.status();
-    skipped += loaded->skipped;
-    validation = std::move(loaded->examples);
+    TS_ASSIGN_OR_RETURN(Dataset loaded,
+                        LoadSource(root, spec.data().validation(), labels, "data.validation"));
+    skipped += loaded.skipped;
+    validation = std::move(loaded.examples);
   }
   server::JobsConfig jobs;
   if (task.max_steps() > 0) jobs.limits.max_steps = static_cast<std::int64_t>(task.max_steps());
-  if (auto s = server::FinalizeTrainingSpec(
-          &spec, static_cast<std::int64_t>(train->examples.size()), jobs);
-      !s.ok()) {
-    return s;
-  }
+  TS_RETURN_IF_ERROR(
+      server::FinalizeTrainingSpec(&spec, static_cast<std::int64_t>(train.examples.size()), jobs));
   if (skipped > 0 && reporter) {
     emit_log(absl::StrCat("skipped ", skipped, " malformed records, first: ",
-                          train->skip_reasons.empty() ? "" : train->skip_reasons.front()));
+                          train.skip_reasons.empty() ? "" : train.skip_reasons.front()));
   }
-  const std::int64_t train_size = static_cast<std::int64_t>(train->examples.size());
+  const std::int64_t train_size = static_cast<std::int64_t>(train.examples.size());
   const std::int64_t validation_size = static_cast<std::int64_t>(validation.size());
 
-  auto options = OptionsFromSpec(spec);
-  if (!options.ok()) return options.status();
+  TS_ASSIGN_OR_RETURN(const TrainingOptions options, OptionsFromSpec(spec));
   const std::int64_t num_classes = static_cast<std::int64_t>(labels.size());
   const std::string state_path = (fs::path(dir) / kTrainingStateFile).string();
   std::unique_ptr<Trainer> trainer;
@@ -137,7 +130,7 @@ absl::Status RunTrainingJob(const JobContext& context) {
   std::error_code exists_error;
   if (fs::exists(state_path, exists_error)) {
     auto resumed =
-        Trainer::Resume(state_path, *options, std::move(train->examples), std::move(validation));
+        Trainer::Resume(state_path, options, std::move(train.examples), std::move(validation));
     if (!resumed.ok()) return Prefixed(resumed.status(), "resuming from the training state: ");
     trainer = std::move(*resumed);
     resumed_step = static_cast<std::uint64_t>(trainer->step());
@@ -150,10 +143,8 @@ absl::Status RunTrainingJob(const JobContext& context) {
                                                         " classes, the data has ", num_classes));
     }
     metadata.provenance["init_from"] = spec.init_from();
-    auto created = Trainer::Create(std::move(loaded->model), loaded->options, *options,
-                                   std::move(train->examples), std::move(validation));
-    if (!created.ok()) return created.status();
-    trainer = std::move(*created);
+    TS_ASSIGN_OR_RETURN(trainer, Trainer::Create(std::move(loaded->model), loaded->options, options,
+                                                 std::move(train.examples), std::move(validation)));
   } else {
     const auto& m = spec.model();
     TaylorShiftEncoderOptions encoder(m.embed_dim(), m.depth(), m.heads(), m.max_length(),
@@ -164,15 +155,13 @@ absl::Status RunTrainingJob(const JobContext& context) {
     encoder.drop_path(m.drop_path());
     encoder.attn_drop(m.attn_drop());
     if (auto s = ValidateEncoderOptions(encoder); !s.ok()) return Prefixed(s, "model: ");
-    auto created =
-        Trainer::Create(encoder, *options, std::move(train->examples), std::move(validation));
-    if (!created.ok()) return created.status();
-    trainer = std::move(*created);
+    TS_ASSIGN_OR_RETURN(trainer, Trainer::Create(encoder, options, std::move(train.examples),
+                                                 std::move(validation)));
   }
-  if (auto s = trainer->SetDataParallel(&group); !s.ok()) return s;
+  TS_RETURN_IF_ERROR(trainer->SetDataParallel(&group));
   // `auto` switches paths at the crossover measured for training steps: backward costs the
   // paths differently than serving's forward does. Checkpoints keep the model's own setting.
-  if (options->path == AttentionPath::kAuto) {
+  if (options.path == AttentionPath::kAuto) {
     const TaylorShiftEncoderOptions& e = trainer->encoder_options();
     trainer->model()->set_crossover_tokens(TrainingCrossoverTokens(e.embed_dim() / e.heads()));
   }
@@ -204,9 +193,7 @@ absl::Status RunTrainingJob(const JobContext& context) {
     CheckpointMetadata m = metadata;
     m.provenance["step"] = absl::StrCat(step);
     if (last_accuracy) m.provenance[kAccuracyKey] = absl::StrFormat("%.17g", *last_accuracy);
-    if (auto s = SaveCheckpoint(path, trainer->encoder_options(), m, trainer->model()); !s.ok()) {
-      return s;
-    }
+    TS_RETURN_IF_ERROR(SaveCheckpoint(path, trainer->encoder_options(), m, trainer->model()));
     pb::WorkerMessage message;
     auto* info = message.mutable_checkpoint()->mutable_checkpoint();
     info->set_kind(kind);
@@ -246,11 +233,10 @@ absl::Status RunTrainingJob(const JobContext& context) {
   };
 
   const auto validate = [&](std::int64_t step) -> absl::Status {
-    auto result = trainer->EvaluateValidation();
-    if (!result.ok()) return result.status();
+    TS_ASSIGN_OR_RETURN(const EvaluationResult result, trainer->EvaluateValidation());
     pb::WorkerMessage message;
-    *message.mutable_validation() = ToReport(*result, labels, step);
-    last_accuracy = result->metrics.accuracy;
+    *message.mutable_validation() = ToReport(result, labels, step);
+    last_accuracy = result.metrics.accuracy;
     const bool improved = !best_accuracy || *last_accuracy > *best_accuracy;
     context.emit(std::move(message));
     if (improved) {
@@ -268,25 +254,21 @@ absl::Status RunTrainingJob(const JobContext& context) {
   while (!trainer->done()) {
     // Every rank stops at the same step boundary: a rank that went on alone would wait for
     // the others in its next all-reduce.
-    auto stop = group.Sum({context.stop != nullptr && context.stop->load() ? 1.0 : 0.0});
-    if (!stop.ok()) return stop.status();
-    if ((*stop)[0] > 0) {
-      if (reporter) {
-        if (auto s = trainer->SaveState(state_path); !s.ok()) return s;
-      }
+    TS_ASSIGN_OR_RETURN(const auto stop,
+                        group.Sum({context.stop != nullptr && context.stop->load() ? 1.0 : 0.0}));
+    if (stop[0] > 0) {
+      if (reporter) TS_RETURN_IF_ERROR(trainer->SaveState(state_path));
       return absl::AbortedError(absl::StrCat("stopped at step ", trainer->step()));
     }
     const absl::Time step_start = absl::Now();
-    auto step = trainer->Step();
+    TS_ASSIGN_OR_RETURN(const TrainingStepResult step, trainer->Step());
     step_time_since_log += absl::Now() - step_start;
-    if (!step.ok()) return step.status();
-    examples_since_log += options->batch_size;
-    const std::int64_t s = step->step;
+    examples_since_log += options.batch_size;
+    const std::int64_t s = step.step;
     const bool last_step = trainer->done();
-    if (s % options->log_interval == 0 || last_step) {
+    if (s % options.log_interval == 0 || last_step) {
       // The loss of the whole global batch: the mean of the ranks' slice means.
-      auto losses = group.Sum({step->loss});
-      if (!losses.ok()) return losses.status();
+      TS_ASSIGN_OR_RETURN(const auto losses, group.Sum({step.loss}));
       const double seconds = absl::ToDoubleSeconds(step_time_since_log);
       const double rate = seconds > 0 ? static_cast<double>(examples_since_log) / seconds : 0;
       examples_since_log = 0;
@@ -295,28 +277,26 @@ absl::Status RunTrainingJob(const JobContext& context) {
         pb::WorkerMessage message;
         auto* progress = message.mutable_progress();
         progress->set_step(static_cast<std::uint64_t>(s));
-        progress->set_loss((*losses)[0] / world);
-        progress->set_learning_rate(step->lr);
+        progress->set_loss(losses[0] / world);
+        progress->set_learning_rate(step.lr);
         progress->set_examples_per_second(rate);
-        progress->set_epoch(train_size > 0 ? static_cast<double>(s) *
-                                                 static_cast<double>(options->batch_size) /
-                                                 static_cast<double>(train_size)
-                                           : 0.0);
+        progress->set_epoch(train_size > 0
+                                ? static_cast<double>(s) * static_cast<double>(options.batch_size) /
+                                      static_cast<double>(train_size)
+                                : 0.0);
         progress->set_time_ms(absl::ToUnixMillis(absl::Now()));
         context.emit(std::move(message));
       }
     }
     if (!reporter) continue;
-    if (has_validation && (s % options->eval_interval == 0 || last_step)) {
-      if (auto v = validate(s); !v.ok()) return v;
+    if (has_validation && (s % options.eval_interval == 0 || last_step)) {
+      TS_RETURN_IF_ERROR(validate(s));
     }
-    if (s % options->checkpoint_interval == 0 || last_step) {
+    if (s % options.checkpoint_interval == 0 || last_step) {
       const std::string path = (fs::path(dir) / absl::StrCat("step-", s, ".tsckpt")).string();
-      if (auto c = save_checkpoint(path, "last", s); !c.ok()) return c;
+      TS_RETURN_IF_ERROR(save_checkpoint(path, "last", s));
       // The training state goes after the checkpoint: a resume never starts behind it.
-      if (!last_step) {
-        if (auto t = trainer->SaveState(state_path); !t.ok()) return t;
-      }
+      if (!last_step) TS_RETURN_IF_ERROR(trainer->SaveState(state_path));
     }
   }
   if (reporter) {

@@ -21,9 +21,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
+#include <exception>
 #include <iostream>
-#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -33,7 +32,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/command_line.h"
+#include "common/file_io.h"
 #include "common/job_spec_yaml.h"
+#include "common/status_macros.h"
 #include "model/data_parallel.h"
 #include "model/data_root.h"
 #include "model/heap_policy.h"
@@ -90,41 +91,41 @@ void AddFlags(CLI::App& app, Flags* flags) {
       ->check(IntegerIn(1, INT32_MAX));
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// A supervised task: the WorkerTask tsserver wrote.
+absl::StatusOr<pb::WorkerTask> SupervisedTask(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path, "task file"));
+  pb::WorkerTask task;
+  if (!task.ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat(path, ": not a WorkerTask"));
+  }
+  return task;
 }
 
 // A standalone task: the spec normalised as tsserver would, its init_from inside the data root.
 absl::StatusOr<pb::WorkerTask> StandaloneTask(const Flags& flags) {
-  auto text = ReadFile(flags.spec);
-  if (!text.ok()) return text.status();
-  auto spec = ParseTrainingSpecYaml(*text);
-  if (!spec.ok()) return spec.status();
+  TS_ASSIGN_OR_RETURN(const std::string text, ReadFile(flags.spec, "spec"));
+  TS_ASSIGN_OR_RETURN(pb::TrainingSpec spec, ParseTrainingSpecYaml(text));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   server::JobsConfig jobs;
   jobs.threads_per_job = cores;
-  if (auto s = server::NormalizeTrainingSpec(&*spec, jobs, cores); !s.ok()) return s;
+  TS_RETURN_IF_ERROR(server::NormalizeTrainingSpec(&spec, jobs, cores));
   pb::WorkerTask task;
-  task.mutable_job()->set_id(spec->name());
-  task.mutable_job()->set_name(spec->name());
+  task.mutable_job()->set_id(spec.name());
+  task.mutable_job()->set_name(spec.name());
   task.mutable_job()->set_kind(pb::JOB_KIND_TRAINING);
   task.set_job_dir(flags.job_dir);
   task.set_data_root(flags.data_root);
-  task.set_threads(flags.threads ? *flags.threads : spec->threads());
-  if (!spec->init_from().empty()) {
-    if (absl::StartsWith(spec->init_from(), "job:")) {
+  task.set_threads(flags.threads ? *flags.threads : spec.threads());
+  if (!spec.init_from().empty()) {
+    if (absl::StartsWith(spec.init_from(), "job:")) {
       return absl::InvalidArgumentError(
           "init_from: job references need tsserver; give a checkpoint path in the data root");
     }
-    auto root = DataRoot::Create(task.data_root());
-    if (!root.ok()) return root.status();
-    auto path = root->Resolve(spec->init_from());
-    if (!path.ok()) return path.status();
-    task.set_init_from_path(*path);
+    TS_ASSIGN_OR_RETURN(const DataRoot root, DataRoot::Create(task.data_root()));
+    TS_ASSIGN_OR_RETURN(const std::string path, root.Resolve(spec.init_from()));
+    task.set_init_from_path(path);
   }
-  *task.mutable_job()->mutable_training() = std::move(*spec);
+  *task.mutable_job()->mutable_training() = std::move(spec);
   return task;
 }
 
@@ -178,17 +179,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<pb::WorkerTask> task;
   const int events_fd = flags.events_fd;
   if (supervised) {
-    auto bytes = ReadFile(flags.task);
-    if (!bytes.ok()) {
-      task = bytes.status();
-    } else {
-      pb::WorkerTask parsed;
-      if (parsed.ParseFromString(*bytes)) {
-        task = std::move(parsed);
-      } else {
-        task = absl::DataLossError(absl::StrCat(flags.task, ": not a WorkerTask"));
-      }
-    }
+    task = SupervisedTask(flags.task);
   } else if (!flags.spec.empty()) {
     task = StandaloneTask(flags);
   } else {
@@ -289,4 +280,9 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace ts::worker
 
-int main(int argc, char** argv) { return ts::worker::Main(argc, argv); }
+int main(int argc, char** argv) try {
+  return ts::worker::Main(argc, argv);
+} catch (const std::exception& e) {  // outside the job, which reports its own failures
+  std::cerr << "tsworker: " << e.what() << "\n";
+  return 1;
+}

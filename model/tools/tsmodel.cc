@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <iterator>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -23,6 +23,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/command_line.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "model/attention_path.h"
 #include "model/calibration.h"
 #include "model/checkpoint.h"
@@ -98,25 +100,16 @@ absl::StatusOr<torch::Device> DeviceFlag(const std::string& name) {
 absl::Status ApplyCalibration(const std::optional<std::string>& calibration,
                               LoadedCheckpoint& loaded, std::int64_t batch) {
   if (!calibration) return absl::OkStatus();
-  auto results = LoadCalibration(*calibration);
-  if (!results.ok()) return results.status();
+  TS_ASSIGN_OR_RETURN(const auto results, LoadCalibration(*calibration));
   const std::int64_t heads = loaded.options.heads();
   const std::int64_t head_dim = loaded.options.embed_dim() / heads;
-  const auto crossover = LookupCrossover(*results, head_dim, heads, batch);
+  const auto crossover = LookupCrossover(results, head_dim, heads, batch);
   if (!crossover) {
     return absl::NotFoundError(absl::StrCat(*calibration, " has no crossover for head_dim ",
                                             head_dim, " with ", heads, " heads"));
   }
   loaded.model->set_crossover_tokens(*crossover);
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return bytes;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -129,15 +122,11 @@ absl::Status ImportReference(const ImportFlags& flags) {
   options.heads = flags.heads;
   options.provenance["created_by"] = "tsmodel import-reference";
 
-  auto imported = ImportReferenceStateDict(flags.state_dict, options);
-  if (!imported.ok()) return imported.status();
-  if (auto status = SaveCheckpoint(out, imported->options, imported->metadata, imported->model);
-      !status.ok()) {
-    return status;
-  }
-  std::cout << "wrote " << out << ": " << DescribeEncoderOptions(imported->options) << " ("
-            << imported->model->CountParameters() << " parameters, labels "
-            << absl::StrJoin(imported->metadata.labels, ",") << ")\n";
+  TS_ASSIGN_OR_RETURN(auto imported, ImportReferenceStateDict(flags.state_dict, options));
+  TS_RETURN_IF_ERROR(SaveCheckpoint(out, imported.options, imported.metadata, imported.model));
+  std::cout << "wrote " << out << ": " << DescribeEncoderOptions(imported.options) << " ("
+            << imported.model->CountParameters() << " parameters, labels "
+            << absl::StrJoin(imported.metadata.labels, ",") << ")\n";
   return absl::OkStatus();
 }
 
@@ -159,26 +148,25 @@ absl::Status Init(const InitFlags& flags) {
   metadata.provenance["source"] = absl::StrCat("untrained: random initialisation, seed ", seed);
   torch::manual_seed(static_cast<std::uint64_t>(seed));
   TaylorShiftEncoder model(options);
-  if (auto status = SaveCheckpoint(out, options, metadata, model); !status.ok()) return status;
+  TS_RETURN_IF_ERROR(SaveCheckpoint(out, options, metadata, model));
   std::cout << "wrote " << out << ": " << DescribeEncoderOptions(options) << " (untrained, "
             << model->CountParameters() << " parameters)\n";
   return absl::OkStatus();
 }
 
 absl::Status Info(const InfoFlags& flags) {
-  auto loaded = LoadCheckpoint(flags.checkpoint);
-  if (!loaded.ok()) return loaded.status();
-  if (auto status = ApplyCalibration(flags.calibration, *loaded, 1); !status.ok()) return status;
-  const auto& options = loaded->options;
+  TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(flags.checkpoint));
+  TS_RETURN_IF_ERROR(ApplyCalibration(flags.calibration, loaded, 1));
+  const auto& options = loaded.options;
   const std::int64_t head_dim = options.embed_dim() / options.heads();
   std::cout << "checkpoint: " << flags.checkpoint << "\n"
-            << "format_version: " << loaded->metadata.format_version << "\n"
+            << "format_version: " << loaded.metadata.format_version << "\n"
             << "architecture: " << DescribeEncoderOptions(options) << "\n"
-            << "parameters: " << loaded->model->CountParameters() << "\n"
-            << "dtype: " << c10::toString(loaded->model->cls_token.scalar_type()) << "\n"
-            << "modality: " << loaded->metadata.modality << "\n"
-            << "labels: " << absl::StrJoin(loaded->metadata.labels, ",") << "\n";
-  for (const auto& [key, value] : loaded->metadata.provenance) {
+            << "parameters: " << loaded.model->CountParameters() << "\n"
+            << "dtype: " << c10::toString(loaded.model->cls_token.scalar_type()) << "\n"
+            << "modality: " << loaded.metadata.modality << "\n"
+            << "labels: " << absl::StrJoin(loaded.metadata.labels, ",") << "\n";
+  for (const auto& [key, value] : loaded.metadata.provenance) {
     std::cout << "provenance." << key << ": " << value << "\n";
   }
   for (std::int64_t layer = 0; layer < options.depth(); ++layer) {
@@ -186,7 +174,7 @@ absl::Status Info(const InfoFlags& flags) {
               << " N0=" << SpeedCrossoverN0(head_dim) << " N1=" << MemoryCrossoverN1(head_dim)
               << "\n";
   }
-  const std::int64_t crossover = loaded->model->crossover_tokens();
+  const std::int64_t crossover = loaded.model->crossover_tokens();
   std::cout << "crossover_tokens: " << crossover
             << (flags.calibration                ? " (calibrated)"
                 : options.crossover_tokens() > 0 ? " (checkpoint)"
@@ -194,24 +182,20 @@ absl::Status Info(const InfoFlags& flags) {
             << "\n"
             << "auto path at max_length: "
             << AttentionPathName(
-                   loaded->model->ResolvePath(AttentionPath::kAuto, options.max_length() + 1))
+                   loaded.model->ResolvePath(AttentionPath::kAuto, options.max_length() + 1))
             << "\n";
   return absl::OkStatus();
 }
 
 absl::Status Predict(const PredictFlags& flags) {
   const std::int64_t batch_size = flags.batch_size;
-  auto device = DeviceFlag(flags.device);
-  if (!device.ok()) return device.status();
-  if (auto status = CheckPrecisionSupported(flags.precision, *device); !status.ok()) return status;
+  TS_ASSIGN_OR_RETURN(const torch::Device device, DeviceFlag(flags.device));
+  TS_RETURN_IF_ERROR(CheckPrecisionSupported(flags.precision, device));
 
-  auto loaded = LoadCheckpoint(flags.checkpoint, *device);
-  if (!loaded.ok()) return loaded.status();
-  if (auto status = ApplyCalibration(flags.calibration, *loaded, batch_size); !status.ok()) {
-    return status;
-  }
-  loaded->model->set_precision(flags.precision);
-  const std::int64_t max_length = loaded->options.max_length();
+  TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(flags.checkpoint, device));
+  TS_RETURN_IF_ERROR(ApplyCalibration(flags.calibration, loaded, batch_size));
+  loaded.model->set_precision(flags.precision);
+  const std::int64_t max_length = loaded.options.max_length();
 
   struct Item {
     std::string file;
@@ -222,15 +206,14 @@ absl::Status Predict(const PredictFlags& flags) {
   };
   std::vector<Item> items;
   for (const auto& file : flags.files) {
-    auto bytes = ReadBytes(file);
-    if (!bytes.ok()) return bytes.status();
+    TS_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(file));
     Item item;
     item.file = file;
-    item.truncated = static_cast<std::int64_t>(bytes->size()) > max_length;
-    const std::size_t kept = std::min<std::size_t>(bytes->size(), max_length);
+    item.truncated = static_cast<std::int64_t>(bytes.size()) > max_length;
+    const std::size_t kept = std::min<std::size_t>(bytes.size(), max_length);
     item.tokens.reserve(kept);
     for (std::size_t i = 0; i < kept; ++i) {
-      item.tokens.push_back(static_cast<unsigned char>((*bytes)[i]));
+      item.tokens.push_back(static_cast<unsigned char>(bytes[i]));
     }
     items.push_back(std::move(item));
   }
@@ -241,7 +224,7 @@ absl::Status Predict(const PredictFlags& flags) {
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return items[a].tokens.size() < items[b].tokens.size();
   });
-  auto& model = loaded->model;
+  auto& model = loaded.model;
   for (std::size_t start = 0; start < order.size(); start += batch_size) {
     const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_size));
     auto ran = CatchTorch("predict", [&] {
@@ -265,7 +248,7 @@ absl::Status Predict(const PredictFlags& flags) {
         }
       }
       const AttentionPath concrete = model->ResolvePath(flags.path, longest + 1);
-      const auto logits = model->forward(tokens.to(*device), lengths.to(*device), concrete)
+      const auto logits = model->forward(tokens.to(device), lengths.to(device), concrete)
                               .to(torch::kCPU, torch::kDouble)
                               .contiguous();
       for (std::int64_t row = 0; row < batch; ++row) {
@@ -276,7 +259,7 @@ absl::Status Predict(const PredictFlags& flags) {
       }
       return true;
     });
-    if (!ran.ok()) return ran.status();
+    TS_RETURN_IF_ERROR(ran.status());
   }
 
   for (const auto& item : items) {
@@ -288,14 +271,14 @@ absl::Status Predict(const PredictFlags& flags) {
     std::vector<ClassProbability> probabilities;
     Json logits = Json::array();
     for (std::size_t i = 0; i < item.logits.size(); ++i) {
-      probabilities.push_back({loaded->metadata.labels[i], static_cast<std::int64_t>(i),
+      probabilities.push_back({loaded.metadata.labels[i], static_cast<std::int64_t>(i),
                                static_cast<float>(std::exp(item.logits[i] - top) / sum)});
       logits.push_back(JsonNumber(item.logits[i]));
     }
     const auto best =
         std::max_element(item.logits.begin(), item.logits.end()) - item.logits.begin();
     std::cout << DumpJson(Json{{"file", item.file},
-                               {"label", loaded->metadata.labels[best]},
+                               {"label", loaded.metadata.labels[best]},
                                {"logits", std::move(logits)},
                                {"probabilities", ProbabilitiesJson(probabilities)},
                                {"path", std::string(AttentionPathName(item.path))},
@@ -309,9 +292,8 @@ absl::Status Predict(const PredictFlags& flags) {
 
 absl::Status Calibrate(const CalibrateFlags& flags) {
   const std::string& out = flags.out;
-  auto loaded = LoadCheckpoint(flags.checkpoint);
-  if (!loaded.ok()) return loaded.status();
-  const auto& model_options = loaded->options;
+  TS_ASSIGN_OR_RETURN(const auto loaded, LoadCheckpoint(flags.checkpoint));
+  const auto& model_options = loaded.options;
 
   CalibrationOptions options;
   options.heads = model_options.heads();
@@ -327,14 +309,13 @@ absl::Status Calibrate(const CalibrateFlags& flags) {
       flags.max_tokens.value_or(std::max(options.min_tokens * 2, model_options.max_length() + 1));
   options.min_tokens = std::min(options.min_tokens, options.max_tokens / 2);
 
-  auto result = CalibrateCrossover(options);
-  if (!result.ok()) return result.status();
-  if (auto status = SaveCalibration(out, {*result}); !status.ok()) return status;
-  std::cout << "wrote " << out << ": head_dim=" << result->head_dim << " heads=" << result->heads
-            << " batch=" << result->batch << " device=" << result->device
-            << " crossover_tokens=" << result->crossover_tokens
-            << (result->crossed ? "" : " (direct was faster up to max tokens)")
-            << " (formula N0=" << SpeedCrossoverN0(result->head_dim) << ")\n";
+  TS_ASSIGN_OR_RETURN(const auto result, CalibrateCrossover(options));
+  TS_RETURN_IF_ERROR(SaveCalibration(out, {result}));
+  std::cout << "wrote " << out << ": head_dim=" << result.head_dim << " heads=" << result.heads
+            << " batch=" << result.batch << " device=" << result.device
+            << " crossover_tokens=" << result.crossover_tokens
+            << (result.crossed ? "" : " (direct was faster up to max tokens)")
+            << " (formula N0=" << SpeedCrossoverN0(result.head_dim) << ")\n";
   return absl::OkStatus();
 }
 
@@ -342,21 +323,20 @@ absl::Status ListOps(const ListOpsFlags& flags) {
   const std::string& out = flags.out;
   ListOpsGeneratorOptions options = flags.options;
   options.seed = static_cast<std::uint64_t>(flags.seed);
-  auto dataset = GenerateListOpsDataset(options);
-  if (!dataset.ok()) return dataset.status();
+  TS_ASSIGN_OR_RETURN(const auto dataset, GenerateListOpsDataset(options));
   std::string text;
-  for (const Example& example : dataset->examples) {
+  for (const Example& example : dataset.examples) {
     absl::StrAppend(
         &text,
         DumpJson(Json{{"text", example.tokens},
-                      {"label", dataset->label_names[static_cast<std::size_t>(example.label)]}}),
+                      {"label", dataset.label_names[static_cast<std::size_t>(example.label)]}}),
         "\n");
   }
   std::ofstream file(out, std::ios::binary | std::ios::trunc);
   file << text;
   file.close();
   if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write ", out));
-  std::cout << "wrote " << out << ": " << dataset->examples.size() << " ListOps examples\n";
+  std::cout << "wrote " << out << ": " << dataset.examples.size() << " ListOps examples\n";
   return absl::OkStatus();
 }
 
@@ -521,4 +501,9 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace ts
 
-int main(int argc, char** argv) { return ts::Main(argc, argv); }
+int main(int argc, char** argv) try {
+  return ts::Main(argc, argv);
+} catch (const std::exception& e) {  // outside a command's run, e.g. declaring the flags
+  std::cerr << "tsmodel: error: " << e.what() << "\n";
+  return ts::kExitError;
+}

@@ -7,10 +7,10 @@
 
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <string>
 #include <vector>
 
+#include "common/file_io.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {
@@ -28,14 +28,9 @@ CheckpointMetadata SmallMetadata() {
   return metadata;
 }
 
-std::vector<char> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void WriteAll(const std::string& path, const std::vector<char>& bytes) {
+void WriteAll(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out << bytes;
 }
 
 std::vector<std::string> ListDir(const std::string& dir) {
@@ -123,13 +118,13 @@ TEST_F(CheckpointTest, RoundTripKeepsDoubleAndConvEmbed) {
 
 TEST_F(CheckpointTest, TruncatedFilesAreDataLossNotCrashes) {
   SaveSmall(SmallOptions());
-  const auto bytes = ReadAll(path_);
+  const std::string bytes = ReadFile(path_).value();
   ASSERT_GT(bytes.size(), 100u);
   const std::string cut_path = dir_ + "/cut.ckpt";
   for (const std::size_t cut : {std::size_t{0}, std::size_t{5}, std::size_t{8}, std::size_t{12},
                                 std::size_t{19}, std::size_t{20}, std::size_t{64}, bytes.size() / 2,
                                 bytes.size() - 5, bytes.size() - 4, bytes.size() - 1}) {
-    WriteAll(cut_path, std::vector<char>(bytes.begin(), bytes.begin() + cut));
+    WriteAll(cut_path, bytes.substr(0, cut));
     const auto loaded = LoadCheckpoint(cut_path);
     ASSERT_FALSE(loaded.ok()) << "cut at " << cut;
     EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << loaded.status();
@@ -146,7 +141,7 @@ TEST_F(CheckpointTest, TruncatedFilesAreDataLossNotCrashes) {
 
 TEST_F(CheckpointTest, FlippedPayloadByteFailsTheCrc) {
   SaveSmall(SmallOptions());
-  auto bytes = ReadAll(path_);
+  const std::string bytes = ReadFile(path_).value();
   for (const std::size_t offset : {std::size_t{20}, bytes.size() / 2, bytes.size() - 5}) {
     auto corrupted = bytes;
     corrupted[offset] ^= 0x10;
@@ -160,7 +155,7 @@ TEST_F(CheckpointTest, FlippedPayloadByteFailsTheCrc) {
 
 TEST_F(CheckpointTest, WrongMagicAndVersionAreRefused) {
   SaveSmall(SmallOptions());
-  auto bytes = ReadAll(path_);
+  const std::string bytes = ReadFile(path_).value();
   auto bad_magic = bytes;
   bad_magic[0] = 'X';
   WriteAll(path_, bad_magic);
@@ -216,14 +211,14 @@ TEST_F(CheckpointTest, AtomicWriteLeavesOnlyTheCheckpoint) {
 // content checks behind the integrity checks are exercised.
 void RewriteState(const std::string& path,
                   const std::function<void(c10::impl::GenericDict&)>& edit) {
-  auto bytes = ReadAll(path);
+  const std::string bytes = ReadFile(path).value();
   const std::vector<char> payload(bytes.begin() + 20, bytes.end() - 4);
   auto root = torch::pickle_load(payload).toGenericDict();
   auto state = root.at(c10::IValue("state")).toGenericDict();
   edit(state);
   root.insert_or_assign(c10::IValue("state"), c10::IValue(state));
   const auto rewritten = torch::pickle_save(c10::IValue(root));
-  std::vector<char> file(bytes.begin(), bytes.begin() + 12);
+  std::string file = bytes.substr(0, 12);
   for (int i = 0; i < 8; ++i)
     file.push_back(static_cast<char>((rewritten.size() >> (8 * i)) & 0xff));
   file.insert(file.end(), rewritten.begin(), rewritten.end());
@@ -234,7 +229,7 @@ void RewriteState(const std::string& path,
 
 TEST_F(CheckpointTest, MissingOrMisshapenTensorsNameTheKey) {
   SaveSmall(SmallOptions());
-  const auto original = ReadAll(path_);
+  const std::string original = ReadFile(path_).value();
 
   RewriteState(path_, [](c10::impl::GenericDict& state) {
     ASSERT_EQ(state.erase(c10::IValue("blocks.1.mlp.fc1.weight")), 1u);

@@ -8,12 +8,11 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/file_io.h"
 #include "model/batch_classifier.h"
 #include "model/checkpoint.h"
 #include "model/encoder.h"
@@ -164,10 +163,7 @@ TEST_F(Bf16AccuracyTest, SourceLanguageDemoModelStaysWithin002OfFp32) {
   for (const char* file :
        {"model/encoder.cc", "model/attention.cc", "server/config.cc", "bench/serving_bench.py",
         "scripts/test", "README.md", "model/encoder.h", "client/tsctl.cc"}) {
-    std::ifstream in(SourceDir() + "/" + file);
-    std::stringstream text;
-    text << in.rdbuf();
-    std::string document = text.str();
+    std::string document = ReadFile(SourceDir() + "/" + file).value();
     ASSERT_FALSE(document.empty()) << file;
     document.resize(std::min<std::size_t>(document.size(), loaded->options.max_length()));
     documents.push_back(document);

@@ -5,11 +5,11 @@
 #include <torch/torch.h>
 
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/file_io.h"
 #include "model/attention_path.h"
 #include "tests/testing/encoder_testing.h"
 
@@ -44,11 +44,10 @@ std::vector<ReferenceCase> ReadReferenceLogits(const std::string& path) {
 }
 
 std::map<std::string, torch::Tensor> LoadFixtureState(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
-                                std::istreambuf_iterator<char>());
+  const std::string bytes = ReadFile(path).value();
   std::map<std::string, torch::Tensor> state;
-  for (const auto& entry : torch::pickle_load(bytes).toGenericDict()) {
+  const std::vector<char> pickled(bytes.begin(), bytes.end());
+  for (const auto& entry : torch::pickle_load(pickled).toGenericDict()) {
     state.emplace(entry.key().toStringRef(), entry.value().toTensor());
   }
   return state;

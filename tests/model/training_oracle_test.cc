@@ -11,14 +11,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "model/attention_path.h"
 #include "model/reference_import.h"
 #include "model/training.h"
@@ -37,12 +37,10 @@ constexpr double kUpdateTolerance = 1e-4;    // each parameter's update w1 − w
 constexpr double kWeightTolerance = 1e-5;    // each updated weight w1
 
 std::map<std::string, torch::Tensor> LoadTensorDict(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot open " << path;
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
-                                std::istreambuf_iterator<char>());
+  const std::string bytes = ReadFile(path).value();
   std::map<std::string, torch::Tensor> tensors;
-  for (const auto& entry : torch::pickle_load(bytes).toGenericDict()) {
+  const std::vector<char> pickled(bytes.begin(), bytes.end());
+  for (const auto& entry : torch::pickle_load(pickled).toGenericDict()) {
     tensors.emplace(entry.key().toStringRef(), entry.value().toTensor());
   }
   return tensors;
@@ -144,7 +142,7 @@ TEST_P(TrainingOracleTest, OneStepMatchesPyTorch) {
     const std::string& name = item.key();
     SCOPED_TRACE(name);
     const std::string grad_key = "grad." + name;
-    const std::string weight_key = "updated." + optimizer + "." + clip + "." + name;
+    const std::string weight_key = absl::StrCat("updated.", optimizer, ".", clip, ".", name);
     ASSERT_EQ(expected.count(grad_key), 1u);
     ASSERT_EQ(expected.count(weight_key), 1u);
     const torch::Tensor& grad = item.value().grad();

@@ -6,12 +6,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/file_io.h"
 #include "model/listops_generator.h"
 #include "tests/testing/encoder_testing.h"
 
@@ -23,11 +23,6 @@ struct ToolRun {
   std::string out;
   std::string err;
 };
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
@@ -54,8 +49,8 @@ class TsmodelTest : public ::testing::Test {
     const int status = std::system(command.c_str());
     ToolRun run;
     run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    run.out = ReadText(out);
-    run.err = ReadText(err);
+    run.out = ReadFile(out).value();
+    run.err = ReadFile(err).value();
     return run;
   }
 
@@ -82,7 +77,7 @@ TEST_F(TsmodelTest, ListOpsWritesTheJobGeneratorsExamplesAsJsonLines) {
   options.seed = 4;
   auto expected = GenerateListOpsDataset(options);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  const auto lines = Lines(ReadText(out));
+  const auto lines = Lines(ReadFile(out).value());
   ASSERT_EQ(lines.size(), expected->examples.size());
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const Example& example = expected->examples[i];
