@@ -8,12 +8,15 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <cstdint>
+#include <exception>
+#include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/peak_memory.h"
+#include "common/command_line.h"
 #include "model/cost_model.h"
 #include "model/heap_policy.h"
 #include "model/taylor_attention.h"
@@ -74,34 +77,29 @@ void BM_Sgemm(benchmark::State& state, std::int64_t n, const torch::Device& devi
       benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-Flags ParseFlags(int* argc, char** argv) {
-  Flags flags;
-  int out = 1;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&](const std::string& name) -> const char* {
-      const std::string prefix = name + "=";
-      if (arg.rfind(prefix, 0) == 0) return argv[i] + prefix.size();
-      return nullptr;
-    };
-    if (const char* v = value("--threads")) {
-      flags.threads = std::atoi(v);
-    } else if (const char* v = value("--device")) {
-      flags.device = v;
-    } else if (const char* v = value("--max_tokens")) {
-      flags.max_tokens = std::atoll(v);
-    } else if (const char* v = value("--efficient_chunk_tokens")) {
-      flags.kernel.efficient_chunk_tokens = std::atoll(v);
-    } else if (const char* v = value("--direct_block_elements")) {
-      flags.kernel.direct_block_elements = std::atoll(v);
-    } else if (const char* v = value("--max_reference_tokens")) {
-      flags.max_reference_tokens = std::atoll(v);
-    } else {
-      argv[out++] = argv[i];
-    }
-  }
-  *argc = out;
-  return flags;
+void AddFlags(CLI::App& app, Flags* flags) {
+  UseFlagConventions(app);
+  app.footer(
+      "Other flags go to Google Benchmark (--benchmark_filter=REGEX, --benchmark_out=FILE).");
+  app.add_option("--threads", flags->threads, "intra-op threads")
+      ->capture_default_str()
+      ->check(IntegerIn(1, INT32_MAX));
+  app.add_option("--device", flags->device, "cpu|cuda[:N]")->capture_default_str();
+  app.add_option("--max_tokens", flags->max_tokens, "longest N")
+      ->capture_default_str()
+      ->check(IntegerIn(0, INT64_MAX));
+  app.add_option("--max_reference_tokens", flags->max_reference_tokens,
+                 "longest N of the reference paths")
+      ->capture_default_str()
+      ->check(IntegerIn(0, INT64_MAX));
+  app.add_option("--efficient_chunk_tokens", flags->kernel.efficient_chunk_tokens,
+                 "efficient path: tokens per feature chunk")
+      ->capture_default_str()
+      ->check(IntegerIn(1, INT64_MAX));
+  app.add_option("--direct_block_elements", flags->kernel.direct_block_elements,
+                 "direct path: score entries at once")
+      ->capture_default_str()
+      ->check(IntegerIn(1, INT64_MAX));
 }
 
 void RegisterAll(const Flags& flags) {
@@ -139,8 +137,12 @@ void RegisterAll(const Flags& flags) {
 }  // namespace
 }  // namespace ts::bench
 
-int main(int argc, char** argv) {
-  const auto flags = ts::bench::ParseFlags(&argc, argv);
+int main(int argc, char** argv) try {
+  CLI::App app("attention_bench: every attention path against N and d, with the sgemm rate",
+               "attention_bench");
+  ts::bench::Flags flags;
+  ts::bench::AddFlags(app, &flags);
+  if (std::optional<int> exit = ts::ParseCommandLineKeepingExtras(app, &argc, argv)) return *exit;
   ts::compat::SetThreads(flags.threads);
   benchmark::AddCustomContext("intra_op_threads", std::to_string(flags.threads));
   // The heap policy of tsserver and tsmodel (model/heap_policy.h), so the numbers are theirs.
@@ -156,4 +158,8 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+} catch (const std::exception& e) {
+  // A LibTorch or CLI11 failure outside the measured work: its message, not an abort.
+  std::cerr << "attention_bench: " << e.what() << "\n";
+  return 1;
 }

@@ -5,12 +5,15 @@
 //   classify_bench --checkpoint=CKPT [--threads=N] [benchmark flags]
 #include <benchmark/benchmark.h>
 
-#include <cstdlib>
+#include <cstdint>
+#include <exception>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/command_line.h"
 #include "model/batch_classifier.h"
 #include "model/checkpoint.h"
 #include "model/heap_policy.h"
@@ -56,25 +59,18 @@ void BM_Classify(benchmark::State& state, LoadedCheckpoint* model, std::int64_t 
 }  // namespace
 }  // namespace ts::bench
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
+  CLI::App app("classify_bench: in-process ClassifyBatch throughput", "classify_bench");
+  ts::UseFlagConventions(app);
+  app.footer(
+      "Other flags go to Google Benchmark (--benchmark_filter=REGEX, --benchmark_out=FILE).");
   std::string checkpoint;
   int threads = 2;
-  int out = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg.rfind("--checkpoint=", 0) == 0) {
-      checkpoint = arg.substr(13);
-    } else if (arg.rfind("--threads=", 0) == 0) {
-      threads = std::atoi(arg.c_str() + 10);
-    } else {
-      argv[out++] = argv[i];
-    }
-  }
-  argc = out;
-  if (checkpoint.empty()) {
-    std::cerr << "usage: classify_bench --checkpoint=CKPT [--threads=N] [benchmark flags]\n";
-    return 2;
-  }
+  app.add_option("--checkpoint", checkpoint, "the model")->required()->check(ts::NonEmpty());
+  app.add_option("--threads", threads, "intra-op threads")
+      ->capture_default_str()
+      ->check(ts::IntegerIn(1, INT32_MAX));
+  if (std::optional<int> exit = ts::ParseCommandLineKeepingExtras(app, &argc, argv)) return *exit;
   ts::compat::SetThreads(threads);
   if (!ts::KeepFreedHeapMemory(ts::kDefaultHeapKeepFreedBytes).ok()) return 1;  // as tsserver
   auto loaded = ts::LoadCheckpoint(checkpoint);
@@ -105,4 +101,8 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+} catch (const std::exception& e) {
+  // A LibTorch or CLI11 failure outside the measured work: its message, not an abort.
+  std::cerr << "classify_bench: " << e.what() << "\n";
+  return 1;
 }

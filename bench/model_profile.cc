@@ -20,14 +20,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
+#include <exception>
 #include <functional>
 #include <iostream>
-#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/command_line.h"
 #include "model/cpu_gemm.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
@@ -232,93 +234,62 @@ int Run(const Config& config) {
 }  // namespace
 }  // namespace ts::bench
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
+  CLI::App app("model_profile: the time of each part of a forward pass against its roofline",
+               "model_profile");
+  ts::UseFlagConventions(app);
   ts::bench::Config config;
-  std::map<std::string, std::string> flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--json") {
-      config.json = true;
-      continue;
-    }
-    const auto eq = arg.find('=');
-    if (arg.rfind("--", 0) != 0) {
-      std::cerr << "model_profile: unexpected argument '" << arg << "'\n";
-      return 2;
-    }
-    if (eq != std::string::npos) {
-      flags[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
-    } else if (i + 1 < argc) {
-      flags[arg.substr(2)] = argv[++i];
-    } else {
-      std::cerr << "model_profile: " << arg << " needs a value\n";
-      return 2;
-    }
+  app.add_option("--preset", config.preset,
+                 "paper; demo (the bundled demo models' size, a 38-token request: C 64, depth 2, "
+                 "H 4, N 38); pixel (a 1-block C 32 pixel model, a 32x32 image: depth 1, H 4, "
+                 "N 1024)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"paper", "demo", "pixel"}));
+  // Given, these override the preset's.
+  std::optional<std::int64_t> embed_dim, depth, heads, length;
+  for (auto [name, value] :
+       {std::pair<const char*, std::optional<std::int64_t>*>{"--embed-dim", &embed_dim},
+        {"--depth", &depth},
+        {"--heads", &heads},
+        {"--length", &length}}) {
+    app.add_option(name, *value, "default: the preset's")->check(ts::IntegerIn(1, INT32_MAX));
   }
-  const auto get = [&](const char* name, std::int64_t* out) {
-    if (const auto it = flags.find(name); it != flags.end()) {
-      *out = std::atoll(it->second.c_str());
-      flags.erase(it);
-    }
-  };
-  if (const auto it = flags.find("preset"); it != flags.end()) {
-    config.preset = it->second;
-    flags.erase(it);
-    if (config.preset == "demo") {  // the bundled demo models' size, a 38-token request
-      config.embed_dim = 64, config.depth = 2, config.heads = 4, config.length = 38;
-    } else if (config.preset == "pixel") {  // a 1-block C 32 pixel model, a 32×32 image
-      config.embed_dim = 32, config.depth = 1, config.heads = 4, config.length = 1024;
-    } else if (config.preset != "paper") {
-      std::cerr << "model_profile: --preset must be paper, demo or pixel\n";
-      return 2;
-    }
+  for (auto [name, value] :
+       {std::pair<const char*, std::int64_t*>{"--mlp-ratio", &config.mlp_ratio},
+        {"--batch", &config.batch}}) {
+    app.add_option(name, *value)->capture_default_str()->check(ts::IntegerIn(1, INT32_MAX));
   }
-  get("embed-dim", &config.embed_dim);
-  get("depth", &config.depth);
-  get("heads", &config.heads);
-  get("mlp-ratio", &config.mlp_ratio);
-  get("length", &config.length);
-  get("batch", &config.batch);
-  std::int64_t threads = config.threads, repeats = config.repeats;
-  get("threads", &threads);
-  get("repeats", &repeats);
-  config.threads = static_cast<int>(threads);
-  config.repeats = static_cast<int>(std::max<std::int64_t>(1, repeats));
-  if (const auto it = flags.find("precision"); it != flags.end()) {
-    auto precision = ts::ParsePrecision(it->second);
-    if (!precision.ok()) {
-      std::cerr << "model_profile: --" << precision.status().message() << "\n";
-      return 2;
-    }
-    config.precision = *precision;
-    flags.erase(it);
+  for (auto [name, value] : {std::pair<const char*, int*>{"--threads", &config.threads},
+                             {"--repeats", &config.repeats}}) {
+    app.add_option(name, *value)->capture_default_str()->check(ts::IntegerIn(1, INT32_MAX));
   }
-  if (const auto it = flags.find("path"); it != flags.end()) {
-    auto path = ts::ParseAttentionPath(it->second);
-    if (!path.ok()) {
-      std::cerr << "model_profile: --path: " << path.status().message() << "\n";
-      return 2;
-    }
-    config.path = *path;
-    flags.erase(it);
+  ts::AddParsedOption(app, "--precision", &config.precision, ts::ParsePrecision,
+                      "fp32 (default) or bf16 for the linear layers");
+  ts::AddParsedOption(app, "--path", &config.path, ts::ParseAttentionPath,
+                      "auto (default), direct or efficient");
+  app.add_option_function<std::string>(
+         "--cpu-gemm",
+         [](const std::string& backend) { ts::SetCpuGemmUseOneDnn(backend == "onednn"); },
+         "the float products: onednn (default where built with it) or libtorch")
+      ->check(CLI::IsMember({"onednn", "libtorch"}));
+  app.add_flag("--json", config.json, "one JSON object instead of the table");
+  if (std::optional<int> exit = ts::ParseCommandLine(app, argc, argv)) return *exit;
+  if (config.preset == "demo") {
+    config.embed_dim = 64, config.depth = 2, config.heads = 4, config.length = 38;
+  } else if (config.preset == "pixel") {
+    config.embed_dim = 32, config.depth = 1, config.heads = 4, config.length = 1024;
   }
-  if (const auto it = flags.find("cpu-gemm"); it != flags.end()) {
-    if (it->second != "onednn" && it->second != "libtorch") {
-      std::cerr << "model_profile: --cpu-gemm: expected onednn or libtorch, got '" << it->second
-                << "'\n";
-      return 2;
-    }
-    ts::SetCpuGemmUseOneDnn(it->second == "onednn");
-    flags.erase(it);
-  }
-  if (!flags.empty()) {
-    std::cerr << "model_profile: unknown flag --" << flags.begin()->first << "\n";
-    return 2;
-  }
-  if (config.embed_dim <= 0 || config.heads <= 0 || config.embed_dim % config.heads != 0 ||
-      config.depth <= 0 || config.length <= 0 || config.batch <= 0 || config.threads <= 0) {
-    std::cerr << "model_profile: sizes must be positive and embed-dim divisible by heads\n";
-    return 2;
+  config.embed_dim = embed_dim.value_or(config.embed_dim);
+  config.depth = depth.value_or(config.depth);
+  config.heads = heads.value_or(config.heads);
+  config.length = length.value_or(config.length);
+  if (config.embed_dim % config.heads != 0) {
+    std::cerr << "model_profile: --embed-dim must be divisible by --heads\n";
+    return ts::kUsageExitStatus;
   }
   return ts::bench::Run(config);
+} catch (const std::exception& e) {
+  // A LibTorch or CLI11 failure outside the measured work: its message, not an abort.
+  std::cerr << "model_profile: " << e.what() << "\n";
+  return 1;
 }

@@ -16,10 +16,12 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <cstdint>
+#include <exception>
+#include <iostream>
 #include <map>
 #include <memory>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -27,7 +29,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bench/peak_memory.h"
+#include "common/command_line.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
 #include "model/listops_generator.h"
@@ -140,44 +146,37 @@ void BM_TrainStep(benchmark::State& state, AttentionPath path, std::int64_t leng
   if (peak >= 0) state.counters["peak_MiB"] = static_cast<double>(peak) / (1 << 20);
 }
 
-std::vector<std::int64_t> ParseList(const char* text) {
+// "500,1000,2000": positive integers, empty items skipped. A list flag given twice keeps the last
+// list, as every other flag keeps its last value.
+absl::StatusOr<std::vector<std::int64_t>> ParseList(const std::string& text) {
   std::vector<std::int64_t> values;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) values.push_back(std::atoll(item.c_str()));
+  for (const absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::int64_t value = 0;
+    if (!absl::SimpleAtoi(item, &value) || value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expected positive integers separated by commas, got '", text, "'"));
+    }
+    values.push_back(value);
   }
   return values;
 }
 
-Flags ParseFlags(int* argc, char** argv) {
-  Flags flags;
-  int out = 1;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&](const std::string& name) -> const char* {
-      const std::string prefix = name + "=";
-      if (arg.rfind(prefix, 0) == 0) return argv[i] + prefix.size();
-      return nullptr;
-    };
-    if (const char* v = value("--threads")) {
-      flags.threads = std::atoi(v);
-    } else if (const char* v = value("--lengths")) {
-      flags.lengths = ParseList(v);
-    } else if (const char* v = value("--heads")) {
-      flags.heads = ParseList(v);
-    } else if (const char* v = value("--embed_dim")) {
-      flags.embed_dim = std::atoll(v);
-    } else if (const char* v = value("--depth")) {
-      flags.depth = std::atoll(v);
-    } else if (const char* v = value("--batch")) {
-      flags.batch = std::atoll(v);
-    } else {
-      argv[out++] = argv[i];
-    }
+void AddFlags(CLI::App& app, Flags* flags) {
+  UseFlagConventions(app);
+  app.footer(
+      "Other flags go to Google Benchmark (--benchmark_filter=REGEX, --benchmark_out=FILE).");
+  app.add_option("--threads", flags->threads, "intra-op threads (default: every core)")
+      ->check(IntegerIn(1, INT32_MAX));
+  AddParsedOption(app, "--lengths", &flags->lengths, ParseList,
+                  "sequence lengths L (default 500,1000,2000)");
+  AddParsedOption(app, "--heads", &flags->heads, ParseList,
+                  "head counts, one model each (default 4,2)");
+  for (auto [name, value] :
+       {std::pair<const char*, std::int64_t*>{"--embed_dim", &flags->embed_dim},
+        {"--depth", &flags->depth},
+        {"--batch", &flags->batch}}) {
+    app.add_option(name, *value)->capture_default_str()->check(IntegerIn(1, INT32_MAX));
   }
-  *argc = out;
-  return flags;
 }
 
 void RegisterAll(const Flags& flags) {
@@ -203,8 +202,12 @@ void RegisterAll(const Flags& flags) {
 }  // namespace
 }  // namespace ts::bench
 
-int main(int argc, char** argv) {
-  const auto flags = ts::bench::ParseFlags(&argc, argv);
+int main(int argc, char** argv) try {
+  CLI::App app("train_bench: Trainer::Step throughput and peak memory per attention path",
+               "train_bench");
+  ts::bench::Flags flags;
+  ts::bench::AddFlags(app, &flags);
+  if (std::optional<int> exit = ts::ParseCommandLineKeepingExtras(app, &argc, argv)) return *exit;
   ts::compat::SetThreads(flags.threads);
   benchmark::AddCustomContext("intra_op_threads", std::to_string(flags.threads));
   // The heap policy of tsserver and tsmodel (model/heap_policy.h), so the numbers are theirs.
@@ -221,4 +224,8 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+} catch (const std::exception& e) {
+  // A LibTorch or CLI11 failure outside the measured work: its message, not an abort.
+  std::cerr << "train_bench: " << e.what() << "\n";
+  return 1;
 }

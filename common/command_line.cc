@@ -44,6 +44,19 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, const char* const* 
   return ParseCommandLine(app, std::vector<std::string>(argv + 1, argv + argc));
 }
 
+std::optional<int> ParseCommandLineKeepingExtras(CLI::App& app, int* argc, char** argv) {
+  app.allow_extras();
+  if (std::optional<int> exit = ParseCommandLine(app, *argc, argv)) return exit;
+  // CLI11 keeps each word it did not take as given, so they are a subsequence of argv.
+  const std::vector<std::string> extras = app.remaining();
+  int kept = 1;
+  for (int i = 1; i < *argc && static_cast<std::size_t>(kept - 1) < extras.size(); ++i) {
+    if (extras[kept - 1] == argv[i]) argv[kept++] = argv[i];
+  }
+  *argc = kept;
+  return std::nullopt;
+}
+
 CLI::Validator IntegerIn(std::int64_t low, std::int64_t high) {
   return CLI::Validator(
       [low, high](std::string& text) -> std::string {

@@ -29,6 +29,11 @@ void UseFlagConventions(CLI::App& app);
 std::optional<int> ParseCommandLine(CLI::App& app, std::vector<std::string> args);
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, const char* const* argv);
 
+// For a program that hands the flags it does not know on to another parser (Google Benchmark's
+// benchmark::Initialize(&argc, argv)): as ParseCommandLine, but those words are no usage error;
+// on nullopt, argv holds the program name and them, in the order given, and *argc their count.
+std::optional<int> ParseCommandLineKeepingExtras(CLI::App& app, int* argc, char** argv);
+
 // The value must be an integer in [low, high]; otherwise "--flag: must be an integer in
 // LOW..HIGH, got 'VALUE'".
 CLI::Validator IntegerIn(std::int64_t low, std::int64_t high);
