@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/cpu_gemm.h"
+#include "model/parallel.h"
 #include "model/taylor_features.h"
 
 namespace ts {
@@ -293,7 +294,7 @@ torch::Tensor EfficientInference(const torch::Tensor& q, const torch::Tensor& k,
   auto y = torch::empty({p.batch, p.tokens, p.heads, p.d}, q.options());
   p.y = y.data_ptr<float>();
   if (p.tokens > 0) {
-    at::parallel_for(0, p.batch * p.heads, 1, [&](std::int64_t begin, std::int64_t end) {
+    ParallelFor(0, p.batch * p.heads, 1, [&](std::int64_t begin, std::int64_t end) {
       Buffers buf(p.chunk, p.d, p.bf16);
       for (std::int64_t index = begin; index < end; ++index) {
         const std::int64_t b = index / p.heads, h = index % p.heads;

@@ -8,6 +8,7 @@
 
 #include "model/cpu_gemm.h"
 #include "model/efficient_inference.h"
+#include "model/parallel.h"
 #include "model/taylor_features.h"
 #include "model/torch_compat.h"
 
@@ -192,7 +193,7 @@ torch::Tensor FeatureGrad(const torch::Tensor& x, const torch::Tensor& g) {
 }
 
 // CPU inference kernels. Each task owns one head (efficient) or one block of query rows of one
-// head (direct) and runs single-threaded GEMMs inside at::parallel_for: many small multi-threaded
+// head (direct) and runs single-threaded GEMMs inside ParallelFor: many small multi-threaded
 // BLAS calls cost far more in thread hand-offs than they compute on a few cores, while
 // independent heads keep every core busy with cache-resident blocks.
 void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t, const torch::Tensor& v_aug,
@@ -202,7 +203,7 @@ void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t, const t
   const std::int64_t rows =
       std::max<std::int64_t>(1, std::min(tokens, block_elements / (threads * tokens)));
   const std::int64_t blocks = (tokens + rows - 1) / rows;
-  at::parallel_for(0, bh * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+  ParallelFor(0, bh * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t task = begin; task < end; ++task) {
       const std::int64_t h = task / blocks;
       const std::int64_t start = (task % blocks) * rows;
@@ -227,7 +228,7 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
                   const torch::Tensor& kv_out, const torch::Tensor& den_out) {
   const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
   const std::int64_t features = FeatureCount(d);
-  at::parallel_for(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
+  ParallelFor(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
     auto buffer = torch::empty({std::min(chunk, tokens), features}, q_s.options());
     auto nom_buffer = torch::empty({std::min(chunk, tokens), d + 1}, q_s.options());
     for (std::int64_t h = begin; h < end; ++h) {
@@ -294,7 +295,7 @@ void EfficientBackwardCpu(const torch::Tensor& q_s, const torch::Tensor& k_s,
                           torch::Tensor& dk, torch::Tensor& dv, std::int64_t chunk) {
   const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
   const std::int64_t features = FeatureCount(d);
-  at::parallel_for(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
+  ParallelFor(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
     const std::int64_t rows = std::min(chunk, tokens);
     auto feature_buffer = torch::empty({rows, features}, q_s.options());
     auto grad_buffer = torch::empty({rows, features}, q_s.options());

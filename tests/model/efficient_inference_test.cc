@@ -129,6 +129,24 @@ TEST(EfficientInferenceModuleTest, ModuleOutputEqualsTheUnfusedPath) {
   EXPECT_LE(RelativeError(fused[1], unfused.detach()[1]), 1e-5);
 }
 
+// The kernels run their heads on LibTorch's OpenMP threads; under InferenceMode (as the server
+// classifies) those threads must see it too, or in-place updates of inference tensors throw.
+TEST(EfficientInferenceThreadsTest, KernelsRunUnderInferenceModeOnTwoThreads) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  torch::manual_seed(9);
+  const auto [q, k, v] = Slices(2, 300, 4, 8);
+  c10::InferenceMode inference;
+  const auto [qn, kn] = NormalizeQueryKey(q, k, {});
+  const auto direct = TaylorDirect(qn, kn, v, {}, {});
+  const auto efficient = TaylorEfficient(qn, kn, v, {}, {});
+  QueryKeyScaling scaling;
+  const auto fused = EfficientInference(q, k, v, {}, {}, scaling);
+  at::set_num_threads(threads);
+  EXPECT_LE(RelativeError(efficient, direct), 1e-4);
+  EXPECT_LE(RelativeError(fused, direct), 1e-4);
+}
+
 TEST(EfficientInferenceErrorTest, RefusesAutogradAndBadMasks) {
   const auto [q, k, v] = Slices(1, 20, 2, 8);
   const auto leaf = q.detach().clone().requires_grad_(true);
