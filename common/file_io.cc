@@ -31,7 +31,8 @@ class Descriptor {
 }  // namespace
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& what) {
-  const Descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // Non-blocking open, so that a FIFO is refused below instead of blocking here.
+  const Descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) {
     const int error = errno;
     if (error == ENOENT) {
@@ -41,9 +42,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string&
         absl::StrCat("cannot open ", what, " ", path, ": ", std::strerror(error)));
   }
   struct stat info {};
-  if (::fstat(fd.get(), &info) == 0 && S_ISDIR(info.st_mode)) {
+  if (::fstat(fd.get(), &info) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot stat ", what, " ", path, ": ", std::strerror(errno)));
+  }
+  if (S_ISDIR(info.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(what, " ", path, " is a directory"));
   }
+  if (!S_ISREG(info.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, " is not a regular file"));
+  }
+  ::fcntl(fd.get(), F_SETFL, 0);  // blocking reads from here on
   std::string bytes;
   if (info.st_size > 0) bytes.reserve(static_cast<size_t>(info.st_size));
   char buffer[1 << 16];

@@ -8,7 +8,8 @@
 
 namespace ts {
 
-// The bytes of `path`. NOT_FOUND when it does not exist, FAILED_PRECONDITION for a directory,
+// The bytes of `path`. NOT_FOUND when it does not exist, FAILED_PRECONDITION for a directory or
+// anything else that is not a regular file (a FIFO is refused, not waited on),
 // PERMISSION_DENIED when it cannot be opened for another reason (the message carries strerror),
 // DATA_LOSS when reading fails part way. `what` names the file in messages ("checkpoint", "config
 // file"); the path always follows.

@@ -24,10 +24,14 @@
     if (!ts_status_macros_status.ok()) return ts_status_macros_status; \
   } while (false)
 
+// `lhs` may be a declaration ("auto x"), so neither it nor the generated name can take
+// parentheses.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define TS_ASSIGN_OR_RETURN_IMPL(statusor, lhs, rexpr)     \
   auto statusor = (rexpr);                                 \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = *std::move(statusor)
+// NOLINTEND(bugprone-macro-parentheses)
 
 #define TS_ASSIGN_OR_RETURN(lhs, rexpr) \
   TS_ASSIGN_OR_RETURN_IMPL(TS_STATUS_MACROS_CONCAT(ts_status_macros_or_, __LINE__), lhs, rexpr)

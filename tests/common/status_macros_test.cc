@@ -1,5 +1,8 @@
 #include "common/status_macros.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <memory>
 #include <string>
@@ -74,6 +77,14 @@ TEST(FileIoTest, ReadsBytesAndNamesWhatIsMissing) {
   const absl::StatusOr<std::string> directory = ReadFile(dir, "config file");
   EXPECT_EQ(directory.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(std::string(directory.status().message()), "config file " + dir + " is a directory");
+
+  const std::string fifo = dir + "/file_io_test.fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const absl::StatusOr<std::string> from_fifo = ReadFile(fifo, "text");  // must not block
+  EXPECT_EQ(from_fifo.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(from_fifo.status().message()), "text " + fifo + " is not a regular file");
+  ::unlink(fifo.c_str());
 }
 
 }  // namespace
