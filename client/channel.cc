@@ -6,7 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "client/file_util.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -23,11 +24,8 @@ constexpr const char* kSystemRootBundles[] = {
 };
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
-  absl::StatusOr<std::string> pem = ReadFileBytes(path);
-  if (!pem.ok()) {
-    return absl::Status(pem.status().code(), absl::StrCat(flag, ": ", pem.status().message()));
-  }
-  if (pem->empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is empty"));
+  TS_ASSIGN_OR_RETURN(std::string pem, ReadFile(path, flag));
+  if (pem.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is empty"));
   return pem;
 }
 
@@ -54,12 +52,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ConnectionOpt
   }
   grpc::SslCredentialsOptions ssl;
   if (!options.ca_file.empty()) {
-    absl::StatusOr<std::string> roots = ReadPem(options.ca_file, "--ca-file");
-    if (!roots.ok()) return roots.status();
-    ssl.pem_root_certs = *std::move(roots);
+    TS_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(options.ca_file, "--ca-file"));
   } else {
     for (const char* bundle : kSystemRootBundles) {
-      absl::StatusOr<std::string> roots = ReadFileBytes(bundle);
+      absl::StatusOr<std::string> roots = ReadFile(bundle);
       if (roots.ok() && !roots->empty()) {
         ssl.pem_root_certs = *std::move(roots);
         break;
@@ -67,12 +63,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ConnectionOpt
     }
   }
   if (!options.cert_file.empty()) {
-    absl::StatusOr<std::string> chain = ReadPem(options.cert_file, "--cert-file");
-    if (!chain.ok()) return chain.status();
-    absl::StatusOr<std::string> key = ReadPem(options.key_file, "--key-file");
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *std::move(chain);
-    ssl.pem_private_key = *std::move(key);
+    TS_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPem(options.cert_file, "--cert-file"));
+    TS_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem(options.key_file, "--key-file"));
   }
   if (!options.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options.tls_server_name);

@@ -3,7 +3,8 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "client/file_util.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 
 namespace ts::client {
 
@@ -17,14 +18,12 @@ void SetImage(const PnmImage& image, taylorshift::v1::ClassifyRequest* request) 
 
 absl::Status SetInputFromFile(const std::string& path, taylorshift::v1::ClassifyRequest* request) {
   if (IsPnmPath(path)) {
-    absl::StatusOr<PnmImage> image = ReadPnmFile(path);
-    if (!image.ok()) return image.status();
-    SetImage(*image, request);
+    TS_ASSIGN_OR_RETURN(PnmImage image, ReadPnmFile(path));
+    SetImage(image, request);
     return absl::OkStatus();
   }
-  absl::StatusOr<std::string> bytes = ReadFileBytes(path);
-  if (!bytes.ok()) return bytes.status();
-  request->set_document(*std::move(bytes));
+  TS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  request->set_document(std::move(bytes));
   return absl::OkStatus();
 }
 

@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -28,25 +27,6 @@ absl::Status ErrnoStatus(int error, const std::string& what) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
-  struct Closer {
-    void operator()(std::FILE* file) const { std::fclose(file); }
-  };
-  errno = 0;
-  std::unique_ptr<std::FILE, Closer> file(std::fopen(path.c_str(), "rb"));
-  if (file == nullptr) return ErrnoStatus(errno, absl::StrCat("cannot open ", path));
-  std::string bytes;
-  char chunk[1 << 16];
-  while (true) {
-    const std::size_t n = std::fread(chunk, 1, sizeof(chunk), file.get());
-    bytes.append(chunk, n);
-    if (n < sizeof(chunk)) break;
-  }
-  // A directory opens fine and fails on the first read (EISDIR).
-  if (std::ferror(file.get())) return ErrnoStatus(errno, absl::StrCat("cannot read ", path));
-  return bytes;
-}
 
 absl::Status WriteFileBytes(const std::string& path, const std::string& bytes) {
   errno = 0;

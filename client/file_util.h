@@ -1,6 +1,7 @@
-// Whole-file reads and writes for tsctl. Errors are absl::Status naming the path: NOT_FOUND when
-// the file does not exist, PERMISSION_DENIED when it cannot be opened for that reason, otherwise
-// DATA_LOSS / UNKNOWN with strerror's text. Thread-safe.
+// tsctl's whole-file writes and stream reads (files are read with common/file_io.h). Errors are
+// absl::Status naming the path: NOT_FOUND when its directory does not exist, PERMISSION_DENIED
+// when it cannot be created for that reason, INVALID_ARGUMENT for a directory, otherwise UNKNOWN
+// with strerror's text; DATA_LOSS when a stream fails. Thread-safe.
 #pragma once
 
 #include <istream>
@@ -11,9 +12,7 @@
 
 namespace ts::client {
 
-absl::StatusOr<std::string> ReadFileBytes(const std::string& path);
-
-// Creates or replaces `path` with `bytes` (errors as for reads, naming the path).
+// Creates or replaces `path` with `bytes`.
 absl::Status WriteFileBytes(const std::string& path, const std::string& bytes);
 
 // Everything left on `in` (e.g. std::cin), byte for byte.

@@ -8,7 +8,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/file_util.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 
 namespace ts::client {
 namespace {
@@ -168,9 +169,8 @@ absl::StatusOr<PnmImage> ParsePnm(absl::string_view data) {
 }
 
 absl::StatusOr<PnmImage> ReadPnmFile(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFileBytes(path);
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<PnmImage> image = ParsePnm(*bytes);
+  TS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path, "image"));
+  absl::StatusOr<PnmImage> image = ParsePnm(bytes);
   if (!image.ok()) {
     return absl::Status(image.status().code(), absl::StrCat(path, ": ", image.status().message()));
   }

@@ -19,6 +19,7 @@
 #include "client/job_format.h"
 #include "client/job_plot.h"
 #include "common/command_line.h"
+#include "common/file_io.h"
 #include "common/job_spec_yaml.h"
 #include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
@@ -55,7 +56,7 @@ int LocalError(const absl::Status& status) {
 // The spec file's text ("-" = stdin).
 absl::StatusOr<std::string> ReadSpec(const std::string& file) {
   if (file == "-") return ReadStreamBytes(std::cin, "stdin");
-  return ReadFileBytes(file);
+  return ReadFile(file, "spec file");
 }
 
 // The unary calls' deadline: --timeout-ms (default 30 s).
@@ -202,7 +203,7 @@ grpc::Status FetchHistory(Jobs::Stub& stub, const ConnectionOptions& connection,
     grpc::ClientContext context;
     PrepareContext(connection, timeout_ms, &context);
     taylorshift::v1::GetJobHistoryResponse response;
-    const grpc::Status status = stub.GetJobHistory(&context, request, &response);
+    grpc::Status status = stub.GetJobHistory(&context, request, &response);
     if (!status.ok()) return status;
     const bool empty = response.loss_curve().empty() && response.validations().empty();
     for (auto& point : *response.mutable_loss_curve()) {
@@ -388,7 +389,7 @@ void AddSubmitCommand(Commands& commands, const std::string& name, const std::st
 
 // jobs SUBCOMMAND ID.
 CLI::App* AddJobCommand(Commands& commands, CLI::App& jobs, const std::string& name,
-                        const std::string& description, std::shared_ptr<JobFlags> flags) {
+                        const std::string& description, const std::shared_ptr<JobFlags>& flags) {
   CLI::App* command = jobs.add_subcommand(name, description);
   command->add_option("ID", flags->id, "the job")->required();
   if (name != "plot") command->add_flag("--json", flags->json, "JSON output");

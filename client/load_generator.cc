@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/proto_names.h"
+#include "common/status_macros.h"
 #include "model/json_output.h"
 
 namespace ts::client {
@@ -62,24 +63,21 @@ absl::StatusOr<LengthDistribution> LengthDistribution::Parse(absl::string_view s
                      "': expected fixed:N, uniform:MIN:MAX or lognormal:MEDIAN:SIGMA:MAX"));
   };
   if (parts[0] == "fixed" && parts.size() == 2) {
-    absl::StatusOr<std::size_t> n = ParseLength(parts[1], spec);
-    if (!n.ok()) return n.status();
+    TS_ASSIGN_OR_RETURN(std::size_t n, ParseLength(parts[1], spec));
     dist.kind_ = Kind::kFixed;
-    dist.min_ = dist.max_ = *n;
+    dist.min_ = dist.max_ = n;
     return dist;
   }
   if (parts[0] == "uniform" && parts.size() == 3) {
-    absl::StatusOr<std::size_t> low = ParseLength(parts[1], spec);
-    if (!low.ok()) return low.status();
-    absl::StatusOr<std::size_t> high = ParseLength(parts[2], spec);
-    if (!high.ok()) return high.status();
-    if (*low > *high) {
+    TS_ASSIGN_OR_RETURN(std::size_t low, ParseLength(parts[1], spec));
+    TS_ASSIGN_OR_RETURN(std::size_t high, ParseLength(parts[2], spec));
+    if (low > high) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad length distribution '", spec, "': MIN is above MAX"));
     }
     dist.kind_ = Kind::kUniform;
-    dist.min_ = *low;
-    dist.max_ = *high;
+    dist.min_ = low;
+    dist.max_ = high;
     return dist;
   }
   if (parts[0] == "lognormal" && parts.size() == 4) {
@@ -92,11 +90,10 @@ absl::StatusOr<LengthDistribution> LengthDistribution::Parse(absl::string_view s
       return absl::InvalidArgumentError(
           absl::StrCat("bad SIGMA '", parts[2], "' in '", spec, "': expected a number >= 0"));
     }
-    absl::StatusOr<std::size_t> high = ParseLength(parts[3], spec);
-    if (!high.ok()) return high.status();
+    TS_ASSIGN_OR_RETURN(std::size_t high, ParseLength(parts[3], spec));
     dist.kind_ = Kind::kLogNormal;
     dist.min_ = 1;
-    dist.max_ = *high;
+    dist.max_ = high;
     dist.median_ = median;
     dist.sigma_ = sigma;
     return dist;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/proto_names.h"
+#include "common/status_macros.h"
 #include "common/v2_raw.h"
 #include "grpcpp/client_context.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
@@ -117,8 +118,7 @@ absl::Status FillFromTensors(const std::vector<V2Tensor>& tensors, ClassifyRespo
         }
       } else if (tensor.datatype == "BYTES") {
         for (const std::string& element : tensor.bytes) {
-          absl::Status parsed = ParseClassificationEntry(element, response->add_probabilities());
-          if (!parsed.ok()) return parsed;
+          TS_RETURN_IF_ERROR(ParseClassificationEntry(element, response->add_probabilities()));
         }
       } else {
         return Malformed(absl::StrCat(where, ": expected FP32 or BYTES"));
@@ -407,7 +407,7 @@ absl::Status DecodeV2Response(const inference::ModelInferResponse& answer,
     }
     tensors.push_back(std::move(tensor));
   }
-  if (absl::Status filled = FillFromTensors(tensors, response); !filled.ok()) return filled;
+  TS_RETURN_IF_ERROR(FillFromTensors(tensors, response));
   response->set_model_version(answer.model_version());
   response->set_request_id(answer.id());
   return absl::OkStatus();
@@ -434,7 +434,7 @@ absl::Status DecodeV2JsonResponse(const std::string& body, ClassifyResponse* res
       }
       tensors.push_back(std::move(tensor));
     }
-    if (absl::Status filled = FillFromTensors(tensors, response); !filled.ok()) return filled;
+    TS_RETURN_IF_ERROR(FillFromTensors(tensors, response));
     response->set_model_version(json.value("model_version", ""));
     response->set_request_id(json.value("id", ""));
   } catch (const Json::exception& e) {
