@@ -6,7 +6,8 @@ namespace {
 class RealClockImpl final : public Clock {
  public:
   absl::Time Now() override { return absl::Now(); }
-  bool WaitUntil(absl::CondVar& cv, absl::Mutex& mu, absl::Time deadline) override {
+  bool WaitUntil(absl::CondVar& cv, absl::Mutex& mu, absl::Time deadline) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return cv.WaitWithDeadline(&mu, deadline);
   }
 };

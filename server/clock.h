@@ -3,6 +3,7 @@
 // tested without sleeps.
 #pragma once
 
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -14,7 +15,8 @@ class Clock {
   virtual absl::Time Now() = 0;
   // Blocks on `cv` (with `mu` held by the caller) until notified or until Now() ≥ deadline,
   // whichever comes first. Returns true when the deadline was reached.
-  virtual bool WaitUntil(absl::CondVar& cv, absl::Mutex& mu, absl::Time deadline) = 0;
+  virtual bool WaitUntil(absl::CondVar& cv, absl::Mutex& mu, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 };
 
 // absl::Now() and CondVar::WaitWithDeadline.

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -17,6 +16,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "common/yaml_fields.h"
 
 namespace ts::server {
@@ -32,6 +33,7 @@ using yaml_fields::Int;
 using yaml_fields::Int64;
 using yaml_fields::KindOf;
 using yaml_fields::NodeError;
+using yaml_fields::ReadDocument;
 using yaml_fields::ReadInt64;
 using yaml_fields::ReadMap;
 using yaml_fields::ReadScalar;
@@ -116,8 +118,7 @@ std::string ResolvePath(const std::string& base_dir, const std::string& path) {
 FieldReader Duration(absl::Duration* out, absl::Duration unit) {
   return [out, unit](const YAML::Node& node, const std::string& path) {
     std::int64_t value = 0;
-    absl::Status status = ReadInt64(node, path, &value);
-    if (!status.ok()) return status;
+    TS_RETURN_IF_ERROR(ReadInt64(node, path, &value));
     if (value < 0) return NodeError(node, path, absl::StrCat("must be >= 0, got ", value));
     *out = unit * value;
     return absl::OkStatus();
@@ -131,8 +132,7 @@ FieldReader Int64List(std::vector<std::int64_t>* out) {
     std::vector<std::int64_t> values;
     for (std::size_t i = 0; i < node.size(); ++i) {
       std::int64_t value = 0;
-      absl::Status status = ReadInt64(node[i], absl::StrCat(path, "[", i, "]"), &value);
-      if (!status.ok()) return status;
+      TS_RETURN_IF_ERROR(ReadInt64(node[i], absl::StrCat(path, "[", i, "]"), &value));
       values.push_back(value);
     }
     *out = std::move(values);
@@ -142,8 +142,7 @@ FieldReader Int64List(std::vector<std::int64_t>* out) {
 FieldReader PrecisionField(Precision* out) {
   return [out](const YAML::Node& node, const std::string& path) {
     std::string name;
-    absl::Status status = ReadScalar(node, path, &name);
-    if (!status.ok()) return status;
+    TS_RETURN_IF_ERROR(ReadScalar(node, path, &name));
     absl::StatusOr<Precision> precision = ParsePrecision(name);
     if (!precision.ok()) {
       return NodeError(node, path, absl::StrCat("must be fp32 or bf16; got \"", name, "\""));
@@ -156,8 +155,7 @@ FieldReader PrecisionField(Precision* out) {
 FieldReader OverLength(LengthPolicy* out) {
   return [out](const YAML::Node& node, const std::string& path) {
     std::string name;
-    absl::Status status = ReadScalar(node, path, &name);
-    if (!status.ok()) return status;
+    TS_RETURN_IF_ERROR(ReadScalar(node, path, &name));
     auto policy = ParseLengthPolicy(name);
     if (!policy.ok()) return NodeError(node, path, std::string(policy.status().message()));
     *out = *policy;
@@ -186,24 +184,23 @@ absl::Status ReadModel(const YAML::Node& node, const std::string& path, ModelCon
         node, path,
         absl::StrCat("expected a mapping with name and checkpoint, got ", KindOf(node)));
   }
-  absl::Status status = ReadMap(node, path,
-                                {
-                                    {"name", String(&model->name)},
-                                    {"checkpoint", String(&model->checkpoint)},
-                                    {"device", String(&model->device)},
-                                    {"max_length", Int64(&model->max_length)},
-                                    {"over_length", OverLength(&model->over_length)},
-                                    {"window_stride", Int64(&model->window_stride)},
-                                    {"max_windows", Int64(&model->max_windows)},
-                                    {"calibration", String(&model->calibration)},
-                                    {"calibrate_at_start", Bool(&model->calibrate_at_start)},
-                                    {"precision", PrecisionField(&model->precision)},
-                                    {"batching",
-                                     [model](const YAML::Node& value, const std::string& key_path) {
-                                       return ReadBatching(value, key_path, &model->batching);
-                                     }},
-                                });
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(ReadMap(node, path,
+                             {
+                                 {"name", String(&model->name)},
+                                 {"checkpoint", String(&model->checkpoint)},
+                                 {"device", String(&model->device)},
+                                 {"max_length", Int64(&model->max_length)},
+                                 {"over_length", OverLength(&model->over_length)},
+                                 {"window_stride", Int64(&model->window_stride)},
+                                 {"max_windows", Int64(&model->max_windows)},
+                                 {"calibration", String(&model->calibration)},
+                                 {"calibrate_at_start", Bool(&model->calibrate_at_start)},
+                                 {"precision", PrecisionField(&model->precision)},
+                                 {"batching",
+                                  [model](const YAML::Node& value, const std::string& key_path) {
+                                    return ReadBatching(value, key_path, &model->batching);
+                                  }},
+                             }));
   for (const char* required : {"name", "checkpoint"}) {
     if (!node[required].IsDefined() || node[required].IsNull()) {
       return NodeError(node, ChildPath(path, required), "required");
@@ -232,8 +229,7 @@ absl::Status ReadTokens(const YAML::Node& node, const std::string& path, AuthCon
     } else if (value.IsSequence()) {
       for (std::size_t i = 0; i < value.size(); ++i) {
         std::string role;
-        absl::Status status = ReadScalar(value[i], absl::StrCat(entry_path, "[", i, "]"), &role);
-        if (!status.ok()) return status;
+        TS_RETURN_IF_ERROR(ReadScalar(value[i], absl::StrCat(entry_path, "[", i, "]"), &role));
         roles.push_back(role);
       }
     } else {
@@ -241,10 +237,7 @@ absl::Status ReadTokens(const YAML::Node& node, const std::string& path, AuthCon
                        absl::StrCat("expected a list of roles, got ", KindOf(value)));
     }
     if (roles.empty()) return NodeError(value, entry_path, "needs at least one role");
-    for (const std::string& role : roles) {
-      absl::Status status = CheckRole(entry_path, role);
-      if (!status.ok()) return status;
-    }
+    for (const std::string& role : roles) TS_RETURN_IF_ERROR(CheckRole(entry_path, role));
     AddRoles(token.Scalar(), roles, *auth);
   }
   return absl::OkStatus();
@@ -252,16 +245,9 @@ absl::Status ReadTokens(const YAML::Node& node, const std::string& path, AuthCon
 
 // Reads "TOKEN ROLE[,ROLE...]" lines (blank lines and # comments ignored) into `auth`.
 absl::Status ReadTokensFile(const std::string& file, AuthConfig* auth) {
-  std::ifstream in(file);
-  if (!in) {
-    if (!fs::exists(file))
-      return absl::NotFoundError(absl::StrCat("auth.tokens_file: ", file, ": not found"));
-    return absl::PermissionDeniedError(
-        absl::StrCat("auth.tokens_file: ", file, ": cannot be read"));
-  }
-  std::string line;
+  TS_ASSIGN_OR_RETURN(const std::string contents, ReadFile(file, "auth.tokens_file"));
   int line_number = 0;
-  while (std::getline(in, line)) {
+  for (absl::string_view line : absl::StrSplit(contents, '\n')) {
     ++line_number;
     const std::string where = absl::StrCat("auth.tokens_file (", file, ":", line_number, ")");
     absl::string_view text = absl::StripAsciiWhitespace(line);
@@ -275,10 +261,7 @@ absl::Status ReadTokensFile(const std::string& file, AuthConfig* auth) {
     if (roles.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": needs at least one role"));
     }
-    for (const std::string& role : roles) {
-      absl::Status status = CheckRole(where, role);
-      if (!status.ok()) return status;
-    }
+    for (const std::string& role : roles) TS_RETURN_IF_ERROR(CheckRole(where, role));
     AddRoles(words[0], roles, *auth);
   }
   return absl::OkStatus();
@@ -310,9 +293,7 @@ absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
   checks.push_back(
       CheckAtLeast<std::int64_t>(batching_path + ".max_queue_size", batching.max_queue_size, 1));
   checks.push_back(CheckAtLeast<int>(batching_path + ".batch_threads", batching.batch_threads, 1));
-  for (const absl::Status& status : checks) {
-    if (!status.ok()) return status;
-  }
+  for (const absl::Status& status : checks) TS_RETURN_IF_ERROR(status);
   if (model.max_length > 0 && model.window_stride > model.max_length) {
     return absl::InvalidArgumentError(absl::StrCat(path, ".window_stride: must be <= max_length (",
                                                    model.max_length, "), got ",
@@ -408,9 +389,7 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
       CheckAtLeast<std::int64_t>("jobs.worker_address_space_overhead_bytes",
                                  jobs.worker_address_space_overhead_bytes, 0),
   };
-  for (const absl::Status& check : checks) {
-    if (!check.ok()) return check;
-  }
+  for (const absl::Status& check : checks) TS_RETURN_IF_ERROR(check);
   if (limits.max_generate_count > kMaxGenerateCount) {
     return absl::InvalidArgumentError(
         absl::StrCat("jobs.limits.max_generate_count: must be <= ", kMaxGenerateCount,
@@ -484,15 +463,12 @@ int ThreadsPerJob(const JobsConfig& jobs, int num_cores) {
 }
 
 absl::Status ValidateServerConfig(const ServerConfig& config) {
-  absl::Status status = CheckHostPort("listen", config.listen);
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(CheckHostPort("listen", config.listen));
   if (!config.metrics_listen.empty()) {
-    status = CheckHostPort("metrics_listen", config.metrics_listen);
-    if (!status.ok()) return status;
+    TS_RETURN_IF_ERROR(CheckHostPort("metrics_listen", config.metrics_listen));
   }
   if (!config.http.listen.empty()) {
-    status = CheckHostPort("http.listen", config.http.listen);
-    if (!status.ok()) return status;
+    TS_RETURN_IF_ERROR(CheckHostPort("http.listen", config.http.listen));
   }
   if (config.http.default_timeout < absl::ZeroDuration() ||
       config.http.keep_alive < absl::Milliseconds(1)) {
@@ -511,9 +487,7 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
                    1),
       CheckAtLeast<std::int64_t>("http.max_body_bytes", config.http.max_body_bytes, 0),
   };
-  for (const absl::Status& check : checks) {
-    if (!check.ok()) return check;
-  }
+  for (const absl::Status& check : checks) TS_RETURN_IF_ERROR(check);
   // gRPC takes message limits as int.
   if (config.max_message_bytes > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("max_message_bytes: must be <= ", INT_MAX,
@@ -553,20 +527,15 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
     if (roles.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": needs at least one role"));
     }
-    for (const std::string& role : roles) {
-      status = CheckRole(path, role);
-      if (!status.ok()) return status;
-    }
+    for (const std::string& role : roles) TS_RETURN_IF_ERROR(CheckRole(path, role));
   }
 
-  status = ValidateJobs(config.jobs);
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(ValidateJobs(config.jobs));
 
   std::set<std::string> names;
   for (std::size_t i = 0; i < config.models.size(); ++i) {
     const std::string path = absl::StrCat("models[", i, "]");
-    status = ValidateModel(config.models[i], path);
-    if (!status.ok()) return status;
+    TS_RETURN_IF_ERROR(ValidateModel(config.models[i], path));
     if (!names.insert(config.models[i].name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ".name: duplicate model name \"", config.models[i].name, "\""));
@@ -577,17 +546,9 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
 
 absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                                                const std::string& base_dir) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid YAML: ", e.what()));
-  }
-
   ServerConfig config;
-  absl::Status status;
-  try {
-    status = ReadMap(
+  const auto read_root = [&config](const YAML::Node& root) {
+    return ReadMap(
         root, "",
         {
             {"listen", String(&config.listen)},
@@ -643,9 +604,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                }
                for (std::size_t i = 0; i < node.size(); ++i) {
                  ModelConfig model;
-                 absl::Status model_status =
-                     ReadModel(node[i], absl::StrCat(path, "[", i, "]"), &model);
-                 if (!model_status.ok()) return model_status;
+                 TS_RETURN_IF_ERROR(ReadModel(node[i], absl::StrCat(path, "[", i, "]"), &model));
                  config.models.push_back(std::move(model));
                }
                return absl::OkStatus();
@@ -655,10 +614,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                return ReadJobs(node, path, &config.jobs);
              }},
         });
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid YAML: ", e.what()));
-  }
-  if (!status.ok()) return status;
+  };
+  TS_RETURN_IF_ERROR(ReadDocument(yaml_text, read_root));
 
   config.state_dir = ResolvePath(base_dir, config.state_dir);
   config.data_root = ResolvePath(base_dir, config.data_root);
@@ -672,29 +629,18 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
     model.batching.model_name = model.name;
   }
   if (!config.auth.tokens_file.empty()) {
-    status = ReadTokensFile(config.auth.tokens_file, &config.auth);
-    if (!status.ok()) return status;
+    TS_RETURN_IF_ERROR(ReadTokensFile(config.auth.tokens_file, &config.auth));
   }
-  status = ValidateServerConfig(config);
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(ValidateServerConfig(config));
   return config;
 }
 
 absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    std::error_code error;
-    if (!fs::exists(path, error)) {
-      return absl::NotFoundError(absl::StrCat("config file ", path, ": not found"));
-    }
-    return absl::PermissionDeniedError(absl::StrCat("config file ", path, ": cannot be read"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
+  TS_ASSIGN_OR_RETURN(const std::string text, ReadFile(path, "config file"));
   std::error_code error;
   fs::path base_dir = fs::absolute(fs::path(path), error).parent_path();
   if (error) base_dir = fs::path(path).parent_path();
-  absl::StatusOr<ServerConfig> config = ParseServerConfig(text.str(), base_dir.string());
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(text, base_dir.string());
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));
@@ -712,8 +658,7 @@ absl::StatusOr<ModelConfig> ParseModelFlag(const std::string& flag) {
   model.name = flag.substr(0, equals);
   model.checkpoint = flag.substr(equals + 1);
   model.batching.model_name = model.name;
-  absl::Status status = ValidateModel(model, "--model");
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(ValidateModel(model, "--model"));
   return model;
 }
 

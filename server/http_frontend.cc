@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/api_json.h"
 #include "common/proto_names.h"
+#include "common/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/kserve_v2.h"
 
@@ -111,10 +112,7 @@ absl::Status ReadData(const Json& data, const std::string& field, const std::str
                       v2::InferTensorContents* contents) {
   if (data.is_array()) {
     for (std::size_t i = 0; i < data.size(); ++i) {
-      if (auto status = ReadData(data[i], absl::StrCat(field, "[", i, "]"), datatype, contents);
-          !status.ok()) {
-        return status;
-      }
+      TS_RETURN_IF_ERROR(ReadData(data[i], absl::StrCat(field, "[", i, "]"), datatype, contents));
     }
     return absl::OkStatus();
   }
@@ -141,9 +139,7 @@ absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body) {
       if (!value.is_string()) return Invalid("id", "must be a string");
       request.set_id(value.get<std::string>());
     } else if (key == "parameters") {
-      if (auto s = ReadParameters(value, "parameters", request.mutable_parameters()); !s.ok()) {
-        return s;
-      }
+      TS_RETURN_IF_ERROR(ReadParameters(value, "parameters", request.mutable_parameters()));
     } else if (key == "inputs") {
       if (!value.is_array()) return Invalid("inputs", "must be an array");
       for (std::size_t i = 0; i < value.size(); ++i) {
@@ -167,16 +163,13 @@ absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body) {
               tensor->add_shape(d.get<std::int64_t>());
             }
           } else if (k == "parameters") {
-            if (auto s = ReadParameters(v, field, tensor->mutable_parameters()); !s.ok()) return s;
+            TS_RETURN_IF_ERROR(ReadParameters(v, field, tensor->mutable_parameters()));
           } else if (k != "data") {
             return Invalid(field, "unknown key (known: name, datatype, shape, parameters, data)");
           }
         }
-        if (auto s =
-                ReadData(in["data"], at + ".data", tensor->datatype(), tensor->mutable_contents());
-            !s.ok()) {
-          return s;
-        }
+        TS_RETURN_IF_ERROR(
+            ReadData(in["data"], at + ".data", tensor->datatype(), tensor->mutable_contents()));
       }
     } else if (key == "outputs") {
       if (!value.is_array()) return Invalid("outputs", "must be an array");
@@ -189,11 +182,8 @@ absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body) {
         auto* requested = request.add_outputs();
         requested->set_name(out["name"].get<std::string>());
         if (out.contains("parameters")) {
-          if (auto s = ReadParameters(out["parameters"], at + ".parameters",
-                                      requested->mutable_parameters());
-              !s.ok()) {
-            return s;
-          }
+          TS_RETURN_IF_ERROR(ReadParameters(out["parameters"], at + ".parameters",
+                                            requested->mutable_parameters()));
         }
       }
     } else {
@@ -351,12 +341,12 @@ HttpAnswer LateIsDeadlineExceeded(const CallContext& call, HttpAnswer answer) {
 }
 
 HttpAnswer Infer(Inference* inference, std::int64_t max_batch, const CallContext& call,
-                 v2::ModelInferRequest request) {
+                 const v2::ModelInferRequest& request) {
   absl::Notification done;
   HttpAnswer answer;
   kserve::Infer(
       inference, call, request, max_batch,
-      [&](const absl::Status& status, kserve::InferResult result) {
+      [&](const absl::Status& status, const kserve::InferResult& result) {
         if (status.ok()) {
           answer = JsonAnswer(200, InferResultJson(result));
         } else {
@@ -378,16 +368,17 @@ HttpAnswer Classify(Inference* inference, const CallContext& call,
   const absl::Time started = absl::Now();
   absl::Notification done;
   HttpAnswer answer;
-  inference->Classify(call, request, [&](const absl::Status& status, pb::ClassifyResponse r) {
-    if (status.ok()) {
-      ts::Json body = ts::Json::object();
-      AddClassifyFields(body, r, absl::ToDoubleMilliseconds(absl::Now() - started));
-      answer.body = DumpJson(body);
-    } else {
-      answer = ErrorAnswer(status);
-    }
-    done.Notify();
-  });
+  inference->Classify(
+      call, request, [&](const absl::Status& status, const pb::ClassifyResponse& r) {
+        if (status.ok()) {
+          ts::Json body = ts::Json::object();
+          AddClassifyFields(body, r, absl::ToDoubleMilliseconds(absl::Now() - started));
+          answer.body = DumpJson(body);
+        } else {
+          answer = ErrorAnswer(status);
+        }
+        done.Notify();
+      });
   done.WaitForNotification();
   return LateIsDeadlineExceeded(call, std::move(answer));
 }
@@ -428,7 +419,7 @@ HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch, absl::Durat
       if (!infer.ok()) return ErrorAnswer(infer.status());
       infer->set_model_name(name);
       infer->set_model_version(version);
-      return Infer(inference, max_infer_batch, *call, std::move(*infer));
+      return Infer(inference, max_infer_batch, *call, *infer);
     }
     auto model = inference->GetModel(*call, name);
     if (!model.ok()) return ErrorAnswer(model.status());
@@ -504,12 +495,12 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   listener.keep_alive_max_requests = options.http.keep_alive_max_requests;
   const std::int64_t max_batch = options.max_infer_batch;
   const absl::Duration default_timeout = options.http.default_timeout;
-  auto started = HttpListener::Start(
-      listener, [inference, max_batch, default_timeout](const HttpExchange& exchange) {
+  TS_ASSIGN_OR_RETURN(
+      auto started, HttpListener::Start(listener, [inference, max_batch,
+                                                   default_timeout](const HttpExchange& exchange) {
         return Route(inference, max_batch, default_timeout, exchange);
-      });
-  if (!started.ok()) return started.status();
-  return std::unique_ptr<HttpFrontend>(new HttpFrontend(std::move(*started)));
+      }));
+  return std::unique_ptr<HttpFrontend>(new HttpFrontend(std::move(started)));
 }
 
 }  // namespace ts::server

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "model/cost_model.h"
 #include "model/quoted.h"
 #include "server/grpc_status.h"
@@ -38,12 +39,95 @@ std::string RejectReason(absl::StatusCode code) {
   }
 }
 
+// The request's input as tokens: a document's bytes, or an image's pixels for a model that
+// takes them.
+absl::StatusOr<std::string> InputTokens(const pb::ClassifyRequest& request,
+                                        const ServedModel& model) {
+  switch (request.input_case()) {
+    case pb::ClassifyRequest::kDocument:
+      return request.document();
+    case pb::ClassifyRequest::kImage: {
+      if (model.metadata().modality != "pixels") {
+        return absl::InvalidArgumentError(absl::StrCat("image: model ", Quoted(model.name()),
+                                                       " takes documents (modality ",
+                                                       model.metadata().modality, ")"));
+      }
+      const auto& image = request.image();
+      auto pixels = ImageToTokens(image.width(), image.height(), image.channels(), image.pixels());
+      if (!pixels.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("image: ", pixels.status().message()));
+      }
+      return pixels;
+    }
+    default:
+      return absl::InvalidArgumentError("input: set either document or image");
+  }
+}
+
+// The input cut to the model's limits by its over-length policy, or by the request's own.
+absl::StatusOr<PreparedInput> PrepareInput(const pb::ClassifyRequest& request,
+                                           const ServedModel& model) {
+  TS_ASSIGN_OR_RETURN(const std::string tokens, InputTokens(request, model));
+  LengthPolicy over_length = model.config().over_length;
+  if (!request.over_length().empty()) {
+    auto parsed = ParseLengthPolicy(request.over_length());
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("over_length: ", parsed.status().message()));
+    }
+    over_length = *parsed;
+  }
+  auto prepared = PrepareTokens(tokens, model.length_policy(over_length));
+  if (!prepared.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", Quoted(model.name()), ": ", prepared.status().message()));
+  }
+  return prepared;
+}
+
+// A classified request's answer: the best label, the top_k classes by probability (all of them,
+// in class order, when top_k is 0) and how its batch ran.
+void FillResponse(const ServedModel& model, const ClassifyWork& work, std::uint32_t top_k,
+                  bool truncated, pb::ClassifyResponse* response) {
+  const auto& labels = model.metadata().labels;
+  std::vector<std::uint32_t> order(work.probabilities.size());
+  std::iota(order.begin(), order.end(), 0u);
+  const auto best = std::max_element(work.probabilities.begin(), work.probabilities.end()) -
+                    work.probabilities.begin();
+  response->set_label(labels[best]);
+  if (top_k > 0) {
+    std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return work.probabilities[a] > work.probabilities[b];
+    });
+    order.resize(top_k);
+  }
+  for (const auto c : order) {
+    auto* p = response->add_probabilities();
+    p->set_label(labels[c]);
+    p->set_index(c);
+    p->set_probability(work.probabilities[c]);
+  }
+  response->set_path(ToProtoPath(work.path));
+  std::int64_t longest_window = 0;
+  for (const auto& w : work.windows) {
+    longest_window = std::max<std::int64_t>(longest_window, w.size());
+  }
+  response->set_tokens(static_cast<std::uint32_t>(longest_window + 1));
+  response->set_truncated(truncated);
+  response->set_windows(static_cast<std::uint32_t>(work.windows.size()));
+  response->set_model_version(model.version());
+  auto* timing = response->mutable_timing();
+  timing->set_queue_seconds(work.queue_seconds);
+  timing->set_compute_seconds(work.compute_seconds);
+  timing->set_batch_size(static_cast<std::uint32_t>(work.batch_size));
+  timing->set_batch_tokens(static_cast<std::uint32_t>(work.batch_tokens));
+}
+
 }  // namespace
 
 void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest& request,
                              ClassifyDone done) {
   const absl::Time received = clock_->Now();
-  const std::string model_name = request.model();
+  const std::string& model_name = request.model();
   // The metrics' model label: a name that is not served is "(unknown)", so that clients cannot
   // create a series per name they send.
   const std::string label = model_name.empty()                       ? "-"
@@ -76,45 +160,8 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
   }
   auto path = FromProtoPath(request.path());
   if (!path.ok()) return finish(path.status(), {});
-  std::string tokens;
-  switch (request.input_case()) {
-    case pb::ClassifyRequest::kDocument:
-      tokens = request.document();
-      break;
-    case pb::ClassifyRequest::kImage: {
-      if (model->metadata().modality != "pixels") {
-        return finish(absl::InvalidArgumentError(absl::StrCat("image: model ", Quoted(model_name),
-                                                              " takes documents (modality ",
-                                                              model->metadata().modality, ")")),
-                      {});
-      }
-      const auto& image = request.image();
-      auto pixels = ImageToTokens(image.width(), image.height(), image.channels(), image.pixels());
-      if (!pixels.ok()) {
-        return finish(
-            absl::InvalidArgumentError(absl::StrCat("image: ", pixels.status().message())), {});
-      }
-      tokens = std::move(*pixels);
-      break;
-    }
-    default:
-      return finish(absl::InvalidArgumentError("input: set either document or image"), {});
-  }
-  LengthPolicy over_length = model->config().over_length;
-  if (!request.over_length().empty()) {
-    auto parsed = ParseLengthPolicy(request.over_length());
-    if (!parsed.ok()) {
-      return finish(
-          absl::InvalidArgumentError(absl::StrCat("over_length: ", parsed.status().message())), {});
-    }
-    over_length = *parsed;
-  }
-  auto prepared = PrepareTokens(tokens, model->length_policy(over_length));
-  if (!prepared.ok()) {
-    return finish(absl::InvalidArgumentError(absl::StrCat("model ", Quoted(model_name), ": ",
-                                                          prepared.status().message())),
-                  {});
-  }
+  auto prepared = PrepareInput(request, *model);
+  if (!prepared.ok()) return finish(prepared.status(), {});
   const std::uint32_t classes = static_cast<std::uint32_t>(model->metadata().labels.size());
   if (request.top_k() > classes) {
     return finish(absl::InvalidArgumentError(absl::StrCat(
@@ -139,47 +186,14 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
                   {});
   }
   task->cancelled = call.cancelled;
-  const bool truncated = prepared->truncated;
-  const std::string request_id = request.request_id();
-  const std::uint32_t top_k = request.top_k();
-  task->done = [metrics = metrics_, model, truncated, request_id, top_k, finish](
-                   absl::Status status, ClassifyWork& work) {
+  task->done = [metrics = metrics_, model, truncated = prepared->truncated,
+                request_id = request.request_id(), top_k = request.top_k(),
+                finish](const absl::Status& status, ClassifyWork& work) {
     pb::ClassifyResponse response;
     response.set_request_id(request_id);
     if (!status.ok()) return finish(status, std::move(response));
     if (metrics != nullptr) metrics->RecordQueue(model->name(), work.queue_seconds);
-    const auto& labels = model->metadata().labels;
-    std::vector<std::uint32_t> order(work.probabilities.size());
-    std::iota(order.begin(), order.end(), 0u);
-    const auto best = std::max_element(work.probabilities.begin(), work.probabilities.end()) -
-                      work.probabilities.begin();
-    response.set_label(labels[best]);
-    if (top_k > 0) {
-      std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-        return work.probabilities[a] > work.probabilities[b];
-      });
-      order.resize(top_k);
-    }
-    for (const auto c : order) {
-      auto* p = response.add_probabilities();
-      p->set_label(labels[c]);
-      p->set_index(c);
-      p->set_probability(work.probabilities[c]);
-    }
-    response.set_path(ToProtoPath(work.path));
-    std::int64_t longest_window = 0;
-    for (const auto& w : work.windows) {
-      longest_window = std::max<std::int64_t>(longest_window, w.size());
-    }
-    response.set_tokens(static_cast<std::uint32_t>(longest_window + 1));
-    response.set_truncated(truncated);
-    response.set_windows(static_cast<std::uint32_t>(work.windows.size()));
-    response.set_model_version(model->version());
-    auto* timing = response.mutable_timing();
-    timing->set_queue_seconds(work.queue_seconds);
-    timing->set_compute_seconds(work.compute_seconds);
-    timing->set_batch_size(static_cast<std::uint32_t>(work.batch_size));
-    timing->set_batch_tokens(static_cast<std::uint32_t>(work.batch_tokens));
+    FillResponse(*model, work, top_k, truncated, &response);
     finish(absl::OkStatus(), std::move(response));
   };
   if (auto scheduled = model->batcher().Schedule(task); !scheduled.ok()) {
@@ -206,7 +220,7 @@ void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
 }
 
 absl::StatusOr<std::vector<pb::ModelInfo>> InferenceCore::ListModels(const CallContext& call) {
-  if (auto auth = authorizer_->Check(call.authorization, kClassifyRole); !auth.ok()) return auth;
+  TS_RETURN_IF_ERROR(authorizer_->Check(call.authorization, kClassifyRole));
   std::vector<pb::ModelInfo> models;
   for (const auto& model : registry_->List()) FillModelInfo(*model, &models.emplace_back());
   return models;
@@ -214,7 +228,7 @@ absl::StatusOr<std::vector<pb::ModelInfo>> InferenceCore::ListModels(const CallC
 
 absl::StatusOr<pb::ModelInfo> InferenceCore::GetModel(const CallContext& call,
                                                       const std::string& name) {
-  if (auto auth = authorizer_->Check(call.authorization, kClassifyRole); !auth.ok()) return auth;
+  TS_RETURN_IF_ERROR(authorizer_->Check(call.authorization, kClassifyRole));
   const auto model = registry_->Find(name);
   if (model == nullptr) {
     return absl::NotFoundError(absl::StrCat("model ", Quoted(name), " is not served"));

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "model/cost_model.h"
 #include "model/quoted.h"
 #include "server/job_spec.h"
@@ -34,15 +35,14 @@ absl::Status JobAdmission::CheckSourcePaths(const pb::DataSource& source,
 }
 
 absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
-  if (auto s = CheckEnabled(); !s.ok()) return s;
-  if (auto s = NormalizeTrainingSpec(&spec, jobs_, num_cores_); !s.ok()) return s;
-  if (auto s = CheckSourcePaths(spec.data().train(), "data.train"); !s.ok()) return s;
+  TS_RETURN_IF_ERROR(CheckEnabled());
+  TS_RETURN_IF_ERROR(NormalizeTrainingSpec(&spec, jobs_, num_cores_));
+  TS_RETURN_IF_ERROR(CheckSourcePaths(spec.data().train(), "data.train"));
   if (spec.data().has_validation()) {
-    if (auto s = CheckSourcePaths(spec.data().validation(), "data.validation"); !s.ok()) return s;
+    TS_RETURN_IF_ERROR(CheckSourcePaths(spec.data().validation(), "data.validation"));
   }
   if (!spec.init_from().empty()) {
-    auto path = checkpoints_->Resolve(spec.init_from(), "init_from");
-    if (!path.ok()) return path.status();
+    TS_RETURN_IF_ERROR(checkpoints_->Resolve(spec.init_from(), "init_from").status());
   }
   const std::int64_t estimate = EstimateMemory(spec);
   const std::int64_t budget = MemoryBudgetBytes(jobs_);
@@ -63,9 +63,9 @@ absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
 }
 
 absl::StatusOr<pb::Job> JobAdmission::Evaluation(pb::EvaluationSpec spec) const {
-  if (auto s = CheckEnabled(); !s.ok()) return s;
-  if (auto s = NormalizeEvaluationSpec(&spec, jobs_, num_cores_); !s.ok()) return s;
-  if (auto s = CheckSourcePaths(spec.data(), "data"); !s.ok()) return s;
+  TS_RETURN_IF_ERROR(CheckEnabled());
+  TS_RETURN_IF_ERROR(NormalizeEvaluationSpec(&spec, jobs_, num_cores_));
+  TS_RETURN_IF_ERROR(CheckSourcePaths(spec.data(), "data"));
   switch (spec.target_case()) {
     case pb::EvaluationSpec::kModel:
       if (registry_->Find(spec.model()) == nullptr) {
@@ -80,9 +80,7 @@ absl::StatusOr<pb::Job> JobAdmission::Evaluation(pb::EvaluationSpec spec) const 
       }
       break;
     case pb::EvaluationSpec::kCheckpoint:
-      if (auto path = checkpoints_->Resolve(spec.checkpoint(), "checkpoint"); !path.ok()) {
-        return path.status();
-      }
+      TS_RETURN_IF_ERROR(checkpoints_->Resolve(spec.checkpoint(), "checkpoint").status());
       break;
     default:
       return absl::InvalidArgumentError("target: give one of model, job_id or checkpoint");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/quoted.h"
 #include "server/job_queue.h"
 
@@ -78,9 +79,8 @@ void RecordCheckpoint(const JobContext& context, const std::string& job_id,
 
 absl::StatusOr<std::string> CheckpointResolver::JobCheckpoint(const std::string& job_id,
                                                               pb::CheckpointChoice which) const {
-  auto job = jobs_->Get(job_id);
-  if (!job.ok()) return job.status();
-  return ChooseCheckpoint(*job, which);
+  TS_ASSIGN_OR_RETURN(auto job, jobs_->Get(job_id));
+  return ChooseCheckpoint(job, which);
 }
 
 absl::StatusOr<std::string> CheckpointResolver::Resolve(const std::string& reference,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace ts::server {
 namespace pb = taylorshift::v1;
@@ -14,16 +15,15 @@ absl::StatusOr<pb::DeleteJobResponse> JobDeleter::Delete(const std::string& id,
                                                          const std::string& reason) {
   // Serialised with promotions, so that none is copying a checkpoint this removes.
   absl::MutexLock files_lock(&context_->files_mu);
-  if (auto s = queue_->CheckDeletable(id); !s.ok()) return s;
-  auto job = context_->store->GetJob(id);
-  if (!job.ok()) return job.status();
-  if (!IsFinalJobState(job->state())) {
+  TS_RETURN_IF_ERROR(queue_->CheckDeletable(id));
+  TS_ASSIGN_OR_RETURN(auto job, context_->store->GetJob(id));
+  if (!IsFinalJobState(job.state())) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " is ", JobStateName(job->state()), "; cancel it first"));
+        absl::StrCat("job ", id, " is ", JobStateName(job.state()), "; cancel it first"));
   }
   pb::DeleteJobResponse response;
   response.set_id(id);
-  response.set_state(job->state());
+  response.set_state(job.state());
   const std::string dir = (fs::path(jobs_dir_) / id).string();
   std::error_code error;
   if (fs::exists(dir, error)) {
@@ -44,9 +44,9 @@ absl::StatusOr<pb::DeleteJobResponse> JobDeleter::Delete(const std::string& id,
     return s;
   }
   if (context_->metrics != nullptr) {
-    context_->metrics->RemoveJob(id, JobKindName(job->kind()), reason);
+    context_->metrics->RemoveJob(id, JobKindName(job.kind()), reason);
   }
-  context_->Log(absl::StrCat("job ", id, " (", job->name(), ", ", JobStateName(job->state()),
+  context_->Log(absl::StrCat("job ", id, " (", job.name(), ", ", JobStateName(job.state()),
                              ") deleted by ", reason, ": ", response.files_removed(), " files, ",
                              response.bytes_freed(), " bytes"));
   return response;

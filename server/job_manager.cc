@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/model_registry.h"
 
 namespace ts::server {
@@ -53,17 +54,15 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
                                                                Metrics* metrics, Clock* clock) {
   // threads_per_job 0 (automatic) becomes this machine's number once, before any spec uses it.
   options.jobs.threads_per_job = ThreadsPerJob(options.jobs, options.num_cores);
-  if (auto s = MakeDirectories(options.state_dir); !s.ok()) return s;
-  if (auto s = MakeDirectories(options.data_root); !s.ok()) return s;
-  auto data_root = DataRoot::Create(options.data_root);
-  if (!data_root.ok()) return data_root.status();
-  auto store = JobStore::Open((fs::path(options.state_dir) / "jobs.db").string());
-  if (!store.ok()) return store.status();
-  auto unfinished = (*store)->UnfinishedJobs();
-  if (!unfinished.ok()) return unfinished.status();
+  TS_RETURN_IF_ERROR(MakeDirectories(options.state_dir));
+  TS_RETURN_IF_ERROR(MakeDirectories(options.data_root));
+  TS_ASSIGN_OR_RETURN(auto data_root, DataRoot::Create(options.data_root));
+  TS_ASSIGN_OR_RETURN(auto store,
+                      JobStore::Open((fs::path(options.state_dir) / "jobs.db").string(), clock));
+  TS_ASSIGN_OR_RETURN(auto unfinished, store->UnfinishedJobs());
 
   std::unique_ptr<JobManager> manager(new JobManager(
-      std::move(options), std::move(*store), std::move(*data_root), registry, metrics, clock));
+      std::move(options), std::move(store), std::move(data_root), registry, metrics, clock));
   // The dashboard shows recent jobs' states from the start.
   if (metrics != nullptr) {
     pb::ListJobsRequest recent;
@@ -74,8 +73,8 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
       }
     }
   }
-  for (auto& job : *unfinished) {
-    if (auto s = manager->queue_.Restore(std::move(job)); !s.ok()) return s;
+  for (auto& job : unfinished) {
+    TS_RETURN_IF_ERROR(manager->queue_.Restore(std::move(job)));
   }
   const JobsConfig& jobs = manager->options_.jobs;
   if (jobs.retention > absl::ZeroDuration()) {
@@ -111,15 +110,13 @@ void JobManager::WorkerLoop() {
 void JobManager::RestorePromotions() { promoter_.RestorePromotions(); }
 
 absl::StatusOr<pb::Job> JobManager::SubmitTraining(pb::TrainingSpec spec) {
-  auto job = admission_.Training(std::move(spec));
-  if (!job.ok()) return job.status();
-  return queue_.Enqueue(*std::move(job));
+  TS_ASSIGN_OR_RETURN(auto job, admission_.Training(std::move(spec)));
+  return queue_.Enqueue(std::move(job));
 }
 
 absl::StatusOr<pb::Job> JobManager::SubmitEvaluation(pb::EvaluationSpec spec) {
-  auto job = admission_.Evaluation(std::move(spec));
-  if (!job.ok()) return job.status();
-  return queue_.Enqueue(*std::move(job));
+  TS_ASSIGN_OR_RETURN(auto job, admission_.Evaluation(std::move(spec)));
+  return queue_.Enqueue(std::move(job));
 }
 
 absl::StatusOr<pb::Job> JobManager::GetJob(const std::string& id) const { return queue_.Get(id); }

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "worker/event_pipe.h"
 
 extern char** environ;
@@ -104,9 +105,7 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
   process->on_log_ = std::move(on_log);
   int port = 0;
   if (options.world_size > 1) {
-    auto picked = PickFreeLoopbackPort();
-    if (!picked.ok()) return picked.status();
-    port = *picked;
+    TS_ASSIGN_OR_RETURN(port, PickFreeLoopbackPort());
   }
   const pid_t parent = getpid();
   for (int r = 0; r < options.world_size; ++r) {
@@ -141,11 +140,13 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
       env_strings.push_back(absl::StrCat("LOCAL_RANK=", r));
     }
     std::vector<char*> envp;
+    envp.reserve(env_strings.size() + 1);
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
     std::vector<std::string> arg_strings = {
         options.binary, absl::StrCat("--task=", options.task_file), "--events-fd=3"};
     std::vector<char*> argv;
+    argv.reserve(arg_strings.size() + 1);
     for (auto& s : arg_strings) argv.push_back(s.data());
     argv.push_back(nullptr);
     rlimit limit{};
@@ -198,147 +199,58 @@ void JobProcess::Stop() {
   KillAll(SIGTERM);
 }
 
-JobProcessOutcome JobProcess::Wait() {
-  JobProcessOutcome outcome;
-  std::string failure;  // the first reason the supervisor ended the job
-  int failing_rank = -1;
-  bool killed = false;
-  absl::Time stop_sent = absl::InfiniteFuture();
-  const auto end_all = [&](int rank, const std::string& reason) {
-    if (failure.empty()) {
-      failure = reason;
-      failing_rank = rank;
-    }
-    if (!killed) {
-      killed = true;
-      KillAll(SIGKILL);
-    }
-  };
-
-  for (;;) {
-    if (stop_requested_ && stop_sent == absl::InfiniteFuture()) stop_sent = options_.clock->Now();
-    if (stop_sent != absl::InfiniteFuture() && !killed &&
-        options_.clock->Now() - stop_sent > options_.stop_grace) {
-      killed = true;
-      KillAll(SIGKILL);
-    }
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Rank*, bool>> owners;  // (rank, is events fd)
-    for (auto& rank : ranks_) {
-      if (rank->events_fd >= 0) {
-        fds.push_back({rank->events_fd, POLLIN, 0});
-        owners.emplace_back(rank.get(), true);
-      }
-      if (rank->log_fd >= 0) {
-        fds.push_back({rank->log_fd, POLLIN, 0});
-        owners.emplace_back(rank.get(), false);
-      }
-    }
-    if (!fds.empty()) {
-      poll(fds.data(), fds.size(), 100);
+void JobProcess::ReadPipe(Rank& rank, int fd, bool events, const EndAll& end_all) {
+  char buffer[65536];
+  const ssize_t n = read(fd, buffer, sizeof(buffer));
+  if (n < 0 && errno == EINTR) return;
+  if (n <= 0) {
+    if (events) {
+      CloseFd(rank.events_fd);
     } else {
-      absl::SleepFor(absl::Milliseconds(20));
+      if (!rank.log_partial.empty()) {
+        rank.log_tail.push_back(std::move(rank.log_partial));
+        rank.log_partial.clear();
+      }
+      CloseFd(rank.log_fd);
     }
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      Rank& rank = *owners[i].first;
-      char buffer[65536];
-      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        if (owners[i].second) {
-          CloseFd(rank.events_fd);
-        } else {
-          if (!rank.log_partial.empty()) {
-            rank.log_tail.push_back(std::move(rank.log_partial));
-            rank.log_partial.clear();
-          }
-          CloseFd(rank.log_fd);
-        }
-        continue;
-      }
-      rank.last_heard = options_.clock->Now();
-      if (!owners[i].second) {
-        rank.log_partial.append(buffer, static_cast<std::size_t>(n));
-        std::size_t eol;
-        while ((eol = rank.log_partial.find('\n')) != std::string::npos) {
-          std::string line = rank.log_partial.substr(0, eol);
-          rank.log_partial.erase(0, eol + 1);
-          if (on_log_) on_log_(rank.index, line);
-          rank.log_tail.push_back(std::move(line));
-          while (rank.log_tail.size() > options_.log_lines_kept) rank.log_tail.pop_front();
-        }
-        continue;
-      }
-      rank.decoder.Append(buffer, static_cast<std::size_t>(n));
-      for (;;) {
-        auto message = rank.decoder.Next();
-        if (!message.ok()) {
-          rank.protocol_error = std::string(message.status().message());
-          CloseFd(rank.events_fd);
-          end_all(rank.index, absl::StrCat("rank ", rank.index, ": ", rank.protocol_error));
-          break;
-        }
-        if (!message->has_value()) break;
-        const pb::WorkerMessage& m = **message;
-        if (m.kind_case() == pb::WorkerMessage::kHeartbeat) continue;
-        if (m.kind_case() == pb::WorkerMessage::kResult) {
-          rank.have_result = true;
-          rank.result = m.result();
-        }
-        if (on_message_) on_message_(m);
-      }
-    }
-    // Exits.
-    bool all_exited = true;
-    for (auto& rank : ranks_) {
-      if (!rank->exited) {
-        const pid_t done = waitpid(rank->pid, &rank->wait_status, WNOHANG);
-        if (done == rank->pid) {
-          rank->exited = true;
-          // Whatever the pipes still hold is read on the next rounds.
-        }
-      }
-      all_exited = all_exited && rank->exited;
-      if (rank->exited && !killed && !stop_requested_) {
-        const int ws = rank->wait_status;
-        const bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-        // A rank that failed on its own ends the others (they would wait for it).
-        if (WIFSIGNALED(ws)) {
-          end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
-                                            ") was killed by signal ", WTERMSIG(ws), " (",
-                                            SignalName(WTERMSIG(ws)), ")",
-                                            WTERMSIG(ws) == SIGKILL
-                                                ? "; out of memory (the kernel's OOM killer) or "
-                                                  "killed from outside"
-                                                : ""));
-        } else if (!clean && ranks_.size() > 1) {
-          end_all(rank->index, "");
-        }
-      }
-      if (!rank->exited && !killed &&
-          options_.clock->Now() - rank->last_heard > options_.heartbeat_timeout) {
-        end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
-                                          ") sent no heartbeat for ",
-                                          absl::FormatDuration(options_.heartbeat_timeout),
-                                          " (hung or stopped); killed"));
-      }
-    }
-    bool pipes_open = false;
-    for (auto& rank : ranks_) pipes_open = pipes_open || rank->events_fd >= 0 || rank->log_fd >= 0;
-    if (all_exited && !pipes_open) break;
-    // A grandchild holding a pipe open must not keep the job alive once every rank is gone.
-    if (all_exited) {
-      static constexpr absl::Duration kDrain = absl::Seconds(2);
-      bool any_heard_recently = false;
-      for (auto& rank : ranks_)
-        any_heard_recently |= options_.clock->Now() - rank->last_heard < kDrain;
-      if (!any_heard_recently) break;
-    }
+    return;
   }
+  rank.last_heard = options_.clock->Now();
+  if (!events) {
+    rank.log_partial.append(buffer, static_cast<std::size_t>(n));
+    std::size_t eol;
+    while ((eol = rank.log_partial.find('\n')) != std::string::npos) {
+      std::string line = rank.log_partial.substr(0, eol);
+      rank.log_partial.erase(0, eol + 1);
+      if (on_log_) on_log_(rank.index, line);
+      rank.log_tail.push_back(std::move(line));
+      while (rank.log_tail.size() > options_.log_lines_kept) rank.log_tail.pop_front();
+    }
+    return;
+  }
+  rank.decoder.Append(buffer, static_cast<std::size_t>(n));
+  for (;;) {
+    auto message = rank.decoder.Next();
+    if (!message.ok()) {
+      rank.protocol_error = std::string(message.status().message());
+      CloseFd(rank.events_fd);
+      end_all(rank.index, absl::StrCat("rank ", rank.index, ": ", rank.protocol_error));
+      break;
+    }
+    if (!message->has_value()) break;
+    const pb::WorkerMessage& m = **message;
+    if (m.kind_case() == pb::WorkerMessage::kHeartbeat) continue;
+    if (m.kind_case() == pb::WorkerMessage::kResult) {
+      rank.have_result = true;
+      rank.result = m.result();
+    }
+    if (on_message_) on_message_(m);
+  }
+}
 
-  // The outcome: rank 0's result decides unless the supervisor ended the job.
-  Rank& zero = *ranks_.front();
+JobProcessOutcome JobProcess::Outcome(const std::string& failure, int failing_rank) const {
+  JobProcessOutcome outcome;
+  const Rank& zero = *ranks_.front();
   const Rank* reported =
       failing_rank >= 0 ? ranks_[static_cast<std::size_t>(failing_rank)].get() : &zero;
   outcome.last_log_lines.assign(reported->log_tail.begin(), reported->log_tail.end());
@@ -390,6 +302,101 @@ JobProcessOutcome JobProcess::Wait() {
         absl::StrCat(outcome.status.message(), "; last log lines: ", absl::StrJoin(tail, " | ")));
   }
   return outcome;
+}
+
+JobProcessOutcome JobProcess::Wait() {
+  std::string failure;  // the first reason the supervisor ended the job
+  int failing_rank = -1;
+  bool killed = false;
+  absl::Time stop_sent = absl::InfiniteFuture();
+  const EndAll end_all = [&](int rank, const std::string& reason) {
+    if (failure.empty()) {
+      failure = reason;
+      failing_rank = rank;
+    }
+    if (!killed) {
+      killed = true;
+      KillAll(SIGKILL);
+    }
+  };
+
+  for (;;) {
+    if (stop_requested_ && stop_sent == absl::InfiniteFuture()) stop_sent = options_.clock->Now();
+    if (stop_sent != absl::InfiniteFuture() && !killed &&
+        options_.clock->Now() - stop_sent > options_.stop_grace) {
+      killed = true;
+      KillAll(SIGKILL);
+    }
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Rank*, bool>> owners;  // (rank, is events fd)
+    for (auto& rank : ranks_) {
+      if (rank->events_fd >= 0) {
+        fds.push_back({rank->events_fd, POLLIN, 0});
+        owners.emplace_back(rank.get(), true);
+      }
+      if (rank->log_fd >= 0) {
+        fds.push_back({rank->log_fd, POLLIN, 0});
+        owners.emplace_back(rank.get(), false);
+      }
+    }
+    if (!fds.empty()) {
+      poll(fds.data(), fds.size(), 100);
+    } else {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      ReadPipe(*owners[i].first, fds[i].fd, owners[i].second, end_all);
+    }
+    // Exits.
+    bool all_exited = true;
+    for (auto& rank : ranks_) {
+      if (!rank->exited) {
+        const pid_t done = waitpid(rank->pid, &rank->wait_status, WNOHANG);
+        if (done == rank->pid) {
+          rank->exited = true;
+          // Whatever the pipes still hold is read on the next rounds.
+        }
+      }
+      all_exited = all_exited && rank->exited;
+      if (rank->exited && !killed && !stop_requested_) {
+        const int ws = rank->wait_status;
+        const bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+        // A rank that failed on its own ends the others (they would wait for it).
+        if (WIFSIGNALED(ws)) {
+          end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
+                                            ") was killed by signal ", WTERMSIG(ws), " (",
+                                            SignalName(WTERMSIG(ws)), ")",
+                                            WTERMSIG(ws) == SIGKILL
+                                                ? "; out of memory (the kernel's OOM killer) or "
+                                                  "killed from outside"
+                                                : ""));
+        } else if (!clean && ranks_.size() > 1) {
+          end_all(rank->index, "");
+        }
+      }
+      if (!rank->exited && !killed &&
+          options_.clock->Now() - rank->last_heard > options_.heartbeat_timeout) {
+        end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
+                                          ") sent no heartbeat for ",
+                                          absl::FormatDuration(options_.heartbeat_timeout),
+                                          " (hung or stopped); killed"));
+      }
+    }
+    bool pipes_open = false;
+    for (auto& rank : ranks_) pipes_open = pipes_open || rank->events_fd >= 0 || rank->log_fd >= 0;
+    if (all_exited && !pipes_open) break;
+    // A grandchild holding a pipe open must not keep the job alive once every rank is gone.
+    if (all_exited) {
+      static constexpr absl::Duration kDrain = absl::Seconds(2);
+      bool any_heard_recently = false;
+      for (auto& rank : ranks_)
+        any_heard_recently |= options_.clock->Now() - rank->last_heard < kDrain;
+      if (!any_heard_recently) break;
+    }
+  }
+
+  return Outcome(failure, failing_rank);
 }
 
 }  // namespace ts::server

@@ -71,8 +71,17 @@ class JobProcess {
 
  private:
   struct Rank;
+  // Ends the job: the first call's reason (from `rank`) becomes the failure; kills every rank.
+  using EndAll = std::function<void(int rank, const std::string& reason)>;
+
   explicit JobProcess(const JobProcessOptions& options);
   void KillAll(int signal);
+  // Reads what `fd` (the rank's events pipe, or its stderr) holds now: messages go to
+  // on_message_, lines to on_log_ and the rank's log tail; a protocol error ends the job.
+  void ReadPipe(Rank& rank, int fd, bool events, const EndAll& end_all);
+  // Once every rank has exited: rank 0's result decides unless the supervisor ended the job
+  // (`failure`, from `failing_rank`; empty and -1 when it did not).
+  JobProcessOutcome Outcome(const std::string& failure, int failing_rank) const;
 
   const JobProcessOptions options_;
   MessageHandler on_message_;

@@ -1,12 +1,12 @@
 #include "server/job_promotion.h"
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "model/atomic_file.h"
 #include "model/checkpoint.h"
 #include "model/quoted.h"
@@ -25,12 +25,6 @@ std::optional<double> RecordedAccuracy(const CheckpointMetadata& metadata) {
   double value = 0;
   if (it == metadata.provenance.end() || !absl::SimpleAtod(it->second, &value)) return {};
   return value;
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -53,9 +47,7 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
       break;
     }
     case pb::PromoteCheckpointRequest::kCheckpoint: {
-      auto path = checkpoints_->Resolve(request.checkpoint(), "checkpoint");
-      if (!path.ok()) return path.status();
-      source_path = *path;
+      TS_ASSIGN_OR_RETURN(source_path, checkpoints_->Resolve(request.checkpoint(), "checkpoint"));
       source = absl::StrCat("checkpoint:", request.checkpoint());
       break;
     }
@@ -63,8 +55,7 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
       return absl::InvalidArgumentError("source: give job_id or checkpoint");
   }
   absl::MutexLock files_lock(&context_->files_mu);
-  auto bytes = ReadWholeFile(source_path);
-  if (!bytes.ok()) return bytes.status();
+  TS_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(source_path, "checkpoint"));
   auto candidate = LoadCheckpoint(source_path);
   if (!candidate.ok()) return Prefixed(candidate.status(), "checkpoint: ");
 
@@ -89,20 +80,19 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
           *promotion.validation_accuracy, *promotion.previous_validation_accuracy));
     }
   }
-  const std::string version = absl::StrFormat("%08x", Crc32(bytes->data(), bytes->size()));
+  const std::string version = absl::StrFormat("%08x", Crc32(bytes.data(), bytes.size()));
   const std::string dir = (fs::path(options_.models_dir) / request.model()).string();
   std::error_code error;
   fs::create_directories(dir, error);
   if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
   const std::string destination = (fs::path(dir) / absl::StrCat(version, ".tsckpt")).string();
-  if (auto s = WriteFileAtomically(destination, *bytes); !s.ok()) return s;
+  TS_RETURN_IF_ERROR(WriteFileAtomically(destination, bytes));
 
   ModelConfig config = current != nullptr ? current->config() : options_.promoted_model_defaults;
   config.name = request.model();
   config.checkpoint = destination;
   if (config.max_length > candidate->options.max_length()) config.max_length = 0;
-  auto model = ServedModel::Load(config, context_->metrics, context_->clock);
-  if (!model.ok()) return model.status();
+  TS_ASSIGN_OR_RETURN(auto model, ServedModel::Load(config, context_->metrics, context_->clock));
 
   PromotionRecord record;
   record.model = request.model();
@@ -118,11 +108,11 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
     return s;
   }
 
-  const auto previous = registry_->Put(*model);
+  const auto previous = registry_->Put(model);
   if (previous != nullptr && context_->metrics != nullptr && previous->version() != version) {
     context_->metrics->RemoveModelInfo(request.model(), previous->version());
   }
-  promotion.model = *model;
+  promotion.model = model;
   context_->Log(absl::StrCat("model '", request.model(), "' now serves version ", version, " (",
                              source,
                              promotion.previous_version.empty()

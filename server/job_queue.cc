@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "server/job_process.h"
 
 namespace ts::server {
@@ -60,14 +62,17 @@ absl::Status JobQueue::Restore(pb::Job job) {
   if (context_->metrics != nullptr) {
     context_->metrics->SetJobState(id, JobKindName(active->job.kind()), "queued");
   }
-  absl::MutexLock lock(&mu_);
-  active_[id] = active;
-  queue_.push_back(std::move(active));
+  {
+    absl::MutexLock lock(&mu_);
+    active_[id] = active;
+    queue_.push_back(std::move(active));
+  }
+  changed_cv_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::StatusOr<pb::Job> JobQueue::Enqueue(pb::Job job) {
-  absl::MutexLock lock(&mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");
   std::int64_t queued = 0;
   for (const auto& [id, active] : active_) {
@@ -86,6 +91,8 @@ absl::StatusOr<pb::Job> JobQueue::Enqueue(pb::Job job) {
   auto active = std::make_shared<ActiveJob>(*stored);
   active_[stored->id()] = active;
   queue_.push_back(std::move(active));
+  lock.Release();
+  changed_cv_.SignalAll();
   if (context_->metrics != nullptr) {
     context_->metrics->SetJobState(stored->id(), JobKindName(stored->kind()), "queued");
   }
@@ -94,19 +101,20 @@ absl::StatusOr<pb::Job> JobQueue::Enqueue(pb::Job job) {
   return *stored;
 }
 
+bool JobQueue::HeadMayStartOrStopping() const {
+  if (stopping_) return true;
+  if (queue_.empty()) return false;
+  // The head starts when its memory estimate fits beside the running jobs' (or nothing runs):
+  // jobs.memory_budget_bytes holds for all jobs together.
+  const std::int64_t need = MemoryEstimate(queue_.front()->job);
+  return running_memory_ == 0 || running_memory_ + need <= options_.memory_budget_bytes;
+}
+
 std::shared_ptr<ActiveJob> JobQueue::Next() {
   absl::MutexLock lock(&mu_);
-  // The head of the queue starts when its memory estimate fits beside the running jobs' (or
-  // nothing runs): jobs.memory_budget_bytes holds for all jobs together.
-  mu_.Await(absl::Condition(
-      +[](JobQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
-        if (q->stopping_) return true;
-        if (q->queue_.empty()) return false;
-        const std::int64_t need = MemoryEstimate(q->queue_.front()->job);
-        return q->running_memory_ == 0 ||
-               q->running_memory_ + need <= q->options_.memory_budget_bytes;
-      },
-      this));
+  while (!HeadMayStartOrStopping()) {
+    context_->clock->WaitUntil(changed_cv_, mu_, absl::InfiniteFuture());
+  }
   if (stopping_) return nullptr;
   std::shared_ptr<ActiveJob> active = std::move(queue_.front());
   queue_.pop_front();
@@ -115,9 +123,12 @@ std::shared_ptr<ActiveJob> JobQueue::Next() {
 }
 
 void JobQueue::Release(const ActiveJob& active) {
-  absl::MutexLock lock(&mu_);
-  running_memory_ -= MemoryEstimate(active.job);
-  active_.erase(active.id);
+  {
+    absl::MutexLock lock(&mu_);
+    running_memory_ -= MemoryEstimate(active.job);
+    active_.erase(active.id);
+  }
+  changed_cv_.SignalAll();
 }
 
 absl::StatusOr<pb::Job> JobQueue::Get(const std::string& id) const {
@@ -150,12 +161,12 @@ absl::StatusOr<pb::Job> JobQueue::Cancel(const std::string& id) {
     }
   }
   if (active == nullptr) {
-    auto job = context_->store->GetJob(id);
-    if (!job.ok()) return job.status();
+    TS_ASSIGN_OR_RETURN(auto job, context_->store->GetJob(id));
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " is already ", JobStateName(job->state())));
+        absl::StrCat("job ", id, " is already ", JobStateName(job.state())));
   }
   if (was_queued) {
+    changed_cv_.SignalAll();  // a new head may start
     SetState(*active, pb::JOB_STATE_CANCELLED, "cancelled by request while queued");
   } else {
     active->StopProcess();  // SIGTERM now, SIGKILL after jobs.stop_grace
@@ -246,9 +257,7 @@ absl::StatusOr<std::int64_t> JobQueue::Watch(const std::string& id, Listener lis
   if (const auto it = active_.find(id); it != active_.end()) {
     *snapshot.mutable_job() = it->second->job;
   } else {
-    auto job = context_->store->GetJob(id);
-    if (!job.ok()) return job.status();
-    *snapshot.mutable_job() = std::move(*job);
+    TS_ASSIGN_OR_RETURN(*snapshot.mutable_job(), context_->store->GetJob(id));
   }
   listener(snapshot);
   if (IsFinalJobState(snapshot.job().state())) return 0;
@@ -270,6 +279,7 @@ void JobQueue::Stop() {
     stopping_ = true;
     for (const auto& [id, job] : active_) active.push_back(job);
   }
+  changed_cv_.SignalAll();
   // Running workers stop at their next step boundary and save their state (SIGTERM).
   for (const auto& job : active) job->StopProcess();
   // Open watches end now (an event of type TYPE_UNSPECIFIED says so): their jobs will not reach

@@ -5,7 +5,8 @@
 //   jobs are waiting (RESOURCE_EXHAUSTED naming the limit) or Stop() was called (UNAVAILABLE).
 // - Start order: Next() hands out the head of the queue once its memory estimate fits beside the
 //   running jobs' in the memory budget (or nothing runs), so the budget holds for all jobs
-//   together; the job stays in the table until Release().
+//   together; the job stays in the table until Release(). It waits through the context's clock
+//   (with no deadline), so a test's fake clock sees a runner waiting there.
 // - Transitions: SetState stamps start/end times from the clock, updates the job metrics, logs,
 //   persists the snapshot and publishes a STATE event; Publish persists and sends any event.
 // - Watches: a listener gets a SNAPSHOT and then every event of the job, ordered after the
@@ -107,6 +108,9 @@ class JobQueue {
   bool stopping() const;
 
  private:
+  // The head of the queue may start now (or Stop() was called): what Next() waits for.
+  bool HeadMayStartOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const JobQueueOptions options_;
   JobContext* const context_;
 
@@ -115,6 +119,8 @@ class JobQueue {
   std::deque<std::shared_ptr<ActiveJob>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::int64_t running_memory_ ABSL_GUARDED_BY(mu_) = 0;  // estimates of the running jobs
+  // Signalled when queue_, running_memory_ or stopping_ changed (Next() waits on it).
+  absl::CondVar changed_cv_;
 
   struct Watcher {
     std::string job_id;

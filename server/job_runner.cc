@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "model/atomic_file.h"
 #include "model/quoted.h"
 #include "server/job_process.h"
@@ -88,9 +89,9 @@ absl::StatusOr<pb::WorkerTask> JobRunner::MakeTask(const ActiveJob& active) cons
   if (job.kind() == pb::JOB_KIND_TRAINING) {
     task.set_threads(job.training().threads());
     if (!job.training().init_from().empty()) {
-      auto path = checkpoints_->Resolve(job.training().init_from(), "init_from");
-      if (!path.ok()) return path.status();
-      task.set_init_from_path(*path);
+      TS_ASSIGN_OR_RETURN(auto path,
+                          checkpoints_->Resolve(job.training().init_from(), "init_from"));
+      task.set_init_from_path(path);
     }
     return task;
   }
@@ -107,15 +108,14 @@ absl::StatusOr<pb::WorkerTask> JobRunner::MakeTask(const ActiveJob& active) cons
       break;
     }
     case pb::EvaluationSpec::kJobId: {
-      auto path = checkpoints_->JobCheckpoint(spec.job_id(), pb::CHECKPOINT_CHOICE_BEST);
-      if (!path.ok()) return path.status();
-      task.set_checkpoint_path(*path);
+      TS_ASSIGN_OR_RETURN(auto path,
+                          checkpoints_->JobCheckpoint(spec.job_id(), pb::CHECKPOINT_CHOICE_BEST));
+      task.set_checkpoint_path(path);
       break;
     }
     default: {
-      auto path = checkpoints_->Resolve(spec.checkpoint(), "checkpoint");
-      if (!path.ok()) return path.status();
-      task.set_checkpoint_path(*path);
+      TS_ASSIGN_OR_RETURN(auto path, checkpoints_->Resolve(spec.checkpoint(), "checkpoint"));
+      task.set_checkpoint_path(path);
     }
   }
   return task;
@@ -123,48 +123,48 @@ absl::StatusOr<pb::WorkerTask> JobRunner::MakeTask(const ActiveJob& active) cons
 
 absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   const std::string& id = active.id;
-  auto task = MakeTask(active);
-  if (!task.ok()) return task.status();
+  TS_ASSIGN_OR_RETURN(auto task, MakeTask(active));
   std::error_code error;
-  fs::create_directories(task->job_dir(), error);
+  fs::create_directories(task.job_dir(), error);
   if (error) {
     return absl::InternalError(
-        absl::StrCat("cannot create ", task->job_dir(), ": ", error.message()));
+        absl::StrCat("cannot create ", task.job_dir(), ": ", error.message()));
   }
-  const std::string task_file = (fs::path(task->job_dir()) / "task.pb").string();
-  if (auto s = WriteFileAtomically(task_file, task->SerializeAsString()); !s.ok()) return s;
+  const std::string task_file = (fs::path(task.job_dir()) / "task.pb").string();
+  TS_RETURN_IF_ERROR(WriteFileAtomically(task_file, task.SerializeAsString()));
 
   const int world =
-      task->job().kind() == pb::JOB_KIND_TRAINING
-          ? static_cast<int>(std::max<std::uint32_t>(task->job().training().workers(), 1))
+      task.job().kind() == pb::JOB_KIND_TRAINING
+          ? static_cast<int>(std::max<std::uint32_t>(task.job().training().workers(), 1))
           : 1;
   JobProcessOptions process_options;
   process_options.binary = WorkerBinary();
   process_options.task_file = task_file;
   process_options.world_size = world;
-  process_options.threads = static_cast<int>(std::max<std::uint32_t>(task->threads(), 1));
+  process_options.threads = static_cast<int>(std::max<std::uint32_t>(task.threads(), 1));
   process_options.address_space_bytes = static_cast<std::uint64_t>(
       MemoryBudgetBytes(options_.jobs) / world + options_.jobs.worker_address_space_overhead_bytes);
   process_options.heartbeat_timeout = options_.jobs.heartbeat_timeout;
   process_options.stop_grace = options_.jobs.stop_grace;
   process_options.clock = context_->clock;
-  auto process = JobProcess::Start(
-      process_options,
-      [this, &active](const pb::WorkerMessage& message) { recorder_->Apply(active, message); },
-      [this, id](int rank, const std::string& line) {
-        context_->Log(absl::StrCat("job ", id, " rank ", rank, ": ", line));
-      });
-  if (!process.ok()) return process.status();
+  TS_ASSIGN_OR_RETURN(
+      auto process,
+      JobProcess::Start(
+          process_options,
+          [this, &active](const pb::WorkerMessage& message) { recorder_->Apply(active, message); },
+          [this, id](int rank, const std::string& line) {
+            context_->Log(absl::StrCat("job ", id, " rank ", rank, ": ", line));
+          }));
   std::vector<std::string> pids;
-  for (const pid_t pid : (*process)->pids()) pids.push_back(absl::StrCat(pid));
+  for (const pid_t pid : process->pids()) pids.push_back(absl::StrCat(pid));
   context_->Log(absl::StrCat("job ", id, ": worker process", world > 1 ? "es " : " ",
                              absl::StrJoin(pids, ", "), " started (", world, " rank",
                              world > 1 ? "s" : "", ", address space limit ",
                              process_options.address_space_bytes, " bytes each)"));
-  active.SetProcess(process->get());
+  active.SetProcess(process.get());
   // A cancel or a shutdown that came before the process existed.
-  if (active.cancel || queue_->stopping()) (*process)->Stop();
-  const JobProcessOutcome outcome = (*process)->Wait();
+  if (active.cancel || queue_->stopping()) process->Stop();
+  const JobProcessOutcome outcome = process->Wait();
   active.SetProcess(nullptr);
   *stopped = outcome.stopped;
   return outcome.status;

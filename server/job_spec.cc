@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "model/quoted.h"
 
 namespace ts::server {
@@ -166,11 +167,9 @@ absl::Status CheckNoSplit(const std::string& key, const DataSource& source, absl
 absl::Status NormalizeData(TrainingSpec* spec, const JobsConfig& jobs) {
   if (!spec->has_data() || !spec->data().has_train()) return Invalid("data.train", "required");
   taylorshift::v1::DataSpec* data = spec->mutable_data();
-  absl::Status status = CheckNoSplit("data.train", data->train(),
-                                     "only data.validation takes a split (of the training set)");
-  if (!status.ok()) return status;
-  status = NormalizeSource("data.train", data->mutable_train(), jobs);
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(CheckNoSplit("data.train", data->train(),
+                                  "only data.validation takes a split (of the training set)"));
+  TS_RETURN_IF_ERROR(NormalizeSource("data.train", data->mutable_train(), jobs));
   if (!data->has_validation()) return absl::OkStatus();
   DataSource* validation = data->mutable_validation();
   const bool has_source =
@@ -370,24 +369,22 @@ absl::Status CheckLabels(const google::protobuf::RepeatedPtrField<std::string>& 
 }  // namespace
 
 absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const JobsConfig& jobs, int num_cores) {
-  absl::Status status = CheckName(spec->name());
-  if (status.ok()) status = NormalizeModel(spec, jobs);
-  if (status.ok()) status = NormalizeData(spec, jobs);
-  if (status.ok()) status = NormalizeDuration(spec, jobs);
-  if (status.ok()) status = NormalizeOptimizer(spec);
-  if (status.ok()) status = NormalizeBatchSize(spec, jobs);
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(CheckName(spec->name()));
+  TS_RETURN_IF_ERROR(NormalizeModel(spec, jobs));
+  TS_RETURN_IF_ERROR(NormalizeData(spec, jobs));
+  TS_RETURN_IF_ERROR(NormalizeDuration(spec, jobs));
+  TS_RETURN_IF_ERROR(NormalizeOptimizer(spec));
+  TS_RETURN_IF_ERROR(NormalizeBatchSize(spec, jobs));
   if (!spec->has_seed()) spec->set_seed(1);
   if (!spec->has_grad_clip()) spec->set_grad_clip(1.0);
   if (!(spec->grad_clip() >= 0) || !std::isfinite(spec->grad_clip())) {
     return Invalid("grad_clip",
                    absl::StrCat("must be >= 0 and finite (0 disables), got ", spec->grad_clip()));
   }
-  status = CheckIntervals(*spec);
-  if (status.ok()) status = CheckAttentionPath(spec->path());
-  if (status.ok()) status = NormalizeThreads(spec, jobs, num_cores);
-  if (status.ok()) status = CheckLabels(spec->labels());
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(CheckIntervals(*spec));
+  TS_RETURN_IF_ERROR(CheckAttentionPath(spec->path()));
+  TS_RETURN_IF_ERROR(NormalizeThreads(spec, jobs, num_cores));
+  TS_RETURN_IF_ERROR(CheckLabels(spec->labels()));
   if (spec->keep_checkpoints() == 0) {
     spec->set_keep_checkpoints(static_cast<std::uint32_t>(jobs.keep_checkpoints));
   }
@@ -456,8 +453,7 @@ absl::Status FinalizeTrainingSpec(TrainingSpec* spec, std::int64_t train_example
 }
 
 absl::Status NormalizeEvaluationSpec(EvaluationSpec* spec, const JobsConfig& jobs, int num_cores) {
-  absl::Status status = CheckName(spec->name());
-  if (!status.ok()) return status;
+  TS_RETURN_IF_ERROR(CheckName(spec->name()));
   switch (spec->target_case()) {
     case EvaluationSpec::TARGET_NOT_SET:
       return Invalid("model", "required: give one of model, job_id, checkpoint");
@@ -471,23 +467,20 @@ absl::Status NormalizeEvaluationSpec(EvaluationSpec* spec, const JobsConfig& job
       if (spec->job_id().empty()) return Invalid("job_id", "must not be empty");
       break;
     case EvaluationSpec::kCheckpoint:
-      status = CheckDataPath("checkpoint", spec->checkpoint());
-      if (!status.ok()) return status;
+      TS_RETURN_IF_ERROR(CheckDataPath("checkpoint", spec->checkpoint()));
       break;
   }
   if (!spec->has_data()) return Invalid("data", "required");
-  status = CheckNoSplit("data", spec->data(),
-                        "evaluation data must be a source (format, path), not a split");
-  if (!status.ok()) return status;
-  status = NormalizeSource("data", spec->mutable_data(), jobs);
-  if (!status.ok()) return status;
-  status = NormalizeBatchSize(spec, jobs);
-  if (status.ok()) status = CheckAttentionPath(spec->path());
-  if (status.ok()) status = NormalizeThreads(spec, jobs, num_cores);
-  if (status.ok() && spec->max_retries() > static_cast<std::uint32_t>(jobs.limits.max_retries)) {
+  TS_RETURN_IF_ERROR(CheckNoSplit("data", spec->data(),
+                                  "evaluation data must be a source (format, path), not a split"));
+  TS_RETURN_IF_ERROR(NormalizeSource("data", spec->mutable_data(), jobs));
+  TS_RETURN_IF_ERROR(NormalizeBatchSize(spec, jobs));
+  TS_RETURN_IF_ERROR(CheckAttentionPath(spec->path()));
+  TS_RETURN_IF_ERROR(NormalizeThreads(spec, jobs, num_cores));
+  if (spec->max_retries() > static_cast<std::uint32_t>(jobs.limits.max_retries)) {
     return Exceeds("max_retries", spec->max_retries(), "max_retries", jobs.limits.max_retries);
   }
-  return status;
+  return absl::OkStatus();
 }
 
 }  // namespace ts::server

@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "model/quoted.h"
 
 namespace ts::server {
@@ -206,9 +206,8 @@ class Statement {
 
   // Runs a statement that returns no rows.
   absl::Status Run() {
-    absl::StatusOr<bool> row = Step();
-    if (!row.ok()) return row.status();
-    if (*row) {
+    TS_ASSIGN_OR_RETURN(bool row, Step());
+    if (row) {
       return absl::InternalError(
           absl::StrCat("job store ", path_, ": ", Summary(sql_), ": unexpected result row"));
     }
@@ -301,12 +300,10 @@ class Transaction {
 };
 
 absl::StatusOr<std::int64_t> QueryInt(sqlite3* db, const std::string& path, const char* sql) {
-  absl::StatusOr<Statement> stmt = Statement::Prepare(db, path, sql);
-  if (!stmt.ok()) return stmt.status();
-  absl::StatusOr<bool> row = stmt->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::InternalError(absl::StrCat("job store ", path, ": ", sql, ": no row"));
-  return stmt->ColumnInt(0);
+  TS_ASSIGN_OR_RETURN(Statement stmt, Statement::Prepare(db, path, sql));
+  TS_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return absl::InternalError(absl::StrCat("job store ", path, ": ", sql, ": no row"));
+  return stmt.ColumnInt(0);
 }
 
 // Brings the schema to JobStore::kSchemaVersion, in one transaction.
@@ -317,40 +314,34 @@ absl::Status Migrate(sqlite3* db, const std::string& path) {
                      ", newer than the versions this binary knows (up to ",
                      JobStore::kSchemaVersion, "); run a newer tsserver or use another state_dir"));
   };
-  absl::StatusOr<std::int64_t> version = QueryInt(db, path, "PRAGMA user_version");
-  if (!version.ok()) return version.status();
-  if (*version > JobStore::kSchemaVersion) return too_new(*version);
-  if (*version == JobStore::kSchemaVersion) return absl::OkStatus();
+  TS_ASSIGN_OR_RETURN(std::int64_t version, QueryInt(db, path, "PRAGMA user_version"));
+  if (version > JobStore::kSchemaVersion) return too_new(version);
+  if (version == JobStore::kSchemaVersion) return absl::OkStatus();
 
   Transaction txn(db, path);
-  if (absl::Status status = txn.Begin(); !status.ok()) return status;
+  TS_RETURN_IF_ERROR(txn.Begin());
   // Another process may have migrated the file between the read above and the lock.
-  version = QueryInt(db, path, "PRAGMA user_version");
-  if (!version.ok()) return version.status();
-  if (*version > JobStore::kSchemaVersion) return too_new(*version);
-  if (*version < 0) {
+  TS_ASSIGN_OR_RETURN(version, QueryInt(db, path, "PRAGMA user_version"));
+  if (version > JobStore::kSchemaVersion) return too_new(version);
+  if (version < 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job store ", path, " has invalid schema version ", *version));
+        absl::StrCat("job store ", path, " has invalid schema version ", version));
   }
-  if (*version == 0) {
-    absl::StatusOr<std::int64_t> tables = QueryInt(db, path, "SELECT count(*) FROM sqlite_master");
-    if (!tables.ok()) return tables.status();
-    if (*tables > 0) {
+  if (version == 0) {
+    TS_ASSIGN_OR_RETURN(std::int64_t tables,
+                        QueryInt(db, path, "SELECT count(*) FROM sqlite_master"));
+    if (tables > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job store ", path, " holds tables but no schema version: not a job store database"));
     }
   }
-  for (std::int64_t v = *version; v < JobStore::kSchemaVersion; ++v) {
-    absl::Status status =
-        Exec(db, path, kMigrations[v], absl::StrCat("migrating schema version ", v, " to ", v + 1));
-    if (!status.ok()) return status;
+  for (std::int64_t v = version; v < JobStore::kSchemaVersion; ++v) {
+    TS_RETURN_IF_ERROR(Exec(db, path, kMigrations[v],
+                            absl::StrCat("migrating schema version ", v, " to ", v + 1)));
   }
   // PRAGMA takes no bound parameters; the value is this binary's constant.
   const std::string set_version = absl::StrCat("PRAGMA user_version = ", JobStore::kSchemaVersion);
-  if (absl::Status status = Exec(db, path, set_version.c_str(), "setting the schema version");
-      !status.ok()) {
-    return status;
-  }
+  TS_RETURN_IF_ERROR(Exec(db, path, set_version.c_str(), "setting the schema version"));
   return txn.Commit();
 }
 
@@ -373,8 +364,6 @@ google::protobuf::Timestamp FromUnixMillis(std::int64_t ms) {
   time.set_nanos(static_cast<std::int32_t>(rest_ms * 1000000));
   return time;
 }
-
-std::int64_t NowMillis() { return absl::ToUnixMillis(absl::Now()); }
 
 absl::StatusOr<Job> ParseJob(const std::string& blob, std::int64_t seq, const std::string& path) {
   Job job;
@@ -457,12 +446,14 @@ absl::StatusOr<HistoryPosition> DecodeHistoryToken(const std::string& token,
 
 void JobStore::DbCloser::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
 
-JobStore::JobStore(std::string path, std::unique_ptr<sqlite3, DbCloser> db)
-    : path_(std::move(path)), db_(std::move(db)) {}
+JobStore::JobStore(std::string path, Clock* clock, std::unique_ptr<sqlite3, DbCloser> db)
+    : path_(std::move(path)), clock_(clock), db_(std::move(db)) {}
 
 JobStore::~JobStore() = default;
 
-absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+std::int64_t JobStore::NowMillis() const { return absl::ToUnixMillis(clock_->Now()); }
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path, Clock* clock) {
   if (path.empty()) return absl::InvalidArgumentError("job store: empty database path");
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
@@ -486,12 +477,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
 
   // WAL: readers never block the writer, and a commit is one append to the -wal file.
   {
-    absl::StatusOr<Statement> journal =
-        Statement::Prepare(db.get(), path, "PRAGMA journal_mode=WAL");
-    if (!journal.ok()) return journal.status();
-    absl::StatusOr<bool> row = journal->Step();
-    if (!row.ok()) return row.status();
-    const std::string mode = *row ? journal->ColumnText(0) : std::string();
+    TS_ASSIGN_OR_RETURN(Statement journal,
+                        Statement::Prepare(db.get(), path, "PRAGMA journal_mode=WAL"));
+    TS_ASSIGN_OR_RETURN(bool row, journal.Step());
+    const std::string mode = row ? journal.ColumnText(0) : std::string();
     if (mode != "wal") {
       return absl::FailedPreconditionError(absl::StrCat(
           "job store ", path, ": cannot use write-ahead logging (journal_mode is '", mode, "')"));
@@ -502,79 +491,73 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   // loss can roll back the last committed transactions (e.g. a job's SUCCEEDED state, or a
   // promotion, that a client was already told about). FULL fsyncs the WAL at every commit;
   // the store's write rate (state changes, a metric row per log interval) makes that cheap.
-  if (absl::Status status = Exec(db.get(), path, "PRAGMA synchronous=FULL", "setting synchronous");
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = Exec(db.get(), path, "PRAGMA foreign_keys=ON", "enabling foreign keys");
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = Migrate(db.get(), path); !status.ok()) return status;
-  return std::unique_ptr<JobStore>(new JobStore(path, std::move(db)));
+  TS_RETURN_IF_ERROR(Exec(db.get(), path, "PRAGMA synchronous=FULL", "setting synchronous"));
+  TS_RETURN_IF_ERROR(Exec(db.get(), path, "PRAGMA foreign_keys=ON", "enabling foreign keys"));
+  TS_RETURN_IF_ERROR(Migrate(db.get(), path));
+  return std::unique_ptr<JobStore>(new JobStore(path, clock, std::move(db)));
 }
 
 absl::StatusOr<Job> JobStore::CreateJob(Job job) {
   absl::MutexLock lock(&mu_);
   sqlite3* db = db_.get();
   Transaction txn(db, path_);
-  if (absl::Status status = txn.Begin(); !status.ok()) return status;
+  TS_RETURN_IF_ERROR(txn.Begin());
   const std::int64_t now_ms = NowMillis();
   {
     // The id depends on the row's seq: insert with a placeholder id, then set it. Both happen
     // in this transaction, so the placeholder is never visible.
-    absl::StatusOr<Statement> insert =
+    TS_ASSIGN_OR_RETURN(
+        Statement insert,
         Statement::Prepare(db, path_,
                            "INSERT INTO jobs(id, kind, state, name, create_ms, update_ms, job) "
-                           "VALUES('', ?1, ?2, ?3, ?4, ?5, x'')");
-    if (!insert.ok()) return insert.status();
-    insert->BindInt(1, job.kind())
+                           "VALUES('', ?1, ?2, ?3, ?4, ?5, x'')"));
+    insert.BindInt(1, job.kind())
         .BindInt(2, job.state())
         .BindText(3, job.name())
         .BindInt(4, ToUnixMillis(job.create_time()))
         .BindInt(5, now_ms);
-    if (absl::Status status = insert->Run(); !status.ok()) return status;
+    TS_RETURN_IF_ERROR(insert.Run());
   }
   const std::int64_t seq = sqlite3_last_insert_rowid(db);
   job.set_id(absl::StrCat("job-", seq));
-  absl::StatusOr<Statement> update =
-      Statement::Prepare(db, path_, "UPDATE jobs SET id = ?1, job = ?2 WHERE seq = ?3");
-  if (!update.ok()) return update.status();
-  update->BindText(1, job.id()).BindBlob(2, job.SerializeAsString()).BindInt(3, seq);
-  if (absl::Status status = update->Run(); !status.ok()) return status;
-  if (absl::Status status = txn.Commit(); !status.ok()) return status;
+  TS_ASSIGN_OR_RETURN(
+      Statement update,
+      Statement::Prepare(db, path_, "UPDATE jobs SET id = ?1, job = ?2 WHERE seq = ?3"));
+  update.BindText(1, job.id()).BindBlob(2, job.SerializeAsString()).BindInt(3, seq);
+  TS_RETURN_IF_ERROR(update.Run());
+  TS_RETURN_IF_ERROR(txn.Commit());
   return job;
 }
 
 absl::Status JobStore::UpdateJob(const Job& job) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> update = Statement::Prepare(
-      db_.get(), path_,
-      "UPDATE jobs SET kind = ?2, state = ?3, name = ?4, create_ms = ?5, update_ms = ?6, "
-      "job = ?7 WHERE id = ?1");
-  if (!update.ok()) return update.status();
-  update->BindText(1, job.id())
+  TS_ASSIGN_OR_RETURN(
+      Statement update,
+      Statement::Prepare(
+          db_.get(), path_,
+          "UPDATE jobs SET kind = ?2, state = ?3, name = ?4, create_ms = ?5, update_ms = ?6, "
+          "job = ?7 WHERE id = ?1"));
+  update.BindText(1, job.id())
       .BindInt(2, job.kind())
       .BindInt(3, job.state())
       .BindText(4, job.name())
       .BindInt(5, ToUnixMillis(job.create_time()))
       .BindInt(6, NowMillis())
       .BindBlob(7, job.SerializeAsString());
-  if (absl::Status status = update->Run(); !status.ok()) return status;
+  TS_RETURN_IF_ERROR(update.Run());
   if (sqlite3_changes(db_.get()) == 0) return JobNotFound(job.id());
   return absl::OkStatus();
 }
 
 absl::StatusOr<Job> JobStore::GetJob(const std::string& id) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> select =
-      Statement::Prepare(db_.get(), path_, "SELECT seq, job FROM jobs WHERE id = ?1");
-  if (!select.ok()) return select.status();
-  select->BindText(1, id);
-  absl::StatusOr<bool> row = select->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return JobNotFound(id);
-  return ParseJob(select->ColumnBlob(1), select->ColumnInt(0), path_);
+  TS_ASSIGN_OR_RETURN(
+      Statement select,
+      Statement::Prepare(db_.get(), path_, "SELECT seq, job FROM jobs WHERE id = ?1"));
+  select.BindText(1, id);
+  TS_ASSIGN_OR_RETURN(bool row, select.Step());
+  if (!row) return JobNotFound(id);
+  return ParseJob(select.ColumnBlob(1), select.ColumnInt(0), path_);
 }
 
 absl::StatusOr<ListJobsResponse> JobStore::ListJobs(const ListJobsRequest& request) {
@@ -587,9 +570,7 @@ absl::StatusOr<ListJobsResponse> JobStore::ListJobs(const ListJobsRequest& reque
   const int kind = request.kind();
   std::int64_t before_seq = std::numeric_limits<std::int64_t>::max();
   if (!request.page_token().empty()) {
-    absl::StatusOr<std::int64_t> last_seq = DecodePageToken(request.page_token(), state, kind);
-    if (!last_seq.ok()) return last_seq.status();
-    before_seq = *last_seq;
+    TS_ASSIGN_OR_RETURN(before_seq, DecodePageToken(request.page_token(), state, kind));
   }
 
   // One constant statement per filter combination, so each can use its index.
@@ -611,46 +592,42 @@ absl::StatusOr<ListJobsResponse> JobStore::ListJobs(const ListJobsRequest& reque
   }
 
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> select = Statement::Prepare(db_.get(), path_, sql);
-  if (!select.ok()) return select.status();
+  TS_ASSIGN_OR_RETURN(Statement select, Statement::Prepare(db_.get(), path_, sql));
   // One row more than the page: whether it exists says whether there is a next page.
-  select->BindInt(":before", before_seq)
+  select.BindInt(":before", before_seq)
       .BindInt(":state", state)
       .BindInt(":kind", kind)
       .BindInt(":limit", page_size + 1);
   ListJobsResponse response;
   std::int64_t last_seq = 0;
   while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    TS_ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
     if (response.jobs_size() == page_size) {
       response.set_next_page_token(EncodePageToken(last_seq, state, kind));
       break;
     }
-    last_seq = select->ColumnInt(0);
-    absl::StatusOr<Job> job = ParseJob(select->ColumnBlob(1), last_seq, path_);
-    if (!job.ok()) return job.status();
-    *response.add_jobs() = *std::move(job);
+    last_seq = select.ColumnInt(0);
+    TS_ASSIGN_OR_RETURN(Job job, ParseJob(select.ColumnBlob(1), last_seq, path_));
+    *response.add_jobs() = std::move(job);
   }
   return response;
 }
 
 absl::StatusOr<std::vector<Job>> JobStore::UnfinishedJobs() {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> select = Statement::Prepare(
-      db_.get(), path_, "SELECT seq, job FROM jobs WHERE state IN (?1, ?2) ORDER BY seq");
-  if (!select.ok()) return select.status();
-  select->BindInt(1, taylorshift::v1::JOB_STATE_QUEUED)
+  TS_ASSIGN_OR_RETURN(
+      Statement select,
+      Statement::Prepare(db_.get(), path_,
+                         "SELECT seq, job FROM jobs WHERE state IN (?1, ?2) ORDER BY seq"));
+  select.BindInt(1, taylorshift::v1::JOB_STATE_QUEUED)
       .BindInt(2, taylorshift::v1::JOB_STATE_RUNNING);
   std::vector<Job> jobs;
   while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<Job> job = ParseJob(select->ColumnBlob(1), select->ColumnInt(0), path_);
-    if (!job.ok()) return job.status();
-    jobs.push_back(*std::move(job));
+    TS_ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
+    TS_ASSIGN_OR_RETURN(Job job, ParseJob(select.ColumnBlob(1), select.ColumnInt(0), path_));
+    jobs.push_back(std::move(job));
   }
   return jobs;
 }
@@ -658,21 +635,20 @@ absl::StatusOr<std::vector<Job>> JobStore::UnfinishedJobs() {
 absl::StatusOr<std::vector<std::string>> JobStore::FinishedJobsBefore(absl::Time cutoff,
                                                                       std::int64_t limit) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> select = Statement::Prepare(
-      db_.get(), path_,
-      "SELECT id FROM jobs WHERE state IN (?1, ?2, ?3) AND update_ms < ?4 ORDER BY seq LIMIT ?5");
-  if (!select.ok()) return select.status();
-  select->BindInt(1, taylorshift::v1::JOB_STATE_SUCCEEDED)
+  TS_ASSIGN_OR_RETURN(Statement select,
+                      Statement::Prepare(db_.get(), path_,
+                                         "SELECT id FROM jobs WHERE state IN (?1, ?2, ?3) AND "
+                                         "update_ms < ?4 ORDER BY seq LIMIT ?5"));
+  select.BindInt(1, taylorshift::v1::JOB_STATE_SUCCEEDED)
       .BindInt(2, taylorshift::v1::JOB_STATE_FAILED)
       .BindInt(3, taylorshift::v1::JOB_STATE_CANCELLED)
       .BindInt(4, absl::ToUnixMillis(cutoff))
       .BindInt(5, limit);
   std::vector<std::string> ids;
   while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    ids.push_back(select->ColumnText(0));
+    TS_ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
+    ids.push_back(select.ColumnText(0));
   }
   return ids;
 }
@@ -680,23 +656,20 @@ absl::StatusOr<std::vector<std::string>> JobStore::FinishedJobsBefore(absl::Time
 absl::Status JobStore::DeleteJob(const std::string& id) {
   absl::MutexLock lock(&mu_);
   // Child rows go with it (ON DELETE CASCADE), in the same implicit transaction.
-  absl::StatusOr<Statement> remove =
-      Statement::Prepare(db_.get(), path_, "DELETE FROM jobs WHERE id = ?1");
-  if (!remove.ok()) return remove.status();
-  remove->BindText(1, id);
-  if (absl::Status status = remove->Run(); !status.ok()) return status;
+  TS_ASSIGN_OR_RETURN(Statement remove,
+                      Statement::Prepare(db_.get(), path_, "DELETE FROM jobs WHERE id = ?1"));
+  remove.BindText(1, id);
+  TS_RETURN_IF_ERROR(remove.Run());
   if (sqlite3_changes(db_.get()) == 0) return JobNotFound(id);
   return absl::OkStatus();
 }
 
 absl::Status JobStore::CheckJobExists(const std::string& job_id) {
-  absl::StatusOr<Statement> select =
-      Statement::Prepare(db_.get(), path_, "SELECT 1 FROM jobs WHERE id = ?1");
-  if (!select.ok()) return select.status();
-  select->BindText(1, job_id);
-  absl::StatusOr<bool> row = select->Step();
-  if (!row.ok()) return row.status();
-  return *row ? absl::OkStatus() : JobNotFound(job_id);
+  TS_ASSIGN_OR_RETURN(Statement select,
+                      Statement::Prepare(db_.get(), path_, "SELECT 1 FROM jobs WHERE id = ?1"));
+  select.BindText(1, job_id);
+  TS_ASSIGN_OR_RETURN(bool row, select.Step());
+  return row ? absl::OkStatus() : JobNotFound(job_id);
 }
 
 namespace {
@@ -714,78 +687,79 @@ absl::Status RunChildInsert(Statement& insert, const std::string& job_id) {
 
 absl::Status JobStore::AppendMetric(const std::string& job_id, const JobMetricRow& row) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> insert = Statement::Prepare(
-      db_.get(), path_,
-      "INSERT INTO job_metrics(job_id, step, loss, learning_rate, examples_per_second, time_ms) "
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
-  if (!insert.ok()) return insert.status();
-  insert->BindText(1, job_id)
+  TS_ASSIGN_OR_RETURN(Statement insert,
+                      Statement::Prepare(db_.get(), path_,
+                                         "INSERT INTO job_metrics(job_id, step, loss, "
+                                         "learning_rate, examples_per_second, time_ms) "
+                                         "VALUES(?1, ?2, ?3, ?4, ?5, ?6)"));
+  insert.BindText(1, job_id)
       .BindInt(2, row.step)
       .BindDouble(3, row.loss)
       .BindDouble(4, row.learning_rate)
       .BindDouble(5, row.examples_per_second)
       .BindInt(6, row.time_ms);
-  return RunChildInsert(*insert, job_id);
+  return RunChildInsert(insert, job_id);
 }
 
 absl::StatusOr<std::vector<JobMetricRow>> JobStore::Metrics(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> select = Statement::Prepare(
-      db_.get(), path_,
-      "SELECT step, loss, learning_rate, examples_per_second, time_ms FROM job_metrics "
-      "WHERE job_id = ?1 ORDER BY rowid");
-  if (!select.ok()) return select.status();
-  select->BindText(1, job_id);
+  TS_ASSIGN_OR_RETURN(
+      Statement select,
+      Statement::Prepare(
+          db_.get(), path_,
+          "SELECT step, loss, learning_rate, examples_per_second, time_ms FROM job_metrics "
+          "WHERE job_id = ?1 ORDER BY rowid"));
+  select.BindText(1, job_id);
   std::vector<JobMetricRow> rows;
   while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    rows.push_back({select->ColumnInt(0), select->ColumnDouble(1), select->ColumnDouble(2),
-                    select->ColumnDouble(3), select->ColumnInt(4)});
+    TS_ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
+    rows.push_back({select.ColumnInt(0), select.ColumnDouble(1), select.ColumnDouble(2),
+                    select.ColumnDouble(3), select.ColumnInt(4)});
   }
   if (rows.empty()) {
-    if (absl::Status status = CheckJobExists(job_id); !status.ok()) return status;
+    TS_RETURN_IF_ERROR(CheckJobExists(job_id));
   }
   return rows;
 }
 
 absl::Status JobStore::AppendEvaluation(const std::string& job_id, const EvaluationReport& report) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> insert = Statement::Prepare(
-      db_.get(), path_,
-      "INSERT INTO job_evaluations(job_id, step, accuracy, macro_f1, loss, report) "
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
-  if (!insert.ok()) return insert.status();
-  insert->BindText(1, job_id)
+  TS_ASSIGN_OR_RETURN(
+      Statement insert,
+      Statement::Prepare(
+          db_.get(), path_,
+          "INSERT INTO job_evaluations(job_id, step, accuracy, macro_f1, loss, report) "
+          "VALUES(?1, ?2, ?3, ?4, ?5, ?6)"));
+  insert.BindText(1, job_id)
       .BindInt(2, static_cast<std::int64_t>(report.step()))
       .BindDouble(3, report.accuracy())
       .BindDouble(4, report.macro_f1())
       .BindDouble(5, report.loss())
       .BindBlob(6, report.SerializeAsString());
-  return RunChildInsert(*insert, job_id);
+  return RunChildInsert(insert, job_id);
 }
 
 absl::StatusOr<std::vector<EvaluationReport>> JobStore::Evaluations(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> select = Statement::Prepare(
-      db_.get(), path_, "SELECT report FROM job_evaluations WHERE job_id = ?1 ORDER BY rowid");
-  if (!select.ok()) return select.status();
-  select->BindText(1, job_id);
+  TS_ASSIGN_OR_RETURN(
+      Statement select,
+      Statement::Prepare(db_.get(), path_,
+                         "SELECT report FROM job_evaluations WHERE job_id = ?1 ORDER BY rowid"));
+  select.BindText(1, job_id);
   std::vector<EvaluationReport> reports;
   while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    TS_ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
     EvaluationReport report;
-    if (!report.ParseFromString(select->ColumnBlob(0))) {
+    if (!report.ParseFromString(select.ColumnBlob(0))) {
       return absl::DataLossError(absl::StrCat("job store ", path_, ": an evaluation report of ",
                                               job_id, " does not parse"));
     }
     reports.push_back(std::move(report));
   }
   if (reports.empty()) {
-    if (absl::Status status = CheckJobExists(job_id); !status.ok()) return status;
+    TS_RETURN_IF_ERROR(CheckJobExists(job_id));
   }
   return reports;
 }
@@ -802,28 +776,28 @@ absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> JobStore::History(
       request.page_size() == 0 ? kDefaultHistoryPageSize : request.page_size();
   HistoryPosition after;
   if (!request.page_token().empty()) {
-    absl::StatusOr<HistoryPosition> decoded = DecodeHistoryToken(request.page_token(), job_id);
-    if (!decoded.ok()) return decoded.status();
-    after = *decoded;
+    TS_ASSIGN_OR_RETURN(after, DecodeHistoryToken(request.page_token(), job_id));
   }
 
   absl::MutexLock lock(&mu_);
-  if (absl::Status exists = CheckJobExists(job_id); !exists.ok()) return exists;
+  TS_RETURN_IF_ERROR(CheckJobExists(job_id));
   // Up to one page plus one entry of each kind after `after`: merged by position, the first
   // page_size of them are this page and anything left over means there is a next one.
-  absl::StatusOr<Statement> points = Statement::Prepare(
-      db_.get(), path_,
-      "SELECT rowid, step, loss, learning_rate, examples_per_second, time_ms FROM job_metrics "
-      "WHERE job_id = :job AND (step > :step OR (step = :step AND :kind = 0 AND rowid > :rowid)) "
-      "ORDER BY step, rowid LIMIT :limit");
-  if (!points.ok()) return points.status();
-  absl::StatusOr<Statement> validations = Statement::Prepare(
-      db_.get(), path_,
-      "SELECT rowid, step, report FROM job_evaluations "
-      "WHERE job_id = :job AND (step > :step OR (step = :step AND (:kind = 0 OR rowid > :rowid))) "
-      "ORDER BY step, rowid LIMIT :limit");
-  if (!validations.ok()) return validations.status();
-  for (Statement* select : {&*points, &*validations}) {
+  TS_ASSIGN_OR_RETURN(
+      Statement points,
+      Statement::Prepare(
+          db_.get(), path_,
+          "SELECT rowid, step, loss, learning_rate, examples_per_second, time_ms FROM job_metrics "
+          "WHERE job_id = :job AND (step > :step OR (step = :step AND :kind = 0 AND rowid > "
+          ":rowid)) "
+          "ORDER BY step, rowid LIMIT :limit"));
+  TS_ASSIGN_OR_RETURN(Statement validations,
+                      Statement::Prepare(db_.get(), path_,
+                                         "SELECT rowid, step, report FROM job_evaluations "
+                                         "WHERE job_id = :job AND (step > :step OR (step = :step "
+                                         "AND (:kind = 0 OR rowid > :rowid))) "
+                                         "ORDER BY step, rowid LIMIT :limit"));
+  for (Statement* select : {&points, &validations}) {
     select->BindText(":job", job_id)
         .BindInt(":step", after.step)
         .BindInt(":kind", after.kind)
@@ -832,20 +806,18 @@ absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> JobStore::History(
   }
 
   taylorshift::v1::GetJobHistoryResponse response;
-  absl::StatusOr<bool> point_row = points->Step();
-  if (!point_row.ok()) return point_row.status();
-  absl::StatusOr<bool> validation_row = validations->Step();
-  if (!validation_row.ok()) return validation_row.status();
+  TS_ASSIGN_OR_RETURN(bool point_row, points.Step());
+  TS_ASSIGN_OR_RETURN(bool validation_row, validations.Step());
   HistoryPosition last;
   std::int64_t taken = 0;
   const auto position = [](const Statement& select, int kind) {
     return HistoryPosition{select.ColumnInt(1), kind, select.ColumnInt(0)};
   };
-  while (*point_row || *validation_row) {
-    bool take_point = *point_row;
-    if (*point_row && *validation_row) {
-      const HistoryPosition point = position(*points, kLossPointEntry);
-      const HistoryPosition validation = position(*validations, kValidationEntry);
+  while (point_row || validation_row) {
+    bool take_point = point_row;
+    if (point_row && validation_row) {
+      const HistoryPosition point = position(points, kLossPointEntry);
+      const HistoryPosition validation = position(validations, kValidationEntry);
       take_point = std::tie(point.step, point.kind, point.rowid) <
                    std::tie(validation.step, validation.kind, validation.rowid);
     }
@@ -855,20 +827,19 @@ absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> JobStore::History(
     }
     ++taken;
     if (take_point) {
-      last = position(*points, kLossPointEntry);
+      last = position(points, kLossPointEntry);
       const std::int64_t step = last.step;
       taylorshift::v1::LossPoint* entry = response.add_loss_curve();
       entry->set_step(static_cast<std::uint64_t>(step));
-      entry->set_loss(points->ColumnDouble(2));
-      entry->set_learning_rate(points->ColumnDouble(3));
-      entry->set_examples_per_second(points->ColumnDouble(4));
-      *entry->mutable_time() = FromUnixMillis(points->ColumnInt(5));
-      point_row = points->Step();
-      if (!point_row.ok()) return point_row.status();
+      entry->set_loss(points.ColumnDouble(2));
+      entry->set_learning_rate(points.ColumnDouble(3));
+      entry->set_examples_per_second(points.ColumnDouble(4));
+      *entry->mutable_time() = FromUnixMillis(points.ColumnInt(5));
+      TS_ASSIGN_OR_RETURN(point_row, points.Step());
     } else {
-      last = position(*validations, kValidationEntry);
+      last = position(validations, kValidationEntry);
       EvaluationReport* report = response.add_validations();
-      if (!report->ParseFromString(validations->ColumnBlob(2))) {
+      if (!report->ParseFromString(validations.ColumnBlob(2))) {
         return absl::DataLossError(absl::StrCat("job store ", path_, ": an evaluation report of ",
                                                 Capped(job_id, kEchoedIdBytes), " does not parse"));
       }
@@ -876,8 +847,7 @@ absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> JobStore::History(
         report->clear_classes();
         report->clear_confusion();
       }
-      validation_row = validations->Step();
-      if (!validation_row.ok()) return validation_row.status();
+      TS_ASSIGN_OR_RETURN(validation_row, validations.Step());
     }
   }
   return response;
@@ -886,14 +856,15 @@ absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> JobStore::History(
 absl::Status JobStore::RecordCheckpoint(const std::string& job_id,
                                         const CheckpointInfo& checkpoint) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> upsert = Statement::Prepare(
-      db_.get(), path_,
-      "INSERT INTO checkpoints(job_id, kind, step, path, validation_accuracy, time_ms) "
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(job_id, kind, path) DO UPDATE SET "
-      "step = excluded.step, validation_accuracy = excluded.validation_accuracy, "
-      "time_ms = excluded.time_ms");
-  if (!upsert.ok()) return upsert.status();
-  upsert->BindText(1, job_id)
+  TS_ASSIGN_OR_RETURN(
+      Statement upsert,
+      Statement::Prepare(
+          db_.get(), path_,
+          "INSERT INTO checkpoints(job_id, kind, step, path, validation_accuracy, time_ms) "
+          "VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(job_id, kind, path) DO UPDATE SET "
+          "step = excluded.step, validation_accuracy = excluded.validation_accuracy, "
+          "time_ms = excluded.time_ms"));
+  upsert.BindText(1, job_id)
       .BindText(2, checkpoint.kind())
       .BindInt(3, static_cast<std::int64_t>(checkpoint.step()))
       .BindText(4, checkpoint.path())
@@ -901,31 +872,31 @@ absl::Status JobStore::RecordCheckpoint(const std::string& job_id,
                                  ? std::optional<double>(checkpoint.validation_accuracy())
                                  : std::nullopt)
       .BindInt(6, ToUnixMillis(checkpoint.time()));
-  return RunChildInsert(*upsert, job_id);
+  return RunChildInsert(upsert, job_id);
 }
 
 absl::Status JobStore::TruncateHistory(const std::string& job_id, std::int64_t step) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status exists = CheckJobExists(job_id); !exists.ok()) return exists;
+  TS_RETURN_IF_ERROR(CheckJobExists(job_id));
   Transaction transaction(db_.get(), path_);
-  if (absl::Status status = transaction.Begin(); !status.ok()) return status;
+  TS_RETURN_IF_ERROR(transaction.Begin());
   for (const char* sql : {"DELETE FROM job_metrics WHERE job_id = ?1 AND step > ?2",
                           "DELETE FROM job_evaluations WHERE job_id = ?1 AND step > ?2"}) {
-    absl::StatusOr<Statement> remove = Statement::Prepare(db_.get(), path_, sql);
-    if (!remove.ok()) return remove.status();
-    remove->BindText(1, job_id).BindInt(2, step);
-    if (absl::Status status = remove->Run(); !status.ok()) return status;
+    TS_ASSIGN_OR_RETURN(Statement remove, Statement::Prepare(db_.get(), path_, sql));
+    remove.BindText(1, job_id).BindInt(2, step);
+    TS_RETURN_IF_ERROR(remove.Run());
   }
   return transaction.Commit();
 }
 
 absl::Status JobStore::RemoveCheckpoint(const std::string& job_id, const std::string& path) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> remove = Statement::Prepare(
-      db_.get(), path_, "DELETE FROM checkpoints WHERE job_id = ?1 AND path = ?2");
-  if (!remove.ok()) return remove.status();
-  remove->BindText(1, job_id).BindText(2, path);
-  if (absl::Status status = remove->Run(); !status.ok()) return status;
+  TS_ASSIGN_OR_RETURN(
+      Statement remove,
+      Statement::Prepare(db_.get(), path_,
+                         "DELETE FROM checkpoints WHERE job_id = ?1 AND path = ?2"));
+  remove.BindText(1, job_id).BindText(2, path);
+  TS_RETURN_IF_ERROR(remove.Run());
   if (sqlite3_changes(db_.get()) == 0) {
     return absl::NotFoundError(absl::StrCat("job ", job_id, " has no checkpoint ", path));
   }
@@ -934,29 +905,28 @@ absl::Status JobStore::RemoveCheckpoint(const std::string& job_id, const std::st
 
 absl::StatusOr<std::vector<CheckpointInfo>> JobStore::Checkpoints(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> select =
+  TS_ASSIGN_OR_RETURN(
+      Statement select,
       Statement::Prepare(db_.get(), path_,
                          "SELECT kind, step, path, validation_accuracy, time_ms FROM checkpoints "
-                         "WHERE job_id = ?1 ORDER BY rowid");
-  if (!select.ok()) return select.status();
-  select->BindText(1, job_id);
+                         "WHERE job_id = ?1 ORDER BY rowid"));
+  select.BindText(1, job_id);
   std::vector<CheckpointInfo> checkpoints;
   while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    TS_ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
     CheckpointInfo& checkpoint = checkpoints.emplace_back();
-    checkpoint.set_kind(select->ColumnText(0));
-    checkpoint.set_step(static_cast<std::uint64_t>(select->ColumnInt(1)));
-    checkpoint.set_path(select->ColumnText(2));
-    if (std::optional<double> accuracy = select->ColumnOptionalDouble(3)) {
+    checkpoint.set_kind(select.ColumnText(0));
+    checkpoint.set_step(static_cast<std::uint64_t>(select.ColumnInt(1)));
+    checkpoint.set_path(select.ColumnText(2));
+    if (std::optional<double> accuracy = select.ColumnOptionalDouble(3)) {
       checkpoint.set_validation_accuracy(*accuracy);
       checkpoint.set_has_validation_accuracy(true);
     }
-    *checkpoint.mutable_time() = FromUnixMillis(select->ColumnInt(4));
+    *checkpoint.mutable_time() = FromUnixMillis(select.ColumnInt(4));
   }
   if (checkpoints.empty()) {
-    if (absl::Status status = CheckJobExists(job_id); !status.ok()) return status;
+    TS_RETURN_IF_ERROR(CheckJobExists(job_id));
   }
   return checkpoints;
 }
@@ -966,9 +936,8 @@ namespace {
 absl::StatusOr<std::vector<PromotionRecord>> ReadPromotions(Statement& select) {
   std::vector<PromotionRecord> records;
   while (true) {
-    absl::StatusOr<bool> row = select.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    TS_ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
     records.push_back({select.ColumnText(0), select.ColumnText(1), select.ColumnText(2),
                        select.ColumnText(3), select.ColumnOptionalDouble(4), select.ColumnInt(5)});
   }
@@ -982,40 +951,41 @@ absl::Status JobStore::RecordPromotion(const PromotionRecord& record) {
     return absl::InvalidArgumentError("job store: a promotion needs a model name");
   }
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> insert = Statement::Prepare(
-      db_.get(), path_,
-      "INSERT INTO promotions(model, version, checkpoint, source, validation_accuracy, time_ms) "
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
-  if (!insert.ok()) return insert.status();
-  insert->BindText(1, record.model)
+  TS_ASSIGN_OR_RETURN(Statement insert,
+                      Statement::Prepare(db_.get(), path_,
+                                         "INSERT INTO promotions(model, version, checkpoint, "
+                                         "source, validation_accuracy, time_ms) "
+                                         "VALUES(?1, ?2, ?3, ?4, ?5, ?6)"));
+  insert.BindText(1, record.model)
       .BindText(2, record.version)
       .BindText(3, record.checkpoint)
       .BindText(4, record.source)
       .BindOptionalDouble(5, record.validation_accuracy)
       .BindInt(6, record.time_ms);
-  return insert->Run();
+  return insert.Run();
 }
 
 absl::StatusOr<std::vector<PromotionRecord>> JobStore::CurrentPromotions() {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> select = Statement::Prepare(
-      db_.get(), path_,
-      "SELECT model, version, checkpoint, source, validation_accuracy, time_ms "
-      "FROM promotions AS p WHERE seq = (SELECT max(seq) FROM promotions WHERE model = p.model) "
-      "ORDER BY model");
-  if (!select.ok()) return select.status();
-  return ReadPromotions(*select);
+  TS_ASSIGN_OR_RETURN(
+      Statement select,
+      Statement::Prepare(db_.get(), path_,
+                         "SELECT model, version, checkpoint, source, validation_accuracy, time_ms "
+                         "FROM promotions AS p WHERE seq = (SELECT max(seq) FROM promotions WHERE "
+                         "model = p.model) "
+                         "ORDER BY model"));
+  return ReadPromotions(select);
 }
 
 absl::StatusOr<std::vector<PromotionRecord>> JobStore::PromotionHistory(const std::string& model) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> select =
+  TS_ASSIGN_OR_RETURN(
+      Statement select,
       Statement::Prepare(db_.get(), path_,
                          "SELECT model, version, checkpoint, source, validation_accuracy, time_ms "
-                         "FROM promotions WHERE model = ?1 ORDER BY seq");
-  if (!select.ok()) return select.status();
-  select->BindText(1, model);
-  return ReadPromotions(*select);
+                         "FROM promotions WHERE model = ?1 ORDER BY seq"));
+  select.BindText(1, model);
+  return ReadPromotions(select);
 }
 
 }  // namespace ts::server

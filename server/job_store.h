@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/clock.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 struct sqlite3;
@@ -65,7 +66,9 @@ class JobStore {
   // Opens (creating the file and its parent directories if missing) the database at `path`
   // and brings its schema to kSchemaVersion. FAILED_PRECONDITION when the file is not a
   // SQLite database, is another application's database, or has a newer schema version.
-  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  // `clock` (not owned; it must outlive the store) stamps each job's last write.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path,
+                                                        Clock* clock = RealClock());
 
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
@@ -88,7 +91,7 @@ class JobStore {
   // QUEUED and RUNNING jobs, oldest first: what to resume after a restart.
   absl::StatusOr<std::vector<taylorshift::v1::Job>> UnfinishedJobs();
   // Ids of the SUCCEEDED, FAILED and CANCELLED jobs last written before `cutoff` (their final
-  // state's time, by this machine's clock), oldest first, at most `limit`.
+  // state's time, by the store's clock), oldest first, at most `limit`.
   absl::StatusOr<std::vector<std::string>> FinishedJobsBefore(absl::Time cutoff,
                                                               std::int64_t limit);
   // Deletes the job and its loss curve, validation runs and checkpoint records (one
@@ -138,12 +141,16 @@ class JobStore {
     void operator()(sqlite3* db) const;
   };
 
-  JobStore(std::string path, std::unique_ptr<sqlite3, DbCloser> db);
+  JobStore(std::string path, Clock* clock, std::unique_ptr<sqlite3, DbCloser> db);
+
+  // Now on the store's clock, in Unix milliseconds.
+  std::int64_t NowMillis() const;
 
   // NOT_FOUND unless `job_id` names a stored job.
   absl::Status CheckJobExists(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
+  Clock* const clock_;
   absl::Mutex mu_;
   std::unique_ptr<sqlite3, DbCloser> db_ ABSL_GUARDED_BY(mu_);
 };

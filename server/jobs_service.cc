@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/inference_core.h"
 
@@ -144,9 +145,7 @@ grpc::ServerUnaryReactor* JobsService::SubmitTraining(grpc::CallbackServerContex
                                                       const pb::SubmitTrainingRequest* request,
                                                       pb::Job* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
-    auto job = manager_->SubmitTraining(request->spec());
-    if (!job.ok()) return job.status();
-    *response = std::move(*job);
+    TS_ASSIGN_OR_RETURN(*response, manager_->SubmitTraining(request->spec()));
     return absl::OkStatus();
   });
 }
@@ -155,9 +154,7 @@ grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(grpc::CallbackServerCont
                                                         const pb::SubmitEvaluationRequest* request,
                                                         pb::Job* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
-    auto job = manager_->SubmitEvaluation(request->spec());
-    if (!job.ok()) return job.status();
-    *response = std::move(*job);
+    TS_ASSIGN_OR_RETURN(*response, manager_->SubmitEvaluation(request->spec()));
     return absl::OkStatus();
   });
 }
@@ -165,9 +162,7 @@ grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
                                               const pb::GetJobRequest* request, pb::Job* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
-    auto job = manager_->GetJob(request->id());
-    if (!job.ok()) return job.status();
-    *response = std::move(*job);
+    TS_ASSIGN_OR_RETURN(*response, manager_->GetJob(request->id()));
     return absl::OkStatus();
   });
 }
@@ -176,9 +171,7 @@ grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* con
                                                 const pb::ListJobsRequest* request,
                                                 pb::ListJobsResponse* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
-    auto jobs = manager_->ListJobs(*request);
-    if (!jobs.ok()) return jobs.status();
-    *response = std::move(*jobs);
+    TS_ASSIGN_OR_RETURN(*response, manager_->ListJobs(*request));
     return absl::OkStatus();
   });
 }
@@ -187,9 +180,7 @@ grpc::ServerUnaryReactor* JobsService::GetJobHistory(grpc::CallbackServerContext
                                                      const pb::GetJobHistoryRequest* request,
                                                      pb::GetJobHistoryResponse* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
-    auto history = manager_->GetJobHistory(*request);
-    if (!history.ok()) return history.status();
-    *response = std::move(*history);
+    TS_ASSIGN_OR_RETURN(*response, manager_->GetJobHistory(*request));
     return absl::OkStatus();
   });
 }
@@ -198,9 +189,7 @@ grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* co
                                                  const pb::CancelJobRequest* request,
                                                  pb::Job* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
-    auto job = manager_->CancelJob(request->id());
-    if (!job.ok()) return job.status();
-    *response = std::move(*job);
+    TS_ASSIGN_OR_RETURN(*response, manager_->CancelJob(request->id()));
     return absl::OkStatus();
   });
 }
@@ -209,9 +198,7 @@ grpc::ServerUnaryReactor* JobsService::DeleteJob(grpc::CallbackServerContext* co
                                                  const pb::DeleteJobRequest* request,
                                                  pb::DeleteJobResponse* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
-    auto deleted = manager_->DeleteJob(request->id());
-    if (!deleted.ok()) return deleted.status();
-    *response = std::move(*deleted);
+    TS_ASSIGN_OR_RETURN(*response, manager_->DeleteJob(request->id()));
     return absl::OkStatus();
   });
 }
@@ -225,15 +212,14 @@ grpc::ServerUnaryReactor* JobsService::PromoteCheckpoint(
     grpc::CallbackServerContext* context, const pb::PromoteCheckpointRequest* request,
     pb::PromoteCheckpointResponse* response) {
   return Unary(context, authorizer_, [&]() -> absl::Status {
-    auto promotion = manager_->Promote(*request);
-    if (!promotion.ok()) return promotion.status();
-    FillModelInfo(*promotion->model, response->mutable_model());
-    response->set_previous_version(promotion->previous_version);
-    if (promotion->validation_accuracy) {
-      response->set_validation_accuracy(*promotion->validation_accuracy);
+    TS_ASSIGN_OR_RETURN(auto promotion, manager_->Promote(*request));
+    FillModelInfo(*promotion.model, response->mutable_model());
+    response->set_previous_version(promotion.previous_version);
+    if (promotion.validation_accuracy) {
+      response->set_validation_accuracy(*promotion.validation_accuracy);
     }
-    if (promotion->previous_validation_accuracy) {
-      response->set_previous_validation_accuracy(*promotion->previous_validation_accuracy);
+    if (promotion.previous_validation_accuracy) {
+      response->set_previous_validation_accuracy(*promotion.previous_validation_accuracy);
     }
     return absl::OkStatus();
   });

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "common/v2_raw.h"
 #include "model/quoted.h"
 
@@ -53,24 +54,21 @@ absl::Status ApplyParameters(const v2::ModelInferRequest& request, pb::ClassifyR
   for (const auto& [name, value] : request.parameters()) {
     const std::string field = absl::StrCat("parameters.", name);
     if (name == "top_k") {
-      auto k = IntParameter(value, field);
-      if (!k.ok()) return k.status();
-      if (*k < 0) return Invalid(field, absl::StrCat("must be ≥ 0, got ", *k));
-      *top_k = static_cast<std::uint32_t>(std::min<std::int64_t>(*k, 1 << 30));
+      TS_ASSIGN_OR_RETURN(auto k, IntParameter(value, field));
+      if (k < 0) return Invalid(field, absl::StrCat("must be ≥ 0, got ", k));
+      *top_k = static_cast<std::uint32_t>(std::min<std::int64_t>(k, 1 << 30));
     } else if (name == "path") {
-      auto path = StringParameter(value, field);
-      if (!path.ok()) return path.status();
-      std::string upper = absl::AsciiStrToUpper(*path);
+      TS_ASSIGN_OR_RETURN(auto path, StringParameter(value, field));
+      std::string upper = absl::AsciiStrToUpper(path);
       pb::AttentionPath parsed;
       if (!pb::AttentionPath_Parse(absl::StrCat("ATTENTION_PATH_", upper), &parsed)) {
         return Invalid(
-            field, absl::StrCat("must be auto, direct, efficient or softmax; got ", Quoted(*path)));
+            field, absl::StrCat("must be auto, direct, efficient or softmax; got ", Quoted(path)));
       }
       common->set_path(parsed);
     } else if (name == "over_length") {
-      auto policy = StringParameter(value, field);
-      if (!policy.ok()) return policy.status();
-      common->set_over_length(*policy);  // checked by Inference::Classify with the model
+      TS_ASSIGN_OR_RETURN(auto policy, StringParameter(value, field));
+      common->set_over_length(policy);  // checked by Inference::Classify with the model
     } else {
       return Invalid(field, "unknown parameter (known: top_k, path, over_length)");
     }
@@ -102,13 +100,12 @@ absl::Status PlanOutputs(const v2::ModelInferRequest& request, std::uint32_t top
       const std::string param = absl::StrCat(field, ".parameters.", name);
       // class_count as KServe's docs name it; classification as Triton and tritonclient do.
       if ((name == "class_count" || name == "classification") && output.name() == kProbabilities) {
-        auto k = IntParameter(value, param);
-        if (!k.ok()) return k.status();
-        if (*k < 0) return Invalid(param, absl::StrCat("must be ≥ 0, got ", *k));
-        if (top_k > 0 && *k != top_k) {
-          return Invalid(param, absl::StrCat(*k, " differs from parameters.top_k ", top_k));
+        TS_ASSIGN_OR_RETURN(auto k, IntParameter(value, param));
+        if (k < 0) return Invalid(param, absl::StrCat("must be ≥ 0, got ", k));
+        if (top_k > 0 && k != top_k) {
+          return Invalid(param, absl::StrCat(k, " differs from parameters.top_k ", top_k));
         }
-        plan->class_count = static_cast<std::uint32_t>(std::min<std::int64_t>(*k, 1 << 30));
+        plan->class_count = static_cast<std::uint32_t>(std::min<std::int64_t>(k, 1 << 30));
         class_count_field = param;
       } else if (name == "binary_data" &&
                  value.parameter_choice_case() == v2::InferParameter::kBoolParam &&
@@ -175,14 +172,107 @@ absl::Status CheckVersion(const pb::ModelInfo& model, const std::string& version
                                           ")"));
 }
 
+namespace {
+
+// A document model's requests: one per element of the batch, each `common` with its document.
+absl::Status AddDocumentRequests(const v2::ModelInferRequest& request,
+                                 const pb::ClassifyRequest& common, std::int64_t batch,
+                                 InferPlan* plan) {
+  const auto& input = request.inputs(0);
+  const auto& shape = input.shape();
+  const bool raw = !request.raw_input_contents().empty();
+  if (input.datatype() != "BYTES") {
+    return Invalid("inputs[0].datatype",
+                   absl::StrCat("document models take BYTES, got ", Quoted(input.datatype())));
+  }
+  if (!(shape.size() == 1 || (shape.size() == 2 && shape[1] == 1))) {
+    return Invalid("inputs[0].shape",
+                   absl::StrCat("must be [batch] or [batch, 1], got ", ShapeString(shape)));
+  }
+  std::vector<std::string> documents;
+  if (raw) {
+    if (auto split = DecodeRawBytes(request.raw_input_contents(0), &documents); !split.ok()) {
+      return Invalid("raw_input_contents[0]", std::string(split.message()));
+    }
+  } else {
+    documents.assign(input.contents().bytes_contents().begin(),
+                     input.contents().bytes_contents().end());
+  }
+  if (static_cast<std::int64_t>(documents.size()) != batch) {
+    return Invalid(raw ? "raw_input_contents[0]" : "inputs[0].contents.bytes_contents",
+                   absl::StrCat("holds ", documents.size(), " elements but the shape ",
+                                ShapeString(shape), " needs ", batch));
+  }
+  for (auto& document : documents) {
+    pb::ClassifyRequest& r = plan->requests.emplace_back(common);
+    r.set_document(std::move(document));
+  }
+  return absl::OkStatus();
+}
+
+// A pixel model's requests: one per image of the batch, each `common` with its pixels.
+absl::Status AddImageRequests(const v2::ModelInferRequest& request,
+                              const pb::ClassifyRequest& common, std::int64_t batch,
+                              InferPlan* plan) {
+  const auto& input = request.inputs(0);
+  const auto& shape = input.shape();
+  const bool raw = !request.raw_input_contents().empty();
+  if (input.datatype() != "UINT8") {
+    return Invalid("inputs[0].datatype",
+                   absl::StrCat("pixel models take UINT8, got ", Quoted(input.datatype())));
+  }
+  if (!(shape.size() == 3 || (shape.size() == 4 && shape[3] == 3))) {
+    return Invalid("inputs[0].shape", absl::StrCat("must be [batch, height, width] or [batch, "
+                                                   "height, width, 3], got ",
+                                                   ShapeString(shape)));
+  }
+  const std::int64_t height = shape[1], width = shape[2];
+  const std::int64_t channels = shape.size() == 4 ? 3 : 1;
+  if (height == 0 || width == 0 || height * width > (std::int64_t{1} << 26)) {
+    return Invalid("inputs[0].shape",
+                   absl::StrCat("height × width must be 1 to 2^26, got ", ShapeString(shape)));
+  }
+  const std::int64_t per_image = height * width * channels;
+  std::string pixels;
+  if (raw) {
+    pixels = request.raw_input_contents(0);
+  } else {
+    const auto& values = input.contents().uint_contents();
+    pixels.reserve(values.size());
+    for (int i = 0; i < values.size(); ++i) {
+      if (values[i] > 255) {
+        return Invalid(absl::StrCat("inputs[0].contents.uint_contents[", i, "]"),
+                       absl::StrCat("UINT8 is 0 to 255, got ", values[i]));
+      }
+      pixels.push_back(static_cast<char>(values[i]));
+    }
+  }
+  if (static_cast<std::int64_t>(pixels.size()) != batch * per_image) {
+    return Invalid(raw ? "raw_input_contents[0]" : "inputs[0].contents.uint_contents",
+                   absl::StrCat("holds ", pixels.size(), " elements but the shape ",
+                                ShapeString(shape), " needs ", batch * per_image));
+  }
+  for (std::int64_t b = 0; b < batch; ++b) {
+    pb::ClassifyRequest& r = plan->requests.emplace_back(common);
+    auto* image = r.mutable_image();
+    image->set_width(static_cast<std::uint32_t>(width));
+    image->set_height(static_cast<std::uint32_t>(height));
+    image->set_channels(static_cast<std::uint32_t>(channels));
+    image->set_pixels(pixels.substr(b * per_image, per_image));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<InferPlan> Plan(const v2::ModelInferRequest& request, const pb::ModelInfo& model,
                                std::int64_t max_batch) {
   InferPlan plan;
   pb::ClassifyRequest common;
   common.set_model(model.name());
   std::uint32_t top_k = 0;
-  if (auto status = ApplyParameters(request, &common, &top_k); !status.ok()) return status;
-  if (auto status = PlanOutputs(request, top_k, model, &plan); !status.ok()) return status;
+  TS_RETURN_IF_ERROR(ApplyParameters(request, &common, &top_k));
+  TS_RETURN_IF_ERROR(PlanOutputs(request, top_k, model, &plan));
   common.set_top_k(plan.class_count);
 
   const std::string expected = InputName(model);
@@ -225,76 +315,9 @@ absl::StatusOr<InferPlan> Plan(const v2::ModelInferRequest& request, const pb::M
                                                       " elements (max_infer_batch), got ", batch));
   }
   if (!IsPixelModel(model)) {
-    if (input.datatype() != "BYTES") {
-      return Invalid("inputs[0].datatype",
-                     absl::StrCat("document models take BYTES, got ", Quoted(input.datatype())));
-    }
-    if (!(shape.size() == 1 || (shape.size() == 2 && shape[1] == 1))) {
-      return Invalid("inputs[0].shape",
-                     absl::StrCat("must be [batch] or [batch, 1], got ", ShapeString(shape)));
-    }
-    std::vector<std::string> documents;
-    if (raw) {
-      if (auto split = DecodeRawBytes(request.raw_input_contents(0), &documents); !split.ok()) {
-        return Invalid("raw_input_contents[0]", std::string(split.message()));
-      }
-    } else {
-      documents.assign(input.contents().bytes_contents().begin(),
-                       input.contents().bytes_contents().end());
-    }
-    if (static_cast<std::int64_t>(documents.size()) != batch) {
-      return Invalid(raw ? "raw_input_contents[0]" : "inputs[0].contents.bytes_contents",
-                     absl::StrCat("holds ", documents.size(), " elements but the shape ",
-                                  ShapeString(shape), " needs ", batch));
-    }
-    for (auto& document : documents) {
-      pb::ClassifyRequest& r = plan.requests.emplace_back(common);
-      r.set_document(std::move(document));
-    }
+    TS_RETURN_IF_ERROR(AddDocumentRequests(request, common, batch, &plan));
   } else {
-    if (input.datatype() != "UINT8") {
-      return Invalid("inputs[0].datatype",
-                     absl::StrCat("pixel models take UINT8, got ", Quoted(input.datatype())));
-    }
-    if (!(shape.size() == 3 || (shape.size() == 4 && shape[3] == 3))) {
-      return Invalid("inputs[0].shape", absl::StrCat("must be [batch, height, width] or [batch, "
-                                                     "height, width, 3], got ",
-                                                     ShapeString(shape)));
-    }
-    const std::int64_t height = shape[1], width = shape[2];
-    const std::int64_t channels = shape.size() == 4 ? 3 : 1;
-    if (height == 0 || width == 0 || height * width > (std::int64_t{1} << 26)) {
-      return Invalid("inputs[0].shape",
-                     absl::StrCat("height × width must be 1 to 2^26, got ", ShapeString(shape)));
-    }
-    const std::int64_t per_image = height * width * channels;
-    std::string pixels;
-    if (raw) {
-      pixels = request.raw_input_contents(0);
-    } else {
-      const auto& values = input.contents().uint_contents();
-      pixels.reserve(values.size());
-      for (int i = 0; i < values.size(); ++i) {
-        if (values[i] > 255) {
-          return Invalid(absl::StrCat("inputs[0].contents.uint_contents[", i, "]"),
-                         absl::StrCat("UINT8 is 0 to 255, got ", values[i]));
-        }
-        pixels.push_back(static_cast<char>(values[i]));
-      }
-    }
-    if (static_cast<std::int64_t>(pixels.size()) != batch * per_image) {
-      return Invalid(raw ? "raw_input_contents[0]" : "inputs[0].contents.uint_contents",
-                     absl::StrCat("holds ", pixels.size(), " elements but the shape ",
-                                  ShapeString(shape), " needs ", batch * per_image));
-    }
-    for (std::int64_t b = 0; b < batch; ++b) {
-      pb::ClassifyRequest& r = plan.requests.emplace_back(common);
-      auto* image = r.mutable_image();
-      image->set_width(static_cast<std::uint32_t>(width));
-      image->set_height(static_cast<std::uint32_t>(height));
-      image->set_channels(static_cast<std::uint32_t>(channels));
-      image->set_pixels(pixels.substr(b * per_image, per_image));
-    }
+    TS_RETURN_IF_ERROR(AddImageRequests(request, common, batch, &plan));
   }
   for (std::size_t i = 0; i < plan.requests.size(); ++i) {
     plan.requests[i].set_request_id(absl::StrCat(request.id(), "#", i));
@@ -337,7 +360,7 @@ InferResult Assemble(const v2::ModelInferRequest& request, const pb::ModelInfo& 
 }
 
 void Infer(Inference* inference, const CallContext& call, const v2::ModelInferRequest& request,
-           std::int64_t max_batch, InferDone done) {
+           std::int64_t max_batch, const InferDone& done) {
   if (request.model_name().empty()) {
     return done(Invalid("model_name", "required (see ListModels or GET /v2/models/NAME)"), {});
   }

@@ -75,7 +75,8 @@ InferResult Assemble(const inference::ModelInferRequest& request,
 // through `inference` and assembles the answer. `done` is called exactly once.
 using InferDone = std::function<void(const absl::Status& status, InferResult result)>;
 void Infer(Inference* inference, const CallContext& call,
-           const inference::ModelInferRequest& request, std::int64_t max_batch, InferDone done);
+           const inference::ModelInferRequest& request, std::int64_t max_batch,
+           const InferDone& done);
 
 // The gRPC encoding of a result: outputs' bytes in raw_output_contents (as Triton answers, and
 // as tritonclient reads them): FP32 little-endian, BYTES each prefixed by its 4-byte length.

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "model/torch_compat.h"
 #include "server/http_listener.h"
 
@@ -242,14 +243,13 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& list
   options.threads = 2;
   options.keep_alive_max_requests = 1;
   options.max_body_bytes = 16 << 10;
-  auto endpoint = HttpListener::Start(options, [impl](const HttpExchange& request) {
-    return AnswerScrape(request, [impl] {
-      impl->UpdateMemory();
-      return prometheus::TextSerializer().Serialize(impl->registry->Collect());
-    });
-  });
-  if (!endpoint.ok()) return endpoint.status();
-  impl->endpoint = std::move(*endpoint);
+  TS_ASSIGN_OR_RETURN(impl->endpoint,
+                      HttpListener::Start(options, [impl](const HttpExchange& request) {
+                        return AnswerScrape(request, [impl] {
+                          impl->UpdateMemory();
+                          return prometheus::TextSerializer().Serialize(impl->registry->Collect());
+                        });
+                      }));
   impl->bound_address = impl->endpoint->address();
   return metrics;
 }

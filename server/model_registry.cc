@@ -1,12 +1,13 @@
 #include "server/model_registry.h"
 
 #include <algorithm>
-#include <fstream>
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "model/batch_classifier.h"
 #include "model/calibration.h"
 #include "model/cost_model.h"
@@ -18,9 +19,7 @@ namespace {
 
 // A content hash of the checkpoint file: the same file is the same version everywhere.
 absl::StatusOr<std::string> FileVersion(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  TS_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path, "checkpoint"));
   return absl::StrFormat("%08x", Crc32(bytes.data(), bytes.size()));
 }
 
@@ -67,11 +66,10 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
     return absl::Status(loaded.status().code(),
                         absl::StrCat(where, ": ", loaded.status().message()));
   }
-  auto version = FileVersion(config.checkpoint);
-  if (!version.ok()) return version.status();
+  TS_ASSIGN_OR_RETURN(auto version, FileVersion(config.checkpoint));
   std::shared_ptr<ServedModel> model(new ServedModel(config, std::move(*loaded)));
   model->device_ = *device;
-  model->version_ = *version;
+  model->version_ = version;
   model->metrics_ = metrics;
   model->clock_ = clock;
   const auto& options = model->options();
@@ -83,9 +81,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   }
   const std::int64_t head_dim = options.embed_dim() / options.heads();
   if (!config.calibration.empty()) {
-    auto calibration = LoadCalibration(config.calibration);
-    if (!calibration.ok()) return calibration.status();
-    const auto crossover = LookupCrossover(*calibration, head_dim, options.heads(), 1);
+    TS_ASSIGN_OR_RETURN(auto calibration, LoadCalibration(config.calibration));
+    const auto crossover = LookupCrossover(calibration, head_dim, options.heads(), 1);
     if (!crossover) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": calibration file ", config.calibration,
@@ -101,9 +98,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
     calibrate.max_tokens = model->max_length_ + 1;
     calibrate.min_tokens = std::min<std::int64_t>(32, calibrate.max_tokens);
     calibrate.repeats = 1;
-    auto result = CalibrateCrossover(calibrate);
-    if (!result.ok()) return result.status();
-    model->crossover_tokens_ = result->crossover_tokens;
+    TS_ASSIGN_OR_RETURN(auto result, CalibrateCrossover(calibrate));
+    model->crossover_tokens_ = result.crossover_tokens;
     model->crossover_source_ = "startup-calibration";
   } else {
     model->crossover_tokens_ = SpeedCrossoverN0(head_dim);
@@ -150,30 +146,29 @@ absl::Status ServedModel::RunBatch(Batch<ClassifyWork>& batch) {
   }
   const auto requested = static_cast<AttentionPath>(batch.path);
   const absl::Time start = clock_->Now();
-  auto result = ClassifyBatch(checkpoint_.model, sequences, requested, device_);
-  if (!result.ok()) return result.status();
+  TS_ASSIGN_OR_RETURN(auto result, ClassifyBatch(checkpoint_.model, sequences, requested, device_));
   const double compute = absl::ToDoubleSeconds(clock_->Now() - start);
   std::size_t row = 0;
-  const auto batch_tokens = result->padded_tokens * static_cast<std::int64_t>(sequences.size());
+  const auto batch_tokens = result.padded_tokens * static_cast<std::int64_t>(sequences.size());
   for (auto* work : works) {
-    const std::size_t classes = result->probabilities[row].size();
+    const std::size_t classes = result.probabilities[row].size();
     work->probabilities.assign(classes, 0.0f);
     for (std::size_t w = 0; w < work->windows.size(); ++w, ++row) {
       for (std::size_t c = 0; c < classes; ++c) {
         work->probabilities[c] +=
-            result->probabilities[row][c] / static_cast<float>(work->windows.size());
+            result.probabilities[row][c] / static_cast<float>(work->windows.size());
       }
     }
-    work->path = result->path;
+    work->path = result.path;
     work->batch_size = static_cast<std::int64_t>(works.size());
     work->batch_tokens = batch_tokens;
     work->compute_seconds = compute;
   }
   if (metrics_ != nullptr) {
-    metrics_->RecordBatch(config_.name, std::string(AttentionPathName(result->path)),
+    metrics_->RecordBatch(config_.name, std::string(AttentionPathName(result.path)),
                           std::to_string(batch.padded_tokens),
-                          static_cast<std::int64_t>(works.size()), batch_tokens,
-                          result->real_tokens, compute);
+                          static_cast<std::int64_t>(works.size()), batch_tokens, result.real_tokens,
+                          compute);
   }
   return absl::OkStatus();
 }
@@ -182,10 +177,9 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Create(
     const std::vector<ModelConfig>& configs, Metrics* metrics, Clock* clock) {
   auto registry = std::make_unique<ModelRegistry>();
   for (const auto& config : configs) {
-    auto model = ServedModel::Load(config, metrics, clock);
-    if (!model.ok()) return model.status();
+    TS_ASSIGN_OR_RETURN(auto model, ServedModel::Load(config, metrics, clock));
     absl::MutexLock lock(&registry->mu_);
-    registry->models_[config.name] = std::move(*model);
+    registry->models_[config.name] = std::move(model);
   }
   return registry;
 }

@@ -5,12 +5,13 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 
-#include <fstream>
 #include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "server/auth.h"
 #include "server/classifier_service.h"
 #include "server/http_frontend.h"
@@ -24,24 +25,14 @@
 namespace ts::server {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsConfig& tls) {
   if (tls.cert_file.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions options;
-  auto cert = ReadFile(tls.cert_file);
-  if (!cert.ok()) return cert.status();
-  auto key = ReadFile(tls.key_file);
-  if (!key.ok()) return key.status();
-  options.pem_key_cert_pairs.push_back({*key, *cert});
+  TS_ASSIGN_OR_RETURN(std::string cert, ReadFile(tls.cert_file, "cert_file"));
+  TS_ASSIGN_OR_RETURN(std::string key, ReadFile(tls.key_file, "key_file"));
+  options.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
   if (!tls.client_ca_file.empty()) {
-    auto ca = ReadFile(tls.client_ca_file);
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
+    TS_ASSIGN_OR_RETURN(options.pem_root_certs, ReadFile(tls.client_ca_file, "client_ca_file"));
     options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(options);
@@ -57,6 +48,7 @@ absl::Status Prefixed(const std::string& prefix, const absl::Status& status) {
 struct Server::Parts {
   ServerConfig config;
   std::function<void(const std::string&)> log;
+  Clock* clock = nullptr;
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<Authorizer> authorizer;
   std::unique_ptr<ModelRegistry> registry;
@@ -81,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   auto parts = std::make_unique<Parts>();
   Parts& p = *parts;
   p.config = config;
+  p.clock = clock;
   p.log = log != nullptr ? std::move(log)
                          : [](const std::string& line) { std::cerr << line << std::endl; };
   auto metrics = Metrics::Create(config.metrics_listen);
@@ -164,9 +157,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     http_options.tls = config.tls;
     http_options.max_message_bytes = config.max_message_bytes;
     http_options.max_infer_batch = config.max_infer_batch;
-    auto started = HttpFrontend::Start(http_options, server->parts_->inference.get());
-    if (!started.ok()) return started.status();  // ~Server stops the rest
-    server->parts_->http = std::move(*started);
+    // On an error ~Server stops the rest.
+    TS_ASSIGN_OR_RETURN(server->parts_->http,
+                        HttpFrontend::Start(http_options, server->parts_->inference.get()));
   }
   return server;
 }
@@ -190,7 +183,7 @@ void Server::Shutdown(absl::Duration grace) {
   p.stopped = true;
   p.health->SetServingStatus(false);
   p.inference->SetDraining();
-  const absl::Time deadline = absl::Now() + grace;
+  const absl::Time deadline = p.clock->Now() + grace;
   // A running training job saves its state at its next step and resumes on the next start.
   if (p.jobs != nullptr) {
     p.jobs->Shutdown();
@@ -198,14 +191,16 @@ void Server::Shutdown(absl::Duration grace) {
   }
   // Queued requests run now, not after their max_queue_delay: the calls in flight wait for
   // them. Requests that reach a batcher from here on are UNAVAILABLE.
-  p.registry->DrainAll(std::max(absl::ZeroDuration(), deadline - absl::Now()));
+  p.registry->DrainAll(std::max(absl::ZeroDuration(), deadline - p.clock->Now()));
   p.log("batchers drained");
   // Stops accepting calls and waits for those in flight.
   if (p.http != nullptr) {
     p.http->Stop();
     p.log("HTTP stopped");
   }
-  p.grpc->Shutdown(absl::ToChronoTime(deadline));
+  // gRPC takes a wall-clock deadline: what is left of the grace on the server's clock, from now.
+  const absl::Duration left = std::max(absl::ZeroDuration(), deadline - p.clock->Now());
+  p.grpc->Shutdown(absl::ToChronoTime(absl::Now() + left));
   p.grpc->Wait();
   p.log("stopped");
 }

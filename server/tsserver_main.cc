@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/command_line.h"
+#include "common/status_macros.h"
 #include "model/heap_policy.h"
 #include "model/torch_compat.h"
 #include "server/config.h"
@@ -66,9 +67,7 @@ void AddFlags(CLI::App& app, Flags* flags) {
 absl::StatusOr<ServerConfig> BuildConfig(const Flags& flags) {
   ServerConfig config;
   if (!flags.config.empty()) {
-    auto loaded = LoadServerConfig(flags.config);
-    if (!loaded.ok()) return loaded.status();
-    config = std::move(*loaded);
+    TS_ASSIGN_OR_RETURN(config, LoadServerConfig(flags.config));
   }
   if (!flags.listen.empty()) config.listen = flags.listen;
   if (flags.metrics_listen) config.metrics_listen = *flags.metrics_listen;
@@ -77,11 +76,10 @@ absl::StatusOr<ServerConfig> BuildConfig(const Flags& flags) {
   if (!flags.data_root.empty()) config.data_root = flags.data_root;
   if (flags.threads) config.intra_op_threads = *flags.threads;
   for (const auto& flag : flags.models) {
-    auto model = ParseModelFlag(flag);
-    if (!model.ok()) return model.status();
-    config.models.push_back(std::move(*model));
+    TS_ASSIGN_OR_RETURN(auto model, ParseModelFlag(flag));
+    config.models.push_back(std::move(model));
   }
-  if (auto valid = ValidateServerConfig(config); !valid.ok()) return valid;
+  TS_RETURN_IF_ERROR(ValidateServerConfig(config));
   if (config.models.empty()) {
     return absl::InvalidArgumentError(
         "no models to serve: give --config or --model NAME=CHECKPOINT");
@@ -153,4 +151,9 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace ts::server
 
-int main(int argc, char** argv) { return ts::server::Run(argc, argv); }
+int main(int argc, char** argv) try {
+  return ts::server::Run(argc, argv);
+} catch (const std::exception& e) {  // outside Run's own error handling, e.g. declaring the flags
+  std::cerr << "tsserver: " << e.what() << "\n";
+  return 1;
+}

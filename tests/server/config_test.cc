@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 
 namespace ts::server {
 namespace {
@@ -601,9 +602,9 @@ TEST_F(ShippedConfigTest, ExamplesParse) {
   int parsed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(ConfigDir() / "examples")) {
     if (entry.path().extension() != ".yaml") continue;
-    std::ifstream in(entry.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    absl::StatusOr<ServerConfig> config = ParseServerConfig(text, dir.path());
+    const absl::StatusOr<std::string> text = ts::ReadFile(entry.path().string());
+    ASSERT_TRUE(text.ok()) << text.status();
+    absl::StatusOr<ServerConfig> config = ParseServerConfig(*text, dir.path());
     EXPECT_TRUE(config.ok()) << entry.path() << ": " << config.status();
     if (config.ok()) {
       EXPECT_FALSE(config->models.empty()) << entry.path();

@@ -88,10 +88,8 @@ TEST_F(JobDeleterTest, AStoredJobThatIsNotFinalIsRefused) {
   EXPECT_TRUE(fs::exists(jobs_dir_ + "/" + id));
 }
 
-// The store stamps a job's last write with this machine's time; the sweep's "now" is the
-// injected clock's, so the fake clock starts at the real time here.
+// The store stamps a job's last write and the sweep takes its "now" from the same fake clock.
 TEST_F(JobDeleterTest, TheSweepDeletesFinishedJobsOnceTheRetentionHasPassedOnTheClock) {
-  env_.clock().SetTime(absl::Now());
   const std::string finished = FinishedJob();
   const std::string failed = FinishedJob(pb::JOB_STATE_FAILED);
   const std::string running = FinishedJob(pb::JOB_STATE_RUNNING);
@@ -107,8 +105,7 @@ TEST_F(JobDeleterTest, TheSweepDeletesFinishedJobsOnceTheRetentionHasPassedOnThe
 }
 
 TEST_F(JobDeleterTest, RetentionSweepsAtStartAndThenEveryIntervalOfTheClock) {
-  const absl::Time start = absl::Now();
-  env_.clock().SetTime(start);
+  const absl::Time start = env_.clock().Now();
   const std::string id = FinishedJob();
   std::thread sweeper([&] { deleter_.RunRetention(absl::Hours(1), absl::Minutes(10)); });
   // The first sweep ran (nothing is old enough) and it waits for the next one.

@@ -22,7 +22,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "tests/testing/fake_clock.h"
 
 namespace ts::server {
 namespace {
@@ -170,7 +171,7 @@ class JobStoreTest : public ::testing::Test {
   }
 
   std::unique_ptr<JobStore> OpenStore() {
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_);
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_, &clock_);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
   }
@@ -183,6 +184,7 @@ class JobStoreTest : public ::testing::Test {
 
   std::string dir_;
   std::string path_;
+  testing::FakeClock clock_;  // stamps the jobs' last writes
 };
 
 TEST_F(JobStoreTest, CreateGetUpdateRoundTripFullJob) {
@@ -303,22 +305,24 @@ TEST_F(JobStoreTest, FinishedJobsBeforeListsOnlyFinalStatesOlderThanTheCutoff) {
   Create(*store, MakeEvaluationJob("c", kFailed));   // job-3
   Create(*store, MakeTrainingJob("d", kQueued));     // job-4
   Create(*store, MakeTrainingJob("e", kCancelled));  // job-5
-  const absl::Time after = absl::Now() + absl::Seconds(1);
+  const absl::Time written = clock_.Now();
+  const absl::Time after = written + absl::Milliseconds(1);
   auto listed = store->FinishedJobsBefore(after, 100);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, ElementsAre("job-1", "job-3", "job-5"));
   listed = store->FinishedJobsBefore(after, 2);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, ElementsAre("job-1", "job-3"));
-  // Written within the last hour: none is older than an hour.
-  listed = store->FinishedJobsBefore(absl::Now() - absl::Hours(1), 100);
+  // Strictly before: a job written at the cutoff is not listed.
+  listed = store->FinishedJobsBefore(written, 100);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, IsEmpty());
-  // The time is the last write's: an old row written again is young again.
+  // The time is the last write's, on the store's clock: an old row written again is young again.
   RawDb(path_).Exec("UPDATE jobs SET update_ms = 1000");
+  clock_.Advance(absl::Hours(2));
   Job rewritten = *store->GetJob("job-3");
   ASSERT_TRUE(store->UpdateJob(rewritten).ok());
-  listed = store->FinishedJobsBefore(absl::Now() - absl::Hours(1), 100);
+  listed = store->FinishedJobsBefore(clock_.Now() - absl::Hours(1), 100);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, ElementsAre("job-1", "job-5"));
 }
@@ -902,6 +906,7 @@ TEST_F(JobStoreTest, ConcurrentWritersLoseNothing) {
   constexpr int kThreads = 8;
   constexpr int kJobsPerThread = 50;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&store, t] {
       for (int i = 0; i < kJobsPerThread; ++i) {

@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "common/file_io.h"
 #include "model/batch_classifier.h"
 #include "model/checkpoint.h"
 #include "model/mixed_linear.h"
@@ -49,7 +50,7 @@ std::string WriteModel(const std::string& dir, const std::string& name, const st
   metadata.modality = modality;
   metadata.labels = std::move(labels);
   metadata.provenance["created_by"] = "server_integration_test";
-  const std::string path = dir + "/" + name + ".tsckpt";
+  std::string path = dir + "/" + name + ".tsckpt";
   EXPECT_TRUE(SaveCheckpoint(path, options, metadata, model).ok());
   return path;
 }
@@ -143,6 +144,7 @@ Server* ServerIntegrationTest::server_ = nullptr;
 TEST_F(ServerIntegrationTest, ConcurrentMixedLengthsGetTheInProcessModelsProbabilities) {
   std::mt19937 rng(42);
   std::vector<std::string> docs;
+  docs.reserve(48);
   std::uniform_int_distribution<std::int64_t> short_len(5, 60), long_len(100, kMaxLength);
   for (int i = 0; i < 48; ++i)
     docs.push_back(RandomDocument(rng, i % 2 ? short_len(rng) : long_len(rng)));
@@ -158,6 +160,7 @@ TEST_F(ServerIntegrationTest, ConcurrentMixedLengthsGetTheInProcessModelsProbabi
   std::vector<pb::ClassifyResponse> responses(docs.size());
   std::vector<grpc::Status> statuses(docs.size());
   std::vector<std::thread> clients;
+  clients.reserve(16);
   std::atomic<std::size_t> next{0};
   for (int t = 0; t < 16; ++t) {
     clients.emplace_back([&] {
@@ -261,6 +264,7 @@ TEST_F(ServerIntegrationTest, ExpiredDeadlinesAreNotComputedAndAFullQueueSaysWhi
 
   // Three requests fill max_queue_size 3; two more are refused at once, naming the limit.
   std::vector<std::future<grpc::Status>> queued;
+  queued.reserve(3);
   for (int i = 0; i < 3; ++i) {
     queued.push_back(std::async(std::launch::async, [this, i] {
       auto s = Stub();
@@ -321,10 +325,7 @@ TEST_F(ServerIntegrationTest, MetricsEndpointPassesPromtool) {
   std::ofstream(path) << metrics;
   const int rc =
       std::system(("promtool check metrics < " + path + " > " + path + ".out 2>&1").c_str());
-  std::ifstream out(path + ".out");
-  std::stringstream text;
-  text << out.rdbuf();
-  EXPECT_EQ(rc, 0) << text.str();
+  EXPECT_EQ(rc, 0) << ts::ReadFile(path + ".out").value_or("(no promtool output)");
 }
 
 TEST_F(ServerIntegrationTest, StreamAnswersEveryRequestWithItsId) {
@@ -389,7 +390,7 @@ int HealthStatus(const std::string& address, const std::string& service) {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   std::promise<grpc::Status> done;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &send, &receive,
-                 [&](grpc::Status s) { done.set_value(s); });
+                 [&](const grpc::Status& s) { done.set_value(s); });
   const auto status = done.get_future().get();
   if (!status.ok()) return -static_cast<int>(status.error_code());
   std::vector<grpc::Slice> slices;
@@ -514,8 +515,7 @@ TEST_F(ServerIntegrationConfigTest, MutualTlsAcceptsOnlyClientsWithACertificateF
   auto server = StartServer(dir_ + "/tls.yaml", &clock_);
   ASSERT_TRUE(server.ok()) << server.status();
   const auto read = [this](const std::string& name) {
-    std::ifstream in(dir_ + "/" + name);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return ts::ReadFile(dir_ + "/" + name).value_or("");
   };
   const auto classify = [&](const grpc::SslCredentialsOptions& tls) {
     auto stub = pb::Classifier::NewStub(

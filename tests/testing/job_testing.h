@@ -1,6 +1,6 @@
 // Helpers of the job manager's unit tests (tests/server/job_*_test.cc): a JobContext on a real
-// JobStore in a scratch directory, a fake clock, registry-only metrics and the log lines kept;
-// and reading one sample of the metrics' text exposition.
+// JobStore in a scratch directory, a fake clock (the store's too), registry-only metrics and the
+// log lines kept; and reading one sample of the metrics' text exposition.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -27,7 +27,7 @@ class JobTestContext {
     std::string pattern = ::testing::TempDir() + "/ts_job_test_XXXXXX";
     if (::mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
     dir_ = pattern;
-    auto store = ts::server::JobStore::Open(dir_ + "/jobs.db");
+    auto store = ts::server::JobStore::Open(dir_ + "/jobs.db", &clock_);
     EXPECT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     auto metrics = ts::server::Metrics::Create("");
