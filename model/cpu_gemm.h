@@ -1,10 +1,9 @@
 // Matrix products for one thread's share of a parallel CPU kernel (the attention kernels run one
 // head or one block per task inside at::parallel_for, each with single-threaded GEMMs).
 //
-// Why not at::mm: LibTorch hands float GEMMs to OpenBLAS, and Debian's OpenMP build of OpenBLAS
-// runs concurrent calls from two threads 2.2× slower than one after the other, so the kernels'
-// parallel loops lost their second core. oneDNN's sgemm (libdnnl, the oneDNN LibTorch itself is
-// linked against) has no such contention and is ≈1.6× faster on the kernels' shapes
+// Why not at::mm: LibTorch hands float GEMMs to OpenBLAS, whose per-call overhead and packing
+// are heavy on these skinny shapes. oneDNN's sgemm (libdnnl, the oneDNN LibTorch itself is
+// linked against) is ≈1.6× faster on the kernels' shapes
 // ([512 × 561]ᵀ·[512 × 33] and back) on one thread (docs/PERFORMANCE.md). Without oneDNN (a
 // LibTorch that bundles its own, e.g. a CUDA build) and for float64, at::addmm_out is used.
 //
