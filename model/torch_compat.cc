@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
+#include <omp.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -35,6 +36,13 @@ void SetThreads(int intra_op_threads) {
 
 void SetThisThreadIntraOpThreads(int intra_op_threads) {
   at::set_num_threads(std::max(1, intra_op_threads));
+}
+
+void SetThisThreadParallelism(int threads) { omp_set_num_threads(std::max(1, threads)); }
+
+int DefaultIntraOpThreads() {
+  const int threads = default_threads.load();
+  return threads > 0 ? threads : at::get_num_threads();
 }
 
 void UseDefaultThreadsOnThisThread() {

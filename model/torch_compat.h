@@ -19,6 +19,15 @@ void SetThreads(int intra_op_threads);
 // run parallel work yet; threads that do torch work should therefore call this, or
 // UseDefaultThreadsOnThisThread, before their first op.)
 void SetThisThreadIntraOpThreads(int intra_op_threads);
+
+// The intra-op threads of the parallel regions this thread starts, and nothing else: unlike
+// at::set_num_threads it leaves the process-wide count and LibTorch's other thread pools alone,
+// so it is cheap enough to call per batch. (LibTorch's OpenMP build reads this per-thread
+// setting in at::get_num_threads; OpenBLAS and oneDNN read it too.)
+void SetThisThreadParallelism(int threads);
+
+// The count last given to SetThreads, or at::get_num_threads() if it was never called.
+int DefaultIntraOpThreads();
 // SetThisThreadIntraOpThreads(the count last given to SetThreads), once per thread.
 void UseDefaultThreadsOnThisThread();
 

@@ -196,6 +196,7 @@ absl::Status ReadModel(const YAML::Node& node, const std::string& path, ModelCon
                                  {"calibration", String(&model->calibration)},
                                  {"calibrate_at_start", Bool(&model->calibrate_at_start)},
                                  {"precision", PrecisionField(&model->precision)},
+                                 {"single_thread_tokens", Int64(&model->single_thread_tokens)},
                                  {"batching",
                                   [model](const YAML::Node& value, const std::string& key_path) {
                                     return ReadBatching(value, key_path, &model->batching);
@@ -283,6 +284,7 @@ absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
       CheckAtLeast<std::int64_t>(path + ".max_length", model.max_length, 0),
       CheckAtLeast<std::int64_t>(path + ".window_stride", model.window_stride, 0),
       CheckAtLeast<std::int64_t>(path + ".max_windows", model.max_windows, 1),
+      CheckAtLeast<std::int64_t>(path + ".single_thread_tokens", model.single_thread_tokens, 0),
   };
   const LengthBucketBatcherOptions& batching = model.batching;
   const std::string batching_path = path + ".batching";

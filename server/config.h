@@ -34,6 +34,10 @@ struct ModelConfig {
   // fp32, or bf16: the linear layers in bfloat16 (model/precision.h); refused at load on
   // hardware without bf16 arithmetic.
   Precision precision = Precision::kFp32;
+  // A batch of at most this many tokens (batch size × padded length) runs on one intra-op
+  // thread: its ops are too small to split, and each fork/join of the thread pool costs more
+  // than it saves (docs/PERFORMANCE.md). 0 = every batch uses intra_op_threads.
+  std::int64_t single_thread_tokens = 1024;
   LengthBucketBatcherOptions batching;
 };
 

@@ -145,6 +145,9 @@ absl::Status ServedModel::RunBatch(Batch<ClassifyWork>& batch) {
     work->queue_seconds = absl::ToDoubleSeconds(batch.started - task->enqueued);
   }
   const auto requested = static_cast<AttentionPath>(batch.path);
+  const auto tokens = batch.padded_tokens * static_cast<std::int64_t>(sequences.size());
+  compat::SetThisThreadParallelism(
+      tokens <= config_.single_thread_tokens ? 1 : compat::DefaultIntraOpThreads());
   const absl::Time start = clock_->Now();
   TS_ASSIGN_OR_RETURN(auto result, ClassifyBatch(checkpoint_.model, sequences, requested, device_));
   const double compute = absl::ToDoubleSeconds(clock_->Now() - start);

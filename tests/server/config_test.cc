@@ -41,6 +41,7 @@ models:
     over_length: window
     window_stride: 512
     max_windows: 4
+    single_thread_tokens: 0
     calibration: listops.calibration
     calibrate_at_start: true
     precision: bf16
@@ -120,6 +121,7 @@ TEST(ConfigTest, ModelDefaultsAndBatcherName) {
   EXPECT_EQ(model.over_length, LengthPolicy::kTruncate);
   EXPECT_EQ(model.window_stride, 0);
   EXPECT_EQ(model.max_windows, 16);
+  EXPECT_EQ(model.single_thread_tokens, 1024);
   EXPECT_TRUE(model.calibration.empty());
   EXPECT_FALSE(model.calibrate_at_start);
   EXPECT_EQ(model.precision, Precision::kFp32);
@@ -171,6 +173,7 @@ TEST(ConfigTest, FullExampleRoundTrip) {
   EXPECT_EQ(listops.over_length, LengthPolicy::kWindow);
   EXPECT_EQ(listops.window_stride, 512);
   EXPECT_EQ(listops.max_windows, 4);
+  EXPECT_EQ(listops.single_thread_tokens, 0);
   EXPECT_EQ(listops.calibration, "/etc/ts/listops.calibration");
   EXPECT_TRUE(listops.calibrate_at_start);
   EXPECT_EQ(listops.precision, Precision::kBf16);
@@ -252,6 +255,8 @@ TEST(ConfigTest, RejectsBadValues) {
         {"models[0].device: must be auto, cpu, cuda or cuda:N", absl::StrCat("\"", device, "\"")});
   }
   ExpectRejected(OneModel("    max_windows: 0\n"), {"models[0].max_windows: must be > 0, got 0"});
+  ExpectRejected(OneModel("    single_thread_tokens: -1\n"),
+                 {"models[0].single_thread_tokens: must be >= 0, got -1"});
   ExpectRejected(OneModel("    max_length: -3\n"), {"models[0].max_length: must be >= 0, got -3"});
   ExpectRejected(OneModel("    max_length: 100\n    window_stride: 200\n"),
                  {"models[0].window_stride: must be <= max_length"});
