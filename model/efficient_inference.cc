@@ -294,7 +294,8 @@ torch::Tensor EfficientInference(const torch::Tensor& q, const torch::Tensor& k,
   auto y = torch::empty({p.batch, p.tokens, p.heads, p.d}, q.options());
   p.y = y.data_ptr<float>();
   if (p.tokens > 0) {
-    ParallelFor(0, p.batch * p.heads, 1, [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t work = p.batch * p.heads * p.tokens * FeatureCount(p.d) * (p.d + 1);
+    ParallelFor(0, p.batch * p.heads, 1, work, [&](std::int64_t begin, std::int64_t end) {
       Buffers buf(p.chunk, p.d, p.bf16);
       for (std::int64_t index = begin; index < end; ++index) {
         const std::int64_t b = index / p.heads, h = index % p.heads;

@@ -4,6 +4,10 @@
 // state, so on a worker thread InferenceMode and the grad mode are off: an in-place update of an
 // inference tensor there throws ("Inplace update to inference tensor outside InferenceMode").
 // ParallelFor carries the caller's state to every thread, as at::launch does.
+//
+// `work` is the call's total multiply-adds: below kMinParallelWork the body runs on the calling
+// thread, since waking the pool costs more than tiny work gains (the demo model's 39-token
+// attention took 0.24-0.34 ms on two threads against 0.12 ms on one).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -13,8 +17,15 @@
 
 namespace ts {
 
+inline constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 20;
+
 template <typename F>
-void ParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, const F& body) {
+void ParallelFor(std::int64_t begin, std::int64_t end, std::int64_t grain, std::int64_t work,
+                 const F& body) {
+  if (work < kMinParallelWork) {
+    if (begin < end) body(begin, end);
+    return;
+  }
   const at::ThreadLocalState state;
   at::parallel_for(begin, end, grain, [&](std::int64_t first, std::int64_t last) {
     const at::ThreadLocalStateGuard guard(state);

@@ -203,22 +203,23 @@ void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t, const t
   const std::int64_t rows =
       std::max<std::int64_t>(1, std::min(tokens, block_elements / (threads * tokens)));
   const std::int64_t blocks = (tokens + rows - 1) / rows;
-  ParallelFor(0, bh * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t task = begin; task < end; ++task) {
-      const std::int64_t h = task / blocks;
-      const std::int64_t start = (task % blocks) * rows;
-      const std::int64_t n = std::min(rows, tokens - start);
-      auto scores = torch::empty({n, tokens}, q_aug.options());
-      MatmulInto(scores, q_aug[h].narrow(0, start, n), k_aug_t[h]);
-      scores.square_();
-      // A fresh tensor: contiguous() of a one-row block would alias `constant` itself.
-      auto nom = torch::empty({n, d + 1}, q_aug.options());
-      nom.copy_(constant[h].expand({n, d + 1}));
-      MatmulInto(nom, scores, v_aug[h], 1.0);
-      auto out = y[h].narrow(0, start, n);
-      at::div_out(out, nom.narrow(1, 0, d), nom.narrow(1, d, 1));
-    }
-  });
+  ParallelFor(0, bh * blocks, 1, bh * tokens * tokens * (d + 1),
+              [&](std::int64_t begin, std::int64_t end) {
+                for (std::int64_t task = begin; task < end; ++task) {
+                  const std::int64_t h = task / blocks;
+                  const std::int64_t start = (task % blocks) * rows;
+                  const std::int64_t n = std::min(rows, tokens - start);
+                  auto scores = torch::empty({n, tokens}, q_aug.options());
+                  MatmulInto(scores, q_aug[h].narrow(0, start, n), k_aug_t[h]);
+                  scores.square_();
+                  // A fresh tensor: contiguous() of a one-row block would alias `constant` itself.
+                  auto nom = torch::empty({n, d + 1}, q_aug.options());
+                  nom.copy_(constant[h].expand({n, d + 1}));
+                  MatmulInto(nom, scores, v_aug[h], 1.0);
+                  auto out = y[h].narrow(0, start, n);
+                  at::div_out(out, nom.narrow(1, 0, d), nom.narrow(1, d, 1));
+                }
+              });
 }
 
 // When `kv_out` [BH, F, d+1] and `den_out` [BH, N, 1] are defined, KV (coefficients applied) and
@@ -228,31 +229,32 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
                   const torch::Tensor& kv_out, const torch::Tensor& den_out) {
   const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
   const std::int64_t features = FeatureCount(d);
-  ParallelFor(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
-    auto buffer = torch::empty({std::min(chunk, tokens), features}, q_s.options());
-    auto nom_buffer = torch::empty({std::min(chunk, tokens), d + 1}, q_s.options());
-    for (std::int64_t h = begin; h < end; ++h) {
-      auto kv =
-          kv_out.defined() ? kv_out[h].zero_() : torch::zeros({features, d + 1}, q_s.options());
-      for (std::int64_t start = 0; start < tokens; start += chunk) {
-        const std::int64_t n = std::min(chunk, tokens - start);
-        auto psi = buffer.narrow(0, 0, n);
-        FeaturesInto(k_s[h].narrow(0, start, n), psi);
-        MatmulInto(kv, psi.t(), v_p[h].narrow(0, start, n), 1.0);
-      }
-      kv.mul_(coefficients);
-      for (std::int64_t start = 0; start < tokens; start += chunk) {
-        const std::int64_t n = std::min(chunk, tokens - start);
-        auto phi = buffer.narrow(0, 0, n);
-        FeaturesInto(q_s[h].narrow(0, start, n), phi);
-        auto nom = nom_buffer.narrow(0, 0, n);
-        MatmulInto(nom, phi, kv);
-        auto out = y[h].narrow(0, start, n);
-        at::div_out(out, nom.narrow(1, 1, d), nom.narrow(1, 0, 1));
-        if (den_out.defined()) den_out[h].narrow(0, start, n).copy_(nom.narrow(1, 0, 1));
-      }
-    }
-  });
+  ParallelFor(
+      0, bh, 1, bh * tokens * features * (d + 1), [&](std::int64_t begin, std::int64_t end) {
+        auto buffer = torch::empty({std::min(chunk, tokens), features}, q_s.options());
+        auto nom_buffer = torch::empty({std::min(chunk, tokens), d + 1}, q_s.options());
+        for (std::int64_t h = begin; h < end; ++h) {
+          auto kv =
+              kv_out.defined() ? kv_out[h].zero_() : torch::zeros({features, d + 1}, q_s.options());
+          for (std::int64_t start = 0; start < tokens; start += chunk) {
+            const std::int64_t n = std::min(chunk, tokens - start);
+            auto psi = buffer.narrow(0, 0, n);
+            FeaturesInto(k_s[h].narrow(0, start, n), psi);
+            MatmulInto(kv, psi.t(), v_p[h].narrow(0, start, n), 1.0);
+          }
+          kv.mul_(coefficients);
+          for (std::int64_t start = 0; start < tokens; start += chunk) {
+            const std::int64_t n = std::min(chunk, tokens - start);
+            auto phi = buffer.narrow(0, 0, n);
+            FeaturesInto(q_s[h].narrow(0, start, n), phi);
+            auto nom = nom_buffer.narrow(0, 0, n);
+            MatmulInto(nom, phi, kv);
+            auto out = y[h].narrow(0, start, n);
+            at::div_out(out, nom.narrow(1, 1, d), nom.narrow(1, 0, 1));
+            if (den_out.defined()) den_out[h].narrow(0, start, n).copy_(nom.narrow(1, 0, 1));
+          }
+        }
+      });
 }
 
 // Forward of the efficient path on contiguous scaled inputs q_s, k_s [BH, N, d] and v_p
@@ -295,37 +297,38 @@ void EfficientBackwardCpu(const torch::Tensor& q_s, const torch::Tensor& k_s,
                           torch::Tensor& dk, torch::Tensor& dv, std::int64_t chunk) {
   const std::int64_t bh = q_s.size(0), tokens = q_s.size(1), d = q_s.size(2);
   const std::int64_t features = FeatureCount(d);
-  ParallelFor(0, bh, 1, [&](std::int64_t begin, std::int64_t end) {
-    const std::int64_t rows = std::min(chunk, tokens);
-    auto feature_buffer = torch::empty({rows, features}, q_s.options());
-    auto grad_buffer = torch::empty({rows, features}, q_s.options());
-    for (std::int64_t h = begin; h < end; ++h) {
-      auto dkv = torch::zeros({features, d + 1}, q_s.options());
-      const auto kv_t = kv[h].t();
-      for (std::int64_t start = 0; start < tokens; start += chunk) {
-        const std::int64_t n = std::min(chunk, tokens - start);
-        auto phi = feature_buffer.narrow(0, 0, n);
-        auto dphi = grad_buffer.narrow(0, 0, n);
-        const auto dnom_c = dnom[h].narrow(0, start, n);
-        FeaturesInto(q_s[h].narrow(0, start, n), phi);
-        MatmulInto(dkv, phi.t(), dnom_c, 1.0);
-        MatmulInto(dphi, dnom_c, kv_t);
-        FeatureGradInto(q_s[h].narrow(0, start, n), dphi, dq[h].narrow(0, start, n));
-      }
-      dkv.mul_(coefficients);
-      const auto dkv_t = dkv.t();
-      for (std::int64_t start = 0; start < tokens; start += chunk) {
-        const std::int64_t n = std::min(chunk, tokens - start);
-        auto psi = feature_buffer.narrow(0, 0, n);
-        auto dpsi = grad_buffer.narrow(0, 0, n);
-        FeaturesInto(k_s[h].narrow(0, start, n), psi);
-        auto dv_c = dv[h].narrow(0, start, n);
-        MatmulInto(dv_c, psi, dkv);
-        MatmulInto(dpsi, v_p[h].narrow(0, start, n), dkv_t);
-        FeatureGradInto(k_s[h].narrow(0, start, n), dpsi, dk[h].narrow(0, start, n));
-      }
-    }
-  });
+  ParallelFor(0, bh, 1, bh * tokens * features * (d + 1),
+              [&](std::int64_t begin, std::int64_t end) {
+                const std::int64_t rows = std::min(chunk, tokens);
+                auto feature_buffer = torch::empty({rows, features}, q_s.options());
+                auto grad_buffer = torch::empty({rows, features}, q_s.options());
+                for (std::int64_t h = begin; h < end; ++h) {
+                  auto dkv = torch::zeros({features, d + 1}, q_s.options());
+                  const auto kv_t = kv[h].t();
+                  for (std::int64_t start = 0; start < tokens; start += chunk) {
+                    const std::int64_t n = std::min(chunk, tokens - start);
+                    auto phi = feature_buffer.narrow(0, 0, n);
+                    auto dphi = grad_buffer.narrow(0, 0, n);
+                    const auto dnom_c = dnom[h].narrow(0, start, n);
+                    FeaturesInto(q_s[h].narrow(0, start, n), phi);
+                    MatmulInto(dkv, phi.t(), dnom_c, 1.0);
+                    MatmulInto(dphi, dnom_c, kv_t);
+                    FeatureGradInto(q_s[h].narrow(0, start, n), dphi, dq[h].narrow(0, start, n));
+                  }
+                  dkv.mul_(coefficients);
+                  const auto dkv_t = dkv.t();
+                  for (std::int64_t start = 0; start < tokens; start += chunk) {
+                    const std::int64_t n = std::min(chunk, tokens - start);
+                    auto psi = feature_buffer.narrow(0, 0, n);
+                    auto dpsi = grad_buffer.narrow(0, 0, n);
+                    FeaturesInto(k_s[h].narrow(0, start, n), psi);
+                    auto dv_c = dv[h].narrow(0, start, n);
+                    MatmulInto(dv_c, psi, dkv);
+                    MatmulInto(dpsi, v_p[h].narrow(0, start, n), dkv_t);
+                    FeatureGradInto(k_s[h].narrow(0, start, n), dpsi, dk[h].narrow(0, start, n));
+                  }
+                }
+              });
 }
 
 // EfficientBackwardCpu with batched GEMMs, for devices other than the CPU.

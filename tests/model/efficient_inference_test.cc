@@ -135,7 +135,7 @@ TEST(EfficientInferenceThreadsTest, KernelsRunUnderInferenceModeOnTwoThreads) {
   const int threads = at::get_num_threads();
   at::set_num_threads(2);
   torch::manual_seed(9);
-  const auto [q, k, v] = Slices(2, 300, 4, 8);
+  const auto [q, k, v] = Slices(2, 600, 4, 8);  // above kMinParallelWork on every path
   c10::InferenceMode inference;
   const auto [qn, kn] = NormalizeQueryKey(q, k, {});
   const auto direct = TaylorDirect(qn, kn, v, {}, {});
