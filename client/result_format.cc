@@ -77,6 +77,13 @@ std::string ModelDetails(const ModelInfo& model) {
   line("head_dim", absl::StrCat(model.head_dim()));
   line("crossover_tokens", absl::StrCat(model.crossover_tokens()));
   line("crossover_source", model.crossover_source());
+  if (model.crossovers_size() > 0) {
+    std::vector<std::string> entries;
+    for (const auto& c : model.crossovers()) {
+      entries.push_back(absl::StrCat("batch ", c.batch(), ": ", c.tokens(), " tokens"));
+    }
+    line("crossovers", absl::StrJoin(entries, ", "));
+  }
   line("over_length_policy", model.over_length_policy());
   line("device", model.device());
   line("precision", model.precision());

@@ -41,7 +41,7 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
       out.real_tokens += length_data[b] + 1;
     }
     out.padded_tokens = width + 1;
-    out.path = model->ResolvePath(requested, width + 1);
+    out.path = model->ResolvePath(requested, width + 1, batch);
     const auto logits = model->forward(tokens.to(device), lengths.to(device), out.path);
     const auto probabilities =
         torch::softmax(logits.to(torch::kFloat64), -1).to(torch::kFloat32).cpu().contiguous();

@@ -1,7 +1,7 @@
 // One forward pass over a batch of token sequences: pads them, builds the lengths, resolves
-// the attention path once for the batch, and returns each sequence's class probabilities.
-// The model is only read (eval mode, inference mode), so several threads may classify with the
-// same model at once.
+// the attention path once for the batch (its padded length and size), and returns each sequence's
+// class probabilities. The model is only read (eval mode, inference mode), so several threads may
+// classify with the same model at once.
 #pragma once
 
 #include <torch/torch.h>

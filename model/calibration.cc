@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "model/mixed_linear.h"
 #include "model/taylor_attention.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
@@ -45,8 +46,10 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
     return absl::FailedPreconditionError(
         absl::StrCat("calibration: device ", options.device, " requested but CUDA is absent"));
   }
+  TS_RETURN_IF_ERROR(CheckPrecisionSupported(options.precision, device));
   torch::NoGradGuard no_grad;
   TaylorKernelOptions kernel;
+  kernel.bf16_products = options.precision == Precision::kBf16;
   kernel.a = options.a;
   kernel.b = options.b;
   kernel.c = options.c;
@@ -59,6 +62,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const CalibrationOptions& options) {
   result.batch = options.batch;
   result.device = options.device;
   result.threads = at::get_num_threads();
+  result.precision = options.precision;
   torch::manual_seed(0);
   int consecutive_wins = 0;
   for (double n = static_cast<double>(options.min_tokens);
@@ -155,7 +159,8 @@ absl::Status SaveCalibration(const std::string& path,
     out.precision(9);
     for (const auto& r : results) {
       const std::string key =
-          absl::StrCat("head_dim=", r.head_dim, " heads=", r.heads, " batch=", r.batch);
+          absl::StrCat("head_dim=", r.head_dim, " heads=", r.heads, " batch=", r.batch,
+                       " precision=", PrecisionName(r.precision));
       out << "crossover " << key << " tokens=" << r.crossover_tokens
           << " crossed=" << (r.crossed ? 1 : 0) << " device=" << r.device
           << " threads=" << r.threads << "\n";
@@ -210,10 +215,18 @@ absl::StatusOr<std::vector<CalibrationResult>> LoadCalibration(const std::string
     TS_ASSIGN_OR_RETURN(const std::int64_t heads, integer("heads"));
     TS_ASSIGN_OR_RETURN(const std::int64_t batch, integer("batch"));
     TS_ASSIGN_OR_RETURN(const std::int64_t tokens, integer("tokens"));
+    Precision precision = Precision::kFp32;
+    if (const auto it = fields.find("precision"); it != fields.end()) {
+      const auto parsed = ParsePrecision(it->second);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", parsed.status().message()));
+      }
+      precision = *parsed;
+    }
     if (words[0] == "crossover") {
       for (const auto& [key, value] : fields) {
         if (key != "head_dim" && key != "heads" && key != "batch" && key != "tokens" &&
-            key != "crossed" && key != "device" && key != "threads") {
+            key != "crossed" && key != "device" && key != "threads" && key != "precision") {
           return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", key, "'"));
         }
       }
@@ -221,6 +234,7 @@ absl::StatusOr<std::vector<CalibrationResult>> LoadCalibration(const std::string
       r.head_dim = head_dim;
       r.heads = heads;
       r.batch = batch;
+      r.precision = precision;
       r.crossover_tokens = tokens;
       r.crossed = fields["crossed"] == "1";
       r.device = fields["device"];
@@ -230,7 +244,7 @@ absl::StatusOr<std::vector<CalibrationResult>> LoadCalibration(const std::string
       results.push_back(std::move(r));
     } else if (words[0] == "point") {
       if (results.empty() || results.back().head_dim != head_dim || results.back().heads != heads ||
-          results.back().batch != batch) {
+          results.back().batch != batch || results.back().precision != precision) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": point line without a matching crossover line before it"));
       }
@@ -245,18 +259,63 @@ absl::StatusOr<std::vector<CalibrationResult>> LoadCalibration(const std::string
   return results;
 }
 
-std::optional<std::int64_t> LookupCrossover(const std::vector<CalibrationResult>& results,
-                                            std::int64_t head_dim, std::int64_t heads,
-                                            std::int64_t batch) {
-  const CalibrationResult* best = nullptr;
+void CrossoverTable::Add(std::int64_t batch, std::int64_t tokens) {
+  const auto it =
+      std::lower_bound(entries_.begin(), entries_.end(), batch,
+                       [](const auto& entry, std::int64_t b) { return entry.first < b; });
+  if (it != entries_.end() && it->first == batch) {
+    it->second = tokens;
+  } else {
+    entries_.insert(it, {batch, tokens});
+  }
+}
+
+std::optional<std::int64_t> CrossoverTable::For(std::int64_t batch) const {
+  if (entries_.empty()) return std::nullopt;
+  if (batch <= entries_.front().first) return entries_.front().second;
+  if (batch >= entries_.back().first) return entries_.back().second;
+  const auto hi =
+      std::lower_bound(entries_.begin(), entries_.end(), batch,
+                       [](const auto& entry, std::int64_t b) { return entry.first < b; });
+  if (hi->first == batch) return hi->second;
+  const auto lo = hi - 1;
+  const auto log = [](std::int64_t x) { return std::log(static_cast<double>(x)); };
+  const double t = (log(batch) - log(lo->first)) / (log(hi->first) - log(lo->first));
+  return static_cast<std::int64_t>(
+      std::llround(std::exp(log(lo->second) + t * (log(hi->second) - log(lo->second)))));
+}
+
+std::string CrossoverTable::Describe() const {
+  std::string text;
+  for (const auto& [batch, tokens] : entries_) {
+    absl::StrAppend(&text, text.empty() ? "" : ", ", "batch ", batch, ": ", tokens, " tokens");
+  }
+  return text.empty() ? "none" : text;
+}
+
+CrossoverTable LookupCrossovers(const std::vector<CalibrationResult>& results,
+                                std::int64_t head_dim, std::int64_t heads, Precision precision) {
+  CrossoverTable table;
   for (const auto& r : results) {
-    if (r.head_dim != head_dim || r.heads != heads) continue;
-    if (best == nullptr || std::llabs(r.batch - batch) < std::llabs(best->batch - batch)) {
-      best = &r;
+    if (r.head_dim == head_dim && r.heads == heads && r.precision == precision && r.batch > 0 &&
+        r.crossover_tokens > 0) {
+      table.Add(r.batch, r.crossover_tokens);
     }
   }
-  if (best == nullptr) return std::nullopt;
-  return best->crossover_tokens;
+  return table;
+}
+
+absl::StatusOr<CrossoverTable> LoadCrossovers(const std::string& path, std::int64_t head_dim,
+                                              std::int64_t heads, Precision precision) {
+  TS_ASSIGN_OR_RETURN(const auto results, LoadCalibration(path));
+  CrossoverTable table = LookupCrossovers(results, head_dim, heads, precision);
+  if (table.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "calibration file ", path, " has no crossover for head_dim ", head_dim, " with ", heads,
+        " heads at precision ", PrecisionName(precision), " (measure one with `tsmodel calibrate",
+        " --precision ", PrecisionName(precision), "`)"));
+  }
+  return table;
 }
 
 }  // namespace ts

@@ -1,13 +1,9 @@
 #include "model/cpu_gemm.h"
 
 #include <atomic>
-#include <map>
-#include <tuple>
-
-#include "model/mixed_linear.h"
 
 #if defined(TS_HAVE_DNNL)
-#include <oneapi/dnnl/dnnl.hpp>
+#include <oneapi/dnnl/dnnl.h>
 #endif
 
 namespace ts {
@@ -51,92 +47,9 @@ bool DnnlSgemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& 
                     out.data_ptr<float>(), ldc) == dnnl_success;
 }
 
-// A 2-D tensor as a oneDNN memory descriptor (any strides).
-dnnl::memory::desc Desc(const torch::Tensor& t, dnnl::memory::data_type type) {
-  return dnnl::memory::desc({t.size(0), t.size(1)}, type, {t.stride(0), t.stride(1)});
-}
-
-// One matmul primitive per shape, layout and beta, per thread: creating one costs tens of
-// microseconds, as much as a small product, and a kernel repeats a handful of shapes.
-struct Bf16Key {
-  std::int64_t m, n, k, as0, as1, bs0, bs1, cs0;
-  float beta;
-  bool operator<(const Bf16Key& o) const {
-    return std::tie(m, n, k, as0, as1, bs0, bs1, cs0, beta) <
-           std::tie(o.m, o.n, o.k, o.as0, o.as1, o.bs0, o.bs1, o.cs0, o.beta);
-  }
-};
-
-struct Bf16Primitive {
-  dnnl::memory::desc a, b, c;
-  dnnl::matmul matmul;
-};
-
-dnnl::engine& CpuEngine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-const Bf16Primitive& CachedBf16Primitive(const torch::Tensor& out, const torch::Tensor& a,
-                                         const torch::Tensor& b, float beta) {
-  // A kernel uses two or three shapes; the bound only keeps odd callers from growing it.
-  constexpr std::size_t kMaxEntries = 64;
-  thread_local std::map<Bf16Key, Bf16Primitive> cache;
-  const Bf16Key key{out.size(0), out.size(1), a.size(1),     a.stride(0), a.stride(1),
-                    b.stride(0), b.stride(1), out.stride(0), beta};
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cache.size() >= kMaxEntries) cache.clear();
-  using dt = dnnl::memory::data_type;
-  Bf16Primitive entry{Desc(a, dt::bf16), Desc(b, dt::bf16), Desc(out, dt::f32), {}};
-  dnnl::primitive_attr attr;
-  if (beta != 0.0f) {
-    dnnl::post_ops ops;
-    ops.append_sum(beta);
-    attr.set_post_ops(ops);
-  }
-  entry.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(
-      dnnl::matmul::desc(entry.a, entry.b, entry.c), attr, CpuEngine()));
-  return cache.emplace(key, std::move(entry)).first->second;
-}
 #endif
 
 }  // namespace
-
-void MatmulBf16Into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
-                    double beta) {
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(0) &&
-                  out.size(0) == a.size(0) && out.size(1) == b.size(1),
-              "MatmulBf16Into: shapes ", out.sizes(), " = ", a.sizes(), " · ", b.sizes());
-  TORCH_CHECK(a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16 &&
-                  out.scalar_type() == torch::kFloat && out.is_cpu() && a.is_cpu() && b.is_cpu(),
-              "MatmulBf16Into: needs bfloat16 inputs and a float32 output on the CPU");
-  TORCH_CHECK(HaveBf16Matmul(), "MatmulBf16Into: this build or CPU has no bfloat16 matmul");
-#if defined(TS_HAVE_DNNL)
-  if (out.numel() == 0) return;
-  if (a.size(1) == 0) {
-    if (beta == 0.0)
-      out.zero_();
-    else
-      out.mul_(beta);
-    return;
-  }
-  const auto& entry = CachedBf16Primitive(out, a, b, static_cast<float>(beta));
-  thread_local dnnl::stream stream(CpuEngine());
-  entry.matmul.execute(stream,
-                       {{DNNL_ARG_SRC, dnnl::memory(entry.a, CpuEngine(), a.data_ptr())},
-                        {DNNL_ARG_WEIGHTS, dnnl::memory(entry.b, CpuEngine(), b.data_ptr())},
-                        {DNNL_ARG_DST, dnnl::memory(entry.c, CpuEngine(), out.data_ptr())}});
-  stream.wait();
-#endif
-}
-
-bool HaveBf16Matmul() {
-#if defined(TS_HAVE_DNNL)
-  return HostCpuHasBf16();
-#else
-  return false;
-#endif
-}
 
 void MatmulInto(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b, double beta) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(0) &&

@@ -21,15 +21,6 @@ namespace ts {
 void MatmulInto(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
                 double beta = 0.0);
 
-// out (float32) = a·b + beta·out with a, b bfloat16: products in bfloat16, sums in float32
-// (oneDNN's matmul, AVX512-BF16 or AMX). Same layouts as MatmulInto. Throws c10::Error when
-// HaveBf16Matmul() is false; callers check it (and CheckPrecisionSupported) first.
-void MatmulBf16Into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
-                    double beta = 0.0);
-
-// Whether MatmulBf16Into can run here: built with oneDNN and the CPU has bf16 instructions.
-bool HaveBf16Matmul();
-
 // Whether float products go to oneDNN ("onednn") or LibTorch's BLAS ("libtorch"), for logs and
 // benchmark reports.
 const char* CpuGemmBackend();

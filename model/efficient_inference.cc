@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+#include <optional>
 #include <vector>
 
+#include "model/bf16_feature_products.h"
 #include "model/cpu_gemm.h"
 #include "model/parallel.h"
 #include "model/taylor_features.h"
@@ -17,63 +18,27 @@ namespace {
 
 constexpr float kNormEps = 1e-12f;  // torch::nn::functional::normalize's default
 
-// float → bfloat16 bits exactly as c10::BFloat16 rounds (to nearest even; NaN stays NaN), in a
-// form the compiler vectorises.
-__attribute__((always_inline)) inline std::uint16_t Bf16Bits(float value) {
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof bits);
-  const std::uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-  return value != value ? std::uint16_t{0x7FC0} : static_cast<std::uint16_t>(rounded);
-}
-
-struct StoreFloat {
-  using Type = float;
-  float operator()(float value) const { return value; }
-};
-struct StoreBf16 {
-  using Type = std::uint16_t;
-  std::uint16_t operator()(float value) const { return Bf16Bits(value); }
-};
-
 // φ(scale_r · x_r) for `rows` rows of x (row stride `stride`, unit column stride) into out
-// [rows, F] (model/taylor_features.h). `scaled` holds d floats of scratch.
-template <typename Store>
-__attribute__((always_inline)) inline void FeatureRowsBody(const float* __restrict x,
-                                                           std::int64_t stride,
-                                                           const float* __restrict scale,
-                                                           std::int64_t rows, std::int64_t d,
-                                                           float* __restrict scaled,
-                                                           typename Store::Type* __restrict out) {
-  const Store store;
+// [rows, F] (model/taylor_features.h). `scaled` holds d floats of scratch. Compiled for AVX-512
+// and AVX2 besides the baseline and picked at load time: the build targets generic x86-64, and
+// these loops are most of the float32 kernel outside its two GEMMs.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FeatureRows(
+    const float* __restrict x, std::int64_t stride, const float* __restrict scale,
+    std::int64_t rows, std::int64_t d, float* __restrict scaled, float* __restrict out) {
   const std::int64_t width = FeatureCount(d);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* __restrict xr = x + r * stride;
     const float s = scale[r];
     for (std::int64_t i = 0; i < d; ++i) scaled[i] = s * xr[i];
-    typename Store::Type* __restrict o = out + r * width;
+    float* __restrict o = out + r * width;
     for (std::int64_t i = 0; i < d; ++i) {
       const float xi = scaled[i];
-      for (std::int64_t j = i; j < d; ++j) o[j - i] = store(xi * scaled[j]);
+      for (std::int64_t j = i; j < d; ++j) o[j - i] = xi * scaled[j];
       o += d - i;
     }
-    for (std::int64_t i = 0; i < d; ++i) o[i] = store(scaled[i]);
-    o[d] = store(1.0f);
+    for (std::int64_t i = 0; i < d; ++i) o[i] = scaled[i];
+    o[d] = 1.0f;
   }
-}
-
-// The two instantiations, compiled for AVX-512 and AVX2 besides the baseline and picked at load
-// time: the build targets generic x86-64, and these loops are most of the kernel outside its
-// two GEMMs.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FeatureRowsFloat(
-    const float* x, std::int64_t stride, const float* scale, std::int64_t rows, std::int64_t d,
-    float* scaled, float* out) {
-  FeatureRowsBody<StoreFloat>(x, stride, scale, rows, d, scaled, out);
-}
-
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FeatureRowsBf16(
-    const float* x, std::int64_t stride, const float* scale, std::int64_t rows, std::int64_t d,
-    float* scaled, std::uint16_t* out) {
-  FeatureRowsBody<StoreBf16>(x, stride, scale, rows, d, scaled, out);
 }
 
 // scale_r for `rows` rows of x: factor / max(‖x_r‖, ε) when normalising, else factor.
@@ -91,21 +56,18 @@ void RowScales(const float* x, std::int64_t stride, std::int64_t rows, std::int6
   }
 }
 
-// One thread's buffers for one chunk of rows (features in float32 or bfloat16).
+// One thread's buffers for one chunk of rows (the float32 kernel).
 struct Buffers {
-  Buffers(std::int64_t rows, std::int64_t d, bool bf16) {
+  Buffers(std::int64_t rows, std::int64_t d) {
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
-    const auto low = bf16 ? f32.dtype(torch::kBFloat16) : f32;
-    const std::int64_t features = FeatureCount(d);
-    feat = torch::empty({rows, features}, low);
-    vals = torch::empty({rows, d + 1}, low);
+    feat = torch::empty({rows, FeatureCount(d)}, f32);
+    vals = torch::empty({rows, d + 1}, f32);
     nom = torch::empty({rows, d + 1}, f32);
-    kv = torch::empty({features, d + 1}, f32);
-    if (bf16) kv_low = torch::empty({features, d + 1}, low);
+    kv = torch::empty({FeatureCount(d), d + 1}, f32);
     scale.resize(static_cast<size_t>(rows));
     scaled.resize(static_cast<size_t>(d));
   }
-  torch::Tensor feat, vals, nom, kv, kv_low;
+  torch::Tensor feat, vals, nom, kv;
   std::vector<float> scale, scaled;
 };
 
@@ -125,95 +87,96 @@ struct Problem {
   float* y;  // [B, N, H, d]
 };
 
-void FillFeatures(const Problem& p, Buffers& buf, const float* x, std::int64_t stride,
-                  std::int64_t n) {
-  if (p.bf16) {
-    FeatureRowsBf16(x, stride, buf.scale.data(), n, p.d, buf.scaled.data(),
-                    reinterpret_cast<std::uint16_t*>(buf.feat.data_ptr<c10::BFloat16>()));
-  } else {
-    FeatureRowsFloat(x, stride, buf.scale.data(), n, p.d, buf.scaled.data(),
-                     buf.feat.data_ptr<float>());
-  }
-}
-
 // v'_j = [c₀ | v_j] / count for real keys and 0 for padded ones, c₀ = √(d/count) with output
 // normalisation, else 1 (Algorithm 1 of the paper, as ScaledValues in taylor_attention.cc).
-template <typename Store>
 void FillValues(const Problem& p, std::int64_t b, const float* v, std::int64_t start,
-                std::int64_t n, typename Store::Type* out) {
-  const Store store;
+                std::int64_t n, float* out) {
   const float count = p.counts[static_cast<size_t>(b)];
   const float first = p.output_normalize ? std::sqrt(static_cast<float>(p.d) / count) : 1.0f;
   const std::int64_t width = p.d + 1;
   for (std::int64_t r = 0; r < n; ++r) {
-    typename Store::Type* o = out + r * width;
+    float* o = out + r * width;
     const bool padded = p.padded != nullptr && p.padded[b * p.tokens + start + r];
     if (padded) {
-      std::fill(o, o + width, store(0.0f));
+      std::fill(o, o + width, 0.0f);
       continue;
     }
     const float* vr = v + (start + r) * p.v_strides[2];
-    o[0] = store(first / count);
-    for (std::int64_t i = 0; i < p.d; ++i) o[i + 1] = store(vr[i] / count);
+    o[0] = first / count;
+    for (std::int64_t i = 0; i < p.d; ++i) o[i + 1] = vr[i] / count;
   }
 }
 
-// KV = coef ⊙ Σ_j ψ(k̂_j) v'_jᵀ for head (b, h), chunk by chunk, in buf.kv (and buf.kv_low).
-void KeySums(const Problem& p, Buffers& buf, std::int64_t b, std::int64_t h) {
-  const float* k = p.k + b * p.k_strides[0] + h * p.k_strides[1];
-  const float* v = p.v + b * p.v_strides[0] + h * p.v_strides[1];
+// Where head (b, h)'s rows start, and the factor its queries are scaled by.
+struct Head {
+  Head(const Problem& p, std::int64_t b, std::int64_t h)
+      : b(b),
+        h(h),
+        q(p.q + b * p.q_strides[0] + h * p.q_strides[1]),
+        k(p.k + b * p.k_strides[0] + h * p.k_strides[1]),
+        v(p.v + b * p.v_strides[0] + h * p.v_strides[1]),
+        query_factor(p.scaling.normalize ? p.temperature[static_cast<size_t>(h)]
+                                         : static_cast<float>(p.scaling.query_factor)) {}
+  std::int64_t b, h;
+  const float *q, *k, *v;
+  float query_factor;
+};
+
+// The float32 kernel. KV = coef ⊙ Σ_j ψ(k̂_j) v'_jᵀ chunk by chunk in buf.kv, then
+// y_i = nom_i[1:] / nom_i[0] with nom_i = φ(q̂_i)·KV, written to y[b, i, h, :].
+void HeadFloat(const Problem& p, Buffers& buf, const Head& head) {
+  const std::int64_t width = p.d + 1;
   for (std::int64_t start = 0; start < p.tokens; start += p.chunk) {
     const std::int64_t n = std::min(p.chunk, p.tokens - start);
-    const float* rows = k + start * p.k_strides[2];
+    const float* rows = head.k + start * p.k_strides[2];
     RowScales(rows, p.k_strides[2], n, p.d, p.scaling.normalize, 1.0f, buf.scale.data());
-    FillFeatures(p, buf, rows, p.k_strides[2], n);
-    const auto psi = buf.feat.narrow(0, 0, n);
-    const auto vals = buf.vals.narrow(0, 0, n);
-    const double beta = start == 0 ? 0.0 : 1.0;
-    if (p.bf16) {
-      FillValues<StoreBf16>(p, b, v, start, n,
-                            reinterpret_cast<std::uint16_t*>(vals.data_ptr<c10::BFloat16>()));
-      MatmulBf16Into(buf.kv, psi.t(), vals, beta);
-    } else {
-      FillValues<StoreFloat>(p, b, v, start, n, vals.data_ptr<float>());
-      MatmulInto(buf.kv, psi.t(), vals, beta);
-    }
+    FeatureRows(rows, p.k_strides[2], buf.scale.data(), n, p.d, buf.scaled.data(),
+                buf.feat.data_ptr<float>());
+    FillValues(p, head.b, head.v, start, n, buf.vals.data_ptr<float>());
+    MatmulInto(buf.kv, buf.feat.narrow(0, 0, n).t(), buf.vals.narrow(0, 0, n),
+               start == 0 ? 0.0 : 1.0);
   }
-  const std::int64_t width = p.d + 1;
   float* kv = buf.kv.data_ptr<float>();
   for (std::int64_t f = 0; f < FeatureCount(p.d); ++f) {
     const float c = p.coefficients[static_cast<size_t>(f)];
     for (std::int64_t i = 0; i < width; ++i) kv[f * width + i] *= c;
   }
-  if (p.bf16) {
-    auto* low = reinterpret_cast<std::uint16_t*>(buf.kv_low.data_ptr<c10::BFloat16>());
-    for (std::int64_t i = 0; i < buf.kv.numel(); ++i) low[i] = Bf16Bits(kv[i]);
-  }
-}
-
-// y_i = nom_i[1:] / nom_i[0] with nom_i = φ(q̂_i)·KV, written to y[b, i, h, :].
-void QueryOutputs(const Problem& p, Buffers& buf, std::int64_t b, std::int64_t h) {
-  const float* q = p.q + b * p.q_strides[0] + h * p.q_strides[1];
-  const float factor = p.scaling.normalize ? p.temperature[static_cast<size_t>(h)]
-                                           : static_cast<float>(p.scaling.query_factor);
-  const std::int64_t width = p.d + 1;
   for (std::int64_t start = 0; start < p.tokens; start += p.chunk) {
     const std::int64_t n = std::min(p.chunk, p.tokens - start);
-    const float* rows = q + start * p.q_strides[2];
-    RowScales(rows, p.q_strides[2], n, p.d, p.scaling.normalize, factor, buf.scale.data());
-    FillFeatures(p, buf, rows, p.q_strides[2], n);
+    const float* rows = head.q + start * p.q_strides[2];
+    RowScales(rows, p.q_strides[2], n, p.d, p.scaling.normalize, head.query_factor,
+              buf.scale.data());
+    FeatureRows(rows, p.q_strides[2], buf.scale.data(), n, p.d, buf.scaled.data(),
+                buf.feat.data_ptr<float>());
     auto nom = buf.nom.narrow(0, 0, n);
-    if (p.bf16) {
-      MatmulBf16Into(nom, buf.feat.narrow(0, 0, n), buf.kv_low);
-    } else {
-      MatmulInto(nom, buf.feat.narrow(0, 0, n), buf.kv);
-    }
+    MatmulInto(nom, buf.feat.narrow(0, 0, n), buf.kv);
     const float* nr = nom.data_ptr<float>();
     for (std::int64_t r = 0; r < n; ++r) {
-      float* out = p.y + ((b * p.tokens + start + r) * p.heads + h) * p.d;
+      float* out = p.y + ((head.b * p.tokens + start + r) * p.heads + head.h) * p.d;
       const float den = nr[r * width];
       for (std::int64_t i = 0; i < p.d; ++i) out[i] = nr[r * width + 1 + i] / den;
     }
+  }
+}
+
+// The bfloat16 kernel: the same steps with the two products in Bf16FeatureProducts.
+void HeadBf16(const Problem& p, Buffers& buf, Bf16FeatureProducts& products, const Head& head) {
+  products.ClearSums();
+  for (std::int64_t start = 0; start < p.tokens; start += p.chunk) {
+    const std::int64_t n = std::min(p.chunk, p.tokens - start);
+    const float* rows = head.k + start * p.k_strides[2];
+    RowScales(rows, p.k_strides[2], n, p.d, p.scaling.normalize, 1.0f, buf.scale.data());
+    FillValues(p, head.b, head.v, start, n, buf.vals.data_ptr<float>());
+    products.AddKeys(rows, p.k_strides[2], buf.scale.data(), buf.vals.data_ptr<float>(), n);
+  }
+  products.FinishSums(p.coefficients.data());
+  for (std::int64_t start = 0; start < p.tokens; start += p.chunk) {
+    const std::int64_t n = std::min(p.chunk, p.tokens - start);
+    const float* rows = head.q + start * p.q_strides[2];
+    RowScales(rows, p.q_strides[2], n, p.d, p.scaling.normalize, head.query_factor,
+              buf.scale.data());
+    products.Queries(rows, p.q_strides[2], buf.scale.data(), n,
+                     p.y + ((head.b * p.tokens + start) * p.heads + head.h) * p.d, p.heads * p.d);
   }
 }
 
@@ -290,17 +253,22 @@ torch::Tensor EfficientInference(const torch::Tensor& q, const torch::Tensor& k,
                         coefficients.data_ptr<float>() + coefficients.numel());
   p.scaling = scaling;
   p.output_normalize = options.output_normalize;
-  p.bf16 = options.bf16_products && HaveBf16Matmul();
+  p.bf16 = options.bf16_products && HaveAvx512Bf16();
   auto y = torch::empty({p.batch, p.tokens, p.heads, p.d}, q.options());
   p.y = y.data_ptr<float>();
   if (p.tokens > 0) {
     const std::int64_t work = p.batch * p.heads * p.tokens * FeatureCount(p.d) * (p.d + 1);
     ParallelFor(0, p.batch * p.heads, 1, work, [&](std::int64_t begin, std::int64_t end) {
-      Buffers buf(p.chunk, p.d, p.bf16);
+      Buffers buf(p.chunk, p.d);
+      std::optional<Bf16FeatureProducts> products;
+      if (p.bf16) products.emplace(p.chunk, p.d);
       for (std::int64_t index = begin; index < end; ++index) {
-        const std::int64_t b = index / p.heads, h = index % p.heads;
-        KeySums(p, buf, b, h);
-        QueryOutputs(p, buf, b, h);
+        const Head head(p, index / p.heads, index % p.heads);
+        if (products) {
+          HeadBf16(p, buf, *products, head);
+        } else {
+          HeadFloat(p, buf, head);
+        }
       }
     });
   }

@@ -30,8 +30,8 @@ bool CanRunEfficientInference(const torch::Tensor& q, const torch::Tensor& k,
 // stride in d (any other strides, e.g. slices of the qkv projection's output). Returns y
 // [B, H, N, d] as a view of a contiguous [B, N, H, d] tensor, so y.transpose(1, 2) is the
 // output projection's input without a copy. options.bf16_products runs the two feature products
-// in bfloat16 as TaylorEfficient does (where HaveBf16Matmul()). Throws c10::Error on bad
-// shapes or when CanRunEfficientInference is false.
+// in bfloat16 with float32 sums (model/bf16_feature_products.h, where HaveAvx512Bf16()).
+// Throws c10::Error on bad shapes or when CanRunEfficientInference is false.
 torch::Tensor EfficientInference(const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& v, const torch::Tensor& key_padding_mask,
                                  const TaylorKernelOptions& options,

@@ -510,13 +510,19 @@ torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
     key_padding_mask =
         torch::cat({torch::zeros({batch, 1}, valid.options()), valid.logical_not()}, 1);
   }
-  const AttentionPath resolved = ResolvePath(path, length + 1);
+  const AttentionPath resolved = ResolvePath(path, length + 1, batch);
   for (auto& block : block_list_) x = block(x, key_padding_mask, resolved);
   return head(norm(x).select(1, 0));
 }
 
-AttentionPath TaylorShiftEncoderImpl::ResolvePath(AttentionPath path, std::int64_t tokens) const {
-  return block_list_.front()->attn->ResolvePath(path, tokens);
+AttentionPath TaylorShiftEncoderImpl::ResolvePath(AttentionPath path, std::int64_t tokens,
+                                                  std::int64_t batch) const {
+  if (path != AttentionPath::kAuto) return path;
+  return tokens > crossover_tokens(batch) ? AttentionPath::kEfficient : AttentionPath::kDirect;
+}
+
+std::int64_t TaylorShiftEncoderImpl::crossover_tokens(std::int64_t batch) const {
+  return crossover_table_.For(batch).value_or(crossover_tokens());
 }
 
 void TaylorShiftEncoderImpl::set_crossover_tokens(std::int64_t tokens) {

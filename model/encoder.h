@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "model/attention.h"
 #include "model/attention_path.h"
+#include "model/calibration.h"
 
 namespace ts {
 
@@ -164,16 +165,24 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
 
   // tokens: [B, N] integer ids in [0, vocab_size), right-padded, N ≤ max_length.
   // lengths: [B] real token counts (excl. CLS), 0 ≤ lengths ≤ N; undefined = all N.
-  // Returns logits [B, num_classes]. kAuto is resolved once for the batch (N + 1 tokens) so
-  // every layer runs the same path.
+  // Returns logits [B, num_classes]. kAuto is resolved once for the batch (N + 1 tokens, B
+  // sequences) so every layer runs the same path.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& lengths = {},
                         AttentionPath path = AttentionPath::kAuto);
 
-  // The concrete path kAuto means for sequences of `tokens` tokens (including CLS).
-  AttentionPath ResolvePath(AttentionPath path, std::int64_t tokens) const;
-  // Crossover (tokens incl. CLS) used by kAuto; 0 restores the formula N0(d).
+  // The concrete path kAuto means for a batch of `batch` sequences of `tokens` tokens
+  // (including CLS): efficient above crossover_tokens(batch).
+  AttentionPath ResolvePath(AttentionPath path, std::int64_t tokens, std::int64_t batch = 1) const;
+  // Crossover (tokens incl. CLS) used by kAuto when no table is set; 0 restores the formula
+  // N0(d). Saved in checkpoints.
   void set_crossover_tokens(std::int64_t tokens);
   std::int64_t crossover_tokens() const;
+  // Crossovers measured at this model's precision by batch size (model/calibration.h); when
+  // not empty they replace crossover_tokens(). Not saved in checkpoints.
+  void set_crossover_table(CrossoverTable table) { crossover_table_ = std::move(table); }
+  const CrossoverTable& crossover_table() const { return crossover_table_; }
+  // The crossover kAuto uses for a batch of `batch` sequences.
+  std::int64_t crossover_tokens(std::int64_t batch) const;
 
   // The precision of the blocks' linear layers in eval mode (model/precision.h; default fp32).
   // Copies the current weights: call it after loading them. Does not check the hardware
@@ -200,6 +209,7 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
 
   TaylorShiftEncoderOptions options_;
   Precision precision_ = Precision::kFp32;
+  CrossoverTable crossover_table_;
   torch::nn::Dropout pos_drop_{nullptr};
   std::vector<TaylorShiftBlock> block_list_;  // the modules of `blocks`, typed
 };

@@ -32,7 +32,8 @@ struct TaylorKernelOptions {
   // Efficient path, float32 on the CPU without autograd: the two feature products run in
   // bfloat16 with float32 sums (model/precision.h's bf16). Features and values are rounded to
   // bfloat16, KV is summed and scaled in float32 and rounded once for the query side; the
-  // denominators and the division stay float32. Ignored where HaveBf16Matmul() is false.
+  // denominators and the division stay float32. Ignored where HaveAvx512Bf16() is false
+  // (model/bf16_feature_products.h).
   bool bf16_products = false;
 };
 

@@ -217,6 +217,11 @@ void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
   info->set_over_length_policy(std::string(LengthPolicyName(model.config().over_length)));
   info->set_device(model.device().str());
   info->set_precision(PrecisionName(model.config().precision));
+  for (const auto& [batch, tokens] : model.crossover_table().entries()) {
+    auto* crossover = info->add_crossovers();
+    crossover->set_batch(static_cast<std::uint32_t>(batch));
+    crossover->set_tokens(static_cast<std::uint32_t>(tokens));
+  }
 }
 
 absl::StatusOr<std::vector<pb::ModelInfo>> InferenceCore::ListModels(const CallContext& call) {

@@ -51,6 +51,26 @@ LengthPolicyOptions ServedModel::length_policy(LengthPolicy over_length) const {
   return policy;
 }
 
+// A short calibration at the model's precision, at batch 1 and at its largest batch.
+absl::StatusOr<CrossoverTable> ServedModel::CalibrateAtStart(const ServedModel& model,
+                                                             std::int64_t head_dim) {
+  CalibrationOptions calibrate;
+  calibrate.head_dim = head_dim;
+  calibrate.heads = model.options().heads();
+  calibrate.device = model.device_.str();
+  calibrate.precision = model.config_.precision;
+  calibrate.max_tokens = model.max_length_ + 1;
+  calibrate.min_tokens = std::min<std::int64_t>(32, calibrate.max_tokens);
+  calibrate.repeats = 1;
+  CrossoverTable table;
+  for (const std::int64_t batch : {std::int64_t{1}, model.config_.batching.max_batch_size}) {
+    calibrate.batch = batch;
+    TS_ASSIGN_OR_RETURN(const auto result, CalibrateCrossover(calibrate));
+    table.Add(batch, result.crossover_tokens);
+  }
+  return table;
+}
+
 absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig& config,
                                                                Metrics* metrics, Clock* clock) {
   const std::string where = absl::StrCat("model '", config.name, "'");
@@ -81,31 +101,22 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   }
   const std::int64_t head_dim = options.embed_dim() / options.heads();
   if (!config.calibration.empty()) {
-    TS_ASSIGN_OR_RETURN(auto calibration, LoadCalibration(config.calibration));
-    const auto crossover = LookupCrossover(calibration, head_dim, options.heads(), 1);
-    if (!crossover) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": calibration file ", config.calibration,
-                       " has no entry for head_dim=", head_dim, " heads=", options.heads()));
+    auto table = LoadCrossovers(config.calibration, head_dim, options.heads(), config.precision);
+    if (!table.ok()) {
+      return absl::Status(table.status().code(),
+                          absl::StrCat(where, ": ", table.status().message()));
     }
-    model->crossover_tokens_ = *crossover;
+    model->crossover_table_ = *std::move(table);
     model->crossover_source_ = "calibration";
   } else if (config.calibrate_at_start) {
-    CalibrationOptions calibrate;
-    calibrate.head_dim = head_dim;
-    calibrate.heads = options.heads();
-    calibrate.device = model->device_.str();
-    calibrate.max_tokens = model->max_length_ + 1;
-    calibrate.min_tokens = std::min<std::int64_t>(32, calibrate.max_tokens);
-    calibrate.repeats = 1;
-    TS_ASSIGN_OR_RETURN(auto result, CalibrateCrossover(calibrate));
-    model->crossover_tokens_ = result.crossover_tokens;
+    TS_ASSIGN_OR_RETURN(model->crossover_table_, CalibrateAtStart(*model, head_dim));
     model->crossover_source_ = "startup-calibration";
   } else {
-    model->crossover_tokens_ = SpeedCrossoverN0(head_dim);
     model->crossover_source_ = "formula";
   }
-  model->checkpoint_.model->set_crossover_tokens(model->crossover_tokens_);
+  model->checkpoint_.model->set_crossover_tokens(SpeedCrossoverN0(head_dim));
+  model->checkpoint_.model->set_crossover_table(model->crossover_table_);
+  model->crossover_tokens_ = model->checkpoint_.model->crossover_tokens(1);
   model->checkpoint_.model->eval();
   model->checkpoint_.model->set_precision(config.precision);
 

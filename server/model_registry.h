@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "model/attention_path.h"
+#include "model/calibration.h"
 #include "model/checkpoint.h"
 #include "model/inputs.h"
 #include "server/clock.h"
@@ -49,7 +50,9 @@ class ServedModel {
   const CheckpointMetadata& metadata() const { return checkpoint_.metadata; }
   const torch::Device& device() const { return device_; }
   std::int64_t max_length() const { return max_length_; }
+  // The crossover at batch 1, and by batch size where calibrated (empty for the formula).
   std::int64_t crossover_tokens() const { return crossover_tokens_; }
+  const CrossoverTable& crossover_table() const { return crossover_table_; }
   const std::string& crossover_source() const { return crossover_source_; }
   LengthPolicyOptions length_policy() const { return length_policy(config_.over_length); }
   // The model's limits with another over-length policy (a request's own).
@@ -63,6 +66,8 @@ class ServedModel {
   ServedModel(ModelConfig config, LoadedCheckpoint checkpoint)
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
   absl::Status RunBatch(Batch<ClassifyWork>& batch);
+  static absl::StatusOr<CrossoverTable> CalibrateAtStart(const ServedModel& model,
+                                                         std::int64_t head_dim);
 
   ModelConfig config_;
   LoadedCheckpoint checkpoint_;
@@ -70,6 +75,7 @@ class ServedModel {
   std::string version_;
   std::int64_t max_length_ = 0;
   std::int64_t crossover_tokens_ = 0;
+  CrossoverTable crossover_table_;
   std::string crossover_source_;
   Metrics* metrics_ = nullptr;
   Clock* clock_ = nullptr;

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "model/precision.h"
 #include "server/auth.h"
 #include "server/classifier_service.h"
 #include "server/http_frontend.h"
@@ -87,8 +88,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   p.registry = std::move(*registry);
   for (const auto& model : p.registry->List()) {
     p.log(absl::StrCat("model '", model->name(), "' version ", model->version(), " on ",
-                       model->device().str(), ", crossover ", model->crossover_tokens(), " (",
-                       model->crossover_source(), ")"));
+                       model->device().str(), " at ", PrecisionName(model->config().precision),
+                       ", crossover ", model->crossover_tokens(), " (", model->crossover_source(),
+                       model->crossover_table().empty()
+                           ? ""
+                           : absl::StrCat("; ", model->crossover_table().Describe()),
+                       ")"));
   }
   // Jobs: the store under state_dir, data paths confined to data_root. Promoted models are
   // served again before the server accepts calls. With jobs.enabled false there is no Jobs

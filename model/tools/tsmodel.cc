@@ -60,6 +60,7 @@ struct InitFlags {
 struct InfoFlags {
   std::string checkpoint;
   std::optional<std::string> calibration;
+  Precision precision = Precision::kFp32;
 };
 struct PredictFlags {
   std::string checkpoint, device = "cpu";
@@ -71,7 +72,9 @@ struct PredictFlags {
 };
 struct CalibrateFlags {
   std::string checkpoint, out, device = "cpu";
-  std::int64_t batch = 1, repeats = 3;
+  std::vector<std::int64_t> batches{1};
+  std::vector<Precision> precisions{Precision::kFp32};
+  std::int64_t repeats = 3;
   std::optional<std::int64_t> max_tokens;
 };
 struct ListOpsFlags {
@@ -96,19 +99,15 @@ absl::StatusOr<torch::Device> DeviceFlag(const std::string& name) {
   return *device;
 }
 
-// Applies the crossover measured for this model's heads from a calibration file.
+// Applies the crossovers measured for this model's heads at `precision` from a calibration
+// file: kAuto then picks the path by each batch's size as well as its length.
 absl::Status ApplyCalibration(const std::optional<std::string>& calibration,
-                              LoadedCheckpoint& loaded, std::int64_t batch) {
+                              LoadedCheckpoint& loaded, Precision precision) {
   if (!calibration) return absl::OkStatus();
-  TS_ASSIGN_OR_RETURN(const auto results, LoadCalibration(*calibration));
   const std::int64_t heads = loaded.options.heads();
-  const std::int64_t head_dim = loaded.options.embed_dim() / heads;
-  const auto crossover = LookupCrossover(results, head_dim, heads, batch);
-  if (!crossover) {
-    return absl::NotFoundError(absl::StrCat(*calibration, " has no crossover for head_dim ",
-                                            head_dim, " with ", heads, " heads"));
-  }
-  loaded.model->set_crossover_tokens(*crossover);
+  TS_ASSIGN_OR_RETURN(auto table, LoadCrossovers(*calibration, loaded.options.embed_dim() / heads,
+                                                 heads, precision));
+  loaded.model->set_crossover_table(std::move(table));
   return absl::OkStatus();
 }
 
@@ -156,7 +155,7 @@ absl::Status Init(const InitFlags& flags) {
 
 absl::Status Info(const InfoFlags& flags) {
   TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(flags.checkpoint));
-  TS_RETURN_IF_ERROR(ApplyCalibration(flags.calibration, loaded, 1));
+  TS_RETURN_IF_ERROR(ApplyCalibration(flags.calibration, loaded, flags.precision));
   const auto& options = loaded.options;
   const std::int64_t head_dim = options.embed_dim() / options.heads();
   std::cout << "checkpoint: " << flags.checkpoint << "\n"
@@ -174,9 +173,10 @@ absl::Status Info(const InfoFlags& flags) {
               << " N0=" << SpeedCrossoverN0(head_dim) << " N1=" << MemoryCrossoverN1(head_dim)
               << "\n";
   }
-  const std::int64_t crossover = loaded.model->crossover_tokens();
-  std::cout << "crossover_tokens: " << crossover
-            << (flags.calibration                ? " (calibrated)"
+  const auto& table = loaded.model->crossover_table();
+  std::cout << "crossover_tokens: " << loaded.model->crossover_tokens(1)
+            << (flags.calibration ? absl::StrCat(" (calibrated at ", PrecisionName(flags.precision),
+                                                 ": ", table.Describe(), ")")
                 : options.crossover_tokens() > 0 ? " (checkpoint)"
                                                  : " (formula N0)")
             << "\n"
@@ -193,7 +193,7 @@ absl::Status Predict(const PredictFlags& flags) {
   TS_RETURN_IF_ERROR(CheckPrecisionSupported(flags.precision, device));
 
   TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(flags.checkpoint, device));
-  TS_RETURN_IF_ERROR(ApplyCalibration(flags.calibration, loaded, batch_size));
+  TS_RETURN_IF_ERROR(ApplyCalibration(flags.calibration, loaded, flags.precision));
   loaded.model->set_precision(flags.precision);
   const std::int64_t max_length = loaded.options.max_length();
 
@@ -298,7 +298,6 @@ absl::Status Calibrate(const CalibrateFlags& flags) {
   CalibrationOptions options;
   options.heads = model_options.heads();
   options.head_dim = model_options.embed_dim() / model_options.heads();
-  options.batch = flags.batch;
   options.device = flags.device;
   options.repeats = static_cast<int>(flags.repeats);
   options.a = model_options.a();
@@ -309,13 +308,21 @@ absl::Status Calibrate(const CalibrateFlags& flags) {
       flags.max_tokens.value_or(std::max(options.min_tokens * 2, model_options.max_length() + 1));
   options.min_tokens = std::min(options.min_tokens, options.max_tokens / 2);
 
-  TS_ASSIGN_OR_RETURN(const auto result, CalibrateCrossover(options));
-  TS_RETURN_IF_ERROR(SaveCalibration(out, {result}));
-  std::cout << "wrote " << out << ": head_dim=" << result.head_dim << " heads=" << result.heads
-            << " batch=" << result.batch << " device=" << result.device
-            << " crossover_tokens=" << result.crossover_tokens
-            << (result.crossed ? "" : " (direct was faster up to max tokens)")
-            << " (formula N0=" << SpeedCrossoverN0(result.head_dim) << ")\n";
+  std::vector<CalibrationResult> results;
+  for (const Precision precision : flags.precisions) {
+    for (const std::int64_t batch : flags.batches) {
+      options.precision = precision;
+      options.batch = batch;
+      TS_ASSIGN_OR_RETURN(auto result, CalibrateCrossover(options));
+      std::cout << "head_dim=" << result.head_dim << " heads=" << result.heads
+                << " batch=" << result.batch << " precision=" << PrecisionName(precision)
+                << " device=" << result.device << " crossover_tokens=" << result.crossover_tokens
+                << (result.crossed ? "" : " (direct was faster up to max tokens)") << "\n";
+      results.push_back(std::move(result));
+    }
+  }
+  TS_RETURN_IF_ERROR(SaveCalibration(out, results));
+  std::cout << "wrote " << out << " (formula N0=" << SpeedCrossoverN0(options.head_dim) << ")\n";
   return absl::OkStatus();
 }
 
@@ -428,6 +435,8 @@ int Main(int argc, char** argv) {
         flags, Info, &threads, &run);
     command->add_option("CKPT", flags->checkpoint, "the checkpoint")->required();
     command->add_option("--calibration", flags->calibration, "a crossover measured by calibrate");
+    AddParsedOption(*command, "--precision", &flags->precision, ParsePrecision,
+                    "fp32 (default) or bf16: which of the calibration file's crossovers to show");
   }
   {
     auto flags = std::make_shared<CalibrateFlags>();
@@ -438,10 +447,30 @@ int Main(int argc, char** argv) {
         flags, Calibrate, &threads, &run);
     command->add_option("CKPT", flags->checkpoint, "the checkpoint")->required();
     command->add_option("--out", flags->out, "the calibration file to write")->required();
-    command->add_option("--batch", flags->batch)
+    command
+        ->add_option("--batch", flags->batches,
+                     "batch sizes to measure, e.g. 1,8 (kAuto interpolates between them)")
+        ->delimiter(',')
         ->capture_default_str()
         ->check(IntegerIn(1, INT32_MAX));
     command->add_option("--device", flags->device, "cpu|cuda[:N]")->capture_default_str();
+    command
+        ->add_option_function<std::vector<std::string>>(
+            "--precision",
+            [flags](const std::vector<std::string>& names) {
+              flags->precisions.clear();
+              for (const auto& name : names) {
+                auto precision = ParsePrecision(name);
+                if (!precision.ok()) {
+                  throw CLI::ValidationError("--precision",
+                                             std::string(precision.status().message()));
+                }
+                flags->precisions.push_back(*precision);
+              }
+            },
+            "precisions to measure at, e.g. fp32,bf16 (default fp32; the efficient path's feature "
+            "products run in bfloat16 at bf16)")
+        ->delimiter(',');
     command
         ->add_option("--max-tokens", flags->max_tokens,
                      "longest sequence measured (default: the model's max_length + 1)")

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "model/calibration.h"
+#include "model/mixed_linear.h"
 
 namespace ts {
 namespace {
@@ -59,20 +60,73 @@ class CalibrationFileTest : public ::testing::Test {
   }
 };
 
-TEST_F(CalibrationFileTest, RoundTripsAndLooksUpTheNearestBatch) {
-  CalibrationResult small{32, 8, 1, "cpu", 2, 900, true, {{512, 0.01, 0.02}, {1024, 0.04, 0.03}}};
-  CalibrationResult large{32, 8, 16, "cpu", 2, 700, true, {}};
+CalibrationResult Result(std::int64_t batch, Precision precision, std::int64_t crossover) {
+  CalibrationResult r;
+  r.head_dim = 32;
+  r.heads = 8;
+  r.batch = batch;
+  r.device = "cpu";
+  r.threads = 2;
+  r.precision = precision;
+  r.crossover_tokens = crossover;
+  r.crossed = true;
+  return r;
+}
+
+TEST_F(CalibrationFileTest, RoundTripsAndLooksUpByPrecisionAndBatch) {
+  CalibrationResult small = Result(1, Precision::kFp32, 900);
+  small.points = {{512, 0.01, 0.02}, {1024, 0.04, 0.03}};
+  const CalibrationResult large = Result(16, Precision::kFp32, 400);
+  const CalibrationResult bf16 = Result(1, Precision::kBf16, 600);
   const auto path = Path("calibration");
-  ASSERT_TRUE(SaveCalibration(path, {small, large}).ok());
+  ASSERT_TRUE(SaveCalibration(path, {small, large, bf16}).ok());
   const auto loaded = LoadCalibration(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_EQ(loaded->size(), 2u);
+  ASSERT_EQ(loaded->size(), 3u);
   EXPECT_EQ((*loaded)[0].crossover_tokens, 900);
   ASSERT_EQ((*loaded)[0].points.size(), 2u);
   EXPECT_DOUBLE_EQ((*loaded)[0].points[1].efficient_seconds, 0.03);
-  EXPECT_EQ(LookupCrossover(*loaded, 32, 8, 2), 900);
-  EXPECT_EQ(LookupCrossover(*loaded, 32, 8, 12), 700);
-  EXPECT_EQ(LookupCrossover(*loaded, 16, 8, 1), std::nullopt);
+  EXPECT_EQ((*loaded)[2].precision, Precision::kBf16);
+
+  const CrossoverTable fp32 = LookupCrossovers(*loaded, 32, 8, Precision::kFp32);
+  ASSERT_EQ(fp32.entries().size(), 2u);
+  EXPECT_EQ(fp32.For(1), 900);
+  EXPECT_EQ(fp32.For(16), 400);
+  // Batch 4 lies halfway between 1 and 16 in log batch: the geometric mean of 900 and 400.
+  EXPECT_EQ(fp32.For(4), 600);
+  EXPECT_EQ(fp32.For(64), 400);  // beyond the measured sizes: the nearest measurement
+  EXPECT_EQ(fp32.Describe(), "batch 1: 900 tokens, batch 16: 400 tokens");
+  const CrossoverTable low = LookupCrossovers(*loaded, 32, 8, Precision::kBf16);
+  EXPECT_EQ(low.For(8), 600);
+  EXPECT_TRUE(LookupCrossovers(*loaded, 16, 8, Precision::kFp32).empty());
+
+  const auto missing = LoadCrossovers(path, 16, 8, Precision::kBf16);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("head_dim 16 with 8 heads at precision bf16"),
+            std::string::npos)
+      << missing.status();
+  std::remove(path.c_str());
+}
+
+TEST_F(CalibrationFileTest, FilesWithoutAPrecisionAreFloat32) {
+  const auto path = Path("old-calibration");
+  std::ofstream(path) << "taylorshift-calibration 1\n"
+                         "crossover head_dim=32 heads=8 batch=1 tokens=412 crossed=1 device=cpu "
+                         "threads=2\n"
+                         "point head_dim=32 heads=8 batch=1 tokens=256 direct_s=0.1 "
+                         "efficient_s=0.2\n";
+  const auto table = LoadCrossovers(path, 32, 8, Precision::kFp32);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->For(1), 412);
+  EXPECT_EQ(LoadCrossovers(path, 32, 8, Precision::kBf16).status().code(),
+            absl::StatusCode::kNotFound);
+  std::ofstream(path) << "taylorshift-calibration 1\n"
+                         "crossover head_dim=32 heads=8 batch=1 tokens=412 precision=fp16\n";
+  const auto bad = LoadCalibration(path);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(":2: precision: expected fp32 or bf16, got 'fp16'"),
+            std::string::npos)
+      << bad.status();
   std::remove(path.c_str());
 }
 
@@ -114,6 +168,29 @@ TEST(CalibrationTest, MeasuresBothPathsAndReportsACrossoverInRange) {
   EXPECT_LE(result->crossover_tokens, options.max_tokens);
   options.max_tokens = 1;
   EXPECT_EQ(CalibrateCrossover(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// At bf16 the sweep runs the bfloat16 feature products (where the CPU has them) and records
+// the precision; where it lacks them the calibration is refused as a bf16 model is.
+TEST(CalibrationTest, MeasuresAtTheModelsPrecisionOrRefusesWithoutBf16) {
+  CalibrationOptions options;
+  options.head_dim = 8;
+  options.heads = 2;
+  options.batch = 3;
+  options.min_tokens = 64;
+  options.max_tokens = 512;
+  options.repeats = 1;
+  options.precision = Precision::kBf16;
+  const auto result = CalibrateCrossover(options);
+  if (!CheckPrecisionSupported(Precision::kBf16, torch::kCPU).ok()) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+    return;
+  }
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->precision, Precision::kBf16);
+  EXPECT_EQ(result->batch, 3);
+  ASSERT_FALSE(result->points.empty());
+  for (const auto& p : result->points) EXPECT_GT(p.efficient_seconds, 0);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/attention.h"
+#include "model/bf16_feature_products.h"
 #include "model/cpu_gemm.h"
 
 namespace ts {
@@ -56,9 +57,7 @@ class EfficientInferenceTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EfficientInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) {
   const Case param = GetParam();
-  if (param.bf16 && !HaveBf16Matmul()) {
-    GTEST_SKIP() << "no oneDNN bfloat16 matmul on this build or CPU";
-  }
+  if (param.bf16 && !HaveAvx512Bf16()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   torch::manual_seed(7);
   const std::int64_t batch = 2, heads = 3, tokens = 1100, d = 16, real = 700;
   const auto [q, k, v] = Slices(batch, tokens, heads, d);
@@ -104,6 +103,35 @@ TEST_P(EfficientInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) 
 INSTANTIATE_TEST_SUITE_P(Scalings, EfficientInferenceTest,
                          ::testing::Values(Case{true, true, false}, Case{true, false, false},
                                            Case{false, true, false}, Case{true, true, true}));
+
+// The bf16 kernel's edges: an odd chunk (a key row without a partner), a row tile of 32 only
+// partly used, features padded to a multiple of 32 (d = 7: F = 36) and an output width (d + 1 = 8)
+// that fills one partial column group.
+TEST(EfficientInferenceBf16Test, OddChunksAndSmallHeadsStayWithinBf16Error) {
+  if (!HaveAvx512Bf16()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  torch::manual_seed(13);
+  for (const std::int64_t d : {7, 32}) {
+    const std::int64_t batch = 2, heads = 2, tokens = 37, real = 21;
+    const auto [q, k, v] = Slices(batch, tokens, heads, d);
+    auto mask = torch::zeros({batch, tokens}, torch::kBool);
+    mask.index_put_({1, Slice(real, None)}, true);
+    QueryKeyScaling scaling;  // normalised, τ = 1
+    TaylorKernelOptions options;
+    options.efficient_chunk_tokens = 16;  // chunks of 16, 16 and 5 rows
+    options.bf16_products = true;
+    torch::NoGradGuard no_grad;
+    const auto y = EfficientInference(q, k, v, mask, options, scaling);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t n = b == 0 ? tokens : real;
+      const auto unit = [&](const torch::Tensor& x) {
+        const auto x64 = x.to(torch::kFloat64).narrow(1, 0, n);
+        return x64 / x64.norm(2, -1, true);
+      };
+      const auto expected = PlainTaylor(unit(q[b]), unit(k[b]), v[b].narrow(1, 0, n), true);
+      EXPECT_LE(RelativeError(y[b].narrow(1, 0, n), expected), 2e-2) << "d " << d << " seq " << b;
+    }
+  }
+}
 
 TEST(EfficientInferenceModuleTest, ModuleOutputEqualsTheUnfusedPath) {
   torch::manual_seed(5);

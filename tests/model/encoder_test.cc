@@ -232,6 +232,38 @@ TEST(EncoderTest, AutoResolvesOncePerBatchWithTheCrossover) {
   EXPECT_EQ(model->crossover_tokens(), n0);
 }
 
+// A calibrated table makes kAuto depend on the batch's size: the same 16-token sequences run
+// direct one at a time and efficient four at a time when batch 4's crossover is lower.
+TEST(EncoderTest, AutoTakesTheCrossoverOfTheBatchSizeFromTheTable) {
+  TaylorShiftEncoder model(SmallOptions());
+  testing::RandomizeParameters(model, 6);
+  model->to(torch::kDouble);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  CrossoverTable table;
+  table.Add(1, 20);
+  table.Add(4, 12);
+  model->set_crossover_table(table);
+  EXPECT_EQ(model->crossover_tokens(1), 20);
+  EXPECT_EQ(model->crossover_tokens(2), 15);  // √(20·12) ≈ 15.5 → 15: log-log interpolation
+  EXPECT_EQ(model->crossover_tokens(4), 12);
+  EXPECT_EQ(model->ResolvePath(AttentionPath::kAuto, 16, 1), AttentionPath::kDirect);
+  EXPECT_EQ(model->ResolvePath(AttentionPath::kAuto, 16, 4), AttentionPath::kEfficient);
+  EXPECT_EQ(model->ResolvePath(AttentionPath::kDirect, 16, 4), AttentionPath::kDirect);
+
+  const auto one = torch::randint(0, 256, {1, 15}, torch::kLong);
+  const auto four = torch::randint(0, 256, {4, 15}, torch::kLong);
+  EXPECT_TRUE(torch::equal(model->forward(one, {}, AttentionPath::kAuto),
+                           model->forward(one, {}, AttentionPath::kDirect)));
+  EXPECT_TRUE(torch::equal(model->forward(four, {}, AttentionPath::kAuto),
+                           model->forward(four, {}, AttentionPath::kEfficient)));
+  EXPECT_FALSE(torch::equal(model->forward(four, {}, AttentionPath::kAuto),
+                            model->forward(four, {}, AttentionPath::kDirect)));
+  // The checkpoint's crossover serves again once the table is cleared.
+  model->set_crossover_table({});
+  EXPECT_EQ(model->crossover_tokens(4), model->crossover_tokens());
+}
+
 TEST(EncoderTest, RejectsInvalidInputsWithClearErrors) {
   TaylorShiftEncoder model(SmallOptions());
   model->eval();

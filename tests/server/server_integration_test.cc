@@ -570,7 +570,11 @@ TEST_F(ServerIntegrationConfigTest, MessagesOverTheSizeLimitAreRefusedAndTheServ
 TEST_F(ServerIntegrationConfigTest, CrossoverComesFromCalibrationFileOrStartupCalibration) {
   std::ofstream(dir_ + "/tiny.calibration")
       << "taylorshift-calibration 1\n"
-         "crossover head_dim=8 heads=4 batch=1 tokens=42 crossed=1 device=cpu threads=2\n";
+         "crossover head_dim=8 heads=4 batch=1 tokens=42 crossed=1 device=cpu threads=2\n"
+         "crossover head_dim=8 heads=4 batch=8 tokens=30 crossed=1 device=cpu threads=2 "
+         "precision=fp32\n"
+         "crossover head_dim=8 heads=4 batch=1 tokens=99 crossed=1 device=cpu threads=2 "
+         "precision=bf16\n";
   std::ofstream(dir_ + "/calibrated.yaml")
       << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
          "models:\n"
@@ -587,12 +591,20 @@ TEST_F(ServerIntegrationConfigTest, CrossoverComesFromCalibrationFileOrStartupCa
     pb::ModelInfo info;
     ASSERT_TRUE(stub->GetModel(&context, request, &info).ok());
     if (name == "from_file") {
+      // The fp32 model takes the fp32 lines (the first has no precision key: fp32).
       EXPECT_EQ(info.crossover_source(), "calibration");
       EXPECT_EQ(info.crossover_tokens(), 42u);
+      ASSERT_EQ(info.crossovers_size(), 2);
+      EXPECT_EQ(info.crossovers(1).batch(), 8u);
+      EXPECT_EQ(info.crossovers(1).tokens(), 30u);
     } else {
+      // Measured at batch 1 and at max_batch_size.
       EXPECT_EQ(info.crossover_source(), "startup-calibration");
       EXPECT_GE(info.crossover_tokens(), 1u);
       EXPECT_LE(info.crossover_tokens(), 129u);
+      ASSERT_EQ(info.crossovers_size(), 2);
+      EXPECT_EQ(info.crossovers(0).batch(), 1u);
+      EXPECT_GT(info.crossovers(1).batch(), 1u);
     }
   }
   // With the crossover at 42 tokens (incl. CLS), 41 bytes run direct and 42 bytes efficient.
@@ -607,6 +619,35 @@ TEST_F(ServerIntegrationConfigTest, CrossoverComesFromCalibrationFileOrStartupCa
     ASSERT_TRUE(stub->Classify(&context, request, &response).ok());
     EXPECT_EQ(response.path(), path) << length;
   }
+  if (!HostCpuHasBf16()) return;
+  // A bf16 model takes the file's bf16 crossovers, and a file without any is refused, naming
+  // the field, the head shape and the precision.
+  std::ofstream(dir_ + "/half.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "models: [{name: half, checkpoint: tiny.tsckpt, device: cpu, precision: bf16, "
+         "calibration: tiny.calibration}]\n";
+  auto half = StartServer(dir_ + "/half.yaml", &clock_);
+  ASSERT_TRUE(half.ok()) << half.status();
+  grpc::ClientContext context;
+  pb::GetModelRequest request;
+  request.set_name("half");
+  pb::ModelInfo info;
+  ASSERT_TRUE(PlainStub(**half)->GetModel(&context, request, &info).ok());
+  EXPECT_EQ(info.crossover_tokens(), 99u);
+  EXPECT_EQ(info.crossovers_size(), 1);
+  std::ofstream(dir_ + "/fp32-only.calibration")
+      << "taylorshift-calibration 1\n"
+         "crossover head_dim=8 heads=4 batch=1 tokens=42 crossed=1 device=cpu threads=2\n";
+  std::ofstream(dir_ + "/refused.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "models: [{name: half, checkpoint: tiny.tsckpt, device: cpu, precision: bf16, "
+         "calibration: fp32-only.calibration}]\n";
+  const auto refused = StartServer(dir_ + "/refused.yaml", &clock_);
+  ASSERT_FALSE(refused.ok());
+  const std::string message(refused.status().message());
+  EXPECT_NE(message.find("model 'half': calibration file"), std::string::npos) << message;
+  EXPECT_NE(message.find("head_dim 8 with 4 heads at precision bf16"), std::string::npos)
+      << message;
 }
 
 TEST_F(ServerIntegrationConfigTest, WindowPolicyAveragesTheWindowsProbabilities) {

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "common/file_io.h"
+#include "model/calibration.h"
 #include "model/listops_generator.h"
+#include "model/mixed_linear.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {
@@ -169,13 +171,27 @@ TEST_F(TsmodelTest, PredictPrintsOneJsonLinePerFileInInputOrder) {
 TEST_F(TsmodelTest, CalibrateThenUseTheCalibration) {
   Import();
   const std::string calibration = dir_ + "/calibration.txt";
-  ToolRun run =
-      Tsmodel("calibrate " + checkpoint_ + " --out " + calibration + " --repeats 1 --threads 1");
+  const bool bf16 = CheckPrecisionSupported(Precision::kBf16, torch::kCPU).ok();
+  const std::string precisions = bf16 ? "fp32,bf16" : "fp32";
+  ToolRun run = Tsmodel("calibrate " + checkpoint_ + " --out " + calibration +
+                        " --repeats 1 --threads 1 --batch 1,4 --precision " + precisions);
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_NE(run.out.find("crossover_tokens="), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("batch=4 precision=fp32"), std::string::npos) << run.out;
+  const auto results = LoadCalibration(calibration);
+  ASSERT_TRUE(results.ok()) << results.status();
+  EXPECT_EQ(results->size(), bf16 ? 4u : 2u);
   run = Tsmodel("info " + checkpoint_ + " --calibration " + calibration);
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_NE(run.out.find("(calibrated)"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("(calibrated at fp32: batch 1: "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(", batch 4: "), std::string::npos) << run.out;
+  if (bf16) {
+    run = Tsmodel("info " + checkpoint_ + " --calibration " + calibration + " --precision bf16");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_NE(run.out.find("(calibrated at bf16: batch 1: "), std::string::npos) << run.out;
+  }
+  run = Tsmodel("calibrate " + checkpoint_ + " --out " + calibration + " --precision fp16");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("expected fp32 or bf16, got 'fp16'"), std::string::npos) << run.err;
 }
 
 TEST_F(TsmodelTest, ErrorsExitOneAndUsageErrorsExitTwo) {
