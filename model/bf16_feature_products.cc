@@ -242,12 +242,19 @@ TS_AVX512_BF16 void Bf16FeatureProducts::Queries(const float* q, std::int64_t st
       TileFor<false>(std::min(kGroup, width_ - w0))(a0, a1, feature_pairs, kv_pairs_.data() + w0,
                                                     width_, out0, out0 + kLanes, kTileRows);
     }
+    // nom[1:] / nom[0], 16 rows per division, then written row by row.
+    for (std::int64_t half = 0; half < kTileRows; half += kLanes) {
+      const __m512 den = _mm512_loadu_ps(nom_.data() + half);
+      for (std::int64_t i = 1; i < width_; ++i) {
+        float* column = nom_.data() + i * kTileRows + half;
+        _mm512_storeu_ps(column, _mm512_div_ps(_mm512_loadu_ps(column), den));
+      }
+    }
     const std::int64_t rows = std::min(kTileRows, n - tile * kTileRows);
     for (std::int64_t lane = 0; lane < rows; ++lane) {
       float* out = y + (tile * kTileRows + lane) * y_stride;
-      const float den = nom_[static_cast<std::size_t>(lane)];
       for (std::int64_t i = 0; i < d_; ++i) {
-        out[i] = nom_[static_cast<std::size_t>((i + 1) * kTileRows + lane)] / den;
+        out[i] = nom_[static_cast<std::size_t>((i + 1) * kTileRows + lane)];
       }
     }
   }

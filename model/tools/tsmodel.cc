@@ -451,6 +451,7 @@ int Main(int argc, char** argv) {
         ->add_option("--batch", flags->batches,
                      "batch sizes to measure, e.g. 1,8 (kAuto interpolates between them)")
         ->delimiter(',')
+        ->allow_extra_args(false)
         ->capture_default_str()
         ->check(IntegerIn(1, INT32_MAX));
     command->add_option("--device", flags->device, "cpu|cuda[:N]")->capture_default_str();
@@ -470,7 +471,8 @@ int Main(int argc, char** argv) {
             },
             "precisions to measure at, e.g. fp32,bf16 (default fp32; the efficient path's feature "
             "products run in bfloat16 at bf16)")
-        ->delimiter(',');
+        ->delimiter(',')
+        ->allow_extra_args(false);
     command
         ->add_option("--max-tokens", flags->max_tokens,
                      "longest sequence measured (default: the model's max_length + 1)")
