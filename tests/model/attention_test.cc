@@ -22,8 +22,9 @@ namespace {
 using torch::indexing::Slice;
 
 // Plain float64 TaylorShift of one sequence: q, k, v are [H, n, d], tau is [H].
-torch::Tensor PlainTaylor(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor tau,
-                          double a = 0.5, double b = 1.0, double c = 1.0) {
+torch::Tensor PlainTaylor(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                          const torch::Tensor& tau, double a = 0.5, double b = 1.0,
+                          double c = 1.0) {
   q = q.to(torch::kFloat64);
   k = k.to(torch::kFloat64);
   v = v.to(torch::kFloat64);
