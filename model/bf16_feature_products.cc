@@ -1,5 +1,8 @@
 #include "model/bf16_feature_products.h"
 
+#include <stdexcept>
+
+#if defined(__x86_64__)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -261,3 +264,24 @@ TS_AVX512_BF16 void Bf16FeatureProducts::Queries(const float* q, std::int64_t st
 }
 
 }  // namespace ts
+
+#else  // not x86-64: no AVX512-BF16, and EfficientInference keeps float32 products.
+
+namespace ts {
+
+bool HaveAvx512Bf16() { return false; }
+
+Bf16FeatureProducts::Bf16FeatureProducts(std::int64_t, std::int64_t)
+    : chunk_(0), d_(0), features_(0), padded_features_(0), width_(0) {
+  throw std::logic_error("Bf16FeatureProducts needs an x86-64 CPU with AVX512-BF16");
+}
+void Bf16FeatureProducts::ClearSums() {}
+void Bf16FeatureProducts::AddKeys(const float*, std::int64_t, const float*, const float*,
+                                  std::int64_t) {}
+void Bf16FeatureProducts::FinishSums(const float*) {}
+void Bf16FeatureProducts::Queries(const float*, std::int64_t, const float*, std::int64_t, float*,
+                                  std::int64_t) {}
+
+}  // namespace ts
+
+#endif

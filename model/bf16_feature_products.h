@@ -22,7 +22,8 @@ __attribute__((always_inline)) inline std::uint16_t Bf16Bits(float value) {
   return value != value ? std::uint16_t{0x7FC0} : static_cast<std::uint16_t>(rounded);
 }
 
-// Whether this CPU runs AVX512-BF16 (and AVX512F/BW/VL); the class below needs it.
+// Whether this CPU runs AVX512-BF16 (and AVX512F/BW/VL/DQ); the class below needs it (built for
+// another architecture, its constructor throws std::logic_error).
 bool HaveAvx512Bf16();
 
 // One head at a time, one thread per object. Feature order is model/taylor_features.h's:
