@@ -51,7 +51,9 @@ LengthPolicyOptions ServedModel::length_policy(LengthPolicy over_length) const {
   return policy;
 }
 
-// A short calibration at the model's precision, at batch 1 and at its largest batch.
+// A short calibration at the model's precision, at batch 1 and at its largest batch up to
+// kMaxStartupCalibrationBatch (larger batches take that one's crossover; a sweep at batch 1024
+// would hold the start for minutes).
 absl::StatusOr<CrossoverTable> ServedModel::CalibrateAtStart(const ServedModel& model,
                                                              std::int64_t head_dim) {
   CalibrationOptions calibrate;
@@ -63,7 +65,9 @@ absl::StatusOr<CrossoverTable> ServedModel::CalibrateAtStart(const ServedModel& 
   calibrate.min_tokens = std::min<std::int64_t>(32, calibrate.max_tokens);
   calibrate.repeats = 1;
   CrossoverTable table;
-  for (const std::int64_t batch : {std::int64_t{1}, model.config_.batching.max_batch_size}) {
+  constexpr std::int64_t kMaxStartupCalibrationBatch = 8;
+  for (const std::int64_t batch : {std::int64_t{1}, std::min(model.config_.batching.max_batch_size,
+                                                             kMaxStartupCalibrationBatch)}) {
     calibrate.batch = batch;
     TS_ASSIGN_OR_RETURN(const auto result, CalibrateCrossover(calibrate));
     table.Add(batch, result.crossover_tokens);
