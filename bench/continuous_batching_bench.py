@@ -17,10 +17,10 @@ Usage: /usr/bin/python3 bench/continuous_batching_bench.py [--build build] [--th
 import argparse
 import json
 import os
-import signal
 import subprocess
 import tempfile
-import time
+
+from bench_server import init_checkpoint, serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,45 +58,25 @@ def main():
     p.add_argument("--quick", action="store_true", help="fewer requests (smoke run)")
     args = p.parse_args()
     scale = 0.2 if args.quick else 1.0
-    tsserver = os.path.join(args.build, "server", "tsserver")
     tsctl = os.path.join(args.build, "client", "tsctl")
     work = tempfile.mkdtemp(prefix="ts-continuous-bench-")
-    # The demo model's size (C 64, depth 2, 4 heads, MLP 128) with room for 4000-byte documents;
-    # untrained, since speed does not depend on the weights.
-    checkpoint = os.path.join(work, "bench.tsckpt")
-    subprocess.run([os.path.join(args.build, "model", "tsmodel"), "init", "--out", checkpoint,
-                    "--labels", "neg,pos", "--embed-dim", "64", "--depth", "2", "--heads", "4",
-                    "--mlp-ratio", "2", "--max-length", "4096", "--seed", "1"],
-                   check=True, capture_output=True)
-    config = os.path.join(work, "bench.yaml")
+    checkpoint = init_checkpoint(args.build, work)
     models = "".join(f"""  - name: {name}
     checkpoint: {checkpoint}
     device: cpu
     batching: {{max_batch_size: 32, max_queue_delay_us: 5000, start_when_idle: {flag}}}
 """ for name, flag in [("idle", "true"), ("fixed", "false")])
-    with open(config, "w") as f:
-        f.write(f"listen: 127.0.0.1:0\nmetrics_listen: ''\nintra_op_threads: {args.threads}\n"
-                f"jobs: {{enabled: false}}\nmodels:\n{models}")
-    ready = os.path.join(work, "ready")
-    log = open(os.path.join(work, "server.log"), "w")
-    server = subprocess.Popen([tsserver, "--config", config, "--ready-file", ready], stderr=log)
     results = {"threads": args.threads, "model": "C 64, depth 2, 4 heads, MLP 128, max 4096",
                "rounds": args.rounds, "runs": {}}
-    try:
-        for _ in range(600):
-            if os.path.exists(ready) or server.poll() is not None:
-                break
-            time.sleep(0.1)
-        address = open(ready).read().split("grpc=")[1].split()[0]
+    with serve(args.build, work,
+               f"listen: 127.0.0.1:0\nmetrics_listen: ''\nintra_op_threads: {args.threads}\n"
+               f"jobs: {{enabled: false}}\nmodels:\n{models}") as address:
         for key, _, bench_args in SCENARIOS:
             for _ in range(args.rounds):
                 for model in ("idle", "fixed"):
                     run = run_json([tsctl, "bench", "--server", address, "--model", model,
                                     "--json", *scaled(bench_args, scale)])
                     results["runs"].setdefault(key, {}).setdefault(model, []).append(run)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=120)
     with open(os.path.join(ROOT, "docs", "continuous_batching_bench.json"), "w") as f:
         json.dump(results, f, indent=1)
     print(report(results))

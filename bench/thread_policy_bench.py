@@ -16,11 +16,9 @@ Usage: /usr/bin/python3 bench/thread_policy_bench.py [--build build] [--rounds 2
 """
 import argparse
 import os
-import signal
-import subprocess
 import tempfile
-import time
 
+from bench_server import init_checkpoint, serve
 from continuous_batching_bench import ROOT, run_json
 
 SCENARIOS = [
@@ -44,11 +42,7 @@ def main():
                    help="single_thread_tokens values to serve beside the baseline")
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="ts-thread-policy-")
-    checkpoint = os.path.join(work, "bench.tsckpt")
-    subprocess.run([os.path.join(args.build, "model", "tsmodel"), "init", "--out", checkpoint,
-                    "--labels", "neg,pos", "--embed-dim", "64", "--depth", "2", "--heads", "4",
-                    "--mlp-ratio", "2", "--max-length", "4096", "--seed", "1"],
-                   check=True, capture_output=True)
+    checkpoint = init_checkpoint(args.build, work)
     variants = [("before", "false", 0)] + [
         (f"t{n}", "true", int(n)) for n in args.thresholds.split(",")]
     models = "".join(f"""  - name: {name}
@@ -57,21 +51,9 @@ def main():
     single_thread_tokens: {tokens}
     batching: {{max_batch_size: 32, max_queue_delay_us: 5000, start_when_idle: {idle}}}
 """ for name, idle, tokens in variants)
-    config = os.path.join(work, "bench.yaml")
-    with open(config, "w") as f:
-        f.write("listen: 127.0.0.1:0\nmetrics_listen: ''\nintra_op_threads: 2\n"
-                f"jobs: {{enabled: false}}\nmodels:\n{models}")
-    ready = os.path.join(work, "ready")
-    with open(os.path.join(work, "server.log"), "w") as log:
-        server = subprocess.Popen([os.path.join(args.build, "server", "tsserver"), "--config",
-                                   config, "--ready-file", ready], stderr=log)
     rates = {}
-    try:
-        for _ in range(600):
-            if os.path.exists(ready) or server.poll() is not None:
-                break
-            time.sleep(0.1)
-        address = open(ready).read().split("grpc=")[1].split()[0]
+    with serve(args.build, work, "listen: 127.0.0.1:0\nmetrics_listen: ''\nintra_op_threads: 2\n"
+               f"jobs: {{enabled: false}}\nmodels:\n{models}") as address:
         for scenario, bench_args in SCENARIOS:
             for _ in range(args.rounds):
                 for name, _, _ in variants:
@@ -79,9 +61,6 @@ def main():
                                     "--server", address, "--model", name, "--json", *bench_args])
                     rates.setdefault(scenario, {}).setdefault(name, []).append(
                         run["ok"] / run["elapsed_s"])
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=120)
     names = [name for name, _, _ in variants]
     print("| scenario | " + " | ".join(names) + " |")
     print("|---|" + "---:|" * len(names))
