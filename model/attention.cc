@@ -57,8 +57,7 @@ void TaylorShiftAttentionImpl::set_precision(Precision precision) {
 }
 
 AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path, std::int64_t tokens) const {
-  if (path != AttentionPath::kAuto) return path;
-  return tokens > crossover_tokens() ? AttentionPath::kEfficient : AttentionPath::kDirect;
+  return ResolveAuto(path, tokens, crossover_tokens());
 }
 
 torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,

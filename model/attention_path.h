@@ -1,6 +1,7 @@
 // Names of the attention implementations. Torch-free so that config and RPC code can use it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,14 @@ enum class AttentionPath {
 };
 
 std::string_view AttentionPathName(AttentionPath path);
+
+// The concrete path of `path` for sequences of `tokens` tokens: kAuto is efficient above
+// `crossover_tokens` and direct up to it; any other path is itself.
+inline AttentionPath ResolveAuto(AttentionPath path, std::int64_t tokens,
+                                 std::int64_t crossover_tokens) {
+  if (path != AttentionPath::kAuto) return path;
+  return tokens > crossover_tokens ? AttentionPath::kEfficient : AttentionPath::kDirect;
+}
 // Accepts the names AttentionPathName returns ("auto", "direct", ...).
 absl::StatusOr<AttentionPath> ParseAttentionPath(std::string_view name);
 

@@ -127,8 +127,7 @@ bool HaveAvx512Bf16() {
 }
 
 Bf16FeatureProducts::Bf16FeatureProducts(std::int64_t chunk, std::int64_t d)
-    : chunk_(chunk),
-      d_(d),
+    : d_(d),
       features_(FeatureCount(d)),
       padded_features_((FeatureCount(d) + kTileRows - 1) / kTileRows * kTileRows),
       width_(d + 1) {
@@ -272,7 +271,7 @@ namespace ts {
 bool HaveAvx512Bf16() { return false; }
 
 Bf16FeatureProducts::Bf16FeatureProducts(std::int64_t, std::int64_t)
-    : chunk_(0), d_(0), features_(0), padded_features_(0), width_(0) {
+    : d_(0), features_(0), padded_features_(0), width_(0) {
   throw std::logic_error("Bf16FeatureProducts needs an x86-64 CPU with AVX512-BF16");
 }
 void Bf16FeatureProducts::ClearSums() {}

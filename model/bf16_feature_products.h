@@ -48,7 +48,7 @@ class Bf16FeatureProducts {
                std::int64_t y_stride);
 
  private:
-  std::int64_t chunk_, d_, features_, padded_features_, width_;
+  std::int64_t d_, features_, padded_features_, width_;
   std::vector<std::uint16_t> packed_;       // the current chunk's features, in a product layout
   std::vector<float> row_features_;         // [2, padded_features_] floats of two key rows
   std::vector<std::uint32_t> value_pairs_;  // [chunk / 2, width_] bf16 pairs of v'

@@ -67,14 +67,17 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void RowScales(
   }
 }
 
-// One thread's buffers for one chunk of rows (the float32 kernel).
+// One thread's buffers for one chunk of rows; the features, nominators and KV only for the
+// float32 kernel (the bf16 one keeps its own in Bf16FeatureProducts).
 struct Buffers {
-  Buffers(std::int64_t rows, std::int64_t d) {
+  Buffers(std::int64_t rows, std::int64_t d, bool float_products) {
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
-    feat = torch::empty({rows, FeatureCount(d)}, f32);
     vals = torch::empty({rows, d + 1}, f32);
-    nom = torch::empty({rows, d + 1}, f32);
-    kv = torch::empty({FeatureCount(d), d + 1}, f32);
+    if (float_products) {
+      feat = torch::empty({rows, FeatureCount(d)}, f32);
+      nom = torch::empty({rows, d + 1}, f32);
+      kv = torch::empty({FeatureCount(d), d + 1}, f32);
+    }
     scale.resize(static_cast<size_t>(rows));
     scaled.resize(static_cast<size_t>(d));
   }
@@ -270,7 +273,7 @@ torch::Tensor EfficientInference(const torch::Tensor& q, const torch::Tensor& k,
   if (p.tokens > 0) {
     const std::int64_t work = p.batch * p.heads * p.tokens * FeatureCount(p.d) * (p.d + 1);
     ParallelFor(0, p.batch * p.heads, 1, work, [&](std::int64_t begin, std::int64_t end) {
-      Buffers buf(p.chunk, p.d);
+      Buffers buf(p.chunk, p.d, !p.bf16);
       std::optional<Bf16FeatureProducts> products;
       if (p.bf16) products.emplace(p.chunk, p.d);
       for (std::int64_t index = begin; index < end; ++index) {

@@ -517,8 +517,7 @@ torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
 
 AttentionPath TaylorShiftEncoderImpl::ResolvePath(AttentionPath path, std::int64_t tokens,
                                                   std::int64_t batch) const {
-  if (path != AttentionPath::kAuto) return path;
-  return tokens > crossover_tokens(batch) ? AttentionPath::kEfficient : AttentionPath::kDirect;
+  return ResolveAuto(path, tokens, crossover_tokens(batch));
 }
 
 std::int64_t TaylorShiftEncoderImpl::crossover_tokens(std::int64_t batch) const {

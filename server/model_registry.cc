@@ -64,10 +64,13 @@ absl::StatusOr<CrossoverTable> ServedModel::CalibrateAtStart(const ServedModel& 
   calibrate.max_tokens = model.max_length_ + 1;
   calibrate.min_tokens = std::min<std::int64_t>(32, calibrate.max_tokens);
   calibrate.repeats = 1;
-  CrossoverTable table;
   constexpr std::int64_t kMaxStartupCalibrationBatch = 8;
-  for (const std::int64_t batch : {std::int64_t{1}, std::min(model.config_.batching.max_batch_size,
-                                                             kMaxStartupCalibrationBatch)}) {
+  const std::int64_t largest =
+      std::min(model.config_.batching.max_batch_size, kMaxStartupCalibrationBatch);
+  std::vector<std::int64_t> batches = {1};
+  if (largest > 1) batches.push_back(largest);
+  CrossoverTable table;
+  for (const std::int64_t batch : batches) {
     calibrate.batch = batch;
     TS_ASSIGN_OR_RETURN(const auto result, CalibrateCrossover(calibrate));
     table.Add(batch, result.crossover_tokens);
