@@ -8,13 +8,17 @@
 //                 [--threads T] [--repeats R] [--json]
 //
 // Each part runs alone on inputs of the shape it sees in the model ([B, N+1, C]), in inference
-// mode, median of --repeats timed runs after two warm-ups. "attention" is the attention module
+// mode, median of --repeats timed runs after max(3, --repeats) warm-ups (the first GEMMs of
+// a process run well below the rate). "attention" is the attention module
 // without its qkv and proj products (normalisation, the kernel of --path, default the one auto
 // picks, the reshapes). FLOPs count multiply-adds as two: linear 2·rows·in·out; direct attention
 // 4·N²·C (S = q kᵀ and P·V); efficient attention 4·N·F·(d+1)·H with F = d(d+1)/2 + d + 1 symmetric
-// features. The GEMM rate is the best of three torch::mm of [N+1, C] × [C, 4C] (the second operand
-// transposed, as a Linear weight is: OpenBLAS runs that layout 1.8× faster here) in the part's
-// dtype (float32, or bfloat16 for the linear layers at --precision bf16).
+// features. The GEMM rate is the best of three products of [N+1, C] × [C, 4C] (the second
+// operand transposed, as a Linear weight is) in the part's dtype: at float32 the faster of
+// torch::mm and model/cpu_gemm.h's SgemmInto (what the model's float32 inference layers run),
+// at bfloat16 (the linear layers at --precision bf16) torch::mm. Also printed: the register-only
+// peaks of float32 FMAs and bf16 dot products (bench/peak_rate.h), whose ratio bounds what bf16
+// can gain over fp32.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "bench/peak_rate.h"
 #include "common/command_line.h"
 #include "model/cpu_gemm.h"
 #include "model/encoder.h"
@@ -52,8 +57,7 @@ struct Config {
 };
 
 double MedianSeconds(const std::function<void()>& run, int repeats) {
-  run();
-  run();
+  for (int i = 0; i < std::max(3, repeats); ++i) run();
   std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -96,12 +100,19 @@ int Run(const Config& config) {
   const bool bf16 = config.precision == Precision::kBf16;
   const AttentionPath path = model->ResolvePath(config.path, N);
 
+  const auto tokens = torch::randint(0, 256, {B, config.length}, torch::kLong);
+  const auto lengths = torch::full({B}, config.length, torch::kLong);
+  // The first second or so of heavy work in a process runs well below the rates that follow
+  // (2-4x on the shared 2-core machine: clocks, fresh pages); whole passes absorb it.
+  for (int i = 0; i < 2; ++i) model->forward(tokens, lengths, path);
+
   // GEMM rates of this run.
   // One sequence's rows: a larger product (batch 8: 16008 × 2048 out) runs at a third of the rate
   // here, and the roofline is the machine's best.
   const auto a = torch::randn({N, C});
   const auto w = torch::randn({4 * C, C}).t();  // the layout of a Linear weight (faster here)
   const double gemm_flops = 2.0 * static_cast<double>(N) * C * 4 * C;
+  auto gemm_out = torch::empty({N, 4 * C});
   const auto a16 = a.to(torch::kBFloat16);
   const auto w16 = w.to(torch::kBFloat16);
   // The best of three measurements: the first GEMMs of a process run well below the rate
@@ -110,15 +121,22 @@ int Run(const Config& config) {
   for (int round = 0; round < 3; ++round) {
     fp32_rate =
         std::max(fp32_rate, gemm_flops / MedianSeconds([&] { torch::mm(a, w); }, config.repeats));
+    fp32_rate = std::max(fp32_rate, gemm_flops / MedianSeconds(
+                                                     [&] {
+                                                       SgemmInto(false, true, N, 4 * C, C,
+                                                                 a.data_ptr<float>(), C,
+                                                                 w.data_ptr<float>(), C, 0.0f,
+                                                                 gemm_out.data_ptr<float>(), 4 * C);
+                                                     },
+                                                     config.repeats));
     if (bf16) {
       bf16_rate = std::max(
           bf16_rate, gemm_flops / MedianSeconds([&] { torch::mm(a16, w16); }, config.repeats));
     }
   }
   const double linear_rate = bf16 ? bf16_rate : fp32_rate;
+  const PeakRates peak = MeasurePeakRates(config.threads);
 
-  const auto tokens = torch::randint(0, 256, {B, config.length}, torch::kLong);
-  const auto lengths = torch::full({B}, config.length, torch::kLong);
   const auto x = torch::randn({B, N, C});
   const auto block0 = model->blocks->ptr<TaylorShiftBlockImpl>(0);
   auto& block = block0->attn;
@@ -195,6 +213,8 @@ int Run(const Config& config) {
                                {"cpu_gemm", CpuGemmBackend()},
                                {"fp32_gemm_gflops", JsonNumber(fp32_rate / 1e9)},
                                {"bf16_gemm_gflops", JsonNumber(bf16_rate / 1e9)},
+                               {"fp32_fma_peak_gflops", JsonNumber(peak.fp32_fma / 1e9)},
+                               {"bf16_dot_peak_gflops", JsonNumber(peak.bf16_dot / 1e9)},
                                {"parts", std::move(json_parts)},
                                {"sum_of_parts_ms", JsonNumber(sum * 1e3)},
                                {"whole_ms", JsonNumber(whole * 1e3)},
@@ -208,10 +228,13 @@ int Run(const Config& config) {
   std::cout << absl::StrFormat(
       "%s: C %d, depth %d, H %d (d %d), MLP %d, N %d, batch %d, %d threads, %s, path %s, "
       "kernel GEMMs %s\n"
-      "GEMM rate: fp32 %.0f GFLOP/s%s\n\n",
+      "GEMM rate: fp32 %.0f GFLOP/s%s\n"
+      "Register-only peak: fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s (%.2fx)\n\n",
       config.preset, C, config.depth, H, d, L, config.length, B, config.threads,
       PrecisionName(config.precision), std::string(AttentionPathName(path)), CpuGemmBackend(),
-      fp32_rate / 1e9, bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "");
+      fp32_rate / 1e9, bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "",
+      peak.fp32_fma / 1e9, peak.bf16_dot / 1e9,
+      peak.fp32_fma > 0 ? peak.bf16_dot / peak.fp32_fma : 0.0);
   std::cout << "| part | ms | GFLOP | GFLOP/s | roofline ms | ms / roofline |\n"
                "|---|---:|---:|---:|---:|---:|\n";
   for (const Part& part : parts) {

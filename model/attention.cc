@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/cost_model.h"
+#include "model/direct_inference.h"
 #include "model/efficient_inference.h"
 
 namespace ts {
@@ -79,13 +80,18 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
   const double query_factor = 1.0 / std::sqrt(static_cast<double>(dim));
   const TaylorKernelOptions& kernel = low ? low_kernel_options_ : kernel_options_;
   torch::Tensor y;
-  if (concrete == AttentionPath::kEfficient && CanRunEfficientInference(q, k, v)) {
-    // One fused pass per head: normalisation, v' and the output layout inside the kernel.
+  const bool fused =
+      (concrete == AttentionPath::kEfficient || concrete == AttentionPath::kDirect) &&
+      CanRunFusedInference(q, k, v);
+  if (fused) {
+    // One fused kernel: the normalisation, the operands and the output layout inside it.
     QueryKeyScaling scaling;
     scaling.normalize = options_.input_normalize();
     scaling.temperature = temperature;
     scaling.query_factor = query_factor;
-    y = EfficientInference(q, k, v, key_padding_mask, kernel, scaling);
+    y = concrete == AttentionPath::kEfficient
+            ? EfficientInference(q, k, v, key_padding_mask, kernel, scaling)
+            : DirectInference(q, k, v, key_padding_mask, kernel, scaling);
   } else {
     if (concrete != AttentionPath::kSoftmax) {
       if (options_.input_normalize()) {

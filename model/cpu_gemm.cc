@@ -69,6 +69,29 @@ void MatmulInto(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor&
   }
 }
 
+void SgemmInto(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+               float* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+#if defined(TS_HAVE_DNNL)
+  if (use_onednn.load(std::memory_order_relaxed) && k > 0 &&
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c,
+                 ldc) == dnnl_success) {
+    return;
+  }
+#endif
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
+  // from_blob takes a non-const pointer; a and b are only read.
+  const auto view = [&](const float* x, bool trans, std::int64_t rows, std::int64_t cols,
+                        std::int64_t ld) {
+    auto* data = const_cast<float*>(x);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    return trans ? torch::from_blob(data, {rows, cols}, {1, ld}, f32)
+                 : torch::from_blob(data, {rows, cols}, {ld, 1}, f32);
+  };
+  auto out = torch::from_blob(c, {m, n}, {ldc, 1}, f32);
+  MatmulInto(out, view(a, trans_a, m, k, lda), view(b, trans_b, k, n, ldb), beta);
+}
+
 const char* CpuGemmBackend() {
 #if defined(TS_HAVE_DNNL)
   if (use_onednn.load(std::memory_order_relaxed)) return "onednn";

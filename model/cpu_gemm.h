@@ -21,6 +21,15 @@ namespace ts {
 void MatmulInto(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
                 double beta = 0.0);
 
+// c = op(a)·op(b) + beta·c for row-major float32 matrices, on the calling thread when called
+// inside a parallel region: op(a) [m, k] is a itself (row stride lda) or, with trans_a, the
+// transpose of a stored [k, m]; likewise op(b) [k, n]; c [m, n] has row stride ldc. With
+// beta = 0, c's previous contents are ignored. For kernels that keep their operands in plain
+// buffers: no tensor is created on the oneDNN path.
+void SgemmInto(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+               float* c, std::int64_t ldc);
+
 // Whether float products go to oneDNN ("onednn") or LibTorch's BLAS ("libtorch"), for logs and
 // benchmark reports.
 const char* CpuGemmBackend();

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
+#include "model/cpu_gemm.h"
 #include "model/torch_compat.h"
 
 namespace ts {
@@ -45,9 +46,40 @@ absl::Status CheckPrecisionSupported(Precision precision, const torch::Device& d
       "/proc/cpuinfo), so bf16 would be emulated and slower than fp32 (use precision: fp32)");
 }
 
+namespace {
+
+// x·Wᵀ + b for float32 CPU inference with model/cpu_gemm.h's SgemmInto: one GEMM into a tensor
+// that starts as the bias, where LibTorch's linear hands OpenBLAS the product and adds the bias
+// in a second pass. Undefined when the inputs do not qualify.
+torch::Tensor CpuInferenceLinear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  const auto& w = layer->weight;
+  const auto& bias = layer->bias;
+  const bool grad = torch::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() ||
+                                                      (bias.defined() && bias.requires_grad()));
+  if (grad || !x.is_cpu() || x.scalar_type() != torch::kFloat || w.scalar_type() != torch::kFloat ||
+      !x.is_contiguous() || !w.is_contiguous() || x.dim() < 1 || x.numel() == 0) {
+    return {};
+  }
+  const std::int64_t in = w.size(1), out = w.size(0), rows = x.numel() / in;
+  auto sizes = x.sizes().vec();
+  sizes.back() = out;
+  torch::Tensor y;
+  if (bias.defined()) {
+    y = bias.expand({rows, out}).contiguous();
+  } else {
+    y = torch::empty({rows, out}, x.options());
+  }
+  SgemmInto(false, true, rows, out, in, x.data_ptr<float>(), in, w.data_ptr<float>(), in,
+            bias.defined() ? 1.0f : 0.0f, y.data_ptr<float>(), out);
+  return y.view(sizes);
+}
+
+}  // namespace
+
 torch::Tensor MixedLinear(const torch::nn::Linear& layer, const torch::Tensor& low_weight,
                           const torch::Tensor& x) {
   if (!low_weight.defined() || x.numel() < kMinLowPrecisionRows * x.size(-1)) {
+    if (auto y = CpuInferenceLinear(layer, x); y.defined()) return y;
     return torch::nn::functional::linear(x, layer->weight, layer->bias);
   }
   // The bias in bf16 takes a slow path in LibTorch 1.13's oneDNN matmul: add it in float32.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/cpu_gemm.h"
+#include "model/direct_inference.h"
 #include "model/efficient_inference.h"
 #include "model/parallel.h"
 #include "model/taylor_features.h"
@@ -192,36 +193,11 @@ torch::Tensor FeatureGrad(const torch::Tensor& x, const torch::Tensor& g) {
   return out;
 }
 
-// CPU inference kernels. Each task owns one head (efficient) or one block of query rows of one
-// head (direct) and runs single-threaded GEMMs inside ParallelFor: many small multi-threaded
-// BLAS calls cost far more in thread hand-offs than they compute on a few cores, while
-// independent heads keep every core busy with cache-resident blocks.
-void DirectCpu(const torch::Tensor& q_aug, const torch::Tensor& k_aug_t, const torch::Tensor& v_aug,
-               const torch::Tensor& constant, torch::Tensor& y, std::int64_t block_elements) {
-  const std::int64_t bh = q_aug.size(0), tokens = q_aug.size(1), d = y.size(2);
-  const std::int64_t threads = std::max(1, at::get_num_threads());
-  const std::int64_t rows =
-      std::max<std::int64_t>(1, std::min(tokens, block_elements / (threads * tokens)));
-  const std::int64_t blocks = (tokens + rows - 1) / rows;
-  ParallelFor(0, bh * blocks, 1, bh * tokens * tokens * (d + 1),
-              [&](std::int64_t begin, std::int64_t end) {
-                for (std::int64_t task = begin; task < end; ++task) {
-                  const std::int64_t h = task / blocks;
-                  const std::int64_t start = (task % blocks) * rows;
-                  const std::int64_t n = std::min(rows, tokens - start);
-                  auto scores = torch::empty({n, tokens}, q_aug.options());
-                  MatmulInto(scores, q_aug[h].narrow(0, start, n), k_aug_t[h]);
-                  scores.square_();
-                  // A fresh tensor: contiguous() of a one-row block would alias `constant` itself.
-                  auto nom = torch::empty({n, d + 1}, q_aug.options());
-                  nom.copy_(constant[h].expand({n, d + 1}));
-                  MatmulInto(nom, scores, v_aug[h], 1.0);
-                  auto out = y[h].narrow(0, start, n);
-                  at::div_out(out, nom.narrow(1, 0, d), nom.narrow(1, d, 1));
-                }
-              });
-}
-
+// The efficient path's CPU kernel for training and float64. Each task owns one head and runs
+// single-threaded GEMMs inside ParallelFor: many small multi-threaded BLAS calls cost far more
+// in thread hand-offs than they compute on a few cores, while independent heads keep every core
+// busy with cache-resident blocks. (Float32 inference takes the fused kernels,
+// model/efficient_inference.h and model/direct_inference.h.)
 // When `kv_out` [BH, F, d+1] and `den_out` [BH, N, 1] are defined, KV (coefficients applied) and
 // the denominators are written there for the backward pass; y is the same either way.
 void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torch::Tensor& v_p,
@@ -435,6 +411,12 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   CheckTaylorCoefficients(options.a, options.b, options.c);
   const Shape s = CheckInputs(q, k, v, key_padding_mask);
   const bool grad = NeedsGrad(q, k, v);
+  if (!grad && CanRunFusedInference(q, k, v)) {
+    // q and k arrive normalised: the fused kernel's scaling is the identity.
+    QueryKeyScaling identity;
+    identity.normalize = false;
+    return DirectInference(q, k, v, key_padding_mask, options, identity);
+  }
   const std::int64_t bh = s.batch * s.heads;
   // A/a = (S + β)² + γ with β = b/2a, γ = c/a − b²/4a²; the factor a cancels in P = A/rowsum(A).
   // β rides in the first GEMM as an extra column ([q | β]·[k | 1]ᵀ = S + β) and γ in the second
@@ -453,14 +435,6 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   v_aug = v_aug.reshape({bh, s.tokens, s.head_dim + 1});
   const auto constant = (v_aug.sum(1, /*keepdim=*/true) * gamma);
 
-  if (!grad && q.device().is_cpu()) {
-    auto y = torch::empty({bh, s.tokens, s.head_dim}, q.options());
-    DirectCpu(q_aug.contiguous(), k_aug_t, v_aug.contiguous(), constant, y,
-              options.direct_block_elements);
-    return OutputNormalize(y.view({s.batch, s.heads, s.tokens, s.head_dim}),
-                           TokenCounts(key_padding_mask, s, q), s, options.output_normalize,
-                           /*inplace=*/true);
-  }
   const std::int64_t rows = BlockRows(s, options.direct_block_elements);
   std::vector<torch::Tensor> blocks;
   blocks.reserve((s.tokens + rows - 1) / rows);
@@ -484,7 +458,7 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   TORCH_CHECK(options.efficient_chunk_tokens > 0, "efficient_chunk_tokens must be positive");
   const Shape s = CheckInputs(q, k, v, key_padding_mask);
   const bool grad = NeedsGrad(q, k, v);
-  if (!grad && CanRunEfficientInference(q, k, v)) {
+  if (!grad && CanRunFusedInference(q, k, v)) {
     // q and k arrive normalised: the fused kernel's scaling is the identity.
     QueryKeyScaling identity;
     identity.normalize = false;

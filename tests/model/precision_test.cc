@@ -71,9 +71,9 @@ TEST(PrecisionTest, MixedLinearRunsTheProductInBf16OnlyForEnoughRows) {
   EXPECT_FALSE(LowPrecisionWeight(layer, Precision::kFp32).defined());
   torch::NoGradGuard no_grad;
 
-  // Few rows: exactly the float32 layer.
+  // Few rows: the float32 layer (model/cpu_gemm.h's GEMM: LibTorch's sums in another order).
   const auto small = torch::randn({2, kMinLowPrecisionRows / 2 - 1, 64});
-  EXPECT_TRUE(torch::equal(MixedLinear(layer, low, small), layer(small)));
+  EXPECT_TRUE(torch::allclose(MixedLinear(layer, low, small), layer(small), 1e-5, 1e-5));
 
   // Enough rows: bf16 inputs and weights, float32 out, the bias added in float32.
   const auto x = torch::randn({2, kMinLowPrecisionRows, 64});
@@ -86,6 +86,29 @@ TEST(PrecisionTest, MixedLinearRunsTheProductInBf16OnlyForEnoughRows) {
   const double error = (y - layer(x)).abs().max().item<double>();
   EXPECT_GT(error, 0.0) << "the product ran in float32";
   EXPECT_LT(error / layer(x).abs().max().item<double>(), 0.02);
+}
+
+// Float32 inference runs x·Wᵀ + b as one GEMM into the bias (model/mixed_linear.cc); anything
+// else (autograd, a strided input) is LibTorch's linear itself.
+TEST(PrecisionTest, Fp32InferenceLinearMatchesLibTorchAndLeavesAutogradAlone) {
+  torch::manual_seed(4);
+  for (const bool bias : {true, false}) {
+    torch::nn::Linear layer(torch::nn::LinearOptions(64, 96).bias(bias));
+    const auto x = torch::randn({3, 37, 64});
+    const auto expected = layer(x).detach();
+    {
+      torch::NoGradGuard no_grad;
+      const auto y = MixedLinear(layer, {}, x);
+      ASSERT_EQ(y.sizes(), expected.sizes());
+      EXPECT_TRUE(torch::allclose(y, expected, 1e-5, 1e-5)) << "bias " << bias;
+      const auto strided = torch::randn({64, 37}).t();
+      EXPECT_TRUE(torch::equal(MixedLinear(layer, {}, strided), layer(strided)));
+    }
+    const auto trained = MixedLinear(layer, {}, x);
+    EXPECT_TRUE(trained.requires_grad());
+    trained.sum().backward();
+    EXPECT_TRUE(layer->weight.grad().defined());
+  }
 }
 
 // The largest |p_bf16 − p_fp32| over the documents, and whether any differed at all.

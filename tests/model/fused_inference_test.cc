@@ -1,8 +1,6 @@
-// The fused efficient inference kernel (model/efficient_inference.h) against a plain float64
-// evaluation of the formula of docs/MODEL.md, on strided slices of a qkv tensor as the attention
-// module passes them.
-#include "model/efficient_inference.h"
-
+// The fused inference kernels (model/efficient_inference.h, model/direct_inference.h) against a
+// plain float64 evaluation of the formula of docs/MODEL.md, on strided slices of a qkv tensor as
+// the attention module passes them.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,6 +11,8 @@
 #include "model/attention.h"
 #include "model/bf16_feature_products.h"
 #include "model/cpu_gemm.h"
+#include "model/direct_inference.h"
+#include "model/efficient_inference.h"
 
 namespace ts {
 namespace {
@@ -133,7 +133,9 @@ TEST(EfficientInferenceBf16Test, OddChunksAndSmallHeadsStayWithinBf16Error) {
   }
 }
 
-TEST(EfficientInferenceModuleTest, ModuleOutputEqualsTheUnfusedPath) {
+class FusedInferenceModuleTest : public ::testing::TestWithParam<AttentionPath> {};
+
+TEST_P(FusedInferenceModuleTest, ModuleOutputEqualsTheUnfusedPath) {
   torch::manual_seed(5);
   auto attention = TaylorShiftAttention(
       TaylorShiftAttentionOptions(64, 4).input_normalize(true).crossover_tokens(1));
@@ -148,18 +150,78 @@ TEST(EfficientInferenceModuleTest, ModuleOutputEqualsTheUnfusedPath) {
   torch::Tensor fused, unfused;
   {
     torch::NoGradGuard no_grad;  // inference: the fused kernel
-    fused = attention->forward(x, mask, AttentionPath::kEfficient);
+    fused = attention->forward(x, mask, GetParam());
   }
   // With autograd on, the module takes the unfused kernels on normalised inputs.
-  unfused = attention->forward(x, mask, AttentionPath::kEfficient);
+  unfused = attention->forward(x, mask, GetParam());
   ASSERT_TRUE(unfused.requires_grad());
   EXPECT_LE(RelativeError(fused.narrow(1, 0, 450)[0], unfused.detach().narrow(1, 0, 450)[0]), 1e-5);
   EXPECT_LE(RelativeError(fused[1], unfused.detach()[1]), 1e-5);
 }
 
+INSTANTIATE_TEST_SUITE_P(Paths, FusedInferenceModuleTest,
+                         ::testing::Values(AttentionPath::kEfficient, AttentionPath::kDirect));
+
+// The direct kernel against the float64 formula: normalised or scaled queries, with and without
+// output normalisation, the paper's polynomial and another one, one block per head or several
+// (the last one partial), a padded sequence.
+struct DirectCase {
+  bool normalize, output_normalize;
+  double a, b, c;
+  std::int64_t block_elements;
+};
+
+class DirectInferenceTest : public ::testing::TestWithParam<DirectCase> {};
+
+TEST_P(DirectInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) {
+  const DirectCase param = GetParam();
+  torch::manual_seed(11);
+  const std::int64_t batch = 2, heads = 3, tokens = 300, d = 16, real = 170;
+  const auto [q, k, v] = Slices(batch, tokens, heads, d);
+  auto mask = torch::zeros({batch, tokens}, torch::kBool);
+  mask.index_put_({1, Slice(real, None)}, true);
+  const auto tau = torch::rand({1, heads, 1, 1}) * 2 + 0.5;
+  QueryKeyScaling scaling;
+  scaling.normalize = param.normalize;
+  scaling.temperature = tau;
+  scaling.query_factor = 0.3;
+  TaylorKernelOptions options;
+  options.a = param.a;
+  options.b = param.b;
+  options.c = param.c;
+  options.output_normalize = param.output_normalize;
+  options.direct_block_elements = param.block_elements;
+  torch::NoGradGuard no_grad;
+  const auto y = DirectInference(q, k, v, mask, options, scaling);
+  ASSERT_EQ(y.sizes(), q.sizes());
+  EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
+  const auto scaled = [&](const torch::Tensor& x, bool query) {
+    const auto x64 = x.to(torch::kFloat64);
+    if (!param.normalize) return query ? x64 * 0.3 : x64;
+    const auto unit = x64 / x64.norm(2, -1, true);
+    return query ? unit * tau.to(torch::kFloat64)[0] : unit;
+  };
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t n = b == 0 ? tokens : real;
+    const auto expected =
+        PlainTaylor(scaled(q[b], true).narrow(1, 0, n), scaled(k[b], false).narrow(1, 0, n),
+                    v[b].narrow(1, 0, n), param.output_normalize, param.a, param.b, param.c);
+    EXPECT_LE(RelativeError(y[b].narrow(1, 0, n), expected), 1e-5) << "sequence " << b;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Scalings, DirectInferenceTest,
+    ::testing::Values(DirectCase{true, true, 0.5, 1.0, 1.0, std::int64_t{1} << 19},
+                      DirectCase{true, false, 0.5, 1.0, 1.0, std::int64_t{1} << 19},
+                      DirectCase{false, true, 0.5, 1.0, 1.0, std::int64_t{1} << 19},
+                      // 2 · 3 · 300 rows of 300 at most 40000 entries: blocks of 22 rows, the
+                      // last one of 14 (on one thread; fewer rows per block on more).
+                      DirectCase{true, true, 1.0, 0.5, 0.3, 40000}));
+
 // The kernels run their heads on LibTorch's OpenMP threads; under InferenceMode (as the server
 // classifies) those threads must see it too, or in-place updates of inference tensors throw.
-TEST(EfficientInferenceThreadsTest, KernelsRunUnderInferenceModeOnTwoThreads) {
+TEST(FusedInferenceThreadsTest, KernelsRunUnderInferenceModeOnTwoThreads) {
   const int threads = at::get_num_threads();
   at::set_num_threads(2);
   torch::manual_seed(9);
@@ -170,21 +232,26 @@ TEST(EfficientInferenceThreadsTest, KernelsRunUnderInferenceModeOnTwoThreads) {
   const auto efficient = TaylorEfficient(qn, kn, v, {}, {});
   QueryKeyScaling scaling;
   const auto fused = EfficientInference(q, k, v, {}, {}, scaling);
+  const auto fused_direct = DirectInference(q, k, v, {}, {}, scaling);
   at::set_num_threads(threads);
   EXPECT_LE(RelativeError(efficient, direct), 1e-4);
   EXPECT_LE(RelativeError(fused, direct), 1e-4);
+  EXPECT_LE(RelativeError(fused_direct, direct), 1e-5);
 }
 
-TEST(EfficientInferenceErrorTest, RefusesAutogradAndBadMasks) {
+TEST(FusedInferenceErrorTest, RefusesAutogradWrongTypesAndBadMasks) {
   const auto [q, k, v] = Slices(1, 20, 2, 8);
   const auto leaf = q.detach().clone().requires_grad_(true);
-  EXPECT_FALSE(CanRunEfficientInference(leaf, k, v));
+  EXPECT_FALSE(CanRunFusedInference(leaf, k, v));
   EXPECT_THROW(EfficientInference(leaf, k, v, {}, {}, {}), c10::Error);
+  EXPECT_THROW(DirectInference(leaf, k, v, {}, {}, {}), c10::Error);
   torch::NoGradGuard no_grad;
-  EXPECT_TRUE(CanRunEfficientInference(leaf, k, v));
+  EXPECT_TRUE(CanRunFusedInference(leaf, k, v));
   EXPECT_THROW(EfficientInference(q, k, v, torch::zeros({1, 19}, torch::kBool), {}, {}),
                c10::Error);
   EXPECT_THROW(EfficientInference(q, k, v, torch::zeros({1, 20}), {}, {}), c10::Error);
+  EXPECT_THROW(DirectInference(q, k, v, torch::zeros({1, 19}, torch::kBool), {}, {}), c10::Error);
+  EXPECT_THROW(DirectInference(q.to(torch::kFloat64), k, v, {}, {}, {}), c10::Error);
 }
 
 }  // namespace
