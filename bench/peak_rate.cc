@@ -61,6 +61,7 @@ double Rate(int threads, double seconds, double flops_per_step, Loop loop) {
     const auto start = std::chrono::steady_clock::now();
     const auto until = start + std::chrono::duration<double>(seconds);
     std::vector<std::thread> pool;
+    pool.reserve(static_cast<std::size_t>(threads));
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&] {
         float local = 0;

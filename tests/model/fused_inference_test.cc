@@ -38,6 +38,16 @@ double RelativeError(const torch::Tensor& actual, const torch::Tensor& expected)
   return (actual.to(torch::kFloat64) - e).abs().max().item<double>() / std::max(scale, 1e-300);
 }
 
+// q̂ or k̂ in float64 as QueryKeyScaling makes them: unit rows (τ_h for queries) when
+// normalising, else queries times 0.3 (the tests' query_factor) and keys as they are.
+torch::Tensor ScaledFloat64(const torch::Tensor& x, bool query, bool normalize,
+                            const torch::Tensor& tau) {
+  const auto x64 = x.to(torch::kFloat64);
+  if (!normalize) return query ? x64 * 0.3 : x64;
+  const auto unit = x64 / x64.norm(2, -1, true);
+  return query ? unit * tau.to(torch::kFloat64)[0] : unit;
+}
+
 // q, k, v as the module sees them: [B, H, N, d] slices of one [B, N, 3, H, d] tensor.
 struct Qkv {
   torch::Tensor q, k, v;
@@ -79,10 +89,7 @@ TEST_P(EfficientInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) 
   EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
 
   const auto scaled = [&](const torch::Tensor& x, bool query) {
-    const auto x64 = x.to(torch::kFloat64);
-    if (!param.normalize) return query ? x64 * 0.3 : x64;
-    const auto unit = x64 / x64.norm(2, -1, true);
-    return query ? unit * tau.to(torch::kFloat64)[0] : unit;
+    return ScaledFloat64(x, query, param.normalize, tau);
   };
   const double tolerance = param.bf16 ? 2e-2 : 1e-4;
   for (std::int64_t b = 0; b < batch; ++b) {
@@ -196,10 +203,7 @@ TEST_P(DirectInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) {
   ASSERT_EQ(y.sizes(), q.sizes());
   EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
   const auto scaled = [&](const torch::Tensor& x, bool query) {
-    const auto x64 = x.to(torch::kFloat64);
-    if (!param.normalize) return query ? x64 * 0.3 : x64;
-    const auto unit = x64 / x64.norm(2, -1, true);
-    return query ? unit * tau.to(torch::kFloat64)[0] : unit;
+    return ScaledFloat64(x, query, param.normalize, tau);
   };
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t n = b == 0 ? tokens : real;
