@@ -59,6 +59,43 @@ Qkv Slices(std::int64_t batch, std::int64_t tokens, std::int64_t heads, std::int
   return {qkv[0], qkv[1], qkv[2]};
 }
 
+// Two sequences of `tokens` as the module passes them, the second padded after `real`, and the
+// scaling the kernels get: τ in [0.5, 2.5) per head, query_factor 0.3 when not normalising.
+struct PaddedInputs {
+  Qkv qkv;
+  torch::Tensor mask, tau;
+  QueryKeyScaling scaling;
+};
+PaddedInputs MakePaddedInputs(std::int64_t tokens, std::int64_t real, std::int64_t heads,
+                              std::int64_t d, bool normalize) {
+  PaddedInputs in{Slices(2, tokens, heads, d),
+                  torch::zeros({2, tokens}, torch::kBool),
+                  torch::rand({1, heads, 1, 1}) * 2 + 0.5,
+                  {}};
+  in.mask.index_put_({1, Slice(real, None)}, true);
+  in.scaling.normalize = normalize;
+  in.scaling.temperature = in.tau;
+  in.scaling.query_factor = 0.3;
+  return in;
+}
+
+// Each sequence's real rows of y against the float64 formula on its own tokens.
+void ExpectSequencesMatchFloat64(const torch::Tensor& y, const PaddedInputs& in, std::int64_t real,
+                                 const TaylorKernelOptions& options, double tolerance) {
+  ASSERT_EQ(y.sizes(), in.qkv.q.sizes());
+  EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
+  const bool normalize = in.scaling.normalize;
+  for (std::int64_t b = 0; b < 2; ++b) {
+    const std::int64_t n = b == 0 ? y.size(2) : real;
+    const auto rows = [&](const torch::Tensor& x) { return x[b].narrow(1, 0, n); };
+    const auto expected =
+        PlainTaylor(ScaledFloat64(rows(in.qkv.q), true, normalize, in.tau),
+                    ScaledFloat64(rows(in.qkv.k), false, normalize, in.tau), rows(in.qkv.v),
+                    options.output_normalize, options.a, options.b, options.c);
+    EXPECT_LE(RelativeError(rows(y), expected), tolerance) << "sequence " << b;
+  }
+}
+
 struct Case {
   bool normalize, output_normalize, bf16;
 };
@@ -69,40 +106,21 @@ TEST_P(EfficientInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) 
   const Case param = GetParam();
   if (param.bf16 && !HaveAvx512Bf16()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   torch::manual_seed(7);
-  const std::int64_t batch = 2, heads = 3, tokens = 1100, d = 16, real = 700;
-  const auto [q, k, v] = Slices(batch, tokens, heads, d);
+  const std::int64_t tokens = 1100, real = 700;
+  const auto in = MakePaddedInputs(tokens, real, 3, 16, param.normalize);
+  const auto& [q, k, v] = in.qkv;
   ASSERT_FALSE(q.is_contiguous());
-  auto mask = torch::zeros({batch, tokens}, torch::kBool);
-  mask.index_put_({1, Slice(real, None)}, true);
-  const auto tau = torch::rand({1, heads, 1, 1}) * 2 + 0.5;
-  QueryKeyScaling scaling;
-  scaling.normalize = param.normalize;
-  scaling.temperature = tau;
-  scaling.query_factor = 0.3;
   TaylorKernelOptions options;
   options.efficient_chunk_tokens = 256;  // five chunks, the last one partial
   options.output_normalize = param.output_normalize;
   options.bf16_products = param.bf16;
   torch::NoGradGuard no_grad;
-  const auto y = EfficientInference(q, k, v, mask, options, scaling);
-  ASSERT_EQ(y.sizes(), q.sizes());
-  EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
-
-  const auto scaled = [&](const torch::Tensor& x, bool query) {
-    return ScaledFloat64(x, query, param.normalize, tau);
-  };
-  const double tolerance = param.bf16 ? 2e-2 : 1e-4;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t n = b == 0 ? tokens : real;
-    const auto expected =
-        PlainTaylor(scaled(q[b], true).narrow(1, 0, n), scaled(k[b], false).narrow(1, 0, n),
-                    v[b].narrow(1, 0, n), param.output_normalize);
-    EXPECT_LE(RelativeError(y[b].narrow(1, 0, n), expected), tolerance) << "sequence " << b;
-  }
+  const auto y = EfficientInference(q, k, v, in.mask, options, in.scaling);
+  ExpectSequencesMatchFloat64(y, in, real, options, param.bf16 ? 2e-2 : 1e-4);
   if (param.bf16) {
     // The bf16 kernel really ran: it differs from the float32 one.
     options.bf16_products = false;
-    const auto fp32 = EfficientInference(q, k, v, mask, options, scaling);
+    const auto fp32 = EfficientInference(q, k, v, in.mask, options, in.scaling);
     EXPECT_GT(RelativeError(y, fp32), 1e-6);
   }
 }
@@ -183,15 +201,8 @@ class DirectInferenceTest : public ::testing::TestWithParam<DirectCase> {};
 TEST_P(DirectInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) {
   const DirectCase param = GetParam();
   torch::manual_seed(11);
-  const std::int64_t batch = 2, heads = 3, tokens = 300, d = 16, real = 170;
-  const auto [q, k, v] = Slices(batch, tokens, heads, d);
-  auto mask = torch::zeros({batch, tokens}, torch::kBool);
-  mask.index_put_({1, Slice(real, None)}, true);
-  const auto tau = torch::rand({1, heads, 1, 1}) * 2 + 0.5;
-  QueryKeyScaling scaling;
-  scaling.normalize = param.normalize;
-  scaling.temperature = tau;
-  scaling.query_factor = 0.3;
+  const std::int64_t real = 170;
+  const auto in = MakePaddedInputs(300, real, 3, 16, param.normalize);
   TaylorKernelOptions options;
   options.a = param.a;
   options.b = param.b;
@@ -199,19 +210,8 @@ TEST_P(DirectInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) {
   options.output_normalize = param.output_normalize;
   options.direct_block_elements = param.block_elements;
   torch::NoGradGuard no_grad;
-  const auto y = DirectInference(q, k, v, mask, options, scaling);
-  ASSERT_EQ(y.sizes(), q.sizes());
-  EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
-  const auto scaled = [&](const torch::Tensor& x, bool query) {
-    return ScaledFloat64(x, query, param.normalize, tau);
-  };
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t n = b == 0 ? tokens : real;
-    const auto expected =
-        PlainTaylor(scaled(q[b], true).narrow(1, 0, n), scaled(k[b], false).narrow(1, 0, n),
-                    v[b].narrow(1, 0, n), param.output_normalize, param.a, param.b, param.c);
-    EXPECT_LE(RelativeError(y[b].narrow(1, 0, n), expected), 1e-5) << "sequence " << b;
-  }
+  const auto y = DirectInference(in.qkv.q, in.qkv.k, in.qkv.v, in.mask, options, in.scaling);
+  ExpectSequencesMatchFloat64(y, in, real, options, 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(
