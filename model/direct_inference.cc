@@ -9,92 +9,170 @@
 #include <vector>
 
 #include "model/cpu_gemm.h"
+#include "model/direct_tile.h"
 #include "model/parallel.h"
 
 namespace ts {
 namespace {
 
+// Query rows per task for the register tiles: the tasks only split the heads across threads.
+constexpr std::int64_t kDirectTileRowsPerTask = 4 * kDirectTileRows;
+
 // What every task shares. A/a = (S + β)² + γ with β = b/2a and γ = c/a − b²/4a²; the factor a
-// cancels in P = A / rowsum(A). β rides in the first GEMM as an extra column
-// ([q̂ | β]·[k̂ | 1]ᵀ = S + β) and γ in the second (γ·Σ_j v''_j with v''_j = [v_j | 1], zero for
-// padded keys), as in TaylorDirect.
+// cancels in P = A / rowsum(A). Padded keys contribute nothing (their v'' is zero), so only the
+// real ones are kept: m of them per sequence. On the GEMM form, β rides in the first GEMM as an
+// extra column ([q̂ | β]·[k̂ | 1]ᵀ = S + β) and the sums of the second one start at
+// γ·Σ_j v''_j with v''_j = [v_j | 1], as in TaylorDirect; the register tiles (model/direct_tile.h)
+// add β to each score and γ·Σ_j v''_j at the end.
 struct Problem : InferenceProblem {
   explicit Problem(InferenceProblem base) : InferenceProblem(std::move(base)) {}
   std::int64_t rows = 0;    // query rows per task
   std::int64_t blocks = 0;  // tasks per head
+  std::int64_t tile = 0;    // DirectTileWidth(d), or 0 for the GEMM form
+  std::int64_t width = 0;   // floats per key row: tile, or d + 1
   float beta = 0.0f, gamma = 0.0f;
   bool output_normalize = true;
 };
 
 // One thread's operands, reused from task to task; the keys and values of the last head seen.
 struct Buffers {
-  Buffers(std::int64_t tokens, std::int64_t rows, std::int64_t d)
-      : keys(static_cast<std::size_t>(tokens * (d + 1))),
-        values(static_cast<std::size_t>(tokens * (d + 1))),
-        queries(static_cast<std::size_t>(rows * (d + 1))),
-        scores(static_cast<std::size_t>(rows * tokens)),
-        nom(static_cast<std::size_t>(rows * (d + 1))),
-        constant(static_cast<std::size_t>(d + 1)),
-        scale(static_cast<std::size_t>(std::max(tokens, rows))) {}
+  explicit Buffers(const Problem& p)
+      : keys(static_cast<std::size_t>((p.tokens + kDirectTileKeyPadding) * p.width)),
+        values(static_cast<std::size_t>(p.tokens * p.width)),
+        queries(static_cast<std::size_t>(std::max(p.rows, kDirectTileRows) * p.width)),
+        scores(static_cast<std::size_t>(p.tile > 0 ? 0 : p.rows * p.tokens)),
+        nom(static_cast<std::size_t>(std::max(p.rows, kDirectTileRows) * (p.d + 1))),
+        constant(static_cast<std::size_t>(p.d + 1)),
+        scale(static_cast<std::size_t>(std::max(p.tokens, p.rows))) {
+    real_rows.reserve(static_cast<std::size_t>(p.rows));
+  }
   std::vector<float> keys, values, queries, scores, nom, constant, scale;
+  std::vector<std::int64_t> real_rows;  // the block's query rows that are not padding
   std::int64_t head = -1;
+  std::int64_t keys_kept = 0;  // m: the head's real keys
 };
 
-// keys = [k̂ | 1], values = [v | 1] (zero rows for padded keys), constant = γ·Σ_j values_j.
+// The head's real keys in order: keys = k̂ and values = v (as [k̂ | 1] and [v | 1] on the GEMM
+// form; zero past d in the tiles), constant = γ·Σ_j [v_j | 1].
 void PrepareKeys(const Problem& p, const InferenceHead& head, Buffers& buf) {
-  const std::int64_t width = p.d + 1;
   RowScales(head.k, p.k_strides[2], p.tokens, p.d, p.scaling.normalize, 1.0f, buf.scale.data());
   std::fill(buf.constant.begin(), buf.constant.end(), 0.0f);
+  std::int64_t m = 0;
   for (std::int64_t j = 0; j < p.tokens; ++j) {
+    if (p.Padded(head.b, j)) continue;
     const float* kj = head.k + j * p.k_strides[2];
     const float* vj = head.v + j * p.v_strides[2];
-    float* key = buf.keys.data() + j * width;
-    float* value = buf.values.data() + j * width;
+    float* key = buf.keys.data() + m * p.width;
+    float* value = buf.values.data() + m * p.width;
     const float s = buf.scale[static_cast<std::size_t>(j)];
     for (std::int64_t i = 0; i < p.d; ++i) key[i] = s * kj[i];
-    key[p.d] = 1.0f;
-    if (p.Padded(head.b, j)) {
-      std::fill(value, value + width, 0.0f);
-      continue;
-    }
     std::copy(vj, vj + p.d, value);
-    value[p.d] = 1.0f;
-    for (std::int64_t i = 0; i < width; ++i) buf.constant[static_cast<std::size_t>(i)] += value[i];
+    if (p.tile > 0) {
+      std::fill(key + p.d, key + p.width, 0.0f);
+      std::fill(value + p.d, value + p.width, 0.0f);
+    } else {
+      key[p.d] = 1.0f;
+      value[p.d] = 1.0f;
+    }
+    for (std::int64_t i = 0; i < p.d; ++i) buf.constant[static_cast<std::size_t>(i)] += vj[i];
+    ++m;
   }
+  // The tiles read up to 7 key rows past m: finite, never used.
+  std::fill(buf.keys.begin() + m * p.width, buf.keys.end(), 0.0f);
+  buf.constant[static_cast<std::size_t>(p.d)] = static_cast<float>(m);
   for (float& c : buf.constant) c *= p.gamma;
+  buf.keys_kept = m;
 }
 
-// y rows [start, start + n) of one head: nom = constant + ((q̂ | β)·keysᵀ)²·values, then
-// y = nom[:d] / nom[d], times √(count/d) with output normalisation.
-void QueryBlock(const Problem& p, const InferenceHead& head, std::int64_t start, std::int64_t n,
-                Buffers& buf) {
-  const std::int64_t width = p.d + 1;
-  const float* q = head.q + start * p.q_strides[2];
-  RowScales(q, p.q_strides[2], n, p.d, p.scaling.normalize, head.query_factor, buf.scale.data());
+// nom rows (one per real row, d + 1 each) = ((q̂ | β)·keysᵀ)²·values, by two GEMMs through a
+// block of scores.
+void GemmSums(const Problem& p, const InferenceHead& head, Buffers& buf) {
+  const std::int64_t n = static_cast<std::int64_t>(buf.real_rows.size());
+  const std::int64_t m = buf.keys_kept;
   for (std::int64_t r = 0; r < n; ++r) {
-    const float* qr = q + r * p.q_strides[2];
-    float* query = buf.queries.data() + r * width;
+    const std::int64_t row = buf.real_rows[static_cast<std::size_t>(r)];
+    const float* qr = head.q + row * p.q_strides[2];
+    float* query = buf.queries.data() + r * p.width;
     const float s = buf.scale[static_cast<std::size_t>(r)];
     for (std::int64_t i = 0; i < p.d; ++i) query[i] = s * qr[i];
     query[p.d] = p.beta;
   }
-  SgemmInto(false, true, n, p.tokens, width, buf.queries.data(), width, buf.keys.data(), width,
-            0.0f, buf.scores.data(), p.tokens);
+  SgemmInto(false, true, n, m, p.width, buf.queries.data(), p.width, buf.keys.data(), p.width, 0.0f,
+            buf.scores.data(), m);
   float* scores = buf.scores.data();
-  for (std::int64_t i = 0; i < n * p.tokens; ++i) scores[i] *= scores[i];
-  for (std::int64_t r = 0; r < n; ++r) {
-    std::copy(buf.constant.begin(), buf.constant.end(), buf.nom.begin() + r * width);
+  for (std::int64_t i = 0; i < n * m; ++i) scores[i] *= scores[i];
+  SgemmInto(false, false, n, p.d + 1, m, scores, m, buf.values.data(), p.width, 0.0f,
+            buf.nom.data(), p.d + 1);
+}
+
+// The same sums, 16 real rows at a time in registers (model/direct_tile.h), transposed back
+// into nom rows.
+void TileSums(const Problem& p, const InferenceHead& head, Buffers& buf) {
+  const std::int64_t n = static_cast<std::int64_t>(buf.real_rows.size());
+  float tile[17 * kDirectTileRows];  // NOLINT(modernize-avoid-c-arrays): [d + 1][16], d ≤ 16
+  for (std::int64_t first = 0; first < n; first += kDirectTileRows) {
+    const std::int64_t count = std::min(kDirectTileRows, n - first);
+    float* queries = buf.queries.data();
+    std::fill(queries, queries + p.width * kDirectTileRows, 0.0f);
+    for (std::int64_t r = 0; r < count; ++r) {
+      const std::int64_t row = buf.real_rows[static_cast<std::size_t>(first + r)];
+      const float* qr = head.q + row * p.q_strides[2];
+      const float s = buf.scale[static_cast<std::size_t>(first + r)];
+      for (std::int64_t i = 0; i < p.d; ++i) queries[i * kDirectTileRows + r] = s * qr[i];
+    }
+    DirectTile(p.tile, queries, p.beta, buf.keys.data(), buf.values.data(), buf.keys_kept, tile);
+    for (std::int64_t r = 0; r < count; ++r) {
+      float* nom = buf.nom.data() + (first + r) * (p.d + 1);
+      for (std::int64_t c = 0; c < p.d; ++c) nom[c] = tile[c * kDirectTileRows + r];
+      nom[p.d] = tile[p.tile * kDirectTileRows + r];
+    }
   }
-  SgemmInto(false, false, n, width, p.tokens, scores, p.tokens, buf.values.data(), width, 1.0f,
-            buf.nom.data(), width);
+}
+
+// y rows [start, start + n) of one head: nom = constant + Σ_j (q̂·k̂_j + β)²·[v_j | 1] over the
+// real keys, then y = nom[:d] / nom[d], times √(count/d) with output normalisation. Rows of
+// padded positions are not computed: their y is zero (no real token attends from them, and
+// nothing after the encoder reads them).
+void QueryBlock(const Problem& p, const InferenceHead& head, std::int64_t start, std::int64_t n,
+                Buffers& buf) {
+  buf.real_rows.clear();
+  for (std::int64_t row = start; row < start + n; ++row) {
+    if (p.Padded(head.b, row)) {
+      float* out = p.OutputRow(head.b, row, head.h);
+      std::fill(out, out + p.d, 0.0f);
+    } else {
+      buf.real_rows.push_back(row);
+    }
+  }
+  if (buf.real_rows.empty()) return;
+  // The real rows' scales, in their order.
+  const std::int64_t stride = p.q_strides[2];
+  std::int64_t r = 0;
+  if (static_cast<std::int64_t>(buf.real_rows.size()) == n) {
+    RowScales(head.q + start * stride, stride, n, p.d, p.scaling.normalize, head.query_factor,
+              buf.scale.data());
+  } else {
+    for (const std::int64_t row : buf.real_rows) {
+      RowScales(head.q + row * stride, stride, 1, p.d, p.scaling.normalize, head.query_factor,
+                buf.scale.data() + r++);
+    }
+  }
+  if (p.tile > 0) {
+    TileSums(p, head, buf);
+  } else {
+    GemmSums(p, head, buf);
+  }
   const float factor =
       p.output_normalize
           ? std::sqrt(p.counts[static_cast<std::size_t>(head.b)] / static_cast<float>(p.d))
           : 1.0f;
-  for (std::int64_t r = 0; r < n; ++r) {
-    const float* nom = buf.nom.data() + r * width;
-    float* out = p.OutputRow(head.b, start + r, head.h);
-    for (std::int64_t i = 0; i < p.d; ++i) out[i] = nom[i] / nom[p.d] * factor;
+  const float* constant = buf.constant.data();
+  r = 0;
+  for (const std::int64_t row : buf.real_rows) {
+    const float* nom = buf.nom.data() + (r++) * (p.d + 1);
+    const float scale = factor / (nom[p.d] + constant[p.d]);
+    float* out = p.OutputRow(head.b, row, head.h);
+    for (std::int64_t i = 0; i < p.d; ++i) out[i] = (nom[i] + constant[i]) * scale;
   }
 }
 
@@ -112,13 +190,20 @@ torch::Tensor DirectInference(const torch::Tensor& q, const torch::Tensor& k,
   p.output_normalize = options.output_normalize;
   if (p.tokens == 0) return p.output.transpose(1, 2);
   const std::int64_t threads = std::max(1, at::get_num_threads());
-  p.rows = std::max<std::int64_t>(
-      1, std::min(p.tokens, options.direct_block_elements / (threads * p.tokens)));
+  p.tile = options.direct_tiles ? DirectTileWidth(p.d) : 0;
+  p.width = p.tile > 0 ? p.tile : p.d + 1;
+  if (p.tile > 0) {
+    // No score block: rows per task only set how finely the heads split across threads.
+    p.rows = std::min(p.tokens, kDirectTileRowsPerTask);
+  } else {
+    p.rows = std::max<std::int64_t>(
+        1, std::min(p.tokens, options.direct_block_elements / (threads * p.tokens)));
+  }
   p.blocks = (p.tokens + p.rows - 1) / p.rows;
   const std::int64_t heads = p.batch * p.heads;
   const std::int64_t work = heads * p.tokens * p.tokens * (p.d + 1) * 2;
   ParallelFor(0, heads * p.blocks, 1, work, [&](std::int64_t begin, std::int64_t end) {
-    Buffers buf(p.tokens, p.rows, p.d);
+    Buffers buf(p);
     for (std::int64_t task = begin; task < end; ++task) {
       const std::int64_t index = task / p.blocks;
       const InferenceHead head(p, index / p.heads, index % p.heads);

@@ -35,6 +35,10 @@ struct TaylorKernelOptions {
   // denominators and the division stay float32. Ignored where HaveAvx512Bf16() is false
   // (model/bf16_feature_products.h).
   bool bf16_products = false;
+  // Direct path, float32 on the CPU without autograd, heads of d ≤ 16 on a CPU with AVX-512F:
+  // the scores live in registers, 16 query rows at a time (model/direct_tile.h), instead of
+  // two GEMMs through a block of scores. Off runs the GEMM form (for comparison).
+  bool direct_tiles = true;
 };
 
 // Throws c10::Error with a clear message unless a > 0 and c ≥ b²/(4a).

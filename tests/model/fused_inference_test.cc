@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "model/attention.h"
 #include "model/bf16_feature_products.h"
 #include "model/cpu_gemm.h"
 #include "model/direct_inference.h"
+#include "model/direct_tile.h"
 #include "model/efficient_inference.h"
 
 namespace ts {
@@ -212,6 +214,8 @@ TEST_P(DirectInferenceTest, MatchesFloat64FormulaOnStridedSlicesWithPadding) {
   torch::NoGradGuard no_grad;
   const auto y = DirectInference(in.qkv.q, in.qkv.k, in.qkv.v, in.mask, options, in.scaling);
   ExpectSequencesMatchFloat64(y, in, real, options, 1e-5);
+  // Rows of padded positions are not computed: zero.
+  EXPECT_TRUE(torch::all(y[1].narrow(1, real, 300 - real) == 0).item<bool>());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -222,6 +226,41 @@ INSTANTIATE_TEST_SUITE_P(
                       // 2 · 3 · 300 rows of 300 at most 40000 entries: blocks of 22 rows, the
                       // last one of 14 (on one thread; fewer rows per block on more).
                       DirectCase{true, true, 1.0, 0.5, 0.3, 40000}));
+
+// The register tiles (model/direct_tile.h) at every width they run (d 3 → 4, 8, 12 → 16, 16) and
+// the GEMM form beside them (d 24), against the float64 formula on each sequence's real tokens,
+// with padding inside a sequence as well as after it; and against the GEMM form (direct_tiles
+// off) on the same inputs.
+TEST(DirectInferenceTilesTest, EveryWidthMatchesFloat64AndTheGemmForm) {
+  torch::manual_seed(17);
+  const std::int64_t batch = 2, tokens = 75, heads = 2;
+  auto mask = torch::zeros({batch, tokens}, torch::kBool);
+  mask.index_put_({0, Slice(5, 9)}, true);  // a gap inside the first sequence
+  mask.index_put_({1, Slice(41, None)}, true);
+  for (const std::int64_t d : {3, 8, 12, 16, 24}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    EXPECT_EQ(DirectTileWidth(d) > 0, d <= 16 && DirectTileWidth(16) == 16);
+    const auto [q, k, v] = Slices(batch, tokens, heads, d);
+    QueryKeyScaling scaling;  // normalised, τ = 1
+    TaylorKernelOptions options;
+    torch::NoGradGuard no_grad;
+    const auto y = DirectInference(q, k, v, mask, options, scaling);
+    options.direct_tiles = false;
+    const auto gemm = DirectInference(q, k, v, mask, options, scaling);
+    EXPECT_LE(RelativeError(y, gemm), 1e-5);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const auto real = mask[b].logical_not().nonzero().squeeze(1);
+      const auto rows = [&](const torch::Tensor& x) { return x[b].index_select(1, real); };
+      const auto unit = [&](const torch::Tensor& x) {
+        const auto x64 = rows(x).to(torch::kFloat64);
+        return x64 / x64.norm(2, -1, true);
+      };
+      const auto expected = PlainTaylor(unit(q), unit(k), rows(v), true);
+      EXPECT_LE(RelativeError(rows(y), expected), 1e-5) << "sequence " << b;
+      EXPECT_TRUE(torch::all(y[b].index({Slice(), mask[b]}) == 0).item<bool>()) << "sequence " << b;
+    }
+  }
+}
 
 // The kernels run their heads on LibTorch's OpenMP threads; under InferenceMode (as the server
 // classifies) those threads must see it too, or in-place updates of inference tensors throw.
