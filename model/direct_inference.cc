@@ -41,57 +41,82 @@ struct Buffers {
         values(static_cast<std::size_t>(p.tokens * p.width)),
         queries(static_cast<std::size_t>(std::max(p.rows, kDirectTileRows) * p.width)),
         scores(static_cast<std::size_t>(p.tile > 0 ? 0 : p.rows * p.tokens)),
-        nom(static_cast<std::size_t>(std::max(p.rows, kDirectTileRows) * (p.d + 1))),
+        nom(static_cast<std::size_t>(p.tile > 0 ? (p.tile + 1) * kDirectTileRows
+                                                : p.rows * (p.d + 1))),
         constant(static_cast<std::size_t>(p.d + 1)),
         scale(static_cast<std::size_t>(std::max(p.tokens, p.rows))) {
     real_rows.reserve(static_cast<std::size_t>(p.rows));
   }
   std::vector<float> keys, values, queries, scores, nom, constant, scale;
-  std::vector<std::int64_t> real_rows;  // the block's query rows that are not padding
+  std::vector<std::int32_t> real_rows;  // the block's query rows that are not padding
   std::int64_t head = -1;
   std::int64_t keys_kept = 0;  // m: the head's real keys
 };
 
+// One head as the register tiles read it.
+DirectTileInput TileInput(const Problem& p, const InferenceHead& head) {
+  DirectTileInput in;
+  in.d = p.d;
+  in.tokens = p.tokens;
+  in.q = head.q;
+  in.k = head.k;
+  in.v = head.v;
+  in.q_stride = p.q_strides[2];
+  in.k_stride = p.k_strides[2];
+  in.v_stride = p.v_strides[2];
+  in.padded = p.padded == nullptr ? nullptr : p.padded + head.b * p.tokens;
+  in.normalize = p.scaling.normalize;
+  return in;
+}
+
 // The head's real keys in order: keys = k̂ and values = v (as [k̂ | 1] and [v | 1] on the GEMM
 // form; zero past d in the tiles), constant = γ·Σ_j [v_j | 1].
 void PrepareKeys(const Problem& p, const InferenceHead& head, Buffers& buf) {
-  RowScales(head.k, p.k_strides[2], p.tokens, p.d, p.scaling.normalize, 1.0f, buf.scale.data());
-  std::fill(buf.constant.begin(), buf.constant.end(), 0.0f);
   std::int64_t m = 0;
-  for (std::int64_t j = 0; j < p.tokens; ++j) {
-    if (p.Padded(head.b, j)) continue;
-    const float* kj = head.k + j * p.k_strides[2];
-    const float* vj = head.v + j * p.v_strides[2];
-    float* key = buf.keys.data() + m * p.width;
-    float* value = buf.values.data() + m * p.width;
-    const float s = buf.scale[static_cast<std::size_t>(j)];
-    for (std::int64_t i = 0; i < p.d; ++i) key[i] = s * kj[i];
-    std::copy(vj, vj + p.d, value);
-    if (p.tile > 0) {
-      std::fill(key + p.d, key + p.width, 0.0f);
-      std::fill(value + p.d, value + p.width, 0.0f);
-    } else {
+  if (p.tile > 0) {
+    m = DirectTileKeys(TileInput(p, head), p.tile, buf.keys.data(), buf.values.data(),
+                       buf.constant.data());
+  } else {
+    RowScales(head.k, p.k_strides[2], p.tokens, p.d, p.scaling.normalize, 1.0f, buf.scale.data());
+    std::fill(buf.constant.begin(), buf.constant.end(), 0.0f);
+    for (std::int64_t j = 0; j < p.tokens; ++j) {
+      if (p.Padded(head.b, j)) continue;
+      const float* kj = head.k + j * p.k_strides[2];
+      const float* vj = head.v + j * p.v_strides[2];
+      float* key = buf.keys.data() + m * p.width;
+      float* value = buf.values.data() + m * p.width;
+      const float s = buf.scale[static_cast<std::size_t>(j)];
+      for (std::int64_t i = 0; i < p.d; ++i) key[i] = s * kj[i];
       key[p.d] = 1.0f;
+      std::copy(vj, vj + p.d, value);
       value[p.d] = 1.0f;
+      for (std::int64_t i = 0; i < p.d; ++i) buf.constant[static_cast<std::size_t>(i)] += vj[i];
+      ++m;
     }
-    for (std::int64_t i = 0; i < p.d; ++i) buf.constant[static_cast<std::size_t>(i)] += vj[i];
-    ++m;
   }
-  // The tiles read up to 7 key rows past m: finite, never used.
-  std::fill(buf.keys.begin() + m * p.width, buf.keys.end(), 0.0f);
   buf.constant[static_cast<std::size_t>(p.d)] = static_cast<float>(m);
   for (float& c : buf.constant) c *= p.gamma;
   buf.keys_kept = m;
 }
 
-// nom rows (one per real row, d + 1 each) = ((q̂ | β)·keysᵀ)²·values, by two GEMMs through a
-// block of scores.
-void GemmSums(const Problem& p, const InferenceHead& head, Buffers& buf) {
-  const std::int64_t n = static_cast<std::int64_t>(buf.real_rows.size());
+// The real rows' y by two GEMMs through a block of scores: nom = constant +
+// ((q̂ | β)·keysᵀ)²·values, y = nom[:d] / nom[d] · factor.
+void GemmRows(const Problem& p, const InferenceHead& head, float factor, Buffers& buf) {
+  const auto n = static_cast<std::int64_t>(buf.real_rows.size());
   const std::int64_t m = buf.keys_kept;
+  const std::int64_t stride = p.q_strides[2];
+  const std::int64_t start = buf.real_rows.front();
+  if (buf.real_rows.back() - start + 1 == n) {  // contiguous rows: their scales at once
+    RowScales(head.q + start * stride, stride, n, p.d, p.scaling.normalize, head.query_factor,
+              buf.scale.data());
+  } else {
+    for (std::int64_t r = 0; r < n; ++r) {
+      RowScales(head.q + buf.real_rows[static_cast<std::size_t>(r)] * stride, stride, 1, p.d,
+                p.scaling.normalize, head.query_factor, buf.scale.data() + r);
+    }
+  }
   for (std::int64_t r = 0; r < n; ++r) {
-    const std::int64_t row = buf.real_rows[static_cast<std::size_t>(r)];
-    const float* qr = head.q + row * p.q_strides[2];
+    const float* qr = head.q + buf.real_rows[static_cast<std::size_t>(r)] * stride;
     float* query = buf.queries.data() + r * p.width;
     const float s = buf.scale[static_cast<std::size_t>(r)];
     for (std::int64_t i = 0; i < p.d; ++i) query[i] = s * qr[i];
@@ -103,29 +128,27 @@ void GemmSums(const Problem& p, const InferenceHead& head, Buffers& buf) {
   for (std::int64_t i = 0; i < n * m; ++i) scores[i] *= scores[i];
   SgemmInto(false, false, n, p.d + 1, m, scores, m, buf.values.data(), p.width, 0.0f,
             buf.nom.data(), p.d + 1);
+  const float* constant = buf.constant.data();
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* nom = buf.nom.data() + r * (p.d + 1);
+    const float scale = factor / (nom[p.d] + constant[p.d]);
+    float* out = p.OutputRow(head.b, buf.real_rows[static_cast<std::size_t>(r)], head.h);
+    for (std::int64_t i = 0; i < p.d; ++i) out[i] = (nom[i] + constant[i]) * scale;
+  }
 }
 
-// The same sums, 16 real rows at a time in registers (model/direct_tile.h), transposed back
-// into nom rows.
-void TileSums(const Problem& p, const InferenceHead& head, Buffers& buf) {
-  const std::int64_t n = static_cast<std::int64_t>(buf.real_rows.size());
-  float tile[17 * kDirectTileRows];  // NOLINT(modernize-avoid-c-arrays): [d + 1][16], d ≤ 16
+// The same rows 16 at a time in registers (model/direct_tile.h).
+void TileRows(const Problem& p, const InferenceHead& head, float factor, Buffers& buf) {
+  const DirectTileInput in = TileInput(p, head);
+  const auto n = static_cast<std::int64_t>(buf.real_rows.size());
   for (std::int64_t first = 0; first < n; first += kDirectTileRows) {
     const std::int64_t count = std::min(kDirectTileRows, n - first);
-    float* queries = buf.queries.data();
-    std::fill(queries, queries + p.width * kDirectTileRows, 0.0f);
-    for (std::int64_t r = 0; r < count; ++r) {
-      const std::int64_t row = buf.real_rows[static_cast<std::size_t>(first + r)];
-      const float* qr = head.q + row * p.q_strides[2];
-      const float s = buf.scale[static_cast<std::size_t>(first + r)];
-      for (std::int64_t i = 0; i < p.d; ++i) queries[i * kDirectTileRows + r] = s * qr[i];
-    }
-    DirectTile(p.tile, queries, p.beta, buf.keys.data(), buf.values.data(), buf.keys_kept, tile);
-    for (std::int64_t r = 0; r < count; ++r) {
-      float* nom = buf.nom.data() + (first + r) * (p.d + 1);
-      for (std::int64_t c = 0; c < p.d; ++c) nom[c] = tile[c * kDirectTileRows + r];
-      nom[p.d] = tile[p.tile * kDirectTileRows + r];
-    }
+    const std::int32_t* rows = buf.real_rows.data() + first;
+    DirectTileQueries(in, p.tile, rows, count, head.query_factor, buf.queries.data());
+    DirectTile(p.tile, buf.queries.data(), p.beta, buf.keys.data(), buf.values.data(),
+               buf.keys_kept, buf.nom.data());
+    DirectTileOutput(in, p.tile, buf.nom.data(), buf.constant.data(), factor, rows, count,
+                     p.OutputRow(head.b, 0, head.h), p.heads * p.d);
   }
 }
 
@@ -141,38 +164,18 @@ void QueryBlock(const Problem& p, const InferenceHead& head, std::int64_t start,
       float* out = p.OutputRow(head.b, row, head.h);
       std::fill(out, out + p.d, 0.0f);
     } else {
-      buf.real_rows.push_back(row);
+      buf.real_rows.push_back(static_cast<std::int32_t>(row));
     }
   }
   if (buf.real_rows.empty()) return;
-  // The real rows' scales, in their order.
-  const std::int64_t stride = p.q_strides[2];
-  std::int64_t r = 0;
-  if (static_cast<std::int64_t>(buf.real_rows.size()) == n) {
-    RowScales(head.q + start * stride, stride, n, p.d, p.scaling.normalize, head.query_factor,
-              buf.scale.data());
-  } else {
-    for (const std::int64_t row : buf.real_rows) {
-      RowScales(head.q + row * stride, stride, 1, p.d, p.scaling.normalize, head.query_factor,
-                buf.scale.data() + r++);
-    }
-  }
-  if (p.tile > 0) {
-    TileSums(p, head, buf);
-  } else {
-    GemmSums(p, head, buf);
-  }
   const float factor =
       p.output_normalize
           ? std::sqrt(p.counts[static_cast<std::size_t>(head.b)] / static_cast<float>(p.d))
           : 1.0f;
-  const float* constant = buf.constant.data();
-  r = 0;
-  for (const std::int64_t row : buf.real_rows) {
-    const float* nom = buf.nom.data() + (r++) * (p.d + 1);
-    const float scale = factor / (nom[p.d] + constant[p.d]);
-    float* out = p.OutputRow(head.b, row, head.h);
-    for (std::int64_t i = 0; i < p.d; ++i) out[i] = (nom[i] + constant[i]) * scale;
+  if (p.tile > 0) {
+    TileRows(p, head, factor, buf);
+  } else {
+    GemmRows(p, head, factor, buf);
   }
 }
 
@@ -190,7 +193,11 @@ torch::Tensor DirectInference(const torch::Tensor& q, const torch::Tensor& k,
   p.output_normalize = options.output_normalize;
   if (p.tokens == 0) return p.output.transpose(1, 2);
   const std::int64_t threads = std::max(1, at::get_num_threads());
-  p.tile = options.direct_tiles ? DirectTileWidth(p.d) : 0;
+  TORCH_CHECK(p.tokens < (std::int64_t{1} << 31), "DirectInference: ", p.tokens,
+              " tokens; at most 2^31 - 1");
+  const bool fits =
+      DirectTileFits(p.tokens, p.q_strides[2]) && DirectTileFits(p.tokens, p.heads * p.d);
+  p.tile = options.direct_tiles && fits ? DirectTileWidth(p.d) : 0;
   p.width = p.tile > 0 ? p.tile : p.d + 1;
   if (p.tile > 0) {
     // No score block: rows per task only set how finely the heads split across threads.
