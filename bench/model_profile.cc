@@ -162,7 +162,7 @@ int Run(const Config& config) {
       },
       1);
   time_part(
-      "norms (2 per block)", 0, fp32_rate, [&] { block0->norm1->forward(x); }, 2 * depth);
+      "norms (2 per block)", 0, fp32_rate, [&] { block0->Norm(block0->norm1, x); }, 2 * depth);
   const auto qkv_low = LowPrecisionWeight(block->qkv, config.precision);
   const auto proj_low = LowPrecisionWeight(block->proj, config.precision);
   time_part(

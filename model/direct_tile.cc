@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "model/cpu_features.h"
+
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics (sqrt, max, the reductions) start from _mm512_undefined_ps(), a
 // self-initialised variable that -Wmaybe-uninitialized reports where they are inlined (GCC bug
@@ -17,11 +19,6 @@
 
 namespace ts {
 namespace {
-
-bool HaveAvx512() {
-  static const bool have = __builtin_cpu_supports("avx512f");
-  return have;
-}
 
 constexpr std::int64_t kChunk = 64;  // keys whose squared scores are kept at once
 constexpr std::int64_t kKeysAtOnce = kDirectTileKeyPadding + 1;  // score chains in flight
@@ -84,7 +81,7 @@ void Tile(const float* queries, float beta, const float* keys, const float* valu
 }  // namespace
 
 std::int64_t DirectTileWidth(std::int64_t d) {
-  if (d < 1 || d > 16 || !HaveAvx512()) return 0;
+  if (d < 1 || d > 16 || !HaveAvx512F()) return 0;
   if (d <= 4) return 4;
   if (d <= 8) return 8;
   return 16;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "model/layer_norm_inference.h"
 
 namespace ts {
 namespace {
@@ -339,8 +340,14 @@ TaylorShiftBlockImpl::TaylorShiftBlockImpl(const TaylorShiftAttentionOptions& at
 torch::Tensor TaylorShiftBlockImpl::forward(const torch::Tensor& x,
                                             const torch::Tensor& key_padding_mask,
                                             AttentionPath path) {
-  auto y = x + DropPath(attn(norm1(x), key_padding_mask, path), drop_path_, is_training());
-  return y + DropPath(mlp(norm2(y)), drop_path_, is_training());
+  auto y = x + DropPath(attn(Norm(norm1, x), key_padding_mask, path), drop_path_, is_training());
+  return y + DropPath(mlp(Norm(norm2, y)), drop_path_, is_training());
+}
+
+torch::Tensor TaylorShiftBlockImpl::Norm(const torch::nn::LayerNorm& norm,
+                                         const torch::Tensor& x) const {
+  if (is_training() || !CanRunLayerNormInference(x)) return norm.ptr()->forward(x);
+  return LayerNormInference(x, norm->weight, norm->bias, norm->options.eps());
 }
 
 TextConvEmbedImpl::TextConvEmbedImpl(std::int64_t vocab_size, std::int64_t embed_dim) {
@@ -512,7 +519,8 @@ torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
   }
   const AttentionPath resolved = ResolvePath(path, length + 1, batch);
   for (auto& block : block_list_) x = block(x, key_padding_mask, resolved);
-  return head(norm(x).select(1, 0));
+  // LayerNorm works row by row: normalising the class token alone gives what the head reads.
+  return head(norm(x.select(1, 0)));
 }
 
 AttentionPath TaylorShiftEncoderImpl::ResolvePath(AttentionPath path, std::int64_t tokens,

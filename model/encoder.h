@@ -126,6 +126,10 @@ class TaylorShiftBlockImpl : public torch::nn::Module {
   torch::nn::LayerNorm norm2{nullptr};
   TaylorShiftMlp mlp{nullptr};
 
+  // norm1 or norm2 applied to x as forward applies it: in float32 CPU inference with AVX-512,
+  // model/layer_norm_inference.h's kernel.
+  torch::Tensor Norm(const torch::nn::LayerNorm& norm, const torch::Tensor& x) const;
+
  private:
   double drop_path_;
 };

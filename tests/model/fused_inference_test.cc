@@ -11,10 +11,12 @@
 
 #include "model/attention.h"
 #include "model/bf16_feature_products.h"
+#include "model/cpu_features.h"
 #include "model/cpu_gemm.h"
 #include "model/direct_inference.h"
 #include "model/direct_tile.h"
 #include "model/efficient_inference.h"
+#include "model/layer_norm_inference.h"
 
 namespace ts {
 namespace {
@@ -280,6 +282,35 @@ TEST(FusedInferenceThreadsTest, KernelsRunUnderInferenceModeOnTwoThreads) {
   EXPECT_LE(RelativeError(efficient, direct), 1e-4);
   EXPECT_LE(RelativeError(fused, direct), 1e-4);
   EXPECT_LE(RelativeError(fused_direct, direct), 1e-5);
+}
+
+// LayerNorm for float32 inference against LibTorch's: widths with and without a partial last
+// vector (7, 37, 64, 512), a strided input, rows enough to split across two threads.
+TEST(LayerNormInferenceTest, MatchesLibTorchOnEveryWidth) {
+  if (!HaveAvx512F()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  torch::manual_seed(19);
+  torch::NoGradGuard no_grad;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  for (const std::int64_t c : {7, 37, 64, 512}) {
+    const auto x = torch::randn({3, 2100, c}).mul_(3).add_(1).transpose(0, 1);  // strided
+    const auto weight = torch::randn({c});
+    const auto bias = torch::randn({c});
+    const auto y = LayerNormInference(x, weight, bias, 1e-6);
+    const auto expected = torch::layer_norm(x, {c}, weight, bias, 1e-6);
+    EXPECT_TRUE(y.is_contiguous());
+    EXPECT_TRUE(torch::allclose(y, expected, 1e-5, 1e-5)) << "C " << c;
+  }
+  at::set_num_threads(threads);
+  const auto leaf = torch::randn({4, 8}).requires_grad_(true);
+  {
+    torch::AutoGradMode grad(true);
+    EXPECT_FALSE(CanRunLayerNormInference(leaf));
+    EXPECT_THROW(LayerNormInference(leaf, torch::ones({8}), torch::zeros({8}), 1e-6), c10::Error);
+  }
+  EXPECT_THROW(LayerNormInference(torch::randn({4, 8}), torch::ones({7}), torch::zeros({8}), 1e-6),
+               c10::Error);
+  EXPECT_FALSE(CanRunLayerNormInference(torch::randn({4, 8}, torch::kFloat64)));
 }
 
 TEST(FusedInferenceErrorTest, RefusesAutogradWrongTypesAndBadMasks) {
