@@ -4,6 +4,7 @@
 //
 //   attention_bench [--threads=N] [--device=cpu|cuda] [--max_reference_tokens=N]
 //                   [--max_tokens=N] [--efficient_chunk_tokens=N] [--direct_block_elements=N]
+//                   [--direct_tiles=true|false]
 //                   [benchmark flags, e.g. --benchmark_out=FILE --benchmark_out_format=json]
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -96,6 +97,9 @@ void AddFlags(CLI::App& app, Flags* flags) {
                  "efficient path: tokens per feature chunk")
       ->capture_default_str()
       ->check(IntegerIn(1, INT64_MAX));
+  app.add_option("--direct_tiles", flags->kernel.direct_tiles,
+                 "direct path, d <= 16 on AVX-512: register tiles (false: the GEMM form)")
+      ->capture_default_str();
   app.add_option("--direct_block_elements", flags->kernel.direct_block_elements,
                  "direct path: score entries at once")
       ->capture_default_str()

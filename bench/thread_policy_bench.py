@@ -9,7 +9,8 @@ max length 4096; untrained) several times:
 Then runs `tsctl bench` on each model in turn (so machine noise hits them alike) for short
 documents at concurrency 8, long ones at saturation, and lone long requests, and prints
 requests/s per run as a Markdown table (docs/PERFORMANCE.md, "Short inputs against the
-issue's baseline").
+issue's baseline"), then each variant's throughput over the baseline's in the same round (the
+runs of one round follow each other, so they share the machine's state).
 
 Usage: /usr/bin/python3 bench/thread_policy_bench.py [--build build] [--rounds 2]
        [--thresholds 1024,4096,16384]
@@ -66,6 +67,16 @@ def main():
     print("|---|" + "---:|" * len(names))
     for scenario, _ in SCENARIOS:
         cells = [f"{min(rates[scenario][n]):.1f}-{max(rates[scenario][n]):.1f}" for n in names]
+        print(f"| {scenario} | " + " | ".join(cells) + " |")
+    print()
+    print("| scenario | " + " | ".join(f"{n} / before, per round" for n in names[1:]) + " |")
+    print("|---|" + "---:|" * (len(names) - 1))
+    for scenario, _ in SCENARIOS:
+        before = rates[scenario]["before"]
+        cells = []
+        for n in names[1:]:
+            ratios = [r / b for r, b in zip(rates[scenario][n], before)]
+            cells.append(f"{min(ratios):.2f}-{max(ratios):.2f}×")
         print(f"| {scenario} | " + " | ".join(cells) + " |")
 
 
