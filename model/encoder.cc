@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
-#include "model/layer_norm_inference.h"
+#include "model/inference_ops.h"
 
 namespace ts {
 namespace {
@@ -317,7 +317,13 @@ TaylorShiftMlpImpl::TaylorShiftMlpImpl(std::int64_t dim, std::int64_t hidden) {
 
 torch::Tensor TaylorShiftMlpImpl::forward(const torch::Tensor& x) {
   if (is_training()) return fc2(F::gelu(fc1(x)));
-  return MixedLinear(fc2, fc2_low_, F::gelu(MixedLinear(fc1, fc1_low_, x)));
+  auto hidden = MixedLinear(fc1, fc1_low_, x);  // a tensor of its own: GELU may run in place
+  if (CanRunInferenceOps(hidden) && hidden.is_contiguous()) {
+    GeluInference_(hidden);
+  } else {
+    hidden = F::gelu(hidden);
+  }
+  return MixedLinear(fc2, fc2_low_, hidden);
 }
 
 void TaylorShiftMlpImpl::set_precision(Precision precision) {
@@ -346,7 +352,7 @@ torch::Tensor TaylorShiftBlockImpl::forward(const torch::Tensor& x,
 
 torch::Tensor TaylorShiftBlockImpl::Norm(const torch::nn::LayerNorm& norm,
                                          const torch::Tensor& x) const {
-  if (is_training() || !CanRunLayerNormInference(x)) return norm.ptr()->forward(x);
+  if (is_training() || !CanRunInferenceOps(x)) return norm.ptr()->forward(x);
   return LayerNormInference(x, norm->weight, norm->bias, norm->options.eps());
 }
 

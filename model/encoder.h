@@ -127,7 +127,7 @@ class TaylorShiftBlockImpl : public torch::nn::Module {
   TaylorShiftMlp mlp{nullptr};
 
   // norm1 or norm2 applied to x as forward applies it: in float32 CPU inference with AVX-512,
-  // model/layer_norm_inference.h's kernel.
+  // model/inference_ops.h's kernel.
   torch::Tensor Norm(const torch::nn::LayerNorm& norm, const torch::Tensor& x) const;
 
  private:

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,7 @@
 #include "model/direct_inference.h"
 #include "model/direct_tile.h"
 #include "model/efficient_inference.h"
-#include "model/layer_norm_inference.h"
+#include "model/inference_ops.h"
 
 namespace ts {
 namespace {
@@ -305,12 +306,41 @@ TEST(LayerNormInferenceTest, MatchesLibTorchOnEveryWidth) {
   const auto leaf = torch::randn({4, 8}).requires_grad_(true);
   {
     torch::AutoGradMode grad(true);
-    EXPECT_FALSE(CanRunLayerNormInference(leaf));
+    EXPECT_FALSE(CanRunInferenceOps(leaf));
     EXPECT_THROW(LayerNormInference(leaf, torch::ones({8}), torch::zeros({8}), 1e-6), c10::Error);
   }
   EXPECT_THROW(LayerNormInference(torch::randn({4, 8}), torch::ones({7}), torch::zeros({8}), 1e-6),
                c10::Error);
-  EXPECT_FALSE(CanRunLayerNormInference(torch::randn({4, 8}, torch::kFloat64)));
+  EXPECT_FALSE(CanRunInferenceOps(torch::randn({4, 8}, torch::kFloat64)));
+}
+
+// GELU in place against LibTorch's (erf form) on values across its range, the float extremes
+// and NaN, a tensor large enough to split across two threads and one with a partial last vector.
+TEST(GeluInferenceTest, MatchesLibTorchInPlace) {
+  if (!HaveAvx512F()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  torch::manual_seed(23);
+  torch::NoGradGuard no_grad;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  for (const std::int64_t n : {std::int64_t{1} << 20, std::int64_t{37}}) {
+    auto x = torch::randn({n}) * 4;
+    x.narrow(0, 0, 9).copy_(torch::tensor({0.0f, -0.0f, 1e-30f, -1e-30f, 12.0f, -12.0f, 100.0f,
+                                           -100.0f, std::numeric_limits<float>::infinity()}));
+    const auto expected = torch::gelu(x);
+    auto y = x.clone();
+    const float* before = y.data_ptr<float>();
+    GeluInference_(y);
+    EXPECT_EQ(y.data_ptr<float>(), before);  // in place
+    EXPECT_TRUE(torch::allclose(y, expected, 1e-6, 1e-6)) << "n " << n;
+    EXPECT_EQ(y[8].item<float>(), std::numeric_limits<float>::infinity());
+    const auto finite = torch::cat({torch::arange(8), torch::arange(9, n)});
+    EXPECT_LE((y - expected).index_select(0, finite).abs().max().item<float>(), 1e-6f) << "n " << n;
+  }
+  at::set_num_threads(threads);
+  auto nan = torch::full({3}, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(torch::all(torch::isnan(GeluInference_(nan))).item<bool>());
+  auto strided = torch::randn({4, 8}).t();
+  EXPECT_THROW(GeluInference_(strided), c10::Error);
 }
 
 TEST(FusedInferenceErrorTest, RefusesAutogradWrongTypesAndBadMasks) {
