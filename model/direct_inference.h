@@ -16,9 +16,12 @@
 namespace ts {
 
 // TaylorDirect(q̂, k̂, v, mask, options) for q, k, v [B, H, N, d] float32 CPU views with unit
-// stride in d. Returns y [B, H, N, d] as a view of a contiguous [B, N, H, d] tensor, so
-// y.transpose(1, 2) is the output projection's input without a copy. At most
-// options.direct_block_elements score entries exist at once across the intra-op threads.
+// stride in d, on the real tokens only: rows of padded positions are zero. Returns y
+// [B, H, N, d] as a view of a contiguous [B, N, H, d] tensor, so y.transpose(1, 2) is the output
+// projection's input without a copy. Heads of d ≤ 16 run register tiles (model/direct_tile.h)
+// where the CPU has AVX-512F and options.direct_tiles is on; otherwise two GEMMs per block of
+// rows, with at most options.direct_block_elements score entries at once across the intra-op
+// threads.
 // Throws c10::Error on bad shapes or when CanRunFusedInference is false.
 torch::Tensor DirectInference(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_padding_mask,
