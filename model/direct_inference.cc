@@ -44,9 +44,10 @@ struct Buffers {
         nom(static_cast<std::size_t>(p.tile > 0 ? (p.tile + 1) * kDirectTileRows
                                                 : p.rows * (p.d + 1))),
         constant(static_cast<std::size_t>(p.d + 1)),
-        scale(static_cast<std::size_t>(std::max(p.tokens, p.rows))) {
+        scale(static_cast<std::size_t>(p.tile > 0 ? 0 : std::max(p.tokens, p.rows))) {
     real_rows.reserve(static_cast<std::size_t>(p.rows));
   }
+  // scores and scale serve the GEMM form only.
   std::vector<float> keys, values, queries, scores, nom, constant, scale;
   std::vector<std::int32_t> real_rows;  // the block's query rows that are not padding
   std::int64_t head = -1;
