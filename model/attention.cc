@@ -82,7 +82,7 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
   torch::Tensor y;
   const bool fused =
       (concrete == AttentionPath::kEfficient || concrete == AttentionPath::kDirect) &&
-      CanRunFusedInference(q, k, v);
+      kernel.implementation != KernelImplementation::kAten && CanRunFusedInference(q, k, v);
   if (fused) {
     // One fused kernel: the normalisation, the operands and the output layout inside it.
     QueryKeyScaling scaling;

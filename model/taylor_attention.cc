@@ -4,8 +4,12 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "model/cpu_gemm.h"
 #include "model/direct_inference.h"
 #include "model/efficient_inference.h"
@@ -115,24 +119,46 @@ void FillFeatures(const T* __restrict x, Out* __restrict out, std::int64_t rows,
   });
 }
 
-// φ(x) with tensor operations, for devices other than the CPU (the CPU kernels fill one chunk
-// of one head at a time with FillFeatures): d strided products, then the linear and constant
-// parts.
-torch::Tensor Features(const torch::Tensor& x) {
-  const std::int64_t d = x.size(-1);
-  auto sizes = x.sizes().vec();
-  sizes.back() = FeatureCount(d);
-  auto out = torch::empty(sizes, x.options());
-  std::int64_t offset = 0;
+// The index pairs of φ over x' = [x | 1], in FillFeatures' order: (i, j) for i ≤ j < d, then
+// (i, d) for the linear features and (d, d) for the constant one, so φ(x) = x'[I] ⊙ x'[J].
+// [2, F] int64 on `device`; made once per (d, device) and kept for the process.
+torch::Tensor FeaturePairs(std::int64_t d, const torch::Device& device) {
+  static absl::Mutex mu(absl::kConstInit);
+  // Never destroyed: CUDA tensors must not be freed after the driver has shut down at exit.
+  static auto* cache = new std::map<std::pair<std::int64_t, std::string>, torch::Tensor>();
+  const auto key = std::make_pair(d, device.str());
+  absl::MutexLock lock(&mu);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+  std::vector<std::int64_t> first, second;
   for (std::int64_t i = 0; i < d; ++i) {
-    const std::int64_t len = d - i;
-    auto slot = out.narrow(-1, offset, len);
-    at::mul_out(slot, x.narrow(-1, i, 1), x.narrow(-1, i, len));
-    offset += len;
+    for (std::int64_t j = i; j < d; ++j) {
+      first.push_back(i);
+      second.push_back(j);
+    }
   }
-  out.narrow(-1, offset, d).copy_(x);
-  out.narrow(-1, offset + d, 1).fill_(1);
-  return out;
+  for (std::int64_t i = 0; i <= d; ++i) {
+    first.push_back(i);
+    second.push_back(d);
+  }
+  auto pairs = torch::stack({torch::tensor(first), torch::tensor(second)}).to(device);
+  cache->emplace(key, pairs);
+  return pairs;
+}
+
+// x' = [x | 1] for x [..., d].
+torch::Tensor WithOnes(const torch::Tensor& x) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = 1;
+  return torch::cat({x, torch::ones(sizes, x.options())}, -1);
+}
+
+// φ(x) for x [..., d] with tensor operations: one gather of each side of the index pairs and
+// one product, whatever d (the ATen form; the CPU kernels fill one chunk of one head at a time
+// with FillFeatures).
+torch::Tensor Features(const torch::Tensor& x) {
+  const auto pairs = FeaturePairs(x.size(-1), x.device());
+  const auto x1 = WithOnes(x);
+  return x1.index_select(-1, pairs[0]).mul_(x1.index_select(-1, pairs[1]));
 }
 
 // The feature map's Jacobian applied to a feature-space gradient: out = (∂φ(x)/∂x)ᵀ g for each
@@ -177,20 +203,43 @@ void FeatureGradInto(const torch::Tensor& x, const torch::Tensor& g, const torch
   });
 }
 
-// FeatureGradRows with tensor operations, for devices other than the CPU: x [..., n, d],
-// g [..., n, F] → [..., n, d].
+// FeatureGradRows with tensor operations (the ATen form): x [..., n, d], g [..., n, F] →
+// [..., n, d]. With φ = x'[I] ⊙ x'[J], ∂L/∂x'_m = Σ_f g_f (δ(I_f = m) x'[J_f] + δ(J_f = m)
+// x'[I_f]): one product of [g ⊙ x'[J] | g ⊙ x'[I]] with the one-hot matrix [onehot(I); onehot(J)]
+// [2F, d+1] (deterministic, unlike a scatter-add), the constant's column dropped.
 torch::Tensor FeatureGrad(const torch::Tensor& x, const torch::Tensor& g) {
   const std::int64_t d = x.size(-1);
-  auto out = g.narrow(-1, d * (d + 1) / 2, d).clone();
-  std::int64_t offset = 0;
-  for (std::int64_t i = 0; i < d; ++i) {
-    const std::int64_t len = d - i;
-    const auto g_i = g.narrow(-1, offset, len);
-    out.narrow(-1, i, len).addcmul_(g_i, x.narrow(-1, i, 1));
-    out.narrow(-1, i, 1).add_((g_i * x.narrow(-1, i, len)).sum(-1, /*keepdim=*/true));
-    offset += len;
-  }
-  return out;
+  const auto pairs = FeaturePairs(d, x.device());
+  const auto x1 = WithOnes(x);
+  const auto weighted =
+      torch::cat({g * x1.index_select(-1, pairs[1]), g * x1.index_select(-1, pairs[0])}, -1);
+  const auto onehot = torch::one_hot(torch::cat({pairs[0], pairs[1]}), d + 1).to(g.scalar_type());
+  return torch::matmul(weighted, onehot).narrow(-1, 0, d);
+}
+
+// The ATen form runs on every device but the CPU, and on the CPU when asked for.
+bool UseAtenForm(const torch::Tensor& x, const TaylorKernelOptions& options) {
+  return !x.device().is_cpu() || options.implementation == KernelImplementation::kAten;
+}
+
+// Score entries one block of the direct path may hold: the option's budget, or on a CUDA device
+// what a third of its available memory holds, so that a block is one batched product.
+std::int64_t DirectBudget(const torch::Tensor& like, const TaylorKernelOptions& options) {
+  if (!like.is_cuda()) return options.direct_block_elements;
+  const std::int64_t entries = compat::CudaAvailableBytes(like.device()) /
+                               (3 * static_cast<std::int64_t>(like.element_size()));
+  return std::max(options.direct_block_elements, entries);
+}
+
+// Tokens per chunk of the efficient path's ATen form: the option's, or on a CUDA device what a
+// quarter of its available memory holds for the chunk's features (and their product's inputs).
+std::int64_t EfficientChunk(const torch::Tensor& like, std::int64_t bh, std::int64_t d,
+                            const TaylorKernelOptions& options) {
+  if (!like.is_cuda()) return options.efficient_chunk_tokens;
+  const std::int64_t per_token =
+      3 * bh * FeatureCount(d) * static_cast<std::int64_t>(like.element_size());
+  return std::max(options.efficient_chunk_tokens, compat::CudaAvailableBytes(like.device()) / 4 /
+                                                      std::max<std::int64_t>(1, per_token));
 }
 
 // The efficient path's CPU kernel for training and float64. Each task owns one head and runs
@@ -235,10 +284,12 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
 
 // Forward of the efficient path on contiguous scaled inputs q_s, k_s [BH, N, d] and v_p
 // [BH, N, d+1]: y [BH, N, d], and optionally KV and the denominators as in EfficientCpu.
+// `aten`: the ATen form (UseAtenForm). `low`: its products in bfloat16 with float32 accumulation
+// (bf16_products; float32 inputs, no autograd).
 void EfficientForward(const torch::Tensor& q_s, const torch::Tensor& k_s, const torch::Tensor& v_p,
-                      const torch::Tensor& coefficients, std::int64_t chunk, torch::Tensor& y,
-                      const torch::Tensor& kv_out, const torch::Tensor& den_out) {
-  if (q_s.device().is_cpu()) {
+                      const torch::Tensor& coefficients, std::int64_t chunk, bool aten, bool low,
+                      torch::Tensor& y, const torch::Tensor& kv_out, const torch::Tensor& den_out) {
+  if (!aten) {
     EfficientCpu(q_s, k_s, v_p, coefficients, y, chunk, kv_out, den_out);
     return;
   }
@@ -248,14 +299,26 @@ void EfficientForward(const torch::Tensor& q_s, const torch::Tensor& k_s, const 
       kv_out.defined() ? kv_out.zero_() : torch::zeros({bh, FeatureCount(d), d + 1}, q_s.options());
   for (std::int64_t start = 0; start < tokens; start += chunk) {
     const std::int64_t n = std::min(chunk, tokens - start);
-    kv.baddbmm_(Features(k_s.narrow(1, start, n)).transpose(1, 2), v_p.narrow(1, start, n));
+    const auto psi_t = Features(k_s.narrow(1, start, n)).transpose(1, 2);
+    const auto v_c = v_p.narrow(1, start, n);
+    if (low) {
+      kv.add_(compat::BmmFloat32(psi_t.to(torch::kBFloat16), v_c.to(torch::kBFloat16)));
+    } else {
+      kv.baddbmm_(psi_t, v_c);
+    }
   }
   kv.mul_(coefficients);
+  const auto kv_low = low ? kv.to(torch::kBFloat16) : torch::Tensor();
   torch::Tensor nom;
   for (std::int64_t start = 0; start < tokens; start += chunk) {
     const std::int64_t n = std::min(chunk, tokens - start);
-    if (!nom.defined() || nom.size(1) != n) nom = torch::empty({bh, n, d + 1}, q_s.options());
-    at::bmm_out(nom, Features(q_s.narrow(1, start, n)), kv);
+    const auto phi = Features(q_s.narrow(1, start, n));
+    if (low) {
+      nom = compat::BmmFloat32(phi.to(torch::kBFloat16), kv_low);
+    } else {
+      if (!nom.defined() || nom.size(1) != n) nom = torch::empty({bh, n, d + 1}, q_s.options());
+      at::bmm_out(nom, phi, kv);
+    }
     auto y_c = y.narrow(1, start, n);
     at::div_out(y_c, nom.narrow(-1, 1, d), nom.narrow(-1, 0, 1));
     if (den_out.defined()) den_out.narrow(1, start, n).copy_(nom.narrow(-1, 0, 1));
@@ -307,7 +370,7 @@ void EfficientBackwardCpu(const torch::Tensor& q_s, const torch::Tensor& k_s,
               });
 }
 
-// EfficientBackwardCpu with batched GEMMs, for devices other than the CPU.
+// EfficientBackwardCpu with batched GEMMs: the ATen form.
 void EfficientBackwardBatched(const torch::Tensor& q_s, const torch::Tensor& k_s,
                               const torch::Tensor& v_p, const torch::Tensor& coefficients,
                               const torch::Tensor& kv, const torch::Tensor& dnom, torch::Tensor& dq,
@@ -343,15 +406,16 @@ class EfficientCore : public torch::autograd::Function<EfficientCore> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_s,
                                const torch::Tensor& k_s, const torch::Tensor& v_p,
-                               const torch::Tensor& coefficients, std::int64_t chunk) {
+                               const torch::Tensor& coefficients, std::int64_t chunk, bool aten) {
     const auto q = q_s.contiguous(), k = k_s.contiguous(), v = v_p.contiguous();
     const std::int64_t bh = q.size(0), tokens = q.size(1), d = q.size(2);
     auto y = torch::empty({bh, tokens, d}, q.options());
     auto kv = torch::empty({bh, FeatureCount(d), d + 1}, q.options());
     auto den = torch::empty({bh, tokens, 1}, q.options());
-    EfficientForward(q, k, v, coefficients, chunk, y, kv, den);
+    EfficientForward(q, k, v, coefficients, chunk, aten, /*low=*/false, y, kv, den);
     ctx->save_for_backward({q, k, v, coefficients, kv, den, y});
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["aten"] = aten;
     return y;
   }
 
@@ -361,16 +425,17 @@ class EfficientCore : public torch::autograd::Function<EfficientCore> {
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &coefficients = saved[3];
     const auto &kv = saved[4], &den = saved[5], &y = saved[6];
     const std::int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const bool aten = ctx->saved_data["aten"].toBool();
     const auto grad_y = grad_outputs[0].contiguous();
     // Quotient rule for y = nom₁:/nom₀: ∂L/∂nom₀ = −⟨∂L/∂y, y⟩/nom₀, ∂L/∂nom₁: = (∂L/∂y)/nom₀.
     const auto dnom = torch::cat({-(grad_y * y).sum(-1, /*keepdim=*/true), grad_y}, -1).div_(den);
     auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
-    if (q.device().is_cpu()) {
+    if (!aten) {
       EfficientBackwardCpu(q, k, v, coefficients, kv, dnom, dq, dk, dv, chunk);
     } else {
       EfficientBackwardBatched(q, k, v, coefficients, kv, dnom, dq, dk, dv, chunk);
     }
-    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -411,12 +476,16 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   CheckTaylorCoefficients(options.a, options.b, options.c);
   const Shape s = CheckInputs(q, k, v, key_padding_mask);
   const bool grad = NeedsGrad(q, k, v);
-  if (!grad && CanRunFusedInference(q, k, v)) {
+  if (!grad && !UseAtenForm(q, options) && CanRunFusedInference(q, k, v)) {
     // q and k arrive normalised: the fused kernel's scaling is the identity.
     QueryKeyScaling identity;
     identity.normalize = false;
     return DirectInference(q, k, v, key_padding_mask, options, identity);
   }
+  // The ATen form's bf16: both products in bfloat16 with float32 accumulation, the numerators
+  // and denominators (the second product's output) float32.
+  const bool low =
+      !grad && options.bf16_products && UseAtenForm(q, options) && q.scalar_type() == torch::kFloat;
   const std::int64_t bh = s.batch * s.heads;
   // A/a = (S + β)² + γ with β = b/2a, γ = c/a − b²/4a²; the factor a cancels in P = A/rowsum(A).
   // β rides in the first GEMM as an extra column ([q | β]·[k | 1]ᵀ = S + β) and γ in the second
@@ -434,15 +503,22 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   if (const auto keep = KeyKeep(key_padding_mask, v); keep.defined()) v_aug = v_aug * keep;
   v_aug = v_aug.reshape({bh, s.tokens, s.head_dim + 1});
   const auto constant = (v_aug.sum(1, /*keepdim=*/true) * gamma);
+  const auto q_op = low ? q_aug.to(torch::kBFloat16) : q_aug;
+  const auto k_op = low ? k_aug_t.to(torch::kBFloat16) : k_aug_t;
+  const auto v_op = low ? v_aug.to(torch::kBFloat16) : v_aug;
 
-  const std::int64_t rows = BlockRows(s, options.direct_block_elements);
+  const std::int64_t rows = BlockRows(s, DirectBudget(q, options));
   std::vector<torch::Tensor> blocks;
   blocks.reserve((s.tokens + rows - 1) / rows);
   for (std::int64_t start = 0; start < s.tokens; start += rows) {
     const std::int64_t n = std::min(rows, s.tokens - start);
-    auto scores = torch::bmm(q_aug.narrow(1, start, n), k_aug_t);
+    auto scores = torch::bmm(q_op.narrow(1, start, n), k_op);
     scores = grad ? scores.square() : scores.square_();
-    blocks.push_back(torch::baddbmm(constant.expand({bh, n, s.head_dim + 1}), scores, v_aug));
+    if (low) {
+      blocks.push_back(compat::BmmFloat32(scores, v_op).add_(constant));
+    } else {
+      blocks.push_back(torch::baddbmm(constant.expand({bh, n, s.head_dim + 1}), scores, v_aug));
+    }
   }
   auto nom = blocks.size() == 1 ? blocks.front() : torch::cat(blocks, 1);
   auto y = (nom.narrow(-1, 0, s.head_dim) / nom.narrow(-1, s.head_dim, 1))
@@ -458,7 +534,8 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   TORCH_CHECK(options.efficient_chunk_tokens > 0, "efficient_chunk_tokens must be positive");
   const Shape s = CheckInputs(q, k, v, key_padding_mask);
   const bool grad = NeedsGrad(q, k, v);
-  if (!grad && CanRunFusedInference(q, k, v)) {
+  const bool aten = UseAtenForm(q, options);
+  if (!grad && !aten && CanRunFusedInference(q, k, v)) {
     // q and k arrive normalised: the fused kernel's scaling is the identity.
     QueryKeyScaling identity;
     identity.normalize = false;
@@ -476,18 +553,20 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   auto v_p = ScaledValues(v, counts, key_padding_mask, s, options.output_normalize);
   v_p = v_p.reshape({bh, s.tokens, d + 1});
 
-  const std::int64_t chunk = options.efficient_chunk_tokens;
+  const std::int64_t chunk =
+      aten ? EfficientChunk(q, bh, d, options) : options.efficient_chunk_tokens;
   const auto coefficients =
       FeatureCoefficients(d, options.a, options.b * alpha * alpha,
                           options.c * alpha * alpha * alpha * alpha, q.options())
           .view({features, 1});
   if (grad) {
-    return EfficientCore::apply(q_s, k_s, v_p, coefficients, chunk)
+    return EfficientCore::apply(q_s, k_s, v_p, coefficients, chunk, aten)
         .view({s.batch, s.heads, s.tokens, d});
   }
+  const bool low = aten && options.bf16_products && q.scalar_type() == torch::kFloat;
   auto y = torch::empty({bh, s.tokens, d}, q.options());
-  EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk, y, {},
-                   {});
+  EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk, aten,
+                   low, y, {}, {});
   return y.view({s.batch, s.heads, s.tokens, d});
 }
 
@@ -541,8 +620,9 @@ torch::Tensor SoftmaxAttention(const torch::Tensor& q, const torch::Tensor& k,
   if (key_padding_mask.defined()) {
     keep = key_padding_mask.logical_not().view({s.batch, 1, 1, s.tokens});
   }
+  // On CUDA, SDPA's fused kernels hold no N×N scores: no blocks.
   const std::int64_t rows = BlockRows(s, options.direct_block_elements);
-  if (rows >= s.tokens) return compat::ScaledDotProductAttention(q, k, v, keep);
+  if (rows >= s.tokens || q.is_cuda()) return compat::ScaledDotProductAttention(q, k, v, keep);
   std::vector<torch::Tensor> blocks;
   for (std::int64_t start = 0; start < s.tokens; start += rows) {
     const std::int64_t n = std::min(rows, s.tokens - start);

@@ -18,6 +18,16 @@
 
 namespace ts {
 
+// How a path is computed; every implementation computes the same mathematics.
+enum class KernelImplementation {
+  kAuto,  // by device, dtype and CPU: the fused CPU kernels where they apply, else the ATen form
+  // Batched ATen operations on any device: one batched product per block of scores or chunk of
+  // features, the features from one gather of their index pairs, blocks and chunks sized by the
+  // device's free memory on CUDA. What CUDA devices run; forced on a CPU, it tests that code
+  // there, and it is the oracle of the fused kernels.
+  kAten,
+};
+
 struct TaylorKernelOptions {
   // Taylor-softmax polynomial a·x² + b·x + c; needs a > 0 and c ≥ b²/4a (A ≥ 0 everywhere).
   double a = 0.5;
@@ -25,20 +35,25 @@ struct TaylorKernelOptions {
   double c = 1.0;
   // Multiply the output by sqrt(N/d) (output normalisation of the paper).
   bool output_normalize = true;
-  // Direct path: at most this many score entries (B·H·rows·N) exist at once.
+  // Direct path: at most this many score entries (B·H·rows·N) exist at once (on CUDA, at least
+  // this many: a third of the device's available memory sets the block).
   std::int64_t direct_block_elements = std::int64_t{1} << 19;
-  // Efficient path: tokens per chunk when building the d(d+1)/2 features.
+  // Efficient path: tokens per chunk when building the d(d+1)/2 features (on CUDA, at least this
+  // many: a quarter of the device's available memory sets the chunk).
   std::int64_t efficient_chunk_tokens = 512;
   // Efficient path, float32 on the CPU without autograd: the two feature products run in
   // bfloat16 with float32 sums (model/precision.h's bf16). Features and values are rounded to
   // bfloat16, KV is summed and scaled in float32 and rounded once for the query side; the
   // denominators and the division stay float32. Ignored where HaveAvx512Bf16() is false
-  // (model/bf16_feature_products.h).
+  // (model/bf16_feature_products.h). In the ATen form without autograd (CUDA, or kAten), both
+  // paths' products run in bfloat16 with float32 accumulation: the direct path's scores and
+  // their squares are bfloat16, its numerators and denominators float32.
   bool bf16_products = false;
   // Direct path, float32 on the CPU without autograd, heads of d ≤ 16 on a CPU with AVX-512F:
   // the scores live in registers, 16 query rows at a time (model/direct_tile.h), instead of
   // two GEMMs through a block of scores. Off runs the GEMM form (for comparison).
   bool direct_tiles = true;
+  KernelImplementation implementation = KernelImplementation::kAuto;
 };
 
 // Throws c10::Error with a clear message unless a > 0 and c ≥ b²/(4a).

@@ -1,5 +1,6 @@
 #include "model/torch_compat.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <omp.h>
@@ -11,7 +12,15 @@
 #if defined(TS_WITH_CUDA)
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
+
+// Debian's gRPC, protobuf and absl pass std::string across their interfaces with the C++11 ABI;
+// so must every LibTorch this links (CMakeLists.txt refuses the old ABI at configure time).
+static_assert(_GLIBCXX_USE_CXX11_ABI == 1, "LibTorch and Debian's libraries need the C++11 ABI");
 
 namespace ts::compat {
 
@@ -69,11 +78,36 @@ torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Ten
 #endif
 }
 
+int CudaDeviceIndex(const torch::Device& device) {
+#if defined(TS_WITH_CUDA)
+  if (device.is_cuda() && !device.has_index()) return c10::cuda::current_device();
+#endif
+  return device.has_index() ? device.index() : 0;
+}
+
+bool UseOnlySdpaBackend(const std::string& backend) {
+#if TORCH_VERSION_MAJOR >= 2
+  auto& context = at::globalContext();
+  const bool all = backend == "auto";
+  if (!all && backend != "flash" && backend != "efficient" && backend != "cudnn" &&
+      backend != "math") {
+    return false;
+  }
+  context.setSDPUseFlash(all || backend == "flash");
+  context.setSDPUseMemEfficient(all || backend == "efficient");
+  context.setSDPUseCuDNN(all || backend == "cudnn");
+  context.setSDPUseMath(all || backend == "math");
+  return true;
+#else
+  return backend == "auto";
+#endif
+}
+
 DeviceMemory GetDeviceMemory(const torch::Device& device) {
   DeviceMemory memory;
 #if defined(TS_WITH_CUDA)
   if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(CudaDeviceIndex(device));
     // Index 0 is StatType::AGGREGATE in every LibTorch version.
     memory.allocated_bytes = stats.allocated_bytes[0].current;
     memory.reserved_bytes = stats.reserved_bytes[0].current;
@@ -87,17 +121,58 @@ DeviceMemory GetDeviceMemory(const torch::Device& device) {
 
 void ResetPeakDeviceMemory(const torch::Device& device) {
 #if defined(TS_WITH_CUDA)
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(CudaDeviceIndex(device));
 #else
   (void)device;
 #endif
 }
 
+std::int64_t CudaAvailableBytes(const torch::Device& device) {
+#if defined(TS_WITH_CUDA)
+  if (device.is_cuda()) {
+    const int index = CudaDeviceIndex(device);
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+    std::size_t free = 0, total = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    return static_cast<std::int64_t>(free) + stats.reserved_bytes[0].current -
+           stats.allocated_bytes[0].current;
+  }
+#else
+  (void)device;
+#endif
+  return 0;
+}
+
+void SetCudaTf32(bool allow) {
+#if defined(TS_WITH_CUDA)
+  at::globalContext().setAllowTF32CuBLAS(allow);
+  at::globalContext().setAllowTF32CuDNN(allow);
+#else
+  (void)allow;
+#endif
+}
+
+bool CudaTf32Allowed() {
+#if defined(TS_WITH_CUDA)
+  return at::globalContext().allowTF32CuBLAS() || at::globalContext().allowTF32CuDNN();
+#else
+  return false;
+#endif
+}
+
+torch::Tensor BmmFloat32(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.scalar_type() == torch::kFloat && b.scalar_type() == torch::kFloat) return torch::bmm(a, b);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+  if (a.is_cuda()) return at::bmm(a, b, torch::kFloat);
+#endif
+  return torch::bmm(a, b).to(torch::kFloat);
+}
+
 int CudaComputeCapabilityMajor(const torch::Device& device) {
 #if defined(TS_WITH_CUDA)
   if (device.is_cuda()) {
-    const int index = device.has_index() ? device.index() : 0;
-    return at::cuda::getDeviceProperties(index)->major;
+    return at::cuda::getDeviceProperties(CudaDeviceIndex(device))->major;
   }
 #else
   (void)device;

@@ -36,6 +36,15 @@ void UseDefaultThreadsOnThisThread();
 torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
                                         const torch::Tensor& v, const torch::Tensor& key_keep);
 
+// The CUDA device `device` names: its index, or the current device for "cuda" without one.
+int CudaDeviceIndex(const torch::Device& device);
+
+// Restricts scaled_dot_product_attention to one backend ("flash", "efficient", "cudnn", "math"),
+// or allows all of them again ("auto"). False when this LibTorch has no such backend (1.13 has
+// no fused SDPA: ScaledDotProductAttention computes it with matmul and softmax). Process-wide;
+// for benchmarks.
+bool UseOnlySdpaBackend(const std::string& backend);
+
 // Device memory of `device` (CUDA only; zeros elsewhere).
 struct DeviceMemory {
   std::int64_t allocated_bytes = 0;
@@ -44,6 +53,21 @@ struct DeviceMemory {
 };
 DeviceMemory GetDeviceMemory(const torch::Device& device);
 void ResetPeakDeviceMemory(const torch::Device& device);
+
+// Bytes a new allocation on `device` can take without waiting: the device's free memory plus
+// what the caching allocator holds unused. 0 on CPU or in a build without CUDA.
+std::int64_t CudaAvailableBytes(const torch::Device& device);
+
+// Whether float32 matrix products and convolutions on CUDA may use TF32 tensor cores (10-bit
+// mantissa). LibTorch's defaults differ by library (cuBLAS off, cuDNN on); this sets both.
+// Process-wide. No-op in a build without CUDA.
+void SetCudaTf32(bool allow);
+bool CudaTf32Allowed();
+
+// a·b for [B, n, k] × [B, k, m] with the result in float32: bfloat16 or half inputs are
+// multiplied with float32 accumulation and not rounded back (cuBLAS's out_dtype on CUDA with
+// LibTorch ≥ 2.9; elsewhere the product in the inputs' dtype, converted).
+torch::Tensor BmmFloat32(const torch::Tensor& a, const torch::Tensor& b);
 
 // The CUDA device's compute capability major version (8 for A100, 9 for H100); 0 on CPU or in
 // a build without CUDA.

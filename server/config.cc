@@ -139,13 +139,16 @@ FieldReader Int64List(std::vector<std::int64_t>* out) {
     return absl::OkStatus();
   };
 }
-FieldReader PrecisionField(Precision* out) {
-  return [out](const YAML::Node& node, const std::string& path) {
+FieldReader PrecisionField(Precision* out, bool* automatic) {
+  return [out, automatic](const YAML::Node& node, const std::string& path) {
     std::string name;
     TS_RETURN_IF_ERROR(ReadScalar(node, path, &name));
+    *automatic = name == "auto";
+    if (*automatic) return absl::OkStatus();
     absl::StatusOr<Precision> precision = ParsePrecision(name);
     if (!precision.ok()) {
-      return NodeError(node, path, absl::StrCat("must be fp32 or bf16; got \"", name, "\""));
+      return NodeError(
+          node, path, absl::StrCat("must be auto, fp32 or bf16; got \"", name.substr(0, 40), "\""));
     }
     *out = *precision;
     return absl::OkStatus();
@@ -184,24 +187,25 @@ absl::Status ReadModel(const YAML::Node& node, const std::string& path, ModelCon
         node, path,
         absl::StrCat("expected a mapping with name and checkpoint, got ", KindOf(node)));
   }
-  TS_RETURN_IF_ERROR(ReadMap(node, path,
-                             {
-                                 {"name", String(&model->name)},
-                                 {"checkpoint", String(&model->checkpoint)},
-                                 {"device", String(&model->device)},
-                                 {"max_length", Int64(&model->max_length)},
-                                 {"over_length", OverLength(&model->over_length)},
-                                 {"window_stride", Int64(&model->window_stride)},
-                                 {"max_windows", Int64(&model->max_windows)},
-                                 {"calibration", String(&model->calibration)},
-                                 {"calibrate_at_start", Bool(&model->calibrate_at_start)},
-                                 {"precision", PrecisionField(&model->precision)},
-                                 {"single_thread_tokens", Int64(&model->single_thread_tokens)},
-                                 {"batching",
-                                  [model](const YAML::Node& value, const std::string& key_path) {
-                                    return ReadBatching(value, key_path, &model->batching);
-                                  }},
-                             }));
+  TS_RETURN_IF_ERROR(
+      ReadMap(node, path,
+              {
+                  {"name", String(&model->name)},
+                  {"checkpoint", String(&model->checkpoint)},
+                  {"device", String(&model->device)},
+                  {"max_length", Int64(&model->max_length)},
+                  {"over_length", OverLength(&model->over_length)},
+                  {"window_stride", Int64(&model->window_stride)},
+                  {"max_windows", Int64(&model->max_windows)},
+                  {"calibration", String(&model->calibration)},
+                  {"calibrate_at_start", Bool(&model->calibrate_at_start)},
+                  {"precision", PrecisionField(&model->precision, &model->precision_auto)},
+                  {"single_thread_tokens", Int64(&model->single_thread_tokens)},
+                  {"batching",
+                   [model](const YAML::Node& value, const std::string& key_path) {
+                     return ReadBatching(value, key_path, &model->batching);
+                   }},
+              }));
   for (const char* required : {"name", "checkpoint"}) {
     if (!node[required].IsDefined() || node[required].IsNull()) {
       return NodeError(node, ChildPath(path, required), "required");
@@ -473,9 +477,15 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
     TS_RETURN_IF_ERROR(CheckHostPort("http.listen", config.http.listen));
   }
   if (config.http.default_timeout < absl::ZeroDuration() ||
-      config.http.keep_alive < absl::Milliseconds(1)) {
+      config.http.keep_alive < absl::Milliseconds(1) ||
+      config.http.read_timeout < absl::Seconds(1)) {
     return absl::InvalidArgumentError(
-        "http: default_timeout_ms must be >= 0 and keep_alive_ms >= 1");
+        "http: default_timeout_ms must be >= 0, keep_alive_ms >= 1 and read_timeout_ms >= 1000");
+  }
+  if (config.http.max_connections < config.http.threads) {
+    return absl::InvalidArgumentError(absl::StrCat("http.max_connections: must be >= http.threads ",
+                                                   config.http.threads, ", got ",
+                                                   config.http.max_connections));
   }
   const std::vector<absl::Status> checks = {
       CheckAtLeast(std::string("intra_op_threads"), config.intra_op_threads, 0),
@@ -485,6 +495,7 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
       CheckAtLeast(std::string("max_concurrent_streams"), config.max_concurrent_streams, 1),
       CheckAtLeast<std::int64_t>("max_infer_batch", config.max_infer_batch, 1),
       CheckAtLeast(std::string("http.threads"), config.http.threads, 1),
+      CheckAtLeast(std::string("http.max_json_depth"), config.http.max_json_depth, 2),
       CheckAtLeast(std::string("http.keep_alive_max_requests"), config.http.keep_alive_max_requests,
                    1),
       CheckAtLeast<std::int64_t>("http.max_body_bytes", config.http.max_body_bytes, 0),
@@ -558,6 +569,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
             {"intra_op_threads", Int(&config.intra_op_threads)},
             {"grpc_threads", Int(&config.grpc_threads)},
             {"heap_keep_freed_bytes", Int64(&config.heap_keep_freed_bytes)},
+            {"cuda_allow_tf32", Bool(&config.cuda_allow_tf32)},
             {"max_message_bytes", Int64(&config.max_message_bytes)},
             {"max_concurrent_streams", Int(&config.max_concurrent_streams)},
             {"max_infer_batch", Int64(&config.max_infer_batch)},
@@ -568,6 +580,10 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                    {
                        {"listen", String(&config.http.listen)},
                        {"threads", Int(&config.http.threads)},
+                       {"max_connections", Int(&config.http.max_connections)},
+                       {"read_timeout_ms",
+                        Duration(&config.http.read_timeout, absl::Milliseconds(1))},
+                       {"max_json_depth", Int(&config.http.max_json_depth)},
                        {"max_body_bytes", Int64(&config.http.max_body_bytes)},
                        {"default_timeout_ms",
                         Duration(&config.http.default_timeout, absl::Milliseconds(1))},

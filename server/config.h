@@ -32,8 +32,10 @@ struct ModelConfig {
   std::string calibration;          // calibration file; empty = none
   bool calibrate_at_start = false;  // short calibration at start when no file is given
   // fp32, or bf16: the linear layers in bfloat16 (model/precision.h); refused at load on
-  // hardware without bf16 arithmetic.
+  // hardware without bf16 arithmetic. `auto` (precision_auto): bf16 on a CUDA device of compute
+  // capability 8.0 or newer (tensor cores), fp32 elsewhere; resolved when the model loads.
   Precision precision = Precision::kFp32;
+  bool precision_auto = true;
   // A batch of at most this many tokens (batch size × padded length) runs on one intra-op
   // thread: its ops are too small to split, and each fork/join of the thread pool costs more
   // than it saves (docs/PERFORMANCE.md). 0 = every batch uses intra_op_threads.
@@ -110,7 +112,16 @@ struct JobsConfig {
 // classify route. TLS and bearer tokens as for gRPC (tls:, auth:).
 struct HttpConfig {
   std::string listen;  // host:port; empty = no HTTP front end
-  int threads = 8;     // connections served at once; more wait in the accept queue
+  int threads = 8;     // threads kept ready to serve connections
+  // Connections served at once: the pool grows from `threads` up to this many, so that a few
+  // slow clients (each holds a thread while it trickles its request) cannot starve the others;
+  // more wait in the accept queue.
+  int max_connections = 256;
+  // A connection that sends nothing for this long while its request is read is closed (an
+  // idle deadline per read), in whole seconds.
+  absl::Duration read_timeout = absl::Seconds(5);
+  // JSON bodies nested deeper than this (arrays and objects) → 400 before anything recurses.
+  int max_json_depth = 32;
   // Larger bodies get 413; 0 = max_message_bytes.
   std::int64_t max_body_bytes = 0;
   // Deadline of a request without an X-Timeout-Ms header; 0 = none.
@@ -129,6 +140,9 @@ struct ServerConfig {
   // Freed memory kept in the heap for the next batch or training step (model/heap_policy.h);
   // 0 = the C library's defaults.
   std::int64_t heap_keep_freed_bytes = std::int64_t{1} << 30;
+  // Let float32 products and convolutions on CUDA use TF32 tensor cores (10-bit mantissa): faster
+  // fp32 models, at about 1e-3 relative error. Off, fp32 means float32 (docs/GPU.md).
+  bool cuda_allow_tf32 = false;
   std::int64_t max_message_bytes = 64 << 20;
   int max_concurrent_streams = 256;
   // Elements of one KServe v2 ModelInfer request (its batch dimension), gRPC and REST.

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -73,13 +75,94 @@ absl::StatusOr<CallContext> CallFromHttp(const HttpExchange& request,
   return call;
 }
 
-absl::StatusOr<Json> ParseBody(const HttpExchange& request) {
+// A client's value in an error message, cut to `kShownChars` characters: a message never
+// grows with the request.
+constexpr std::size_t kShownChars = 64;
+std::string Cut(std::string text, std::size_t max_chars) {
+  if (text.size() > max_chars) text = absl::StrCat(text.substr(0, max_chars), "…");
+  return text;
+}
+std::string Shown(const Json& value) {
+  if (value.is_structured()) return value.is_array() ? "an array" : "an object";
+  return Cut(value.dump(-1, ' ', false, Json::error_handler_t::replace), kShownChars);
+}
+
+// The JSON path of what the parser was reading ("inputs[0].data"), from the keys and array
+// positions the parse callback saw.
+class ParsePosition {
+ public:
+  void Open(bool array) { frames_.push_back({array, "", 0}); }
+  void Close() {
+    if (!frames_.empty()) frames_.pop_back();
+  }
+  void Key(const Json& key) {
+    if (frames_.empty()) return;
+    frames_.back().key = Cut(key.is_string() ? key.get<std::string>() : "", kShownChars);
+  }
+  void Value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+  std::string Path() const {
+    std::string path;
+    for (const Frame& f : frames_) {
+      if (f.array) {
+        absl::StrAppend(&path, "[", f.index, "]");
+      } else if (!f.key.empty()) {
+        absl::StrAppend(&path, path.empty() ? "" : ".", f.key);
+      }
+    }
+    return path.empty() ? "body" : path;
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    std::string key;
+    std::size_t index;
+  };
+  std::vector<Frame> frames_;
+};
+
+struct TooDeep {};
+
+// Parses a request body into a JSON object. Nesting deeper than `max_depth` stops the parser at
+// that depth (no value of the body is recursed into beyond it); a number out of double's range
+// is an error naming its field, as a syntax error is: INVALID_ARGUMENT, never a 5xx.
+absl::StatusOr<Json> ParseBody(const HttpExchange& request, int max_depth) {
+  ParsePosition position;
+  const auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        if (depth >= max_depth) throw TooDeep{};
+        position.Open(event == Json::parse_event_t::array_start);
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        position.Close();
+        position.Value();
+        break;
+      case Json::parse_event_t::key:
+        position.Key(parsed);
+        break;
+      case Json::parse_event_t::value:
+        position.Value();
+        break;
+    }
+    return true;
+  };
   try {
-    Json body = Json::parse(request.body);
+    Json body = Json::parse(request.body, callback);
     if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
     return body;
-  } catch (const Json::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat("body: invalid JSON: ", e.what()));
+  } catch (const TooDeep&) {
+    return Invalid(position.Path(),
+                   absl::StrCat("JSON nested deeper than http.max_json_depth ", max_depth));
+  } catch (const Json::out_of_range& e) {
+    // nlohmann reports a number beyond double's range (1e400, a 5,000-digit integer) this way.
+    return Invalid(position.Path(), absl::StrCat("number out of range: ", Cut(e.what(), 160)));
+  } catch (const Json::exception& e) {
+    return Invalid(position.Path(), absl::StrCat("invalid JSON: ", Cut(e.what(), 160)));
   }
 }
 
@@ -124,7 +207,7 @@ absl::Status ReadData(const Json& data, const std::string& field, const std::str
   } else if (datatype == "UINT8" || datatype == "UINT16" || datatype == "UINT32") {
     if (!data.is_number_unsigned() || data.get<std::uint64_t>() > 0xffffffffu) {
       return Invalid(field,
-                     absl::StrCat(datatype, " elements are integers ≥ 0, got ", data.dump()));
+                     absl::StrCat(datatype, " elements are integers ≥ 0, got ", Shown(data)));
     }
     contents->add_uint_contents(static_cast<std::uint32_t>(data.get<std::uint64_t>()));
   }
@@ -284,7 +367,7 @@ absl::StatusOr<pb::ClassifyRequest> ClassifyRequestFromJson(const Json& body,
       ++inputs;
     } else if (key == "top_k") {
       if (!value.is_number_unsigned() || value.get<std::uint64_t>() > (1u << 30)) {
-        return Invalid(key, absl::StrCat("must be an integer ≥ 0, got ", value.dump()));
+        return Invalid(key, absl::StrCat("must be an integer ≥ 0, got ", Shown(value)));
       }
       request.set_top_k(static_cast<std::uint32_t>(value.get<std::uint64_t>()));
     } else if (key == "path") {
@@ -385,9 +468,8 @@ HttpAnswer Classify(Inference* inference, const CallContext& call,
 
 }  // namespace
 
-HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch, absl::Duration default_timeout,
-                 const HttpExchange& request) {
-  auto call = CallFromHttp(request, default_timeout);
+HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpExchange& request) {
+  auto call = CallFromHttp(request, options.default_timeout);
   if (!call.ok()) return ErrorAnswer(call.status());
   const std::string& path = request.path;
   const bool get = request.method == "GET", post = request.method == "POST";
@@ -413,13 +495,13 @@ HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch, absl::Durat
       return MethodNotAllowed(action == "/infer" ? "POST" : "GET", request);
     }
     if (action == "/infer") {
-      auto body = ParseBody(request);
+      auto body = ParseBody(request, options.max_json_depth);
       if (!body.ok()) return ErrorAnswer(body.status());
       auto infer = InferRequestFromJson(*body);
       if (!infer.ok()) return ErrorAnswer(infer.status());
       infer->set_model_name(name);
       infer->set_model_version(version);
-      return Infer(inference, max_infer_batch, *call, *infer);
+      return Infer(inference, options.max_infer_batch, *call, *infer);
     }
     auto model = inference->GetModel(*call, name);
     if (!model.ok()) return ErrorAnswer(model.status());
@@ -442,7 +524,7 @@ HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch, absl::Durat
     if (classify) {
       if (!post) return MethodNotAllowed("POST", request);
       if (name.empty()) return ErrorAnswer(absl::NotFoundError("use /v1/models/NAME:classify"));
-      auto body = ParseBody(request);
+      auto body = ParseBody(request, options.max_json_depth);
       if (!body.ok()) return ErrorAnswer(body.status());
       auto classify_request = ClassifyRequestFromJson(*body, name);
       if (!classify_request.ok()) return ErrorAnswer(classify_request.status());
@@ -489,16 +571,19 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   listener.key_file = options.tls.key_file;
   listener.client_ca_file = options.tls.client_ca_file;
   listener.threads = options.http.threads;
+  listener.max_connections = options.http.max_connections;
+  listener.read_timeout = options.http.read_timeout;
   listener.max_body_bytes =
       options.http.max_body_bytes > 0 ? options.http.max_body_bytes : options.max_message_bytes;
   listener.keep_alive = options.http.keep_alive;
   listener.keep_alive_max_requests = options.http.keep_alive_max_requests;
-  const std::int64_t max_batch = options.max_infer_batch;
-  const absl::Duration default_timeout = options.http.default_timeout;
+  RouteOptions route;
+  route.max_infer_batch = options.max_infer_batch;
+  route.default_timeout = options.http.default_timeout;
+  route.max_json_depth = options.http.max_json_depth;
   TS_ASSIGN_OR_RETURN(
-      auto started, HttpListener::Start(listener, [inference, max_batch,
-                                                   default_timeout](const HttpExchange& exchange) {
-        return Route(inference, max_batch, default_timeout, exchange);
+      auto started, HttpListener::Start(listener, [inference, route](const HttpExchange& exchange) {
+        return Route(inference, route, exchange);
       }));
   return std::unique_ptr<HttpFrontend>(new HttpFrontend(std::move(started)));
 }

@@ -19,10 +19,15 @@
 
 namespace ts::server {
 
+struct RouteOptions {
+  std::int64_t max_infer_batch = 256;                     // elements of one v2 infer request
+  absl::Duration default_timeout = absl::ZeroDuration();  // without X-Timeout-Ms; 0 = none
+  int max_json_depth = 32;  // deeper JSON bodies → 400 before anything recurses
+};
+
 // Answers one request: routing, JSON decoding, the call through `inference`, JSON encoding.
 // Blocks until the classification (if any) is done.
-HttpAnswer Route(Inference* inference, std::int64_t max_infer_batch, absl::Duration default_timeout,
-                 const HttpExchange& request);
+HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpExchange& request);
 
 struct HttpFrontendOptions {
   HttpConfig http;

@@ -3,13 +3,86 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <deque>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ts::server {
+
+namespace {
+
+// httplib's task queue with a pool that grows: `min_threads` start at once, one more is started
+// whenever a connection arrives while every thread is busy, up to `max_threads`; beyond that,
+// connections wait in order. A connection holds its thread while its client sends the request,
+// so a fixed pool lets a few clients that trickle bytes starve every other one (health checks
+// included); growing to max_threads bounds what they can take. Threads stay until shutdown().
+class GrowingThreadPool : public httplib::TaskQueue {
+ public:
+  GrowingThreadPool(int min_threads, int max_threads)
+      : max_threads_(std::max(min_threads, max_threads)) {
+    absl::MutexLock lock(&mu_);
+    for (int i = 0; i < min_threads; ++i) StartThreadLocked();
+  }
+  ~GrowingThreadPool() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    absl::MutexLock lock(&mu_);
+    tasks_.push_back(std::move(fn));
+    if (!stopping_ && idle_ < static_cast<int>(tasks_.size()) &&
+        static_cast<int>(threads_.size()) < max_threads_) {
+      StartThreadLocked();
+    }
+    ready_.Signal();
+  }
+
+  void shutdown() override {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      threads.swap(threads_);
+      ready_.SignalAll();
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  void StartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    threads_.emplace_back([this] { Run(); });
+  }
+
+  void Run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        absl::MutexLock lock(&mu_);
+        ++idle_;
+        while (!stopping_ && tasks_.empty()) ready_.Wait(&mu_);
+        --idle_;
+        // httplib's own pool finishes the queued connections before it stops; so does this one.
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  const int max_threads_;
+  absl::Mutex mu_;
+  absl::CondVar ready_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);  // joined by shutdown()
+};
+
+}  // namespace
 
 struct HttpListener::Impl {
   std::unique_ptr<httplib::Server> server;
@@ -57,7 +130,11 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   }
   httplib::Server& server = *impl->server;
   const int threads = std::max(1, options.threads);
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const int max_connections = std::max(threads, options.max_connections);
+  server.new_task_queue = [threads, max_connections] {
+    return new GrowingThreadPool(threads, max_connections);
+  };
+  server.set_read_timeout(std::max<time_t>(1, absl::ToInt64Seconds(options.read_timeout)));
   server.set_payload_max_length(
       static_cast<std::size_t>(std::max<std::int64_t>(1, options.max_body_bytes)));
   server.set_keep_alive_timeout(std::max<time_t>(1, absl::ToInt64Seconds(options.keep_alive)));

@@ -38,9 +38,11 @@ struct HttpListenerOptions {
   std::string listen;         // host:port, [v6]:port
   std::string cert_file;      // set: HTTPS with this certificate chain and key_file
   std::string key_file;
-  std::string client_ca_file;             // set: clients must present a certificate signed by it
-  int threads = 1;                        // connections served at once
-  std::int64_t max_body_bytes = 1 << 20;  // larger → 413
+  std::string client_ca_file;  // set: clients must present a certificate signed by it
+  int threads = 1;             // threads kept ready for connections
+  int max_connections = 64;    // connections served at once (the pool grows to it)
+  absl::Duration read_timeout = absl::Seconds(5);  // silence while reading a request → closed
+  std::int64_t max_body_bytes = 1 << 20;           // larger → 413
   absl::Duration keep_alive = absl::Seconds(5);
   int keep_alive_max_requests = 1000;
 };

@@ -78,13 +78,20 @@ absl::StatusOr<CrossoverTable> ServedModel::CalibrateAtStart(const ServedModel& 
   return table;
 }
 
-absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig& config,
+absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig& given,
                                                                Metrics* metrics, Clock* clock) {
-  const std::string where = absl::StrCat("model '", config.name, "'");
-  auto device = ResolveDevice(config.device);
+  const std::string where = absl::StrCat("model '", given.name, "'");
+  auto device = ResolveDevice(given.device);
   if (!device.ok())
     return absl::Status(device.status().code(),
                         absl::StrCat(where, ": ", device.status().message()));
+  ModelConfig config = given;
+  if (config.precision_auto) {
+    // bf16 where tensor cores compute it (CUDA 8.0+); fp32 elsewhere, the CPU included.
+    config.precision =
+        compat::CudaComputeCapabilityMajor(*device) >= 8 ? Precision::kBf16 : Precision::kFp32;
+    config.precision_auto = false;
+  }
   if (auto supported = CheckPrecisionSupported(config.precision, *device); !supported.ok()) {
     return absl::Status(supported.code(), absl::StrCat(where, ": ", supported.message()));
   }

@@ -115,6 +115,7 @@ int Run(int argc, char** argv) {
                           ? config->intra_op_threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   compat::SetThreads(threads);
+  compat::SetCudaTf32(config->cuda_allow_tf32);
   if (auto heap = KeepFreedHeapMemory(config->heap_keep_freed_bytes); !heap.ok()) {
     Log(absl::StrCat("configuration error: ", heap.message()));
     return 1;

@@ -248,6 +248,7 @@ int Main(int argc, char** argv) {
     (void)KeepFreedHeapMemory(static_cast<std::int64_t>(task->heap_keep_freed_bytes()));
   }
   compat::SetThreads(static_cast<int>(std::max<std::uint32_t>(task->threads(), 1)));
+  compat::SetCudaTf32(false);  // a job's float32 is float32 (docs/GPU.md)
   if (flags.collective_timeout_s) dp->timeout = std::chrono::seconds(*flags.collective_timeout_s);
 
   absl::Status status;

@@ -87,6 +87,7 @@ void ApplyThreads(std::int64_t threads) {
   // LibTorch would start with one intra-op thread here; default to every core instead.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   compat::SetThreads(threads > 0 ? static_cast<int>(threads) : cores);
+  compat::SetCudaTf32(false);  // fp32 means float32 on a GPU too (docs/GPU.md)
 }
 
 absl::StatusOr<torch::Device> DeviceFlag(const std::string& name) {

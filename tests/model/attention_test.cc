@@ -15,34 +15,15 @@
 #include "model/cpu_gemm.h"
 #include "model/taylor_attention.h"
 #include "model/torch_compat.h"
+#include "tests/testing/attention_oracle.h"
 
 namespace ts {
 namespace {
 
 using torch::indexing::Slice;
 
-// Plain float64 TaylorShift of one sequence: q, k, v are [H, n, d], tau is [H].
-torch::Tensor PlainTaylor(torch::Tensor q, torch::Tensor k, torch::Tensor v,
-                          const torch::Tensor& tau, double a = 0.5, double b = 1.0,
-                          double c = 1.0) {
-  q = q.to(torch::kFloat64);
-  k = k.to(torch::kFloat64);
-  v = v.to(torch::kFloat64);
-  const double n = static_cast<double>(q.size(1));
-  const double d = static_cast<double>(q.size(2));
-  const auto q_hat = q / q.norm(2, -1, true) * tau.to(torch::kFloat64).view({-1, 1, 1});
-  const auto k_hat = k / k.norm(2, -1, true);
-  const auto s = torch::matmul(q_hat, k_hat.transpose(1, 2));
-  const auto attn = a * s * s + b * s + c;
-  const auto p = attn / attn.sum(-1, true);
-  return torch::matmul(p, v) * std::sqrt(n / d);
-}
-
-double RelativeError(const torch::Tensor& actual, const torch::Tensor& expected) {
-  const auto e = expected.to(torch::kFloat64);
-  const double scale = e.abs().max().item<double>();
-  return (actual.to(torch::kFloat64) - e).abs().max().item<double>() / std::max(scale, 1e-300);
-}
+using testing::PlainTaylor;
+using testing::RelativeError;
 
 class TaylorPathsTest : public ::testing::TestWithParam<std::tuple<int, int, bool, bool>> {};
 

@@ -124,7 +124,7 @@ TEST(ConfigTest, ModelDefaultsAndBatcherName) {
   EXPECT_EQ(model.single_thread_tokens, 1024);
   EXPECT_TRUE(model.calibration.empty());
   EXPECT_FALSE(model.calibrate_at_start);
-  EXPECT_EQ(model.precision, Precision::kFp32);
+  EXPECT_TRUE(model.precision_auto);  // bf16 on CUDA 8.0+, fp32 elsewhere (resolved at load)
   const LengthBucketBatcherOptions defaults;
   EXPECT_EQ(model.batching.model_name, "m");
   EXPECT_EQ(model.batching.bucket_boundaries, defaults.bucket_boundaries);
@@ -177,6 +177,7 @@ TEST(ConfigTest, FullExampleRoundTrip) {
   EXPECT_EQ(listops.calibration, "/etc/ts/listops.calibration");
   EXPECT_TRUE(listops.calibrate_at_start);
   EXPECT_EQ(listops.precision, Precision::kBf16);
+  EXPECT_FALSE(listops.precision_auto);
   EXPECT_EQ(listops.batching.model_name, "listops");
   EXPECT_THAT(listops.batching.bucket_boundaries, ElementsAre(32, 96));
   EXPECT_EQ(listops.batching.max_batch_tokens, 4096);
@@ -265,7 +266,7 @@ TEST(ConfigTest, RejectsBadValues) {
   ExpectRejected(OneModel("    batching: {bucket_boundaries: []}\n"),
                  {"models[0].batching.bucket_boundaries: needs at least one"});
   ExpectRejected(OneModel("    precision: fp16\n"),
-                 {"models[0].precision: must be fp32 or bf16; got \"fp16\""});
+                 {"models[0].precision: must be auto, fp32 or bf16; got \"fp16\""});
   ExpectRejected(OneModel("    batching: {max_queue_delay_us: -1}\n"),
                  {"models[0].batching.max_queue_delay_us: must be >= 0"});
   ExpectRejected(OneModel("    batching: {batch_threads: 0}\n"),
@@ -582,6 +583,12 @@ TEST_F(ShippedConfigTest, DefaultYamlServesTheTwoDemoModels) {
   EXPECT_EQ(model.batching.max_queue_delay, defaults.max_queue_delay);
   EXPECT_EQ(config->max_message_bytes, ServerConfig().max_message_bytes);
   EXPECT_EQ(config->shutdown_grace, ServerConfig().shutdown_grace);
+  EXPECT_TRUE(model.precision_auto);
+  EXPECT_FALSE(config->cuda_allow_tf32);
+  const HttpConfig http;
+  EXPECT_EQ(config->http.max_connections, http.max_connections);
+  EXPECT_EQ(config->http.read_timeout, http.read_timeout);
+  EXPECT_EQ(config->http.max_json_depth, http.max_json_depth);
   // The jobs section spells out the built-in defaults too.
   const JobsConfig jobs;
   EXPECT_EQ(config->jobs.enabled, jobs.enabled);

@@ -2,11 +2,16 @@
 // status mapping with Retry-After / WWW-Authenticate, and one real listener on loopback.
 #include "server/http_frontend.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "tests/server/fake_inference.h"
 
@@ -20,7 +25,9 @@ using Json = nlohmann::json;
 HttpAnswer Call(FakeInference& fake, const std::string& method, const std::string& path,
                 const std::string& body = "", std::map<std::string, std::string> headers = {}) {
   HttpExchange exchange{method, path, std::move(headers), body};
-  return Route(&fake, /*max_infer_batch=*/4, absl::ZeroDuration(), exchange);
+  RouteOptions options;
+  options.max_infer_batch = 4;
+  return Route(&fake, options, exchange);
 }
 
 TEST(HttpFrontendTest, HealthAndMetadataRoutes) {
@@ -134,6 +141,75 @@ TEST(HttpFrontendTest, ErrorsCarryTheirStatusFieldAndHeaders) {
   expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a"})"), 504, "late");
 }
 
+std::string Nested(char open, char close, int depth, const std::string& inner) {
+  return std::string(depth, open) + inner + std::string(depth, close);
+}
+
+// Found by a mutation fuzz: 30,000 nested arrays in a v2 body's data, or 100,000 in the plain
+// route's top_k, ended tsserver with SIGSEGV (recursion while reading the value or while quoting
+// it in the error message). Deep bodies are now refused at http.max_json_depth while parsing.
+TEST(HttpFrontendTest, DeeplyNestedBodiesAreRefusedNamingTheLimit) {
+  FakeInference fake;
+  for (const int depth : {33, 30000, 100000}) {
+    for (const auto& [open, close] : {std::pair{'[', ']'}, std::pair{'{', '}'}}) {
+      const std::string inner = open == '[' ? "1" : "";
+      std::string value = Nested(open, close, depth, inner);
+      if (open == '{') {  // {"a":{"a":{...}}}
+        value.clear();
+        for (int i = 0; i < depth; ++i) value += R"({"a":)";
+        value += "1" + std::string(depth, '}');
+      }
+      const auto plain =
+          Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a", "top_k": )" + value + "}");
+      EXPECT_EQ(plain.status, 400) << depth;
+      EXPECT_THAT(plain.body, HasSubstr("top_k"));
+      EXPECT_THAT(plain.body, HasSubstr("nested deeper than http.max_json_depth 32"));
+      EXPECT_LT(plain.body.size(), 8000u);
+      const auto v2 = Call(fake, "POST", "/v2/models/m/infer",
+                           R"({"inputs": [{"name": "document", "datatype": "BYTES", "shape": [1],
+                               "data": )" +
+                               value + "}]}");
+      EXPECT_EQ(v2.status, 400) << depth;
+      EXPECT_THAT(v2.body, HasSubstr("inputs[0].data"));
+    }
+  }
+  // Within the limit, nesting is read as before: a [1, 1] tensor of BYTES.
+  const auto ok = Call(fake, "POST", "/v2/models/m/infer", R"({"inputs": [{"name": "document",
+      "datatype": "BYTES", "shape": [1, 1], "data": [["ab"]]}]})");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  RouteOptions shallow;
+  shallow.max_json_depth = 4;  // the body's object, inputs, an input and data: 4 levels
+  const auto refused = Route(&fake, shallow, {"POST", "/v2/models/m/infer", {}, R"({"inputs": [{
+      "name": "document", "datatype": "BYTES", "shape": [1, 1], "data": [["ab"]]}]})"});
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_THAT(refused.body, HasSubstr("inputs[0].data[0]: JSON nested deeper than "
+                                      "http.max_json_depth 4"));
+}
+
+// A number beyond double's range answered 500; it is the client's error, named by its field.
+TEST(HttpFrontendTest, NumbersOutOfRangeAre400NamingTheField) {
+  FakeInference fake;
+  for (const std::string& number :
+       std::vector<std::string>{"1e400", "-1e400", std::string(5000, '9')}) {
+    const auto plain =
+        Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a", "top_k": )" + number + "}");
+    EXPECT_EQ(plain.status, 400) << plain.body;
+    EXPECT_THAT(plain.body, HasSubstr("top_k: number out of range"));
+    EXPECT_LT(plain.body.size(), 1000u);  // the 5,000 digits are not echoed
+    const auto v2 = Call(fake, "POST", "/v2/models/m/infer",
+                         R"({"inputs": [{"name": "document",
+        "datatype": "UINT8", "shape": [3], "data": [1, 2, )" +
+                             number + "]}]}");
+    EXPECT_EQ(v2.status, 400) << v2.body;
+    EXPECT_THAT(v2.body, HasSubstr("inputs[0].data[2]: number out of range"));
+  }
+  // A long value that is wrong for its field is quoted, but cut.
+  const auto long_string = Call(fake, "POST", "/v1/models/m:classify",
+                                R"({"text": "a", "top_k": ")" + std::string(100000, 'x') + R"("})");
+  EXPECT_EQ(long_string.status, 400);
+  EXPECT_LT(long_string.body.size(), 1000u);
+}
+
 TEST(HttpFrontendTest, ServesOnLoopbackLimitsBodiesAndStops) {
   FakeInference fake;
   HttpFrontendOptions options;
@@ -169,6 +245,58 @@ TEST(HttpFrontendTest, ServesOnLoopbackLimitsBodiesAndStops) {
   auto second = HttpFrontend::Start(taken, &fake);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("http: cannot listen"));
+}
+
+// Found by a mutation fuzz: 14 connections trickling a request one byte every 2 s left
+// GET /v2/health/ready unanswered for 30 s (8 listener threads). The pool now grows to
+// http.max_connections, and a connection silent for http.read_timeout_ms is closed.
+TEST(HttpFrontendTest, SlowClientsDoNotStarveHealthChecks) {
+  FakeInference fake;
+  HttpFrontendOptions options;
+  options.http.listen = "127.0.0.1:0";
+  options.http.threads = 2;
+  options.http.max_connections = 32;
+  options.http.read_timeout = absl::Seconds(1);
+  auto frontend = HttpFrontend::Start(options, &fake);
+  ASSERT_TRUE(frontend.ok()) << frontend.status();
+  const std::string address = (*frontend)->address();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  std::vector<int> slow;
+  for (int i = 0; i < 14; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<std::uint16_t>(port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    const std::string start = i % 2 == 0 ? "GET /v2/health/ready HTTP/1.1\r\nHo"
+                                         : "POST /v1/models/m:classify HTTP/1.1\r\n"
+                                           "Content-Length: 100\r\n\r\n{\"te";
+    ASSERT_EQ(::send(fd, start.data(), start.size(), 0), static_cast<ssize_t>(start.size()));
+    slow.push_back(fd);
+  }
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(2, 0);
+  client.set_read_timeout(2, 0);  // a starved listener would answer after read_timeout at best
+  for (int i = 0; i < 3; ++i) {
+    auto ready = client.Get("/v2/health/ready");
+    ASSERT_TRUE(ready) << "health check starved by 14 slow clients";
+    EXPECT_EQ(ready->status, 200);
+  }
+  // The silent connections are closed after http.read_timeout_ms (1 s): each reads EOF (or a
+  // 400/408 answer, then EOF) within a bounded wait.
+  for (const int fd : slow) {
+    timeval wait{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    char buffer[512];
+    ssize_t n = 0;
+    int reads = 0;
+    while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0 && ++reads < 16) {
+    }
+    EXPECT_EQ(n, 0) << "a silent connection stayed open";
+    ::close(fd);
+  }
 }
 
 TEST(HttpFrontendTest, ServesHttpsWithTheServersCertificate) {

@@ -1,0 +1,138 @@
+"""scripts/gpu-check's last phase: one page of text (summary.txt) and one JSON (gpu-check.json)
+from the phases' results, plus the CUDA tests' results merged into tests.json. Standard library
+only. Benchmarks: Google Benchmark JSON files bench-*.json in --out."""
+import argparse
+import glob
+import json
+import os
+import re
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def phases(work):
+    rows = []
+    try:
+        with open(os.path.join(work, "phases.tsv")) as f:
+            for line in f:
+                name, verdict, seconds = line.rstrip("\n").split("\t")
+                rows.append({"phase": name, "result": verdict, "seconds": int(seconds)})
+    except OSError:
+        pass
+    return rows
+
+
+def tests(work):
+    """gtest JSON of every binary → (counts, failures, merged)."""
+    merged, counts, failures = {}, {"passed": 0, "failed": 0, "skipped": 0}, []
+    for path in sorted(glob.glob(os.path.join(work, "tests", "*.json"))):
+        data = load(path)
+        if not data:
+            continue
+        binary = os.path.basename(path)[:-5]
+        merged[binary] = data
+        for suite in data.get("testsuites", []):
+            for case in suite.get("testsuite", []):
+                name = f"{suite['name']}.{case['name']}"
+                if case.get("failures"):
+                    counts["failed"] += 1
+                    failures.append(f"{binary}: {name}: "
+                                    + case["failures"][0].get("failure", "")[:300])
+                elif case.get("result") == "SKIPPED":
+                    counts["skipped"] += 1
+                else:
+                    counts["passed"] += 1
+    return counts, failures, merged
+
+
+def benchmarks(path):
+    """{name: (ms, counters)} of one Google Benchmark JSON."""
+    data = load(path)
+    rows = {}
+    for b in (data or {}).get("benchmarks", []):
+        if b.get("error_occurred"):
+            rows[b["name"]] = (None, {"error": b.get("error_message", "")})
+            continue
+        ms = b["real_time"] * {"ms": 1, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b.get("time_unit", "ms")]
+        rows[b["name"]] = (ms, {k: v for k, v in b.items() if k in ("peak_MiB", "paper_FLOP/s",
+                                                                     "tokens/s", "FLOP/s")})
+    return rows
+
+
+def attention_table(rows):
+    """Lines: N, d, ms of each path / backend, and the best SDPA backend over each Taylor path."""
+    by_shape = {}
+    for name, (ms, _) in rows.items():
+        m = re.match(r"BM_Attention_(\w+?)/N:(\d+)/d:(\d+)", name)
+        if m:
+            by_shape.setdefault((int(m.group(3)), int(m.group(2))), {})[m.group(1)] = ms
+    columns = ["softmax_flash", "softmax_efficient", "softmax_cudnn", "direct", "efficient"]
+    lines = ["    d      N " + "".join(f"{c:>18}" for c in columns) + "   best SDPA/efficient"]
+    for (d, n), times in sorted(by_shape.items()):
+        sdpa = [t for k, t in times.items() if k.startswith("softmax") and t]
+        ratio = (min(sdpa) / times["efficient"]) if sdpa and times.get("efficient") else None
+        cells = "".join(f"{times[c]:>18.3f}" if times.get(c) else f"{'-':>18}" for c in columns)
+        lines.append(f"{d:>5} {n:>6} {cells}   {ratio:>8.2f}x" if ratio else f"{d:>5} {n:>6} {cells}")
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--gpu", default="")
+    parser.add_argument("--torch", default="")
+    parser.add_argument("--seconds", type=int, default=0)
+    args = parser.parse_args()
+    result = {"gpu": args.gpu, "torch": args.torch, "seconds": args.seconds,
+              "phases": phases(args.work)}
+    counts, failures, merged = tests(args.work)
+    result["tests"] = dict(counts, failures=failures)
+    with open(os.path.join(args.out, "tests.json"), "w") as f:
+        json.dump(merged, f)
+    serve = load(os.path.join(args.work, "serve.json"))
+    result["serve"] = serve
+    bench = {}
+    for path in sorted(glob.glob(os.path.join(args.out, "bench-*.json"))):
+        bench[os.path.basename(path)[:-5]] = {
+            name: {"ms": ms, **counters} for name, (ms, counters) in benchmarks(path).items()}
+    result["benchmarks"] = bench
+
+    lines = [f"gpu-check: {args.gpu} · torch {args.torch} · {args.seconds} s"]
+    lines.append("phases: " + ", ".join(f"{p['phase']} {p['result']} ({p['seconds']} s)"
+                                         for p in result["phases"]))
+    lines.append(f"CUDA tests: {counts['passed']} passed, {counts['failed']} failed, "
+                 f"{counts['skipped']} skipped")
+    lines += ["  FAILED " + f for f in failures[:12]]
+    if serve:
+        bad = [c for c in serve.get("cases", []) if c.get("problems")]
+        lines.append(f"serving on the GPU: {len(serve.get('cases', []))} files through tsctl and "
+                     f"v2 REST, {len(bad)} differing from the CPU; errors: "
+                     f"{'; '.join(serve.get('errors', [])) or 'none'}")
+        for c in bad[:6]:
+            lines.append(f"  {c['model']} {c['file']}: {'; '.join(c['problems'])}")
+    for name in ("bench-attention-b1", "bench-attention-b8"):
+        if name in bench:
+            lines.append(f"{name} (ms per call, bf16, H 8):")
+            lines += ["  " + line for line in attention_table(benchmarks(
+                os.path.join(args.out, name + ".json")))]
+    if "bench-encoder" in bench:
+        lines.append("bench-encoder (C 512, depth 4, H 16, bf16, B 1; ms per forward):")
+        for name, row in bench["bench-encoder"].items():
+            ms = f"{row['ms']:.2f}" if row.get("ms") else row.get("error", "-")
+            lines.append(f"  {name:48} {ms}")
+    text = "\n".join(lines[:120]) + "\n"
+    with open(os.path.join(args.out, "summary.txt"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "gpu-check.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""scripts/gpu-check's serving phase: tsserver with both demo models on the GPU (bf16), real files
+classified through tsctl (gRPC) and the KServe v2 REST route, each answer compared with the
+CPU's (tsmodel predict, fp32) for the same file. Writes a JSON report; exits 1 on any mismatch or
+failure. Standard library only (the GPU machines' python3 runs it)."""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+# (model, files of this repository that are real inputs of it, expected label or None)
+CASES = [
+    ("source-lang", "scripts/setup", "shell"),
+    ("source-lang", "scripts/build", "shell"),
+    ("source-lang", "bench/debian_tasks.py", "python"),
+    ("source-lang", "bench/attention_report.py", "python"),
+    ("source-lang", "model/encoder.h", "c-header"),
+    ("source-lang", "model/taylor_attention.h", "c-header"),
+]
+LISTOPS = ["[MAX 4 3 [MIN 2 3 ] 1 0 [MED 2 9 ] ]", "[SM 1 2 [MAX 3 4 ] 5 ]", "[FIRST 7 [LAST 1 2 ] ]"]
+BF16_TOLERANCE = 0.02  # probabilities, absolute: bf16 products against the CPU's fp32
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bin", required=True, help="folder with tsserver, tsctl, tsmodel")
+    parser.add_argument("--root", required=True, help="the repository")
+    parser.add_argument("--out", required=True, help="the JSON report to write")
+    parser.add_argument("--device", default="cuda", help="where tsserver serves (cpu to try it)")
+    parser.add_argument("--precision", default="bf16", help="the served models' precision")
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="gpu-check-serve-")
+    inputs = []
+    for model, path, expected in CASES:
+        inputs.append((model, os.path.join(args.root, path), expected))
+    for i, text in enumerate(LISTOPS):
+        path = os.path.join(work, f"expr{i}.txt")
+        with open(path, "w") as f:
+            f.write(text)
+        inputs.append(("listops", path, None))
+
+    config = os.path.join(work, "gpu.yaml")
+    with open(config, "w") as f:
+        f.write(f"""listen: 127.0.0.1:0
+metrics_listen: ""
+state_dir: {work}/state
+data_root: {work}/data
+http: {{listen: 127.0.0.1:0}}
+jobs: {{enabled: false}}
+models:
+  - {{name: listops, checkpoint: {args.root}/models/listops-demo.tsckpt, device: {args.device}, precision: {args.precision}}}
+  - {{name: source-lang, checkpoint: {args.root}/models/source-lang-demo.tsckpt, device: {args.device}, precision: {args.precision}}}
+""")
+    report = {"cases": [], "errors": []}
+    ready = os.path.join(work, "ready")
+    log = open(os.path.join(work, "server.log"), "w")
+    server = subprocess.Popen([os.path.join(args.bin, "tsserver"), "--config", config,
+                               "--ready-file", ready], stderr=log)
+    try:
+        for _ in range(600):
+            if os.path.exists(ready) or server.poll() is not None:
+                break
+            time.sleep(0.1)
+        if not os.path.exists(ready):
+            raise RuntimeError("tsserver did not start: " + open(log.name).read()[-2000:])
+        fields = dict(item.split("=", 1) for item in open(ready).read().split())
+        grpc, http = fields["grpc"], fields["http"]
+        report["server"] = {"grpc": grpc, "http": http}
+        for model, path, expected in inputs:
+            case = {"model": model, "file": os.path.relpath(path, args.root), "expected": expected}
+            cpu = subprocess.run(
+                [os.path.join(args.bin, "tsmodel"), "predict", "--device", "cpu", "--checkpoint",
+                 os.path.join(args.root, "models",
+                              ("source-lang" if model == "source-lang" else "listops") + "-demo.tsckpt"),
+                 path], capture_output=True, text=True, timeout=60)
+            case["cpu"] = json.loads(cpu.stdout.splitlines()[0]) if cpu.returncode == 0 else None
+            start = time.time()
+            grpc_answer = subprocess.run(
+                [os.path.join(args.bin, "tsctl"), "--server", grpc, "classify", "--model", model,
+                 "--json", "--top-k", "10", path], capture_output=True, text=True, timeout=60)
+            case["tsctl_ms"] = round(1000 * (time.time() - start), 1)
+            case["gpu_grpc"] = (json.loads(grpc_answer.stdout.splitlines()[0])
+                                if grpc_answer.returncode == 0 else {"error": grpc_answer.stderr})
+            with open(path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+            body = json.dumps({"inputs": [{"name": "document", "datatype": "BYTES", "shape": [1],
+                                           "data": [text]}]}).encode()
+            request = urllib.request.Request(f"http://{http}/v2/models/{model}/infer", data=body,
+                                             headers={"Content-Type": "application/json"})
+            start = time.time()
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                case["gpu_rest"] = json.loads(answer.read())
+            case["rest_ms"] = round(1000 * (time.time() - start), 1)
+            case["problems"] = check(case)
+            report["cases"].append(case)
+    except Exception as error:  # the report says what failed; the exit status says that it did
+        report["errors"].append(repr(error))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+        report["server_log_tail"] = open(log.name).read()[-3000:]
+    report["passed"] = not report["errors"] and all(not c["problems"] for c in report["cases"])
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    for case in report["cases"]:
+        label = case.get("gpu_grpc", {}).get("label")
+        print(f"{case['model']:12} {case['file']:40} gpu {label!s:9} cpu "
+              f"{(case['cpu'] or {}).get('label')!s:9} {'; '.join(case['problems']) or 'ok'}")
+    for error in report["errors"]:
+        print("error:", error)
+    return 0 if report["passed"] else 1
+
+
+def probabilities(answer):
+    """{label: probability} from tsctl's/tsmodel's JSON."""
+    return {p["label"]: p["probability"] for p in answer.get("probabilities", [])}
+
+
+def check(case):
+    problems = []
+    cpu, grpc, rest = case["cpu"], case["gpu_grpc"], case["gpu_rest"]
+    if cpu is None:
+        return ["tsmodel predict on the CPU failed"]
+    if "error" in grpc:
+        return ["tsctl classify failed: " + str(grpc["error"])[:200]]
+    expected = probabilities(cpu)
+    for label, p in probabilities(grpc).items():
+        if abs(p - expected.get(label, -1)) > BF16_TOLERANCE:
+            problems.append(f"gRPC P({label}) {p:.4f} vs CPU {expected.get(label)}")
+    outputs = {o["name"]: o for o in rest.get("outputs", [])}
+    rest_probs = outputs.get("probabilities", {}).get("data", [])
+    labels = [p["label"] for p in sorted(cpu["probabilities"], key=lambda p: p["index"])]
+    for label, p in zip(labels, rest_probs):
+        if abs(p - expected[label]) > BF16_TOLERANCE:
+            problems.append(f"REST P({label}) {p:.4f} vs CPU {expected[label]:.4f}")
+    if case["expected"] and grpc.get("label") != case["expected"]:
+        problems.append(f"label {grpc.get('label')}, expected {case['expected']}")
+    return problems
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+// The attention paths' ATen form (KernelImplementation::kAten): the code CUDA devices run. The
+// AtenForm tests force it on the CPU, so every change to it is tested on any machine; the
+// AtenFormCuda tests run the same checks on a GPU (they skip without one; scripts/gpu-check runs
+// them). Each compares with a float64 oracle computed on the CPU: the formula of docs/MODEL.md
+// per sequence (tests/testing/attention_oracle.h) for outputs, and the CPU kernels' float64
+// backward (tested against finite differences in attention_test.cc) for gradients.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "model/attention_path.h"
+#include "model/taylor_attention.h"
+#include "model/torch_compat.h"
+#include "tests/testing/attention_oracle.h"
+
+namespace ts {
+namespace {
+
+using testing::PlainTaylor;
+using testing::RelativeError;
+using torch::indexing::Slice;
+
+struct Problem {
+  torch::Tensor q, k, v, tau, mask;  // float64 on the CPU; tau [H]
+  std::vector<std::int64_t> lengths;
+};
+
+// Two sequences, the second shorter, with padding after both and one padded key inside the
+// first (any mask, not only trailing padding).
+Problem MakeProblem(std::int64_t heads, std::int64_t n, std::int64_t d, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  Problem p;
+  const std::int64_t total = n + 3;
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  p.q = torch::randn({2, heads, total, d}, opts);
+  p.k = torch::randn({2, heads, total, d}, opts);
+  p.v = torch::randn({2, heads, total, d}, opts);
+  p.tau = torch::rand({heads}, opts) * 2.5 + 0.5;
+  p.lengths = {n, std::max<std::int64_t>(1, n / 3)};
+  p.mask = torch::arange(total).unsqueeze(0).ge(torch::tensor(p.lengths).unsqueeze(1));
+  if (n > 4) p.mask.index_put_({0, n / 2}, true);
+  return p;
+}
+
+// Sequence b of the problem without its padded positions: [H, real, d].
+torch::Tensor Real(const Problem& p, const torch::Tensor& x, std::int64_t b) {
+  return x[b].index_select(1, p.mask[b].logical_not().nonzero().squeeze(1));
+}
+
+torch::Tensor RunOn(const torch::Device& device, torch::ScalarType dtype, AttentionPath path,
+                    const Problem& p, const TaylorKernelOptions& options) {
+  const auto to = [&](const torch::Tensor& x) { return x.to(device, dtype); };
+  const auto tau = to(p.tau).view({1, -1, 1, 1});
+  if (path == AttentionPath::kSoftmax) {
+    return RunAttentionPath(path, to(p.q), to(p.k), to(p.v), p.mask.to(device), options);
+  }
+  const auto [q_hat, k_hat] = NormalizeQueryKey(to(p.q), to(p.k), tau);
+  return RunAttentionPath(path, q_hat, k_hat, to(p.v), p.mask.to(device), options);
+}
+
+// softmax(q kᵀ/√d) v of one sequence in float64: [H, n, d].
+torch::Tensor PlainSoftmax(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  return torch::matmul(torch::softmax(torch::matmul(q, k.transpose(1, 2)) * scale, -1), v);
+}
+
+// Every real row of every sequence within `tolerance` (relative) of the float64 oracle.
+void ExpectMatchesOracle(const torch::Device& device, torch::ScalarType dtype, AttentionPath path,
+                         const Problem& p, const TaylorKernelOptions& options, double tolerance) {
+  torch::NoGradGuard no_grad;
+  const auto y = RunOn(device, dtype, path, p, options);
+  ASSERT_EQ(y.device().type(), device.type());
+  ASSERT_EQ(y.scalar_type(), dtype);
+  for (std::int64_t b = 0; b < 2; ++b) {
+    const auto expected =
+        path == AttentionPath::kSoftmax
+            ? PlainSoftmax(Real(p, p.q, b), Real(p, p.k, b), Real(p, p.v, b))
+            : PlainTaylor(Real(p, p.q, b), Real(p, p.k, b), Real(p, p.v, b), p.tau);
+    const auto actual = Real(p, y.to(torch::kCPU), b);
+    ASSERT_TRUE(torch::isfinite(actual).all().item<bool>()) << AttentionPathName(path);
+    EXPECT_LE(RelativeError(actual, expected), tolerance)
+        << AttentionPathName(path) << " on " << device << " d=" << p.q.size(3)
+        << " n=" << p.lengths[0] << " sequence " << b;
+  }
+}
+
+// q, k, v and temperature gradients of sum(y ⊙ w) over real rows, on `device` in `dtype`.
+std::vector<torch::Tensor> Gradients(const torch::Device& device, torch::ScalarType dtype,
+                                     AttentionPath path, const Problem& p,
+                                     const TaylorKernelOptions& options) {
+  // Fresh leaves (`to` returns the problem's own tensor when nothing changes).
+  const auto leaf = [&](const torch::Tensor& x) {
+    return x.to(device, dtype).detach().clone().requires_grad_(true);
+  };
+  const auto to = [&](const torch::Tensor& x) { return x.to(device, dtype); };
+  auto q = leaf(p.q), k = leaf(p.k), v = leaf(p.v), tau = leaf(p.tau.view({1, -1, 1, 1}));
+  torch::manual_seed(5);
+  const auto weight = torch::randn(p.q.sizes(), torch::kFloat64) *
+                      p.mask.logical_not().view({2, 1, -1, 1}).to(torch::kFloat64);
+  const auto [q_hat, k_hat] = NormalizeQueryKey(q, k, tau);
+  (RunAttentionPath(path, q_hat, k_hat, v, p.mask.to(device), options) * to(weight))
+      .sum()
+      .backward();
+  return {q.grad().cpu(), k.grad().cpu(), v.grad().cpu(), tau.grad().cpu()};
+}
+
+void ExpectGradientsMatchOracle(const torch::Device& device, torch::ScalarType dtype,
+                                AttentionPath path, const Problem& p,
+                                const TaylorKernelOptions& options, double tolerance) {
+  TaylorKernelOptions oracle_options = options;
+  oracle_options.implementation = KernelImplementation::kAuto;
+  oracle_options.direct_block_elements = 1 << 24;  // few blocks: the oracle's time stays small
+  const auto expected = Gradients(torch::kCPU, torch::kFloat64, path, p, oracle_options);
+  const auto actual = Gradients(device, dtype, path, p, options);
+  const char* names[] = {"q", "k", "v", "temperature"};
+  ASSERT_GT(expected[2].abs().max().item<double>(), 0.1);
+  for (std::size_t t = 0; t < expected.size(); ++t) {
+    // Relative to the gradient's scale, with a floor: with one token per sequence the q, k and
+    // temperature gradients are exactly zero (P = 1 whatever the scores), and rounding noise
+    // around zero must stay under tolerance × 1e-2.
+    const double scale = std::max(expected[t].abs().max().item<double>(), 1e-2);
+    const double error = (actual[t] - expected[t]).abs().max().item<double>() / scale;
+    EXPECT_LE(error, tolerance) << AttentionPathName(path) << " on " << device << " d(" << names[t]
+                                << ") d=" << p.q.size(3);
+  }
+}
+
+TaylorKernelOptions AtenOptions() {
+  TaylorKernelOptions options;
+  options.implementation = KernelImplementation::kAten;
+  // Several blocks and chunks, the last ones partial (a CUDA device sizes them by its memory).
+  options.direct_block_elements = 1 << 12;
+  options.efficient_chunk_tokens = 64;
+  return options;
+}
+
+// Head dimensions the models use (8, 16, 32, 64) at odd lengths, N = 1 included.
+class AtenFormTest : public ::testing::TestWithParam<std::tuple<int, int>> {
+ protected:
+  static void CheckForward(const torch::Device& device) {
+    const auto [d, n] = GetParam();
+    const Problem p = MakeProblem(3, n, d, 100 * d + n);
+    for (const auto path :
+         {AttentionPath::kDirect, AttentionPath::kEfficient, AttentionPath::kSoftmax}) {
+      ExpectMatchesOracle(device, torch::kFloat32, path, p, AtenOptions(), 1e-5);
+      ExpectMatchesOracle(device, torch::kFloat64, path, p, AtenOptions(), 1e-11);
+      if (path != AttentionPath::kSoftmax) {
+        TaylorKernelOptions low = AtenOptions();
+        low.bf16_products = true;
+        ExpectMatchesOracle(device, torch::kFloat32, path, p, low, 1e-2);
+      }
+    }
+  }
+  static void CheckGradients(const torch::Device& device) {
+    const auto [d, n] = GetParam();
+    const Problem p = MakeProblem(2, n, d, 7 * d + n);
+    for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+      ExpectGradientsMatchOracle(device, torch::kFloat64, path, p, AtenOptions(), 1e-10);
+      ExpectGradientsMatchOracle(device, torch::kFloat32, path, p, AtenOptions(), 1e-4);
+    }
+  }
+};
+
+TEST_P(AtenFormTest, ForwardMatchesFloat64Oracle) { CheckForward(torch::kCPU); }
+TEST_P(AtenFormTest, GradientsMatchFloat64Oracle) { CheckGradients(torch::kCPU); }
+
+INSTANTIATE_TEST_SUITE_P(Grid, AtenFormTest,
+                         ::testing::Combine(::testing::Values(8, 16, 32, 64),
+                                            ::testing::Values(1, 7, 301)));
+
+// The same checks on a GPU, against the same CPU oracles.
+class AtenFormCudaTest : public AtenFormTest {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+    // fp32 is float32: TF32's 10-bit mantissa would miss 1e-5 (LibTorch lets cuDNN use it).
+    compat::SetCudaTf32(false);
+  }
+};
+
+TEST_P(AtenFormCudaTest, ForwardMatchesFloat64Oracle) { CheckForward(torch::kCUDA); }
+TEST_P(AtenFormCudaTest, GradientsMatchFloat64Oracle) { CheckGradients(torch::kCUDA); }
+
+INSTANTIATE_TEST_SUITE_P(Grid, AtenFormCudaTest,
+                         ::testing::Combine(::testing::Values(8, 16, 32, 64),
+                                            ::testing::Values(1, 7, 301, 4099)));
+
+// The ATen form is what CUDA runs by default: kAuto on a GPU gives the same values as kAten.
+TEST(CudaDeviceTest, AutoOnCudaIsTheAtenForm) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  compat::SetCudaTf32(false);
+  const Problem p = MakeProblem(4, 600, 32, 3);
+  torch::NoGradGuard no_grad;
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    const auto automatic = RunOn(torch::kCUDA, torch::kFloat32, path, p, {});
+    const auto aten = RunOn(torch::kCUDA, torch::kFloat32, path, p, AtenOptions());
+    EXPECT_LE(RelativeError(automatic, aten), 1e-6) << AttentionPathName(path);
+  }
+}
+
+// The device-memory helpers take "cuda" without an index (the current device) as they take
+// "cuda:0"; attention_bench --device=cuda once passed index -1 to the caching allocator.
+TEST(CudaDeviceTest, DeviceMemoryOfCudaWithoutIndex) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  const torch::Device cuda(torch::kCUDA);
+  EXPECT_EQ(compat::CudaDeviceIndex(cuda), compat::CudaDeviceIndex(torch::Device("cuda:0")));
+  compat::ResetPeakDeviceMemory(cuda);
+  const auto x = torch::empty({1 << 20}, torch::TensorOptions().device(cuda));
+  EXPECT_GE(compat::GetDeviceMemory(cuda).allocated_bytes, std::int64_t{4} << 20);
+  EXPECT_GT(compat::CudaAvailableBytes(cuda), 0);
+}
+
+}  // namespace
+}  // namespace ts

@@ -1,0 +1,134 @@
+// The model on a GPU as serving and training use it, against the CPU: ClassifyBatch on both
+// bundled demo checkpoints (fp32 and bf16, both attention paths) on real files, and training
+// steps. Every test needs a CUDA device and skips without one (scripts/gpu-check runs them).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/file_io.h"
+#include "model/batch_classifier.h"
+#include "model/checkpoint.h"
+#include "model/listops_generator.h"
+#include "model/torch_compat.h"
+#include "model/training.h"
+
+namespace ts {
+namespace {
+
+std::string SourceDir() {
+  const char* dir = std::getenv("TS_SOURCE_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
+class CudaModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+    compat::SetCudaTf32(false);
+  }
+};
+
+// Real inputs of each demo model: files of the repository for source-lang (shell, python,
+// C header), generated expressions for listops.
+std::vector<std::string> Inputs(const std::string& model) {
+  std::vector<std::string> inputs;
+  if (model == "source-lang-demo") {
+    for (const char* file : {"scripts/setup", "bench/debian_tasks.py", "model/encoder.h",
+                             "scripts/build", "bench/attention_report.py"}) {
+      auto bytes = ReadFile(SourceDir() + "/" + file);
+      EXPECT_TRUE(bytes.ok()) << bytes.status();
+      if (bytes.ok()) inputs.push_back(bytes->substr(0, 2000));
+    }
+  } else {
+    ListOpsGeneratorOptions options;
+    options.count = 6;
+    options.min_length = 100;
+    options.max_length = 1500;
+    options.seed = 3;
+    auto generated = GenerateListOpsDataset(options);
+    EXPECT_TRUE(generated.ok()) << generated.status();
+    if (generated.ok()) {
+      for (const auto& example : generated->examples) inputs.push_back(example.tokens);
+    }
+  }
+  return inputs;
+}
+
+TEST_F(CudaModelTest, ClassifyBatchOnBothDemoCheckpointsMatchesTheCpu) {
+  for (const std::string name : {"source-lang-demo", "listops-demo"}) {
+    const std::string path = SourceDir() + "/models/" + name + ".tsckpt";
+    auto cpu = LoadCheckpoint(path, torch::kCPU);
+    auto gpu = LoadCheckpoint(path, torch::kCUDA);
+    ASSERT_TRUE(cpu.ok() && gpu.ok()) << path;
+    cpu->model->eval();
+    gpu->model->eval();
+    const auto texts = Inputs(name);
+    ASSERT_FALSE(texts.empty());
+    const std::vector<std::string_view> sequences(texts.begin(), texts.end());
+    for (const auto path_choice : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+      const auto expected = ClassifyBatch(cpu->model, sequences, path_choice, torch::kCPU);
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      for (const auto precision : {Precision::kFp32, Precision::kBf16}) {
+        gpu->model->set_precision(precision);
+        const auto actual = ClassifyBatch(gpu->model, sequences, path_choice, torch::kCUDA);
+        ASSERT_TRUE(actual.ok()) << actual.status();
+        EXPECT_EQ(actual->path, path_choice);
+        const double tolerance = precision == Precision::kFp32 ? 1e-4 : 2e-2;
+        for (std::size_t s = 0; s < sequences.size(); ++s) {
+          for (std::size_t c = 0; c < expected->probabilities[s].size(); ++c) {
+            EXPECT_NEAR(actual->probabilities[s][c], expected->probabilities[s][c], tolerance)
+                << name << " " << AttentionPathName(path_choice) << " " << PrecisionName(precision)
+                << " sequence " << s << " class " << c;
+          }
+        }
+      }
+      gpu->model->set_precision(Precision::kFp32);
+    }
+  }
+}
+
+// A job's steps on the GPU take the CPU's: the same initial weights and batches, 20 AdamW steps,
+// the losses equal within float32 summation-order differences, on both attention paths.
+TEST_F(CudaModelTest, TwentyFp32TrainingStepsMatchTheCpu) {
+  ListOpsGeneratorOptions data;
+  data.count = 64;
+  data.min_length = 20;
+  data.max_length = 120;
+  data.seed = 9;
+  auto generated = GenerateListOpsDataset(data);
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  const std::vector<LabeledSequence> examples = generated->examples;
+  TaylorShiftEncoderOptions encoder(32, 2, 4, 128, 10);
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    TrainingOptions options;
+    options.steps = 20;
+    options.batch_size = 8;
+    options.lr = 3e-3;
+    options.path = path;
+    std::vector<std::vector<double>> losses(2);
+    for (int device = 0; device < 2; ++device) {
+      torch::manual_seed(21);
+      TaylorShiftEncoder model(encoder);
+      if (device == 1) model->to(torch::kCUDA);
+      auto trainer = Trainer::Create(model, encoder, options, examples, {});
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      for (int step = 0; step < 20; ++step) {
+        auto result = (*trainer)->Step();
+        ASSERT_TRUE(result.ok()) << result.status();
+        losses[device].push_back(result->loss);
+      }
+    }
+    for (int step = 0; step < 20; ++step) {
+      EXPECT_NEAR(losses[1][step], losses[0][step], 1e-3 * std::max(1.0, losses[0][step]))
+          << AttentionPathName(path) << " step " << step + 1;
+    }
+    EXPECT_LT(losses[1].back(), losses[1].front()) << AttentionPathName(path);
+  }
+}
+
+}  // namespace
+}  // namespace ts
