@@ -200,8 +200,9 @@ int RunClassify(const ClassifyInputs& flags) {
     }
     const std::string& file = inputs[index];
     if (result.status.ok()) {
-      std::cout << (json ? ClassifyJson(file, result.response, result.latency_ms)
-                         : ClassifyText(file, result.response, result.latency_ms))
+      std::cout << (json
+                        ? ClassifyJson(file, result.response, result.latency_ms)
+                        : ClassifyText(file, result.response, result.latency_ms, prototype.top_k()))
                 << std::endl;
     } else {
       ++failed;
@@ -326,7 +327,16 @@ int RunHealth(const HealthFlags& flags) {
   return status == ServingStatus::kServing ? kExitOk : kExitError;
 }
 
-// --model, --top-k, --path, --deadline-ms and --json of classify and bench.
+// The request's over_length: the policies the server knows (ClassifyRequest.over_length).
+absl::StatusOr<std::string> ParseOverLength(const std::string& name) {
+  for (const char* policy : {"truncate", "keep_tail", "reject", "window"}) {
+    if (name == policy) return name;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown over-length policy '", name, "': expected truncate, keep_tail, reject or window"));
+}
+
+// --model, --top-k, --path, --over-length, --deadline-ms and --json of classify and bench.
 void AddClassifyFlags(CLI::App& command, ClassifyFlags* flags) {
   ClassifyRequest* prototype = &flags->prototype;
   prototype->set_path(*ParsePath("auto"));
@@ -350,6 +360,17 @@ void AddClassifyFlags(CLI::App& command, ClassifyFlags* flags) {
         prototype->set_path(*path);
       },
       "attention path: auto|direct|efficient|softmax (default auto)");
+  command.add_option_function<std::string>(
+      "--over-length",
+      [prototype](const std::string& name) {
+        absl::StatusOr<std::string> policy = ParseOverLength(name);
+        if (!policy.ok()) {
+          throw CLI::ValidationError("--over-length", std::string(policy.status().message()));
+        }
+        prototype->set_over_length(*policy);
+      },
+      "inputs longer than the model's max_length: truncate (keep the head), keep_tail, reject "
+      "(INVALID_ARGUMENT) or window (average overlapping windows); default the model's policy");
   command
       .add_option("--deadline-ms", flags->deadline_ms,
                   "deadline of each Classify call (default: --timeout-ms)")
