@@ -260,6 +260,14 @@ int RunJobsPlot(const JobFlags& flags) {
     const grpc::Status status = stub->GetJob(&context, request, &job);
     if (!status.ok()) return RpcFailed("GetJob", connection, status);
   }
+  if (job.kind() == taylorshift::v1::JOB_KIND_EVALUATION || job.has_evaluation()) {
+    // An empty chart would read as "nothing learned yet"; say what there is instead.
+    std::cerr << "tsctl: job " << job.id()
+              << " is an evaluation: evaluations have no loss curve or validation runs to plot "
+                 "(tsctl jobs get "
+              << job.id() << " shows its report)\n";
+    return kExitError;
+  }
   taylorshift::v1::GetJobHistoryResponse history;
   if (const grpc::Status status = FetchHistory(*stub, connection, id, timeout_ms, &history);
       !status.ok()) {
@@ -324,8 +332,14 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
     request.set_id(id);
     const grpc::Status status = stub->CancelJob(&context, request, &job);
     if (!status.ok()) return RpcFailed("CancelJob", connection, status);
+    // A queued job is cancelled at once; a running one is only asked to stop (its worker gets
+    // SIGTERM), so the job CancelJob answers is still RUNNING: do not print that as its state.
     std::cout << (json ? JobJson(job)
-                       : absl::StrCat("job ", job.id(), ": ", JobStateName(job.state())))
+                  : IsFinalState(job.state())
+                      ? absl::StrCat("job ", job.id(), ": ", JobStateName(job.state()))
+                      : absl::StrCat("cancel requested; job ", job.id(),
+                                     " is stopping (tsctl jobs watch ", job.id(),
+                                     " follows it to the end)"))
               << "\n";
   }
   std::cout.flush();
