@@ -438,6 +438,26 @@ std::string JobEventText(const JobEvent& event) {
   }
 }
 
+Progress WatchProgress(const Job& job) {
+  Progress out;
+  const auto& progress = job.progress();
+  std::vector<std::string> details;
+  if (job.state() != taylorshift::v1::JOB_STATE_RUNNING)
+    details.push_back(JobStateName(job.state()));
+  if (IsEvaluation(job)) {
+    details.push_back(
+        absl::StrCat(job.has_report() ? "evaluated " : "evaluating ", ExamplesText(job)));
+  } else if (progress.total_steps() > 0) {
+    out.unit = "steps";
+    out.done = static_cast<double>(progress.step());
+    out.total = static_cast<double>(progress.total_steps());
+    if (progress.step() > 0)
+      details.push_back(absl::StrCat("loss ", Significant(progress.loss(), 4)));
+  }
+  out.detail = absl::StrJoin(details, ", ");
+  return out;
+}
+
 std::string JobDetails(const Job& job) {
   std::string out;
   const auto line = [&](absl::string_view key, const std::string& value) {

@@ -41,6 +41,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/progress_line.h"
 #include "model/json_output.h"
 #include "taylorshift/v1/jobs.pb.h"
 
@@ -86,6 +87,10 @@ std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& respon
 std::string JobEventText(const taylorshift::v1::JobEvent& event);
 // "acc 0.62 f1 0.58 loss 0.9 (step 40, 512 examples)"; the step only when non-zero.
 std::string ReportSummary(const taylorshift::v1::EvaluationReport& report);
+// What the progress display of --wait / watch shows for the job as last heard of: a training
+// job's steps (of total_steps) and loss; an evaluation's examples as a detail, since the
+// server reports no partial count while it runs; the state when it is not RUNNING.
+Progress WatchProgress(const taylorshift::v1::Job& job);
 // "key: value" lines for one job, with the per-class table and the confusion matrix of its
 // metrics.
 std::string JobDetails(const taylorshift::v1::Job& job);

@@ -14,10 +14,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "client/command_line.h"
 #include "client/file_util.h"
 #include "client/job_format.h"
 #include "client/job_plot.h"
+#include "client/progress_line.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
 #include "common/job_spec_yaml.h"
@@ -102,10 +104,24 @@ int WatchJob(Jobs::Stub& stub, const ConnectionOptions& connection, const std::s
   std::unique_ptr<grpc::ClientReader<JobEvent>> reader = stub.WatchJob(&context, request);
   JobEvent event;
   std::optional<Job> last;
+  // Events can be minutes apart: the progress display on stderr keeps the elapsed time, rate
+  // and ETA moving between them.
+  absl::Mutex mu;
+  Progress latest;
+  ProgressTicker ticker(StderrProgressOptions(), &std::cerr, [&] {
+    absl::MutexLock lock(&mu);
+    return latest;
+  });
   while (reader->Read(&event)) {
-    std::cout << (json ? JobEventJson(event) : JobEventText(event)) << std::endl;
+    {
+      absl::MutexLock lock(&mu);
+      latest = WatchProgress(event.job());
+    }
+    ticker.PrintAbove(
+        [&] { std::cout << (json ? JobEventJson(event) : JobEventText(event)) << std::endl; });
     last = event.job();
   }
+  ticker.Stop();
   const grpc::Status status = reader->Finish();
   if (!status.ok()) return RpcFailed("WatchJob", connection, status);
   if (!last.has_value() || !IsFinalState(last->state())) {

@@ -26,6 +26,7 @@
 #include "client/health_check.h"
 #include "client/jobs_commands.h"
 #include "client/load_generator.h"
+#include "client/progress_line.h"
 #include "client/protocol_calls.h"
 #include "client/result_format.h"
 #include "common/command_line.h"
@@ -288,7 +289,33 @@ int RunBench(const BenchFlags& flags) {
     call = protocol == BenchProtocol::kV2Grpc ? MakeV2GrpcCall(channel, connection, timeout_ms)
                                               : MakeClassifyCall(channel, connection, timeout_ms);
   }
-  const BenchReport report = RunLoad(load, *generator, call);
+  // Progress on stderr while the load runs (the report on stdout stays as it was).
+  std::atomic<std::int64_t> completed{0}, failed{0};
+  const auto start = std::chrono::steady_clock::now();
+  ProgressTicker progress(StderrProgressOptions(), &std::cerr, [&] {
+    Progress now;
+    now.unit = "requests";
+    now.done = static_cast<double>(completed.load());
+    now.total = static_cast<double>(load.max_requests);
+    if (load.duration_s > 0) {
+      // A time limit ends the run first when it comes before the count.
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      now.remaining_s = std::max(0.0, load.duration_s - elapsed);
+      if (load.max_requests > 0 && now.done > 0) {
+        now.remaining_s = std::min(now.remaining_s, (now.total - now.done) * elapsed / now.done);
+      }
+    }
+    if (const std::int64_t errors = failed.load(); errors > 0) {
+      now.detail = absl::StrCat(errors, " failed");
+    }
+    return now;
+  });
+  const BenchReport report = RunLoad(load, *generator, call, [&](bool ok) {
+    completed.fetch_add(1);
+    if (!ok) failed.fetch_add(1);
+  });
+  progress.Stop();
   std::cout << (flags.classify.json ? FormatBenchJson(report) + "\n" : FormatBenchText(report));
   std::cout.flush();
   if (report.ok == 0) {

@@ -236,6 +236,31 @@ TEST(JobFormatTest, AnEvaluationShowsItsExamplesNotSteps) {
   EXPECT_THAT(done, HasSubstr("report: acc 0.81 f1 0.8 loss 0.52 (512 examples)\n"));
 }
 
+TEST(JobFormatTest, WatchProgressCountsStepsOrNamesTheExamples) {
+  Job job = FromText<Job>(R"pb(
+    kind: JOB_KIND_TRAINING
+    state: JOB_STATE_RUNNING
+    progress { step: 40 total_steps: 300 loss: 1.23412 }
+  )pb");
+  Progress progress = WatchProgress(job);
+  EXPECT_EQ(progress.unit, "steps");
+  EXPECT_EQ(progress.done, 40);
+  EXPECT_EQ(progress.total, 300);
+  EXPECT_EQ(progress.detail, "loss 1.234");
+  job.set_state(taylorshift::v1::JOB_STATE_QUEUED);
+  job.mutable_progress()->set_step(0);
+  EXPECT_EQ(WatchProgress(job).detail, "QUEUED");
+
+  job = FromText<Job>(R"pb(
+    kind: JOB_KIND_EVALUATION
+    state: JOB_STATE_RUNNING
+    progress { validation_examples: 512 }
+  )pb");
+  progress = WatchProgress(job);
+  EXPECT_EQ(progress.unit, "");  // no count while it runs: no made-up 0/512
+  EXPECT_EQ(progress.detail, "evaluating 512 examples");
+}
+
 TEST(JobFormatTest, ValidationLine) {
   JobEvent event;
   event.set_type(JobEvent::VALIDATION);
