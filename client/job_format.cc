@@ -86,10 +86,27 @@ bool IsTraining(const Job& job) {
   return job.kind() == taylorshift::v1::JOB_KIND_TRAINING || job.has_training();
 }
 
+// Evaluation jobs have examples and a report instead of steps, loss and a learning rate. A job
+// of no known kind is shown as training, as before kinds were told apart.
+bool IsEvaluation(const Job& job) {
+  return job.kind() == taylorshift::v1::JOB_KIND_EVALUATION || job.has_evaluation();
+}
+
 // "40/300" (a training job's position), or "-" before it has one.
 std::string StepText(const Job& job) {
   if (!IsTraining(job) || job.progress().total_steps() == 0) return "-";
   return absl::StrCat(job.progress().step(), "/", job.progress().total_steps());
+}
+
+// An evaluation's position: "512/512 examples" once its report is in, "512 examples" (the data
+// set's size) before; the server reports no partial count while it runs.
+std::string ExamplesText(const Job& job) {
+  const std::uint64_t total = job.progress().validation_examples();
+  if (job.has_report()) {
+    return total > 0 ? absl::StrCat(job.report().examples(), "/", total, " examples")
+                     : absl::StrCat(job.report().examples(), " examples");
+  }
+  return absl::StrCat(total, " examples");
 }
 
 Json ScalarJson(const pb::Message& message, const pb::FieldDescriptor& field, int index) {
@@ -312,6 +329,14 @@ std::string JobEventJson(const JobEvent& event) {
   object["state"] = JobStateName(job.state());
   switch (event.type()) {
     case JobEvent::PROGRESS:
+      if (IsEvaluation(job)) {
+        // An evaluation has no steps, loss or learning rate: its examples instead.
+        object["examples"] = job.has_report() ? Json(job.report().examples()) : Json(nullptr);
+        object["total_examples"] = progress.validation_examples();
+        object["examples_per_second"] =
+            job.has_report() ? JsonNumber(job.report().examples_per_second()) : Json(nullptr);
+        break;
+      }
       object["step"] = progress.step();
       object["total_steps"] = progress.total_steps();
       object["epoch"] = JsonNumber(progress.epoch());
@@ -359,6 +384,11 @@ std::string JobEventText(const JobEvent& event) {
   const auto& progress = job.progress();
   switch (event.type()) {
     case JobEvent::PROGRESS: {
+      if (IsEvaluation(job)) {
+        if (!job.has_report()) return absl::StrCat("evaluating ", ExamplesText(job));
+        return absl::StrCat("evaluated ", ExamplesText(job), " ",
+                            absl::StrFormat("%.1f", job.report().examples_per_second()), " ex/s");
+      }
       std::string out = absl::StrCat(
           "step ", progress.step(), "/", progress.total_steps(), " loss ",
           Significant(progress.loss(), 4), " lr ", Significant(progress.learning_rate(), 3), " ",
@@ -381,6 +411,9 @@ std::string JobEventText(const JobEvent& event) {
           absl::StrCat("job ", job.id(), " ", job.name(), " (", Lower(JobKindName(job.kind())),
                        "): ", JobStateName(job.state()));
       if (progress.total_steps() > 0) absl::StrAppend(&out, ", step ", StepText(job));
+      if (IsEvaluation(job) && (job.has_report() || progress.validation_examples() > 0)) {
+        absl::StrAppend(&out, ", ", ExamplesText(job));
+      }
       if (!job.reason().empty()) absl::StrAppend(&out, ": ", job.reason());
       return out;
     }
@@ -390,12 +423,39 @@ std::string JobEventText(const JobEvent& event) {
         absl::StrAppend(&out, ": ", job.reason());
       } else if (job.state() == taylorshift::v1::JOB_STATE_SUCCEEDED) {
         if (const EvaluationReport* metrics = JobMetrics(job); metrics != nullptr) {
-          absl::StrAppend(&out, ": ", IsTraining(job) ? "best val " : "", ReportSummary(*metrics));
+          if (IsEvaluation(job)) {
+            absl::StrAppend(&out, ": evaluated ", ExamplesText(job), " ",
+                            absl::StrFormat("%.1f", metrics->examples_per_second()), " ex/s; ",
+                            ReportSummary(*metrics));
+          } else {
+            absl::StrAppend(&out, ": ", IsTraining(job) ? "best val " : "",
+                            ReportSummary(*metrics));
+          }
         }
       }
       return out;
     }
   }
+}
+
+Progress WatchProgress(const Job& job) {
+  Progress out;
+  const auto& progress = job.progress();
+  std::vector<std::string> details;
+  if (job.state() != taylorshift::v1::JOB_STATE_RUNNING)
+    details.push_back(JobStateName(job.state()));
+  if (IsEvaluation(job)) {
+    details.push_back(
+        absl::StrCat(job.has_report() ? "evaluated " : "evaluating ", ExamplesText(job)));
+  } else if (progress.total_steps() > 0) {
+    out.unit = "steps";
+    out.done = static_cast<double>(progress.step());
+    out.total = static_cast<double>(progress.total_steps());
+    if (progress.step() > 0)
+      details.push_back(absl::StrCat("loss ", Significant(progress.loss(), 4)));
+  }
+  out.detail = absl::StrJoin(details, ", ");
+  return out;
 }
 
 std::string JobDetails(const Job& job) {
@@ -425,6 +485,13 @@ std::string JobDetails(const Job& job) {
       line("memory_estimate",
            absl::StrFormat("%.2f GiB", static_cast<double>(progress.memory_estimate_bytes()) /
                                            static_cast<double>(1 << 30)));
+    }
+  }
+  if (IsEvaluation(job)) {
+    line("examples",
+         job.has_report() ? ExamplesText(job) : absl::StrCat(ExamplesText(job), " to evaluate"));
+    if (job.has_report()) {
+      line("examples_per_second", absl::StrFormat("%.1f", job.report().examples_per_second()));
     }
   }
   if (progress.retries() > 0) line("retries", absl::StrCat(progress.retries()));

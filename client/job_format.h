@@ -27,6 +27,9 @@
 // Event JSON (--wait/watch with --json, one per event):
 //   {"event":"progress","id":"j-1","state":"RUNNING","step":40,"total_steps":300,"epoch":0.64,
 //    "loss":1.234,"learning_rate":0.00099,"examples_per_second":12.3}
+//   an evaluation job's (it has no steps, loss or learning rate; the counts are known once its
+//   report is in): {"event":"progress","id":"j-2","state":"RUNNING","examples":null,
+//    "total_examples":512,"examples_per_second":null}
 //   {"event":"validation","id":…,"state":…,"step":40,"metrics":{…as above…}}
 //   {"event":"checkpoint","id":…,"state":…,"checkpoint":{…as above…}}
 //   {"event":"state"|"snapshot","id":…,"state":"FAILED","reason":"…","kind":…,"name":…,
@@ -38,6 +41,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/progress_line.h"
 #include "model/json_output.h"
 #include "taylorshift/v1/jobs.pb.h"
 
@@ -75,12 +79,18 @@ std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& respon
 // One line per event, without a newline:
 //   snapshot    job j-1 filetype (training): RUNNING, step 40/300
 //   state       state RUNNING | state FAILED: <reason> | state SUCCEEDED: best val acc …
+//               (evaluation) state SUCCEEDED: evaluated 512/512 examples 2100.0 ex/s; acc …
 //   progress    step 40/300 loss 1.234 lr 0.00099 12.3 ex/s epoch 0.64
+//               (evaluation) evaluating 512 examples | evaluated 512/512 examples 2100.0 ex/s
 //   validation  val acc 0.62 f1 0.58 loss 0.9 (step 40, 512 examples)
 //   checkpoint  checkpoint best step 40 val acc 0.62: <path>
 std::string JobEventText(const taylorshift::v1::JobEvent& event);
 // "acc 0.62 f1 0.58 loss 0.9 (step 40, 512 examples)"; the step only when non-zero.
 std::string ReportSummary(const taylorshift::v1::EvaluationReport& report);
+// What the progress display of --wait / watch shows for the job as last heard of: a training
+// job's steps (of total_steps) and loss; an evaluation's examples as a detail, since the
+// server reports no partial count while it runs; the state when it is not RUNNING.
+Progress WatchProgress(const taylorshift::v1::Job& job);
 // "key: value" lines for one job, with the per-class table and the confusion matrix of its
 // metrics.
 std::string JobDetails(const taylorshift::v1::Job& job);

@@ -14,10 +14,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "client/command_line.h"
 #include "client/file_util.h"
 #include "client/job_format.h"
 #include "client/job_plot.h"
+#include "client/progress_line.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
 #include "common/job_spec_yaml.h"
@@ -102,10 +104,24 @@ int WatchJob(Jobs::Stub& stub, const ConnectionOptions& connection, const std::s
   std::unique_ptr<grpc::ClientReader<JobEvent>> reader = stub.WatchJob(&context, request);
   JobEvent event;
   std::optional<Job> last;
+  // Events can be minutes apart: the progress display on stderr keeps the elapsed time, rate
+  // and ETA moving between them.
+  absl::Mutex mu;
+  Progress latest;
+  ProgressTicker ticker(StderrProgressOptions(), &std::cerr, [&] {
+    absl::MutexLock lock(&mu);
+    return latest;
+  });
   while (reader->Read(&event)) {
-    std::cout << (json ? JobEventJson(event) : JobEventText(event)) << std::endl;
+    {
+      absl::MutexLock lock(&mu);
+      latest = WatchProgress(event.job());
+    }
+    ticker.PrintAbove(
+        [&] { std::cout << (json ? JobEventJson(event) : JobEventText(event)) << std::endl; });
     last = event.job();
   }
+  ticker.Stop();
   const grpc::Status status = reader->Finish();
   if (!status.ok()) return RpcFailed("WatchJob", connection, status);
   if (!last.has_value() || !IsFinalState(last->state())) {
@@ -260,6 +276,14 @@ int RunJobsPlot(const JobFlags& flags) {
     const grpc::Status status = stub->GetJob(&context, request, &job);
     if (!status.ok()) return RpcFailed("GetJob", connection, status);
   }
+  if (job.kind() == taylorshift::v1::JOB_KIND_EVALUATION || job.has_evaluation()) {
+    // An empty chart would read as "nothing learned yet"; say what there is instead.
+    std::cerr << "tsctl: job " << job.id()
+              << " is an evaluation: evaluations have no loss curve or validation runs to plot "
+                 "(tsctl jobs get "
+              << job.id() << " shows its report)\n";
+    return kExitError;
+  }
   taylorshift::v1::GetJobHistoryResponse history;
   if (const grpc::Status status = FetchHistory(*stub, connection, id, timeout_ms, &history);
       !status.ok()) {
@@ -324,8 +348,14 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
     request.set_id(id);
     const grpc::Status status = stub->CancelJob(&context, request, &job);
     if (!status.ok()) return RpcFailed("CancelJob", connection, status);
+    // A queued job is cancelled at once; a running one is only asked to stop (its worker gets
+    // SIGTERM), so the job CancelJob answers is still RUNNING: do not print that as its state.
     std::cout << (json ? JobJson(job)
-                       : absl::StrCat("job ", job.id(), ": ", JobStateName(job.state())))
+                  : IsFinalState(job.state())
+                      ? absl::StrCat("job ", job.id(), ": ", JobStateName(job.state()))
+                      : absl::StrCat("cancel requested; job ", job.id(),
+                                     " is stopping (tsctl jobs watch ", job.id(),
+                                     " follows it to the end)"))
               << "\n";
   }
   std::cout.flush();

@@ -261,7 +261,7 @@ absl::Status ValidateLoadOptions(const LoadOptions& options) {
 }
 
 BenchReport RunLoad(const LoadOptions& options, const RequestGenerator& generator,
-                    const ClassifyCall& call) {
+                    const ClassifyCall& call, const RequestDone& done) {
   using Clock = std::chrono::steady_clock;
   const auto ms_between = [](Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration<double, std::milli>(to - from).count();
@@ -297,6 +297,7 @@ BenchReport RunLoad(const LoadOptions& options, const RequestGenerator& generato
       } else {
         aggregator.RecordError(status.error_code());
       }
+      if (done) done(status.ok());
     }
   };
 

@@ -162,10 +162,15 @@ using ClassifyCall = std::function<grpc::Status(const taylorshift::v1::ClassifyR
 // max_requests nor duration_s bounds the run.
 absl::Status ValidateLoadOptions(const LoadOptions& options);
 
+// Called after each request with whether it succeeded, from the worker that sent it (so from
+// `concurrency` threads at once): tsctl bench's progress display counts with it.
+using RequestDone = std::function<void(bool ok)>;
+
 // Runs the load and returns the report (model from the generator, concurrency and rate from
 // `options`). Blocks until every worker is done. `options` must pass ValidateLoadOptions.
+// `done`, when set, hears of every request as it completes.
 BenchReport RunLoad(const LoadOptions& options, const RequestGenerator& generator,
-                    const ClassifyCall& call);
+                    const ClassifyCall& call, const RequestDone& done = nullptr);
 
 // One JSON object (no newline); see FormatBenchJson in load_generator.cc for the shape.
 std::string FormatBenchJson(const BenchReport& report);

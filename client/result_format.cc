@@ -105,10 +105,25 @@ std::string ClassifyErrorJson(const std::string& file, const grpc::Status& statu
 }
 
 std::string ClassifyText(const std::string& file, const ClassifyResponse& response,
-                         double latency_ms) {
+                         double latency_ms, std::uint32_t top_k) {
   const double probability = LabelProbability(response);
   std::string out = absl::StrCat(file, ": ", response.label());
   if (probability >= 0) absl::StrAppendFormat(&out, " (p=%.3f)", probability);
+  if (top_k > 0) {
+    // The server answers the top_k best already; sort anyway, so the line reads best first
+    // whatever order a server sends them in.
+    std::vector<const taylorshift::v1::ClassProbability*> best;
+    for (const auto& entry : response.probabilities()) best.push_back(&entry);
+    std::stable_sort(best.begin(), best.end(), [](const auto* a, const auto* b) {
+      return a->probability() > b->probability();
+    });
+    if (best.size() > top_k) best.resize(top_k);
+    std::vector<std::string> entries;
+    for (const auto* entry : best) {
+      entries.push_back(absl::StrFormat("%s %.3f", entry->label(), entry->probability()));
+    }
+    absl::StrAppend(&out, " top-", best.size(), ": ", absl::StrJoin(entries, ", "));
+  }
   absl::StrAppendFormat(&out, " path=%s batch=%d tokens=%d", PathName(response.path()),
                         response.timing().batch_size(), response.tokens());
   if (response.windows() > 1) absl::StrAppend(&out, " windows=", response.windows());

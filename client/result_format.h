@@ -17,6 +17,7 @@
 //   {"file":"b.txt","error":{"code":"INVALID_ARGUMENT","message":"..."}}
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,11 @@ std::string ModelDetails(const taylorshift::v1::ModelInfo& model);
 std::string ClassifyJson(const std::string& file, const taylorshift::v1::ClassifyResponse& response,
                          double latency_ms);
 std::string ClassifyErrorJson(const std::string& file, const grpc::Status& status);
-// "a.txt: pos (p=0.920) path=efficient batch=4 tokens=513 ..." on one line.
+// "a.txt: pos (p=0.920) path=efficient batch=4 tokens=513 ..." on one line. With `top_k` > 0
+// (the request's --top-k) the K answered classes follow the label, best first:
+// "a.txt: pos (p=0.920) top-2: pos 0.920, neg 0.080 path=...".
 std::string ClassifyText(const std::string& file, const taylorshift::v1::ClassifyResponse& response,
-                         double latency_ms);
+                         double latency_ms, std::uint32_t top_k = 0);
 // "a.txt: INVALID_ARGUMENT: message".
 std::string ClassifyErrorText(const std::string& file, const grpc::Status& status);
 

@@ -26,6 +26,7 @@
 #include "client/health_check.h"
 #include "client/jobs_commands.h"
 #include "client/load_generator.h"
+#include "client/progress_line.h"
 #include "client/protocol_calls.h"
 #include "client/result_format.h"
 #include "common/command_line.h"
@@ -200,8 +201,9 @@ int RunClassify(const ClassifyInputs& flags) {
     }
     const std::string& file = inputs[index];
     if (result.status.ok()) {
-      std::cout << (json ? ClassifyJson(file, result.response, result.latency_ms)
-                         : ClassifyText(file, result.response, result.latency_ms))
+      std::cout << (json
+                        ? ClassifyJson(file, result.response, result.latency_ms)
+                        : ClassifyText(file, result.response, result.latency_ms, prototype.top_k()))
                 << std::endl;
     } else {
       ++failed;
@@ -287,7 +289,33 @@ int RunBench(const BenchFlags& flags) {
     call = protocol == BenchProtocol::kV2Grpc ? MakeV2GrpcCall(channel, connection, timeout_ms)
                                               : MakeClassifyCall(channel, connection, timeout_ms);
   }
-  const BenchReport report = RunLoad(load, *generator, call);
+  // Progress on stderr while the load runs (the report on stdout stays as it was).
+  std::atomic<std::int64_t> completed{0}, failed{0};
+  const auto start = std::chrono::steady_clock::now();
+  ProgressTicker progress(StderrProgressOptions(), &std::cerr, [&] {
+    Progress now;
+    now.unit = "requests";
+    now.done = static_cast<double>(completed.load());
+    now.total = static_cast<double>(load.max_requests);
+    if (load.duration_s > 0) {
+      // A time limit ends the run first when it comes before the count.
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      now.remaining_s = std::max(0.0, load.duration_s - elapsed);
+      if (load.max_requests > 0 && now.done > 0) {
+        now.remaining_s = std::min(now.remaining_s, (now.total - now.done) * elapsed / now.done);
+      }
+    }
+    if (const std::int64_t errors = failed.load(); errors > 0) {
+      now.detail = absl::StrCat(errors, " failed");
+    }
+    return now;
+  });
+  const BenchReport report = RunLoad(load, *generator, call, [&](bool ok) {
+    completed.fetch_add(1);
+    if (!ok) failed.fetch_add(1);
+  });
+  progress.Stop();
   std::cout << (flags.classify.json ? FormatBenchJson(report) + "\n" : FormatBenchText(report));
   std::cout.flush();
   if (report.ok == 0) {
@@ -326,7 +354,16 @@ int RunHealth(const HealthFlags& flags) {
   return status == ServingStatus::kServing ? kExitOk : kExitError;
 }
 
-// --model, --top-k, --path, --deadline-ms and --json of classify and bench.
+// The request's over_length: the policies the server knows (ClassifyRequest.over_length).
+absl::StatusOr<std::string> ParseOverLength(const std::string& name) {
+  for (const char* policy : {"truncate", "keep_tail", "reject", "window"}) {
+    if (name == policy) return name;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown over-length policy '", name, "': expected truncate, keep_tail, reject or window"));
+}
+
+// --model, --top-k, --path, --over-length, --deadline-ms and --json of classify and bench.
 void AddClassifyFlags(CLI::App& command, ClassifyFlags* flags) {
   ClassifyRequest* prototype = &flags->prototype;
   prototype->set_path(*ParsePath("auto"));
@@ -350,6 +387,17 @@ void AddClassifyFlags(CLI::App& command, ClassifyFlags* flags) {
         prototype->set_path(*path);
       },
       "attention path: auto|direct|efficient|softmax (default auto)");
+  command.add_option_function<std::string>(
+      "--over-length",
+      [prototype](const std::string& name) {
+        absl::StatusOr<std::string> policy = ParseOverLength(name);
+        if (!policy.ok()) {
+          throw CLI::ValidationError("--over-length", std::string(policy.status().message()));
+        }
+        prototype->set_over_length(*policy);
+      },
+      "inputs longer than the model's max_length: truncate (keep the head), keep_tail, reject "
+      "(INVALID_ARGUMENT) or window (average overlapping windows); default the model's policy");
   command
       .add_option("--deadline-ms", flags->deadline_ms,
                   "deadline of each Classify call (default: --timeout-ms)")

@@ -10,7 +10,6 @@
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -200,6 +199,8 @@ absl::Status Predict(const PredictFlags& flags) {
 
   struct Item {
     std::string file;
+    // Why this file has no result (it could not be read); the other files still get theirs.
+    absl::Status error;
     std::vector<std::int64_t> tokens;
     bool truncated = false;
     std::vector<double> logits;
@@ -207,9 +208,15 @@ absl::Status Predict(const PredictFlags& flags) {
   };
   std::vector<Item> items;
   for (const auto& file : flags.files) {
-    TS_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(file));
     Item item;
     item.file = file;
+    absl::StatusOr<std::string> read = ReadFile(file);
+    if (!read.ok()) {
+      item.error = read.status();
+      items.push_back(std::move(item));
+      continue;
+    }
+    const std::string& bytes = *read;
     item.truncated = static_cast<std::int64_t>(bytes.size()) > max_length;
     const std::size_t kept = std::min<std::size_t>(bytes.size(), max_length);
     item.tokens.reserve(kept);
@@ -220,8 +227,10 @@ absl::Status Predict(const PredictFlags& flags) {
   }
 
   // Similar lengths share a batch, so little compute goes to padding.
-  std::vector<std::size_t> order(items.size());
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (items[i].error.ok()) order.push_back(i);
+  }
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return items[a].tokens.size() < items[b].tokens.size();
   });
@@ -263,7 +272,20 @@ absl::Status Predict(const PredictFlags& flags) {
     TS_RETURN_IF_ERROR(ran.status());
   }
 
+  std::vector<std::string> failed;
+  absl::StatusCode first_error = absl::StatusCode::kOk;
   for (const auto& item : items) {
+    if (!item.error.ok()) {
+      // The error object tsctl classify --json prints for an input that failed.
+      if (failed.empty()) first_error = item.error.code();
+      failed.push_back(item.file);
+      std::cout << DumpJson(Json{{"file", item.file},
+                                 {"error",
+                                  {{"code", absl::StatusCodeToString(item.error.code())},
+                                   {"message", std::string(item.error.message())}}}})
+                << "\n";
+      continue;
+    }
     // Softmax in double, stable against large logits.
     const double top = *std::max_element(item.logits.begin(), item.logits.end());
     double sum = 0;
@@ -283,11 +305,17 @@ absl::Status Predict(const PredictFlags& flags) {
                                {"logits", std::move(logits)},
                                {"probabilities", ProbabilitiesJson(probabilities)},
                                {"path", std::string(AttentionPathName(item.path))},
-                               {"tokens", item.tokens.size()},
+                               // What the model saw, incl. CLS: the server's `tokens`.
+                               {"tokens", item.tokens.size() + 1},
                                {"truncated", item.truncated}})
               << "\n";
   }
   std::cout.flush();
+  if (!failed.empty()) {
+    return absl::Status(first_error,
+                        absl::StrCat(failed.size(), " of ", items.size(),
+                                     " files could not be read: ", absl::StrJoin(failed, ", ")));
+  }
   return absl::OkStatus();
 }
 
@@ -392,7 +420,9 @@ int Main(int argc, char** argv) {
     CLI::App* command = AddCommand(
         app, "predict",
         "Classify each file (its bytes are the tokens; longer files keep their head). Prints "
-        "one JSON object per file, in input order.",
+        "one JSON object per file, in input order: the result, or {\"file\":...,\"error\":{"
+        "\"code\":...,\"message\":...}} for a file that cannot be read (then exits 1 after the "
+        "others). `tokens` counts what the model saw, incl. CLS, as the server does.",
         flags, Predict, &threads, &run);
     command->add_option("FILE", flags->files, "the inputs")->required();
     command->add_option("--checkpoint", flags->checkpoint, "the model")->required();

@@ -193,6 +193,74 @@ TEST(JobFormatTest, ProgressLine) {
             R"("epoch":0.64,"loss":1.23412,"learning_rate":0.00099,"examples_per_second":12.34})");
 }
 
+TEST(JobFormatTest, AnEvaluationShowsItsExamplesNotSteps) {
+  // What the server publishes when an evaluation starts: the data set's size, no steps.
+  JobEvent event = FromText<JobEvent>(R"pb(
+    type: PROGRESS
+    job {
+      id: "j-2"
+      kind: JOB_KIND_EVALUATION
+      name: "e"
+      state: JOB_STATE_RUNNING
+      progress { validation_examples: 512 }
+    }
+  )pb");
+  EXPECT_EQ(JobEventText(event), "evaluating 512 examples");
+  EXPECT_EQ(JobEventJson(event),
+            R"({"event":"progress","id":"j-2","state":"RUNNING","examples":null,)"
+            R"("total_examples":512,"examples_per_second":null})");
+  event.set_type(JobEvent::SNAPSHOT);
+  EXPECT_EQ(JobEventText(event), "job j-2 e (evaluation): RUNNING, 512 examples");
+  const std::string running = JobDetails(event.job());
+  EXPECT_THAT(running, HasSubstr("examples: 512 examples to evaluate\n"));
+  EXPECT_THAT(running, Not(HasSubstr("step")));
+
+  Job* job = event.mutable_job();
+  job->set_state(taylorshift::v1::JOB_STATE_SUCCEEDED);
+  *job->mutable_report() = FromText<EvaluationReport>(
+      R"pb(examples: 512 loss: 0.52 accuracy: 0.81 macro_f1: 0.8 examples_per_second: 2100)pb");
+  event.set_type(JobEvent::STATE);
+  EXPECT_EQ(JobEventText(event),
+            "state SUCCEEDED: evaluated 512/512 examples 2100.0 ex/s; acc 0.81 f1 0.8 loss 0.52 "
+            "(512 examples)");
+  event.set_type(JobEvent::PROGRESS);
+  EXPECT_EQ(JobEventText(event), "evaluated 512/512 examples 2100.0 ex/s");
+  EXPECT_THAT(JobEventJson(event), HasSubstr(R"("examples":512,"total_examples":512,)"
+                                             R"("examples_per_second":2100})"));
+  for (const std::string& text : {JobEventText(event), JobDetails(*job)}) {
+    EXPECT_THAT(text, Not(HasSubstr("loss 0 lr 0"))) << text;
+    EXPECT_THAT(text, Not(HasSubstr("0/0"))) << text;
+  }
+  const std::string done = JobDetails(*job);
+  EXPECT_THAT(done, HasSubstr("examples: 512/512 examples\nexamples_per_second: 2100.0\n"));
+  EXPECT_THAT(done, HasSubstr("report: acc 0.81 f1 0.8 loss 0.52 (512 examples)\n"));
+}
+
+TEST(JobFormatTest, WatchProgressCountsStepsOrNamesTheExamples) {
+  Job job = FromText<Job>(R"pb(
+    kind: JOB_KIND_TRAINING
+    state: JOB_STATE_RUNNING
+    progress { step: 40 total_steps: 300 loss: 1.23412 }
+  )pb");
+  Progress progress = WatchProgress(job);
+  EXPECT_EQ(progress.unit, "steps");
+  EXPECT_EQ(progress.done, 40);
+  EXPECT_EQ(progress.total, 300);
+  EXPECT_EQ(progress.detail, "loss 1.234");
+  job.set_state(taylorshift::v1::JOB_STATE_QUEUED);
+  job.mutable_progress()->set_step(0);
+  EXPECT_EQ(WatchProgress(job).detail, "QUEUED");
+
+  job = FromText<Job>(R"pb(
+    kind: JOB_KIND_EVALUATION
+    state: JOB_STATE_RUNNING
+    progress { validation_examples: 512 }
+  )pb");
+  progress = WatchProgress(job);
+  EXPECT_EQ(progress.unit, "");  // no count while it runs: no made-up 0/512
+  EXPECT_EQ(progress.detail, "evaluating 512 examples");
+}
+
 TEST(JobFormatTest, ValidationLine) {
   JobEvent event;
   event.set_type(JobEvent::VALIDATION);

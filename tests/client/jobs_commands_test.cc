@@ -539,6 +539,72 @@ TEST_F(JobsCommandsServiceTest, GetCancelAndPromote) {
   EXPECT_THAT(service_.record().rpcs, ElementsAre("GetJob", "CancelJob", "PromoteCheckpoint"));
 }
 
+TEST_F(JobsCommandsServiceTest, CancelSaysARunningJobIsStoppingNotRunning) {
+  // CancelJob answers a running job as it is then: still RUNNING, asked to stop.
+  FakeJobsService::Script script;
+  script.job =
+      FromText<Job>(R"pb(id: "j-5" kind: JOB_KIND_TRAINING name: "t" state: JOB_STATE_RUNNING)pb");
+  service_.set_script(script);
+  const Output cancel = Capture([&] { return RunCommand("jobs", Args({"cancel", "j-5"})); });
+  EXPECT_EQ(cancel.status, kExitOk) << cancel.err;
+  EXPECT_THAT(cancel.lines,
+              ElementsAre("cancel requested; job j-5 is stopping (tsctl jobs watch j-5 follows it "
+                          "to the end)"));
+  const Output json = Capture([&] {
+    return RunCommand("jobs", Args({"cancel", "j-5", "--json"}));
+  });
+  EXPECT_THAT(json.lines, ElementsAre(JobJson(script.job)));  // the server's answer, as is
+  EXPECT_THAT(service_.record().rpcs, ElementsAre("CancelJob", "CancelJob"));
+}
+
+TEST_F(JobsCommandsServiceTest, PlotRefusesAnEvaluationJob) {
+  FakeJobsService::Script script;
+  script.job = FromText<Job>(
+      R"pb(id: "j-6" kind: JOB_KIND_EVALUATION name: "e" state: JOB_STATE_SUCCEEDED)pb");
+  service_.set_script(script);
+  const std::string path = ::testing::TempDir() + "jobs_commands_test_eval.svg";
+  std::remove(path.c_str());
+  const Output out = Capture([&] {
+    return RunCommand("jobs", Args({"plot", "j-6", "--out", path}));
+  });
+  EXPECT_EQ(out.status, kExitError);
+  EXPECT_TRUE(out.lines.empty());
+  EXPECT_THAT(out.err, HasSubstr("job j-6 is an evaluation: evaluations have no loss curve"));
+  EXPECT_FALSE(std::ifstream(path).good()) << "no chart is written";
+  EXPECT_THAT(service_.record().rpcs, ElementsAre("GetJob"));
+}
+
+TEST_F(JobsCommandsServiceTest, EvalWaitPrintsExamplesAndTheReport) {
+  TempSpec spec("name: e\nmodel: imdb\ndata: {format: jsonl, path: test.jsonl}\n");
+  FakeJobsService::Script script;
+  const std::string base = R"pb(id: "j-2" kind: JOB_KIND_EVALUATION name: "e")pb";
+  script.job = FromText<Job>(base + "state: JOB_STATE_QUEUED");
+  script.events = {
+      Event(JobEvent::SNAPSHOT, base + "state: JOB_STATE_QUEUED"),
+      Event(JobEvent::STATE, base + "state: JOB_STATE_RUNNING"),
+      Event(JobEvent::PROGRESS,
+            base + "state: JOB_STATE_RUNNING progress { validation_examples: 100 }"),
+      Event(JobEvent::STATE, base + R"pb(state: JOB_STATE_SUCCEEDED
+                                         progress { validation_examples: 100 }
+                                         report {
+                                           examples: 100
+                                           loss: 0.5
+                                           accuracy: 0.75
+                                           macro_f1: 0.7
+                                           examples_per_second: 250
+                                         })pb"),
+  };
+  service_.set_script(script);
+  const Output out = Capture([&] {
+    return RunCommand("eval", Args({"--spec", spec.path(), "--wait"}));
+  });
+  EXPECT_EQ(out.status, kExitOk) << out.err;
+  EXPECT_THAT(out.lines, ElementsAre("job j-2 e (evaluation): QUEUED", "state RUNNING",
+                                     "evaluating 100 examples",
+                                     "state SUCCEEDED: evaluated 100/100 examples 250.0 ex/s; acc "
+                                     "0.75 f1 0.7 loss 0.5 (100 examples)"));
+}
+
 // A history in pages of two entries, as a server would split it.
 std::vector<taylorshift::v1::GetJobHistoryResponse> HistoryPages() {
   using taylorshift::v1::GetJobHistoryResponse;

@@ -253,7 +253,12 @@ TEST(LoadGeneratorTest, ClosedLoopSendsExactlyTheRequestedCount) {
   options.concurrency = 4;
   options.max_requests = 50;
   ASSERT_TRUE(ValidateLoadOptions(options).ok());
-  const BenchReport report = RunLoad(options, generator, call);
+  std::atomic<int> heard_ok{0}, heard_failed{0};
+  const BenchReport report = RunLoad(options, generator, call,
+                                     [&](bool ok) { (ok ? heard_ok : heard_failed).fetch_add(1); });
+  // The progress callback hears of every request, as the report counts them.
+  EXPECT_EQ(heard_ok.load(), 40);
+  EXPECT_EQ(heard_failed.load(), 10);
   EXPECT_EQ(calls.load(), 50);
   EXPECT_EQ(wrong_length.load(), 0);
   EXPECT_EQ(report.requests, 50);

@@ -121,8 +121,10 @@ TEST_F(TsmodelTest, PredictPrintsOneJsonLinePerFileInInputOrder) {
   ASSERT_EQ(lines.size(), 3u) << run.out;
   EXPECT_NE(lines[0].find(R"(long \"quoted\".txt")"), std::string::npos) << lines[0];
   EXPECT_NE(lines[1].find("short.txt"), std::string::npos) << lines[1];
-  EXPECT_NE(lines[2].find(R"("tokens":64,"truncated":true)"), std::string::npos) << lines[2];
-  EXPECT_NE(lines[1].find(R"("tokens":11,"truncated":false)"), std::string::npos) << lines[1];
+  // `tokens` is what the model saw, incl. CLS, as the server's ClassifyResponse counts it: the
+  // 11 bytes plus CLS, and max_length (64) plus CLS for the truncated file.
+  EXPECT_NE(lines[2].find(R"("tokens":65,"truncated":true)"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[1].find(R"("tokens":12,"truncated":false)"), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find(R"("path":"direct")"), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find(R"("label":"neg")"), std::string::npos) << lines[1];
 
@@ -166,6 +168,38 @@ TEST_F(TsmodelTest, PredictPrintsOneJsonLinePerFileInInputOrder) {
       }
     }
   }
+}
+
+TEST_F(TsmodelTest, PredictReportsAMissingFileInPlaceAndStillClassifiesTheOthers) {
+  Import();
+  const std::string first = dir_ + "/first.txt", last = dir_ + "/last.txt";
+  const std::string missing = dir_ + "/missing.txt";
+  // 37 bytes: the server answers tokens 38 for this file (37 + CLS).
+  WriteText(first, std::string(37, 'a'));
+  WriteText(last, "TaylorShift");
+  const ToolRun run = Tsmodel("predict --checkpoint " + checkpoint_ + " --threads 1 " + first +
+                              " " + missing + " " + last);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("1 of 3 files"), std::string::npos) << run.err;
+  const auto lines = Lines(run.out);
+  ASSERT_EQ(lines.size(), 3u) << run.out;
+  std::vector<nlohmann::json> objects;
+  for (const std::string& line : lines) {
+    objects.push_back(nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false));
+    ASSERT_TRUE(objects.back().is_object()) << line;
+  }
+  EXPECT_EQ(objects[0].value("file", ""), first);
+  EXPECT_EQ(objects[0].value("tokens", -1), 38) << lines[0];
+  EXPECT_TRUE(objects[0].contains("label")) << lines[0];
+  // The failed input's object has tsctl classify --json's error shape, in its place.
+  EXPECT_EQ(objects[1].value("file", ""), missing);
+  ASSERT_EQ(objects[1].size(), 2u) << lines[1];
+  EXPECT_EQ(objects[1]["error"].value("code", ""), "NOT_FOUND") << lines[1];
+  EXPECT_NE(objects[1]["error"].value("message", "").find("missing.txt does not exist"),
+            std::string::npos)
+      << lines[1];
+  EXPECT_EQ(objects[2].value("file", ""), last);
+  EXPECT_EQ(objects[2].value("tokens", -1), 12) << lines[2];
 }
 
 TEST_F(TsmodelTest, CalibrateThenUseTheCalibration) {
