@@ -72,7 +72,7 @@ def attention_table(rows):
         m = re.match(r"BM_Attention_(\w+?)/N:(\d+)/d:(\d+)", name)
         if m:
             by_shape.setdefault((int(m.group(3)), int(m.group(2))), {})[m.group(1)] = ms
-    columns = ["softmax_flash", "softmax_efficient", "softmax_cudnn", "direct", "efficient"]
+    columns = ["softmax", "softmax_flash", "softmax_efficient", "softmax_cudnn", "direct", "efficient"]
     lines = ["    d      N " + "".join(f"{c:>18}" for c in columns) + "   best SDPA/efficient"]
     for (d, n), times in sorted(by_shape.items()):
         sdpa = [t for k, t in times.items() if k.startswith("softmax") and t]

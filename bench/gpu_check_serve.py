@@ -33,6 +33,7 @@ def main():
     parser.add_argument("--device", default="cuda", help="where tsserver serves (cpu to try it)")
     parser.add_argument("--precision", default="bf16", help="the served models' precision")
     args = parser.parse_args()
+    args.root = os.path.abspath(args.root)
     work = tempfile.mkdtemp(prefix="gpu-check-serve-")
     inputs = []
     for model, path, expected in CASES:
@@ -80,8 +81,8 @@ models:
             case["cpu"] = json.loads(cpu.stdout.splitlines()[0]) if cpu.returncode == 0 else None
             start = time.time()
             grpc_answer = subprocess.run(
-                [os.path.join(args.bin, "tsctl"), "--server", grpc, "classify", "--model", model,
-                 "--json", "--top-k", "10", path], capture_output=True, text=True, timeout=60)
+                [os.path.join(args.bin, "tsctl"), "classify", "--server", grpc, "--model", model,
+                 "--json", path], capture_output=True, text=True, timeout=60)
             case["tsctl_ms"] = round(1000 * (time.time() - start), 1)
             case["gpu_grpc"] = (json.loads(grpc_answer.stdout.splitlines()[0])
                                 if grpc_answer.returncode == 0 else {"error": grpc_answer.stderr})

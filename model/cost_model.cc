@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 namespace ts {
@@ -93,16 +94,43 @@ TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
       (batch * n * saved_per_token * static_cast<double>(s.depth) + embedding) * bytes);
   // One block's attention at its peak, held twice (forward kept for backward, and the
   // backward's temporaries): direct keeps N×N scores, Taylor terms and weights per head;
-  // efficient keeps O(N·d) features and the d³ moment tensors.
-  const double attention_entries = s.efficient
-                                       ? batch * heads * (6 * n * d + 3 * d * d * d + 2 * d * d)
-                                       : batch * heads * (4 * n * n + 2 * n * d);
+  // efficient keeps O(N·d) features and the d³ moment tensors. With a crossover, the peak is the
+  // larger of the longest direct batch and the max_length batch.
+  e.efficient_at_max_length = n > static_cast<double>(s.direct_up_to_tokens);
+  const double direct_n = std::min(n, static_cast<double>(s.direct_up_to_tokens));
+  const double direct_entries = batch * heads * (4 * direct_n * direct_n + 2 * direct_n * d);
+  const double efficient_entries =
+      e.efficient_at_max_length ? batch * heads * (6 * n * d + 3 * d * d * d + 2 * d * d) : 0.0;
+  const double attention_entries = std::max(direct_entries, efficient_entries);
   e.attention_bytes = static_cast<std::int64_t>(2 * attention_entries * bytes);
   e.data_bytes = s.data_bytes;
   e.runtime_bytes = std::int64_t{256} << 20;  // measured: ~190 MB resident for a tiny job
   e.total_bytes =
       e.state_bytes + e.activation_bytes + e.attention_bytes + e.data_bytes + e.runtime_bytes;
   return e;
+}
+
+std::vector<std::string> DominantMemoryTerms(const TrainingMemoryEstimate& e) {
+  const char* attention = e.efficient_at_max_length
+                              ? "attention (efficient path at max_length, direct below the "
+                                "crossover)"
+                              : "attention (direct path: N×N scores per head)";
+  std::vector<std::pair<std::int64_t, std::string>> terms = {
+      {e.attention_bytes, attention},
+      {e.activation_bytes, "activations kept for backward (batch × max_length × depth)"},
+      {e.state_bytes, "weights, gradients and optimizer moments"},
+      {e.data_bytes, "the data held in memory"},
+      {e.runtime_bytes, "the worker process itself"},
+  };
+  std::stable_sort(terms.begin(), terms.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (const auto& [bytes, what] : terms) {
+    char buffer[48];
+    std::snprintf(buffer, sizeof(buffer), "%.2f GiB ", static_cast<double>(bytes) / (1 << 30));
+    out.push_back(buffer + what);
+  }
+  return out;
 }
 
 }  // namespace ts

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace ts {
 
@@ -41,8 +43,13 @@ struct TrainingMemoryShape {
   std::int64_t max_length = 0;  // input tokens (the CLS token is added)
   std::int64_t num_classes = 2;
   std::int64_t vocab_size = 256;
-  std::int64_t batch = 1;       // examples per rank per step
-  bool efficient = false;       // the efficient path (else direct, the larger at long inputs)
+  std::int64_t batch = 1;  // examples per rank per step
+  // The path as the trainer runs it: direct for sequences of up to `direct_up_to_tokens` tokens
+  // (incl. CLS), efficient above. 0 = always efficient; kAlwaysDirect = always direct; `auto`
+  // is TrainingCrossoverTokens(d). The peak is the larger of both sides: a batch of the longest
+  // direct length and one of max_length + 1.
+  static constexpr std::int64_t kAlwaysDirect = INT64_MAX;
+  std::int64_t direct_up_to_tokens = kAlwaysDirect;
   int element_bytes = 4;        // 4 float32, 8 float64
   int optimizer_states = 2;     // AdamW / LAMB moments per parameter
   std::int64_t data_bytes = 0;  // the training and validation data held in memory
@@ -56,7 +63,12 @@ struct TrainingMemoryEstimate {
   std::int64_t data_bytes = 0;
   std::int64_t runtime_bytes = 0;  // the process itself (LibTorch, allocator, threads)
   std::int64_t total_bytes = 0;
+  bool efficient_at_max_length = false;  // the path the longest batch runs
 };
+
+// The terms of `estimate`, largest first, as "attention 15.9 GiB (direct, N×N scores per head),
+// activations 0.4 GiB, ...": what a refusal names so that the user knows what to change.
+std::vector<std::string> DominantMemoryTerms(const TrainingMemoryEstimate& estimate);
 
 TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& shape);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -36,6 +38,21 @@ absl::Status KeepFreedHeapMemory(std::int64_t keep_bytes) {
   return absl::FailedPreconditionError(
       "heap_keep_freed_bytes needs glibc's malloc; set it to 0 with this C library");
 #endif
+}
+
+absl::Status LimitOneDnnPrimitiveCache(int capacity) {
+  if (capacity < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("onednn_primitive_cache_capacity must be >= 0, got ", capacity));
+  }
+  const std::string value = std::to_string(capacity);
+  // Not overwritten: an operator's own setting wins.
+  for (const char* name : {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY"}) {
+    if (setenv(name, value.c_str(), /*overwrite=*/0) != 0) {
+      return absl::InternalError(absl::StrCat("setenv ", name, " failed"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ts

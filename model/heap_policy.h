@@ -26,4 +26,17 @@ absl::Status KeepFreedHeapMemory(std::int64_t keep_bytes);
 // The default of tsserver's `heap_keep_freed_bytes` and of the tools: 1 GiB.
 inline constexpr std::int64_t kDefaultHeapKeepFreedBytes = std::int64_t{1} << 30;
 
+// Bounds oneDNN's primitive cache (LibTorch's CPU operators and our sgemm run on oneDNN) to
+// `capacity` primitives, by setting ONEDNN_PRIMITIVE_CACHE_CAPACITY (and the older
+// DNNL_PRIMITIVE_CACHE_CAPACITY) for this process and the processes it starts, unless the
+// environment sets it already. oneDNN keeps a primitive, with its JIT code and buffers, per
+// distinct shape, 1024 by default; training batches padded to their longest document have a new
+// shape nearly every step, so a worker's resident memory grew without bound (0.8 → 2.3 GiB over
+// 200 steps of the demo recipe; flat with the cache off; bench/memory_grid.py). Call at start,
+// before any tensor operation. INVALID_ARGUMENT for a negative capacity.
+absl::Status LimitOneDnnPrimitiveCache(int capacity);
+
+// The default of tsserver's `onednn_primitive_cache_capacity`.
+inline constexpr int kDefaultOneDnnPrimitiveCacheCapacity = 64;
+
 }  // namespace ts

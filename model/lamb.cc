@@ -5,6 +5,8 @@
 #include <cmath>
 #include <string>
 
+#include "model/torch_compat.h"
+
 namespace ts {
 
 LambOptions::LambOptions(double lr) : lr_(lr) {}
@@ -78,7 +80,7 @@ torch::Tensor Lamb::step(LossClosure closure) {
       if (!p.grad().defined()) continue;
       const torch::Tensor& grad = p.grad();
       TORCH_CHECK(!grad.is_sparse(), "Lamb does not support sparse gradients");
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const compat::OptimizerStateKey key = compat::ParamStateKey(p);
       auto it = state_.find(key);
       if (it == state_.end()) {
         auto state = std::make_unique<LambParamState>();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cstdint>
 #include <string>
@@ -44,6 +45,18 @@ int CudaDeviceIndex(const torch::Device& device);
 // no fused SDPA: ScaledDotProductAttention computes it with matmul and softmax). Process-wide;
 // for benchmarks.
 bool UseOnlySdpaBackend(const std::string& backend);
+
+// The key of a parameter in torch::optim::Optimizer's per-parameter state map: its TensorImpl's
+// address as a string in LibTorch 1.x, the address itself in 2.x.
+#if TORCH_VERSION_MAJOR >= 2
+using OptimizerStateKey = void*;
+inline OptimizerStateKey ParamStateKey(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
+#else
+using OptimizerStateKey = std::string;
+inline OptimizerStateKey ParamStateKey(const torch::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+#endif
 
 // Device memory of `device` (CUDA only; zeros elsewhere).
 struct DeviceMemory {

@@ -101,10 +101,10 @@ struct JobsConfig {
   std::int64_t memory_budget_bytes = 0;
   // false = no refusal at submission (the workers' address-space limit still applies).
   bool memory_admission = true;
-  // Each rank runs under RLIMIT_AS = memory_budget_bytes / ranks + this: the address space a
-  // worker maps without using it (libraries, thread stacks, allocator reservations; ~1.1 GiB
-  // measured for one thread).
-  std::int64_t worker_address_space_overhead_bytes = std::int64_t{2} << 30;
+  // Each rank runs under RLIMIT_AS = memory_budget_bytes / ranks + this + the shared libraries
+  // the server maps (measured at start; the worker maps the same LibTorch): the address space a
+  // worker maps without using it besides its libraries (thread stacks, allocator reservations).
+  std::int64_t worker_address_space_overhead_bytes = std::int64_t{1} << 30;
   JobLimits limits;
 };
 
@@ -143,6 +143,9 @@ struct ServerConfig {
   // Let float32 products and convolutions on CUDA use TF32 tensor cores (10-bit mantissa): faster
   // fp32 models, at about 1e-3 relative error. Off, fp32 means float32 (docs/GPU.md).
   bool cuda_allow_tf32 = false;
+  // oneDNN primitives cached per process (and its workers), by shape (model/heap_policy.h);
+  // unbounded growth of a training worker's memory came from the default, 1024.
+  int onednn_primitive_cache_capacity = 64;
   std::int64_t max_message_bytes = 64 << 20;
   int max_concurrent_streams = 256;
   // Elements of one KServe v2 ModelInfer request (its batch dimension), gRPC and REST.

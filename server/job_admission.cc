@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "model/cost_model.h"
 #include "model/quoted.h"
@@ -15,6 +16,29 @@
 namespace ts::server {
 namespace pb = taylorshift::v1;
 namespace fs = std::filesystem;
+
+namespace {
+
+// The advice of a refusal: what the dominant term depends on.
+std::string WhatToChange(const pb::TrainingSpec& spec, const TrainingMemoryEstimate& e) {
+  if (e.attention_bytes >= e.activation_bytes && e.attention_bytes >= e.state_bytes &&
+      !e.efficient_at_max_length) {
+    return "The direct path's N×N scores dominate: set path: efficient (or auto), or lower "
+           "max_length or batch_size.";
+  }
+  if (e.activation_bytes + e.attention_bytes >= e.state_bytes + e.data_bytes) {
+    return "Activations dominate: lower batch_size (or max_length), or run more workers to split "
+           "the batch.";
+  }
+  if (e.data_bytes >= e.state_bytes) {
+    return "The data held in memory dominates: use a smaller data set or raise the budget.";
+  }
+  return spec.model().embed_dim() > 0
+             ? "The model's weights and optimizer state dominate: lower embed_dim or depth."
+             : "The checkpoint's weights and optimizer state dominate.";
+}
+
+}  // namespace
 
 absl::Status JobAdmission::CheckEnabled() const {
   if (jobs_.enabled) return absl::OkStatus();
@@ -44,20 +68,24 @@ absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
   if (!spec.init_from().empty()) {
     TS_RETURN_IF_ERROR(checkpoints_->Resolve(spec.init_from(), "init_from").status());
   }
-  const std::int64_t estimate = EstimateMemory(spec);
+  const TrainingMemoryEstimate estimate = EstimateRankMemory(spec);
+  const int ranks = static_cast<int>(std::max<std::uint32_t>(spec.workers(), 1));
+  const std::int64_t total = estimate.total_bytes * ranks;
   const std::int64_t budget = MemoryBudgetBytes(jobs_);
-  if (jobs_.memory_admission && estimate > budget) {
+  if (jobs_.memory_admission && total > budget) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the job's estimated peak memory is %d bytes (%.2f GiB over %d rank(s): batch_size %d, "
-        "max_length %d, embed_dim %d, depth %d), more than jobs.memory_budget_bytes %d (%.2f GiB)",
-        estimate, estimate / 1073741824.0, std::max<std::uint32_t>(spec.workers(), 1),
-        spec.batch_size(), spec.model().max_length(), spec.model().embed_dim(),
-        spec.model().depth(), budget, budget / 1073741824.0));
+        "max_length %d, embed_dim %d, depth %d, path %s), more than jobs.memory_budget_bytes %d "
+        "(%.2f GiB). Per rank, largest first: %s. %s",
+        total, total / 1073741824.0, ranks, spec.batch_size(), spec.model().max_length(),
+        spec.model().embed_dim(), spec.model().depth(), pb::AttentionPath_Name(spec.path()), budget,
+        budget / 1073741824.0, absl::StrJoin(DominantMemoryTerms(estimate), ", "),
+        WhatToChange(spec, estimate)));
   }
   pb::Job job;
   job.set_kind(pb::JOB_KIND_TRAINING);
   job.set_name(spec.name());
-  job.mutable_progress()->set_memory_estimate_bytes(static_cast<std::uint64_t>(estimate));
+  job.mutable_progress()->set_memory_estimate_bytes(static_cast<std::uint64_t>(total));
   *job.mutable_training() = std::move(spec);
   return job;
 }
@@ -92,7 +120,7 @@ absl::StatusOr<pb::Job> JobAdmission::Evaluation(pb::EvaluationSpec spec) const 
   return job;
 }
 
-std::int64_t JobAdmission::EstimateMemory(const pb::TrainingSpec& spec) const {
+TrainingMemoryEstimate JobAdmission::EstimateRankMemory(const pb::TrainingSpec& spec) const {
   const int ranks = static_cast<int>(std::max<std::uint32_t>(spec.workers(), 1));
   // The data every rank holds: the files' sizes (a folder's files), or the generated examples.
   std::int64_t data_bytes = 0;
@@ -129,7 +157,19 @@ std::int64_t JobAdmission::EstimateMemory(const pb::TrainingSpec& spec) const {
     shape.heads = m.heads();
     shape.mlp_hidden = static_cast<std::int64_t>(std::llround(m.embed_dim() * m.mlp_ratio()));
     shape.max_length = m.max_length();
-    shape.efficient = spec.path() == pb::ATTENTION_PATH_EFFICIENT;
+    // The path as the trainer runs it: `auto` switches at the training crossover per batch,
+    // so the longest direct batch and the max_length batch are both candidates for the peak.
+    switch (spec.path()) {
+      case pb::ATTENTION_PATH_EFFICIENT:
+        shape.direct_up_to_tokens = 0;
+        break;
+      case pb::ATTENTION_PATH_AUTO:
+        shape.direct_up_to_tokens =
+            TrainingCrossoverTokens(m.embed_dim() / std::max(m.heads(), 1u));
+        break;
+      default:  // direct and softmax hold N×N scores per head
+        shape.direct_up_to_tokens = TrainingMemoryShape::kAlwaysDirect;
+    }
   }
   TrainingMemoryEstimate estimate = EstimateTrainingMemory(shape);
   if (!spec.init_from().empty()) {
@@ -138,9 +178,17 @@ std::int64_t JobAdmission::EstimateMemory(const pb::TrainingSpec& spec) const {
     auto path = checkpoints_->Resolve(spec.init_from(), "init_from");
     std::error_code error;
     const auto size = path.ok() ? fs::file_size(*path, error) : 0;
-    if (!error) estimate.total_bytes += 5 * static_cast<std::int64_t>(size);
+    if (!error) {
+      estimate.state_bytes += 5 * static_cast<std::int64_t>(size);
+      estimate.total_bytes += 5 * static_cast<std::int64_t>(size);
+    }
   }
-  return estimate.total_bytes * ranks;
+  return estimate;
+}
+
+std::int64_t JobAdmission::EstimateMemory(const pb::TrainingSpec& spec) const {
+  return EstimateRankMemory(spec).total_bytes *
+         static_cast<std::int64_t>(std::max<std::uint32_t>(spec.workers(), 1));
 }
 
 }  // namespace ts::server

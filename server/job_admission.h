@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/cost_model.h"
 #include "model/data_root.h"
 #include "server/config.h"
 #include "server/job_checkpoints.h"
@@ -41,6 +42,8 @@ class JobAdmission {
   // The peak memory of the spec's job over all its ranks (model/cost_model.h), with the data it
   // loads (file sizes, or the generated examples) and, for init_from, the checkpoint's size.
   std::int64_t EstimateMemory(const taylorshift::v1::TrainingSpec& spec) const;
+  // One rank's estimate, term by term.
+  TrainingMemoryEstimate EstimateRankMemory(const taylorshift::v1::TrainingSpec& spec) const;
 
  private:
   absl::Status CheckEnabled() const;

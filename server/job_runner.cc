@@ -1,7 +1,10 @@
 #include "server/job_runner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,6 +19,27 @@
 namespace ts::server {
 namespace pb = taylorshift::v1;
 namespace fs = std::filesystem;
+
+namespace {
+
+// Address space of this process's shared-library mappings (/proc/self/maps: every mapping of a
+// file whose name holds ".so"), 0 where it cannot be read.
+std::int64_t MappedLibraryBytes() {
+  std::ifstream maps("/proc/self/maps");
+  std::int64_t total = 0;
+  std::string line;
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos || line.find(".so", slash) == std::string::npos) continue;
+    std::uint64_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) == 2 && end > begin) {
+      total += static_cast<std::int64_t>(end - begin);
+    }
+  }
+  return total;
+}
+
+}  // namespace
 
 AttemptVerdict JudgeAttempt(const absl::Status& status, bool stopped, bool cancelled,
                             bool shutting_down, std::uint32_t retries, std::uint32_t max_retries) {
@@ -142,8 +166,12 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   process_options.task_file = task_file;
   process_options.world_size = world;
   process_options.threads = static_cast<int>(std::max<std::uint32_t>(task.threads(), 1));
-  process_options.address_space_bytes = static_cast<std::uint64_t>(
-      MemoryBudgetBytes(options_.jobs) / world + options_.jobs.worker_address_space_overhead_bytes);
+  // The worker maps the same LibTorch (and a subset of the other libraries) as this process: a
+  // CUDA LibTorch alone maps about 2.5 GiB, before the worker allocates anything.
+  static const std::int64_t libraries = MappedLibraryBytes();
+  process_options.address_space_bytes =
+      static_cast<std::uint64_t>(MemoryBudgetBytes(options_.jobs) / world +
+                                 options_.jobs.worker_address_space_overhead_bytes + libraries);
   process_options.heartbeat_timeout = options_.jobs.heartbeat_timeout;
   process_options.stop_grace = options_.jobs.stop_grace;
   process_options.clock = context_->clock;

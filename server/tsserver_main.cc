@@ -114,6 +114,12 @@ int Run(int argc, char** argv) {
   const int threads = config->intra_op_threads > 0
                           ? config->intra_op_threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Before any tensor operation; the workers this server starts inherit it.
+  if (auto cache = LimitOneDnnPrimitiveCache(config->onednn_primitive_cache_capacity);
+      !cache.ok()) {
+    Log(absl::StrCat("configuration error: ", cache.message()));
+    return 1;
+  }
   compat::SetThreads(threads);
   compat::SetCudaTf32(config->cuda_allow_tf32);
   if (auto heap = KeepFreedHeapMemory(config->heap_keep_freed_bytes); !heap.ok()) {

@@ -282,6 +282,9 @@ int Main(int argc, char** argv) {
 }  // namespace ts::worker
 
 int main(int argc, char** argv) try {
+  // Before any tensor operation; a value from tsserver's environment (its
+  // onednn_primitive_cache_capacity) wins.
+  (void)ts::LimitOneDnnPrimitiveCache(ts::kDefaultOneDnnPrimitiveCacheCapacity);
   return ts::worker::Main(argc, argv);
 } catch (const std::exception& e) {  // outside the job, which reports its own failures
   std::cerr << "tsworker: " << e.what() << "\n";

@@ -1366,6 +1366,11 @@ def needed_packages(binaries):
                 resolved[match.group(1)] = match.group(2)
         for library in needed:
             path = os.path.realpath(resolved[library])
+            if "/site-packages/" in path or path.startswith("/usr/local/cuda"):
+                # The CUDA build's LibTorch (PyPI's torch), its CUDA libraries and the CUDA
+                # toolkit's: the CUDA image takes them from its LibTorch and CUDA distributions,
+                # not from Debian.
+                continue
             owner = None
             for candidate in (path, path.replace("/usr/lib/", "/lib/", 1)):
                 result = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)

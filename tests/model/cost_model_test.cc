@@ -220,10 +220,38 @@ TEST(TrainingMemoryTest, EstimateGrowsWithWhatAJobHoldsAndDirectOutgrowsEfficien
   wide.element_bytes = 8;
   EXPECT_EQ(EstimateTrainingMemory(wide).state_bytes, 2 * base.state_bytes);
   TrainingMemoryShape efficient = shape;
-  efficient.efficient = true;
+  efficient.direct_up_to_tokens = 0;
   shape.max_length = efficient.max_length = 16384;
   EXPECT_GT(EstimateTrainingMemory(shape).attention_bytes,
             20 * EstimateTrainingMemory(efficient).attention_bytes);
+  // `auto` as the trainer runs it: direct up to the crossover, efficient above. The peak is the
+  // larger side, far below the direct path's at max_length.
+  TrainingMemoryShape automatic = efficient;
+  automatic.direct_up_to_tokens = TrainingCrossoverTokens(16);
+  const auto auto_estimate = EstimateTrainingMemory(automatic);
+  EXPECT_TRUE(auto_estimate.efficient_at_max_length);
+  EXPECT_GE(auto_estimate.attention_bytes, EstimateTrainingMemory(efficient).attention_bytes);
+  EXPECT_LT(auto_estimate.attention_bytes, EstimateTrainingMemory(shape).attention_bytes / 20);
+  // Below the crossover, auto is direct at max_length.
+  automatic.max_length = 100;
+  shape.max_length = 100;
+  EXPECT_FALSE(EstimateTrainingMemory(automatic).efficient_at_max_length);
+  EXPECT_EQ(EstimateTrainingMemory(automatic).attention_bytes,
+            EstimateTrainingMemory(shape).attention_bytes);
+}
+
+TEST(TrainingMemoryTest, DominantTermsComeLargestFirst) {
+  TrainingMemoryShape shape;
+  shape.embed_dim = 64;
+  shape.depth = 2;
+  shape.heads = 8;
+  shape.mlp_hidden = 128;
+  shape.max_length = 2048;
+  shape.batch = 16;
+  const auto terms = DominantMemoryTerms(EstimateTrainingMemory(shape));
+  ASSERT_EQ(terms.size(), 5u);
+  EXPECT_NE(terms.front().find("attention (direct path"), std::string::npos) << terms.front();
+  EXPECT_NE(terms.front().find(" GiB "), std::string::npos) << terms.front();
 }
 
 }  // namespace

@@ -331,10 +331,15 @@ TEST(GeluInferenceTest, MatchesLibTorchInPlace) {
     const float* before = y.data_ptr<float>();
     GeluInference_(y);
     EXPECT_EQ(y.data_ptr<float>(), before);  // in place
-    EXPECT_TRUE(torch::allclose(y, expected, 1e-6, 1e-6)) << "n " << n;
+    // Within 1e-6 (+ 1e-6 relative) of float64's GELU, and within 2e-6 of LibTorch's on finite
+    // values: LibTorch's own differs between versions by about 1e-6 (1.13 and 2.11 take
+    // different erf approximations), and 2.11's is not finite at +∞.
+    const auto x64 = x.to(torch::kFloat64);
+    const auto exact = (0.5 * x64 * (1 + torch::erf(x64 / std::sqrt(2.0)))).to(torch::kFloat32);
+    EXPECT_TRUE(torch::allclose(y, exact, 1e-6, 1e-6)) << "n " << n;
     EXPECT_EQ(y[8].item<float>(), std::numeric_limits<float>::infinity());
     const auto finite = torch::cat({torch::arange(8), torch::arange(9, n)});
-    EXPECT_LE((y - expected).index_select(0, finite).abs().max().item<float>(), 1e-6f) << "n " << n;
+    EXPECT_LE((y - expected).index_select(0, finite).abs().max().item<float>(), 2e-6f) << "n " << n;
   }
   at::set_num_threads(threads);
   auto nan = torch::full({3}, std::numeric_limits<float>::quiet_NaN());

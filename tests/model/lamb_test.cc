@@ -7,6 +7,8 @@
 #include <sstream>
 #include <vector>
 
+#include "model/torch_compat.h"
+
 namespace ts {
 namespace {
 
@@ -169,8 +171,8 @@ TEST(LambTest, SaveLoadRoundTripGivesIdenticalNextSteps) {
   std::stringstream fresh_stream;
   torch::save(fresh, fresh_stream);
   torch::load(reloaded_fresh, fresh_stream);
-  const auto& state = static_cast<const LambParamState&>(
-      *reloaded_fresh.state().at(c10::guts::to_string(d.unsafeGetTensorImpl())));
+  const auto& state =
+      static_cast<const LambParamState&>(*reloaded_fresh.state().at(compat::ParamStateKey(d)));
   EXPECT_EQ(state.step(), 1);
   EXPECT_TRUE(
       torch::allclose(state.exp_avg(), 0.15 * torch::tensor({0.3, -0.2, 0.1}, torch::kFloat64)));

@@ -83,6 +83,42 @@ TEST_F(JobAdmissionTest, AnEstimateOverTheBudgetIsRefusedWithBothNumbers) {
   EXPECT_TRUE(Admission().Training(TinySpec()).ok());
 }
 
+// docs/JOBS.md's first spec and models/source-lang-demo.yaml (embed_dim 64, depth 2, heads 8,
+// max_length 2048, batch 16, path auto): the trainer's auto runs efficient above 73 tokens at
+// d = 8. Admission once counted auto as direct at max_length (16.65 GiB) and refused the job on
+// a 24 GB machine; it is estimated as the trainer runs it: as the efficient path at max_length
+// (bench/memory_grid.py measured 0.99 GiB peak RSS over 12 steps for both).
+TEST_F(JobAdmissionTest, TheDocumentedFirstJobIsEstimatedAsTheTrainerRunsIt) {
+  pb::TrainingSpec spec = TinySpec();
+  auto* model = spec.mutable_model();
+  model->set_embed_dim(64);
+  model->set_depth(2);
+  model->set_heads(8);
+  model->set_mlp_ratio(2);
+  model->set_max_length(2048);
+  spec.set_batch_size(16);
+  jobs_.memory_budget_bytes = std::int64_t{11} << 30;  // half of a 24 GB machine, roughly
+  auto job = Admission().Training(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const auto estimate = static_cast<std::int64_t>(job->progress().memory_estimate_bytes());
+  EXPECT_LT(estimate, std::int64_t{1} << 30);
+  pb::TrainingSpec efficient = spec;
+  efficient.set_path(pb::ATTENTION_PATH_EFFICIENT);
+  EXPECT_EQ(estimate, Admission().EstimateMemory(efficient));
+
+  // The direct path at max_length really does hold N×N scores: refused, saying what to change.
+  spec.set_path(pb::ATTENTION_PATH_DIRECT);
+  auto refused = Admission().Training(spec);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  const std::string message(refused.status().message());
+  EXPECT_THAT(message, HasSubstr("path ATTENTION_PATH_DIRECT"));
+  EXPECT_THAT(message, HasSubstr("largest first: "));
+  EXPECT_THAT(message, HasSubstr("attention (direct path"));
+  EXPECT_THAT(message, HasSubstr("set path: efficient"));
+  spec.set_path(pb::ATTENTION_PATH_EFFICIENT);
+  EXPECT_TRUE(Admission().Training(spec).ok());
+}
+
 TEST_F(JobAdmissionTest, DataAndCheckpointsMustBeInTheDataRoot) {
   pb::TrainingSpec missing = TinySpec();
   missing.mutable_data()->mutable_train()->set_path("task/nope.jsonl");

@@ -366,7 +366,8 @@ TEST(MetricsTest, DeviceMemoryGaugesCuda) {
   std::unique_ptr<Metrics> metrics = RegistryOnly();
   ASSERT_NE(metrics, nullptr);
   const std::string text = metrics->Serialize();
-  for (std::size_t i = 0; i < torch::cuda::device_count(); ++i) {
+  const auto devices = static_cast<std::size_t>(torch::cuda::device_count());
+  for (std::size_t i = 0; i < devices; ++i) {
     const Labels labels = {{"device", absl::StrCat("cuda:", i)}};
     EXPECT_TRUE(Value(text, "taylorshift_device_memory_allocated_bytes", labels).has_value());
     EXPECT_TRUE(Value(text, "taylorshift_device_memory_reserved_bytes", labels).has_value());
