@@ -86,23 +86,26 @@ TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
   e.parameters = static_cast<std::int64_t>(params);
   // Weights, gradients, the optimizer's moments, and one more copy for clipping / the update.
   e.state_bytes = static_cast<std::int64_t>(params * bytes * (3 + s.optimizer_states));
-  // Saved for backward per token and block: two LayerNorms (input, output, statistics), q/k/v,
-  // the attention output, projection, residuals, the MLP's two hidden tensors, its output.
-  const double saved_per_token = 14 * c + 3 * hidden;
+  // Saved for backward per token and block: two LayerNorms (input, output, statistics), q/k/v
+  // and their normalised and scaled copies, the attention output, projection, residuals, the
+  // MLP's hidden tensors (fc1's output, GELU's), its output. Fitted to bench/memory_grid.py's
+  // measured peaks (docs/JOBS.md): 14C + 3L fell short by a quarter.
+  const double saved_per_token = 18 * c + 4 * hidden;
   const double embedding = batch * n * c * 4;  // one-hot input, embedding, positions, dropout
   e.activation_bytes = static_cast<std::int64_t>(
       (batch * n * saved_per_token * static_cast<double>(s.depth) + embedding) * bytes);
-  // One block's attention at its peak, held twice (forward kept for backward, and the
-  // backward's temporaries): direct keeps N×N scores, Taylor terms and weights per head;
-  // efficient keeps O(N·d) features and the d³ moment tensors. With a crossover, the peak is the
-  // larger of the longest direct batch and the max_length batch.
+  // One block's attention at its peak. Direct: 4 N×N tensors per head (scores, their squares,
+  // and the backward's gradients of both), which the measured peaks put at once. Efficient:
+  // O(N·d) features and the d³ moment tensors, held twice (forward kept for backward, and the
+  // backward's temporaries). With a crossover, the peak is the larger of the longest direct
+  // batch and the max_length batch.
   e.efficient_at_max_length = n > static_cast<double>(s.direct_up_to_tokens);
   const double direct_n = std::min(n, static_cast<double>(s.direct_up_to_tokens));
   const double direct_entries = batch * heads * (4 * direct_n * direct_n + 2 * direct_n * d);
   const double efficient_entries =
-      e.efficient_at_max_length ? batch * heads * (6 * n * d + 3 * d * d * d + 2 * d * d) : 0.0;
-  const double attention_entries = std::max(direct_entries, efficient_entries);
-  e.attention_bytes = static_cast<std::int64_t>(2 * attention_entries * bytes);
+      e.efficient_at_max_length ? 2 * batch * heads * (6 * n * d + 3 * d * d * d + 2 * d * d) : 0.0;
+  e.attention_bytes =
+      static_cast<std::int64_t>(std::max(direct_entries, efficient_entries) * bytes);
   e.data_bytes = s.data_bytes;
   e.runtime_bytes = std::int64_t{256} << 20;  // measured: ~190 MB resident for a tiny job
   e.total_bytes =

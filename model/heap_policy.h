@@ -32,8 +32,9 @@ inline constexpr std::int64_t kDefaultHeapKeepFreedBytes = std::int64_t{1} << 30
 // environment sets it already. oneDNN keeps a primitive, with its JIT code and buffers, per
 // distinct shape, 1024 by default; training batches padded to their longest document have a new
 // shape nearly every step, so a worker's resident memory grew without bound (0.8 → 2.3 GiB over
-// 200 steps of the demo recipe; flat with the cache off; bench/memory_grid.py). Call at start,
-// before any tensor operation. INVALID_ARGUMENT for a negative capacity.
+// 200 steps of the demo recipe; flat with the cache off; bench/memory_grid.py; tsserver gives its
+// workers jobs.onednn_primitive_cache_capacity). Call at start, before any tensor operation.
+// INVALID_ARGUMENT for a negative capacity.
 absl::Status LimitOneDnnPrimitiveCache(int capacity);
 
 // The default of tsserver's `onednn_primitive_cache_capacity`.

@@ -348,6 +348,7 @@ absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfi
           {"stop_grace_ms", Duration(&jobs->stop_grace, absl::Milliseconds(1))},
           {"memory_budget_bytes", Int64(&jobs->memory_budget_bytes)},
           {"memory_admission", Bool(&jobs->memory_admission)},
+          {"onednn_primitive_cache_capacity", Int(&jobs->onednn_primitive_cache_capacity)},
           {"worker_address_space_overhead_bytes",
            Int64(&jobs->worker_address_space_overhead_bytes)},
           {"limits",
@@ -392,6 +393,8 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
       CheckAtLeast(std::string("jobs.limits.max_workers"), limits.max_workers, 1),
       CheckAtLeast(std::string("jobs.limits.max_retries"), limits.max_retries, 0),
       CheckAtLeast<std::int64_t>("jobs.memory_budget_bytes", jobs.memory_budget_bytes, 0),
+      CheckAtLeast(std::string("jobs.onednn_primitive_cache_capacity"),
+                   jobs.onednn_primitive_cache_capacity, 0),
       CheckAtLeast<std::int64_t>("jobs.worker_address_space_overhead_bytes",
                                  jobs.worker_address_space_overhead_bytes, 0),
   };

@@ -73,7 +73,11 @@ struct JobLimits {
 
 // Training and evaluation jobs (the Jobs service).
 struct JobsConfig {
-  bool enabled = true;     // false = no Jobs service: the server runs no jobs
+  bool enabled = true;  // false = no Jobs service: the server runs no jobs
+  // oneDNN's primitive cache in each worker (ONEDNN_PRIMITIVE_CACHE_CAPACITY): training batches
+  // take a new shape nearly every step, so cached primitives only hold memory (1.22 → 0.77 GiB
+  // peak for the demo recipe at 0 against 64, the same speed; bench/memory_grid.py).
+  int onednn_primitive_cache_capacity = 0;
   int max_concurrent = 1;  // jobs running at once
   int max_queued = 64;     // QUEUED jobs at most; more → RESOURCE_EXHAUSTED
   // Intra-op threads of a job whose spec leaves `threads` at 0; 0 = automatic: the cores that
@@ -143,8 +147,8 @@ struct ServerConfig {
   // Let float32 products and convolutions on CUDA use TF32 tensor cores (10-bit mantissa): faster
   // fp32 models, at about 1e-3 relative error. Off, fp32 means float32 (docs/GPU.md).
   bool cuda_allow_tf32 = false;
-  // oneDNN primitives cached per process (and its workers), by shape (model/heap_policy.h);
-  // unbounded growth of a training worker's memory came from the default, 1024.
+  // oneDNN primitives the server caches by shape for serving (model/heap_policy.h): a batch's
+  // shape repeats within its length bucket. Workers take jobs.onednn_primitive_cache_capacity.
   int onednn_primitive_cache_capacity = 64;
   std::int64_t max_message_bytes = 64 << 20;
   int max_concurrent_streams = 256;

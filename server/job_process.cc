@@ -128,10 +128,17 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
       const bool ours = entry.rfind("MASTER_ADDR=", 0) == 0 ||
                         entry.rfind("MASTER_PORT=", 0) == 0 || entry.rfind("WORLD_SIZE=", 0) == 0 ||
                         entry.rfind("RANK=", 0) == 0 || entry.rfind("LOCAL_RANK=", 0) == 0 ||
-                        entry.rfind("OMP_NUM_THREADS=", 0) == 0;
+                        entry.rfind("OMP_NUM_THREADS=", 0) == 0 ||
+                        entry.rfind("ONEDNN_PRIMITIVE_CACHE_CAPACITY=", 0) == 0 ||
+                        entry.rfind("DNNL_PRIMITIVE_CACHE_CAPACITY=", 0) == 0;
       if (!ours) env_strings.push_back(entry);
     }
     env_strings.push_back(absl::StrCat("OMP_NUM_THREADS=", std::max(options.threads, 1)));
+    for (const char* name :
+         {"ONEDNN_PRIMITIVE_CACHE_CAPACITY=", "DNNL_PRIMITIVE_CACHE_CAPACITY="}) {
+      env_strings.push_back(
+          absl::StrCat(name, std::max(options.onednn_primitive_cache_capacity, 0)));
+    }
     if (options.world_size > 1) {
       env_strings.push_back("MASTER_ADDR=127.0.0.1");
       env_strings.push_back(absl::StrCat("MASTER_PORT=", port));

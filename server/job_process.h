@@ -32,8 +32,9 @@ struct JobProcessOptions {
   std::string binary;     // tsworker
   std::string task_file;  // a serialized WorkerTask
   int world_size = 1;
-  int threads = 1;                        // OMP_NUM_THREADS of each rank
-  std::uint64_t address_space_bytes = 0;  // RLIMIT_AS of each rank; 0 = unlimited
+  int threads = 1;                          // OMP_NUM_THREADS of each rank
+  int onednn_primitive_cache_capacity = 0;  // ONEDNN_PRIMITIVE_CACHE_CAPACITY of each rank
+  std::uint64_t address_space_bytes = 0;    // RLIMIT_AS of each rank; 0 = unlimited
   absl::Duration heartbeat_timeout = absl::Seconds(60);
   absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM → SIGKILL
   std::size_t log_lines_kept = 20;                // of each rank's stderr, for failure reasons

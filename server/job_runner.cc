@@ -166,6 +166,7 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   process_options.task_file = task_file;
   process_options.world_size = world;
   process_options.threads = static_cast<int>(std::max<std::uint32_t>(task.threads(), 1));
+  process_options.onednn_primitive_cache_capacity = options_.jobs.onednn_primitive_cache_capacity;
   // The worker maps the same LibTorch (and a subset of the other libraries) as this process: a
   // CUDA LibTorch alone maps about 2.5 GiB, before the worker allocates anything.
   static const std::int64_t libraries = MappedLibraryBytes();

@@ -97,7 +97,7 @@ TEST_F(JobAdmissionTest, TheDocumentedFirstJobIsEstimatedAsTheTrainerRunsIt) {
   model->set_mlp_ratio(2);
   model->set_max_length(2048);
   spec.set_batch_size(16);
-  jobs_.memory_budget_bytes = std::int64_t{11} << 30;  // half of a 24 GB machine, roughly
+  jobs_.memory_budget_bytes = std::int64_t{4} << 30;
   auto job = Admission().Training(spec);
   ASSERT_TRUE(job.ok()) << job.status();
   const auto estimate = static_cast<std::int64_t>(job->progress().memory_estimate_bytes());
