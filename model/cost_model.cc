@@ -90,7 +90,7 @@ TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
   // and their normalised and scaled copies, the attention output, projection, residuals, the
   // MLP's hidden tensors (fc1's output, GELU's), its output. Fitted to bench/memory_grid.py's
   // measured peaks (docs/JOBS.md): 14C + 3L fell short by a quarter.
-  const double saved_per_token = 18 * c + 4 * hidden;
+  const double saved_per_token = 19 * c + 4 * hidden;
   const double embedding = batch * n * c * 4;  // one-hot input, embedding, positions, dropout
   e.activation_bytes = static_cast<std::int64_t>(
       (batch * n * saved_per_token * static_cast<double>(s.depth) + embedding) * bytes);
