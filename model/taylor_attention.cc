@@ -203,17 +203,24 @@ void FeatureGradInto(const torch::Tensor& x, const torch::Tensor& g, const torch
   });
 }
 
+// The one-hot matrix of the index pairs, [onehot(I); onehot(J)] [2F, d+1] in `like`'s dtype and
+// device, for FeatureGrad. Made once per backward pass, not per chunk.
+torch::Tensor FeaturePairsOneHot(std::int64_t d, const torch::Tensor& like) {
+  const auto pairs = FeaturePairs(d, like.device());
+  return torch::one_hot(torch::cat({pairs[0], pairs[1]}), d + 1).to(like.scalar_type());
+}
+
 // FeatureGradRows with tensor operations (the ATen form): x [..., n, d], g [..., n, F] →
 // [..., n, d]. With φ = x'[I] ⊙ x'[J], ∂L/∂x'_m = Σ_f g_f (δ(I_f = m) x'[J_f] + δ(J_f = m)
-// x'[I_f]): one product of [g ⊙ x'[J] | g ⊙ x'[I]] with the one-hot matrix [onehot(I); onehot(J)]
-// [2F, d+1] (deterministic, unlike a scatter-add), the constant's column dropped.
-torch::Tensor FeatureGrad(const torch::Tensor& x, const torch::Tensor& g) {
+// x'[I_f]): one product of [g ⊙ x'[J] | g ⊙ x'[I]] with `onehot` (FeaturePairsOneHot;
+// deterministic, unlike a scatter-add), the constant's column dropped.
+torch::Tensor FeatureGrad(const torch::Tensor& x, const torch::Tensor& g,
+                          const torch::Tensor& onehot) {
   const std::int64_t d = x.size(-1);
   const auto pairs = FeaturePairs(d, x.device());
   const auto x1 = WithOnes(x);
   const auto weighted =
       torch::cat({g * x1.index_select(-1, pairs[1]), g * x1.index_select(-1, pairs[0])}, -1);
-  const auto onehot = torch::one_hot(torch::cat({pairs[0], pairs[1]}), d + 1).to(g.scalar_type());
   return torch::matmul(weighted, onehot).narrow(-1, 0, d);
 }
 
@@ -376,6 +383,7 @@ void EfficientBackwardBatched(const torch::Tensor& q_s, const torch::Tensor& k_s
                               const torch::Tensor& kv, const torch::Tensor& dnom, torch::Tensor& dq,
                               torch::Tensor& dk, torch::Tensor& dv, std::int64_t chunk) {
   const std::int64_t tokens = q_s.size(1);
+  const auto onehot = FeaturePairsOneHot(q_s.size(2), dnom);
   auto dkv = torch::zeros_like(kv);
   const auto kv_t = kv.transpose(1, 2);
   for (std::int64_t start = 0; start < tokens; start += chunk) {
@@ -383,7 +391,7 @@ void EfficientBackwardBatched(const torch::Tensor& q_s, const torch::Tensor& k_s
     const auto q_c = q_s.narrow(1, start, n);
     const auto dnom_c = dnom.narrow(1, start, n);
     dkv.baddbmm_(Features(q_c).transpose(1, 2), dnom_c);
-    dq.narrow(1, start, n).copy_(FeatureGrad(q_c, torch::bmm(dnom_c, kv_t)));
+    dq.narrow(1, start, n).copy_(FeatureGrad(q_c, torch::bmm(dnom_c, kv_t), onehot));
   }
   dkv.mul_(coefficients);
   const auto dkv_t = dkv.transpose(1, 2);
@@ -392,7 +400,8 @@ void EfficientBackwardBatched(const torch::Tensor& q_s, const torch::Tensor& k_s
     const auto k_c = k_s.narrow(1, start, n);
     auto dv_c = dv.narrow(1, start, n);
     at::bmm_out(dv_c, Features(k_c), dkv);
-    dk.narrow(1, start, n).copy_(FeatureGrad(k_c, torch::bmm(v_p.narrow(1, start, n), dkv_t)));
+    dk.narrow(1, start, n)
+        .copy_(FeatureGrad(k_c, torch::bmm(v_p.narrow(1, start, n), dkv_t), onehot));
   }
 }
 
