@@ -293,6 +293,46 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
 // [BH, N, d+1]: y [BH, N, d], and optionally KV and the denominators as in EfficientCpu.
 // `aten`: the ATen form (UseAtenForm). `low`: its products in bfloat16 with float32 accumulation
 // (bf16_products; float32 inputs, no autograd).
+// kv += ψᵀ·v' over one chunk of tokens (psi [BH, n, F], v_c [BH, n, d+1]). A GEMM over the
+// token axis in one call keeps one running float32 sum per output on cuBLAS: at N = 4099 that
+// was 3e-5 relative off the float64 oracle on an H200, where the CPU's blocked BLAS stays near
+// 1e-6. So the chunk is cut into slices of kStateSliceTokens, each slice's state is one batched
+// GEMM, and the slices are summed by a reduction: the error of a 256-token sum plus a tree's.
+// With bf16 products the inputs' rounding (~4e-3) dwarfs the sum's, so there slices are taken
+// only from kLowSliceFromTokens on, where they pay as a split-K (an H200's 64k-token bf16 state:
+// 7.8 -> 6.9 ms); below that they would cost a copy of the features for nothing.
+constexpr std::int64_t kStateSliceTokens = 256;
+constexpr std::int64_t kLowSliceFromTokens = 2048;
+
+void AccumulateState(torch::Tensor& kv, const torch::Tensor& psi, const torch::Tensor& v_c,
+                     bool low) {
+  const std::int64_t bh = psi.size(0), n = psi.size(1), features = psi.size(2);
+  const std::int64_t width = v_c.size(2);
+  // bf16 first: a copy below then moves half the bytes.
+  const auto a = low ? psi.to(torch::kBFloat16) : psi;
+  const auto b = low ? v_c.to(torch::kBFloat16) : v_c;
+  const auto product = [low](const torch::Tensor& x, const torch::Tensor& y) {
+    return low ? compat::BmmFloat32(x, y) : torch::bmm(x, y);
+  };
+  const std::int64_t slices = n / kStateSliceTokens;
+  std::int64_t done = 0;
+  if (slices >= 2 && (!low || n >= kLowSliceFromTokens)) {
+    done = slices * kStateSliceTokens;
+    const auto p =
+        a.narrow(1, 0, done).reshape({bh * slices, kStateSliceTokens, features}).transpose(1, 2);
+    const auto v = b.narrow(1, 0, done).reshape({bh * slices, kStateSliceTokens, width});
+    kv.add_(product(p, v).view({bh, slices, features, width}).sum(1));
+  }
+  if (done == n) return;
+  const auto p = a.narrow(1, done, n - done).transpose(1, 2);
+  const auto v = b.narrow(1, done, n - done);
+  if (low) {
+    kv.add_(product(p, v));
+  } else {
+    kv.baddbmm_(p, v);
+  }
+}
+
 void EfficientForward(const torch::Tensor& q_s, const torch::Tensor& k_s, const torch::Tensor& v_p,
                       const torch::Tensor& coefficients, std::int64_t chunk, bool aten, bool low,
                       torch::Tensor& y, const torch::Tensor& kv_out, const torch::Tensor& den_out) {
@@ -306,13 +346,7 @@ void EfficientForward(const torch::Tensor& q_s, const torch::Tensor& k_s, const 
       kv_out.defined() ? kv_out.zero_() : torch::zeros({bh, FeatureCount(d), d + 1}, q_s.options());
   for (std::int64_t start = 0; start < tokens; start += chunk) {
     const std::int64_t n = std::min(chunk, tokens - start);
-    const auto psi_t = Features(k_s.narrow(1, start, n)).transpose(1, 2);
-    const auto v_c = v_p.narrow(1, start, n);
-    if (low) {
-      kv.add_(compat::BmmFloat32(psi_t.to(torch::kBFloat16), v_c.to(torch::kBFloat16)));
-    } else {
-      kv.baddbmm_(psi_t, v_c);
-    }
+    AccumulateState(kv, Features(k_s.narrow(1, start, n)), v_p.narrow(1, start, n), low);
   }
   kv.mul_(coefficients);
   const auto kv_low = low ? kv.to(torch::kBFloat16) : torch::Tensor();
@@ -629,7 +663,13 @@ torch::Tensor SoftmaxAttention(const torch::Tensor& q, const torch::Tensor& k,
   if (key_padding_mask.defined()) {
     keep = key_padding_mask.logical_not().view({s.batch, 1, 1, s.tokens});
   }
-  // On CUDA, SDPA's fused kernels hold no N×N scores: no blocks.
+  // On CUDA, SDPA's fused kernels hold no N×N scores: no blocks. With bf16 products, float32
+  // inputs run in bfloat16 there: SDPA's flash and cuDNN kernels take no float32.
+  if (q.is_cuda() && options.bf16_products && q.scalar_type() == torch::kFloat &&
+      !NeedsGrad(q, k, v)) {
+    const auto low = [](const torch::Tensor& x) { return x.to(torch::kBFloat16); };
+    return compat::ScaledDotProductAttention(low(q), low(k), low(v), keep).to(torch::kFloat);
+  }
   const std::int64_t rows = BlockRows(s, options.direct_block_elements);
   if (rows >= s.tokens || q.is_cuda()) return compat::ScaledDotProductAttention(q, k, v, keep);
   std::vector<torch::Tensor> blocks;

@@ -103,10 +103,19 @@ bool UseOnlySdpaBackend(const std::string& backend) {
 #endif
 }
 
+#if defined(TS_WITH_CUDA)
+namespace {
+// The caching allocator sizes its per-device tables at its first allocation; before that its
+// statistics calls throw "Invalid device argument" (seen on an H200: tsserver's first metrics
+// read). Nothing allocated yet means zero bytes.
+bool CudaAllocatorStarted() { return c10::cuda::CUDACachingAllocator::get()->initialized(); }
+}  // namespace
+#endif
+
 DeviceMemory GetDeviceMemory(const torch::Device& device) {
   DeviceMemory memory;
 #if defined(TS_WITH_CUDA)
-  if (device.is_cuda()) {
+  if (device.is_cuda() && CudaAllocatorStarted()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(CudaDeviceIndex(device));
     // Index 0 is StatType::AGGREGATE in every LibTorch version.
     memory.allocated_bytes = stats.allocated_bytes[0].current;
@@ -121,7 +130,9 @@ DeviceMemory GetDeviceMemory(const torch::Device& device) {
 
 void ResetPeakDeviceMemory(const torch::Device& device) {
 #if defined(TS_WITH_CUDA)
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(CudaDeviceIndex(device));
+  if (device.is_cuda() && CudaAllocatorStarted()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(CudaDeviceIndex(device));
+  }
 #else
   (void)device;
 #endif
@@ -134,6 +145,7 @@ std::int64_t CudaAvailableBytes(const torch::Device& device) {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
     std::size_t free = 0, total = 0;
     C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    if (!CudaAllocatorStarted()) return static_cast<std::int64_t>(free);
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
     return static_cast<std::int64_t>(free) + stats.reserved_bytes[0].current -
            stats.allocated_bytes[0].current;

@@ -172,6 +172,23 @@ INSTANTIATE_TEST_SUITE_P(Grid, AtenFormTest,
                          ::testing::Combine(::testing::Values(8, 16, 32, 64),
                                             ::testing::Values(1, 7, 301)));
 
+// One chunk per sequence, as a GPU sizes it: the efficient path's state summed over 256-token
+// slices and a remainder (AccumulateState), forward and backward.
+TEST(AtenFormSlicesTest, StateSummedOverSlicesMatchesOracle) {
+  TaylorKernelOptions options = AtenOptions();
+  options.efficient_chunk_tokens = 1 << 20;
+  const Problem p = MakeProblem(2, 1031, 16, 41);
+  ExpectMatchesOracle(torch::kCPU, torch::kFloat32, AttentionPath::kEfficient, p, options, 1e-5);
+  ExpectMatchesOracle(torch::kCPU, torch::kFloat64, AttentionPath::kEfficient, p, options, 1e-11);
+  ExpectGradientsMatchOracle(torch::kCPU, torch::kFloat64, AttentionPath::kEfficient, p, options,
+                             1e-10);
+  // bf16 products slice from 2048 tokens on: 8 slices and a remainder of 6.
+  TaylorKernelOptions low = options;
+  low.bf16_products = true;
+  const Problem longer = MakeProblem(2, 2051, 16, 43);
+  ExpectMatchesOracle(torch::kCPU, torch::kFloat32, AttentionPath::kEfficient, longer, low, 1e-2);
+}
+
 // The same checks on a GPU, against the same CPU oracles.
 class AtenFormCudaTest : public AtenFormTest {
  protected:
