@@ -115,6 +115,10 @@ def main():
         lines.append(f"serving on the GPU: {len(serve.get('cases', []))} files through tsctl and "
                      f"v2 REST, {len(bad)} differing from the CPU; errors: "
                      f"{'; '.join(serve.get('errors', [])) or 'none'}")
+        for job in serve.get("jobs", []):
+            lines.append(f"{job['kind']} job on the GPU: {job.get('state')} in "
+                         f"{job.get('seconds')} s {json.dumps(job.get('figures', {}))} "
+                         f"{'; '.join(job.get('problems', [])) or 'ok'}")
         for c in bad[:6]:
             lines.append(f"  {c['model']} {c['file']}: {'; '.join(c['problems'])}")
     for name in ("bench-attention-b1", "bench-attention-b8"):

@@ -32,6 +32,8 @@ def main():
     parser.add_argument("--out", required=True, help="the JSON report to write")
     parser.add_argument("--device", default="cuda", help="where tsserver serves (cpu to try it)")
     parser.add_argument("--precision", default="bf16", help="the served models' precision")
+    parser.add_argument("--no-jobs", dest="jobs", action="store_false",
+                        help="skip the training and evaluation jobs on the device")
     args = parser.parse_args()
     args.root = os.path.abspath(args.root)
     work = tempfile.mkdtemp(prefix="gpu-check-serve-")
@@ -51,12 +53,13 @@ metrics_listen: ""
 state_dir: {work}/state
 data_root: {work}/data
 http: {{listen: 127.0.0.1:0}}
-jobs: {{enabled: false}}
+jobs: {{enabled: {"true" if args.jobs else "false"}, worker_binary: {args.bin}/tsworker}}
 models:
   - {{name: listops, checkpoint: {args.root}/models/listops-demo.tsckpt, device: {args.device}, precision: {args.precision}}}
   - {{name: source-lang, checkpoint: {args.root}/models/source-lang-demo.tsckpt, device: {args.device}, precision: {args.precision}}}
 """)
-    report = {"cases": [], "errors": []}
+    os.makedirs(os.path.join(work, "data"), exist_ok=True)
+    report = {"cases": [], "errors": [], "jobs": []}
     ready = os.path.join(work, "ready")
     log = open(os.path.join(work, "server.log"), "w")
     server = subprocess.Popen([os.path.join(args.bin, "tsserver"), "--config", config,
@@ -98,6 +101,8 @@ models:
             case["rest_ms"] = round(1000 * (time.time() - start), 1)
             case["problems"] = check(case)
             report["cases"].append(case)
+        if args.jobs:
+            run_jobs(args, grpc, work, report)
     except Exception as error:  # the report says what failed; the exit status says that it did
         report["errors"].append(repr(error))
     finally:
@@ -108,16 +113,85 @@ models:
             server.kill()
         log.close()
         report["server_log_tail"] = open(log.name).read()[-3000:]
-    report["passed"] = not report["errors"] and all(not c["problems"] for c in report["cases"])
+    report["passed"] = (not report["errors"] and all(not c["problems"] for c in report["cases"])
+                        and all(not j["problems"] for j in report["jobs"]))
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     for case in report["cases"]:
         label = case.get("gpu_grpc", {}).get("label")
         print(f"{case['model']:12} {case['file']:40} gpu {label!s:9} cpu "
               f"{(case['cpu'] or {}).get('label')!s:9} {'; '.join(case['problems']) or 'ok'}")
+    for job in report["jobs"]:
+        print(f"job {job['kind']:10} on {args.device}: {job.get('state')} in {job.get('seconds')} s "
+              f"{json.dumps(job.get('figures', {}))} {'; '.join(job['problems']) or 'ok'}")
     for error in report["errors"]:
         print("error:", error)
     return 0 if report["passed"] else 1
+
+
+# A training job on the device (procedural ListOps, nothing to upload), then an evaluation job of
+# its best checkpoint there: what a user submits with `device: cuda`.
+TRAINING_SPEC = """name: gpu-check-listops
+device: {device}
+model: {{embed_dim: 64, depth: 2, heads: 4, mlp_ratio: 2, max_length: 128, conv_embed: true}}
+data:
+  train: {{format: listops, generate: {{count: 9600, min_length: 10, max_length: 120, seed: 11}}}}
+  validation: {{format: listops, generate: {{count: 500, min_length: 10, max_length: 120, seed: 12}}}}
+optimizer: {{name: adamw, lr: 0.005, warmup_steps: 30}}
+batch_size: 32
+steps: 300
+checkpoint_interval: 100
+log_interval: 20
+"""
+EVALUATION_SPEC = """name: gpu-check-eval
+device: {device}
+job_id: {job_id}
+data: {{format: listops, generate: {{count: 500, min_length: 10, max_length: 120, seed: 13}}}}
+"""
+
+
+def submit(args, grpc, command, spec_text, work):
+    """tsctl train|eval --wait --json: every event, then the job (the last line)."""
+    spec = os.path.join(work, command + ".yaml")
+    with open(spec, "w") as f:
+        f.write(spec_text)
+    start = time.time()
+    answer = subprocess.run([os.path.join(args.bin, "tsctl"), command, "--spec", spec, "--wait",
+                             "--json", "--server", grpc], capture_output=True, text=True,
+                            timeout=150)
+    lines = [json.loads(line) for line in answer.stdout.splitlines() if line.startswith("{")]
+    job = lines[-1] if lines else {}
+    return job, lines, round(time.time() - start, 1), answer
+
+
+def run_jobs(args, grpc, work, report):
+    job, events, seconds, answer = submit(
+        args, grpc, "train", TRAINING_SPEC.format(device=args.device), work)
+    entry = {"kind": "training", "state": job.get("state"), "seconds": seconds, "problems": []}
+    # tsctl's JSON (client/job_format.h): {"event": "progress", "loss": ...} per event, then
+    # the job with "metrics" (its best validation) and "progress".
+    losses = [e["loss"] for e in events if e.get("event") == "progress" and e.get("step", 0) > 0]
+    accuracy = (job.get("metrics") or {}).get("accuracy")
+    speed = (job.get("progress") or {}).get("examples_per_second")
+    entry["figures"] = {"first_loss": losses[0] if losses else None,
+                        "last_loss": losses[-1] if losses else None,
+                        "best_accuracy": accuracy, "examples_per_second": speed}
+    if "succeeded" not in str(job.get("state")).lower():
+        entry["problems"].append(f"state {job.get('state')} ({job.get('reason')}): "
+                                 + answer.stderr[-500:])
+    elif len(losses) < 2 or not losses[-1] < losses[0]:
+        entry["problems"].append(f"the loss did not fall: {losses}")
+    report["jobs"].append(entry)
+    if entry["problems"] or not job.get("id"):
+        return
+    job, _, seconds, answer = submit(
+        args, grpc, "eval", EVALUATION_SPEC.format(device=args.device, job_id=job["id"]), work)
+    entry = {"kind": "evaluation", "state": job.get("state"), "seconds": seconds, "problems": [],
+             "figures": {"accuracy": (job.get("metrics") or {}).get("accuracy")}}
+    if "succeeded" not in str(job.get("state")).lower():
+        entry["problems"].append(f"state {job.get('state')} ({job.get('reason')}): "
+                                 + answer.stderr[-500:])
+    report["jobs"].append(entry)
 
 
 def probabilities(answer):

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -55,9 +56,29 @@ int LocalError(const absl::Status& status) {
   return kExitError;
 }
 
+// A spec file's size at most: the server's default jobs.limits.max_spec_bytes. Checked before
+// the file is read or parsed, so an 80 MB file that is mostly a comment costs nothing.
+constexpr std::uintmax_t kMaxSpecFileBytes = 1 << 20;
+
+absl::Status SpecTooLarge(const std::string& file, std::uintmax_t bytes) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ": ", bytes, " bytes; a spec file is at most ", kMaxSpecFileBytes,
+                   " bytes (the server's default jobs.limits.max_spec_bytes)"));
+}
+
 // The spec file's text ("-" = stdin).
 absl::StatusOr<std::string> ReadSpec(const std::string& file) {
-  if (file == "-") return ReadStreamBytes(std::cin, "stdin");
+  if (file == "-") {
+    std::string text(kMaxSpecFileBytes + 1, '\0');
+    std::cin.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<std::size_t>(std::cin.gcount()));
+    if (std::cin.bad()) return absl::DataLossError("stdin: read failed");
+    if (text.size() > kMaxSpecFileBytes) return SpecTooLarge("stdin", text.size());
+    return text;
+  }
+  std::error_code error;
+  const std::uintmax_t bytes = std::filesystem::file_size(file, error);
+  if (!error && bytes > kMaxSpecFileBytes) return SpecTooLarge(file, bytes);
   return ReadFile(file, "spec file");
 }
 

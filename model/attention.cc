@@ -1,10 +1,12 @@
 #include "model/attention.h"
 
 #include <cmath>
+#include <optional>
 
 #include "model/cost_model.h"
 #include "model/direct_inference.h"
 #include "model/efficient_inference.h"
+#include "model/torch_compat.h"
 
 namespace ts {
 
@@ -74,7 +76,7 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
                              .permute({2, 0, 3, 1, 4});
   auto q = qkv_heads[0];
   auto k = qkv_heads[1];
-  const auto v = qkv_heads[2];
+  auto v = qkv_heads[2];
   const AttentionPath concrete = ResolvePath(path, tokens);
   // The reference scales q by C^-½ before the Taylor polynomial when it does not normalise.
   const double query_factor = 1.0 / std::sqrt(static_cast<double>(dim));
@@ -93,6 +95,16 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
             ? EfficientInference(q, k, v, key_padding_mask, kernel, scaling)
             : DirectInference(q, k, v, key_padding_mask, kernel, scaling);
   } else {
+    // Mixed-precision training (compat::Bf16Autocast): the qkv product ran in bfloat16; the
+    // attention runs in float32 with autocast off, since the Taylor terms' squares, their sums
+    // and the denominators need float32's mantissa and range.
+    std::optional<compat::NoAutocast> no_autocast;
+    if (compat::AutocastEnabled(x.device().type())) {
+      no_autocast.emplace();
+      q = q.to(torch::kFloat);
+      k = k.to(torch::kFloat);
+      v = v.to(torch::kFloat);
+    }
     if (concrete != AttentionPath::kSoftmax) {
       if (options_.input_normalize()) {
         std::tie(q, k) = NormalizeQueryKey(q, k, temperature);

@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <c10/core/CPUAllocator.h>
 #include <omp.h>
 #include <torch/version.h>
@@ -76,6 +77,57 @@ torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Ten
   }
   return torch::matmul(torch::softmax(scores, -1), v);
 #endif
+}
+
+bool AutocastEnabled(torch::DeviceType device) {
+#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4 || TORCH_VERSION_MAJOR >= 3
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == torch::kCPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+Bf16Autocast::Bf16Autocast(bool enabled, torch::DeviceType device)
+    : enabled_(enabled), device_(device) {
+  if (!enabled_) return;
+  was_enabled_ = AutocastEnabled(device_);
+#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4 || TORCH_VERSION_MAJOR >= 3
+  was_dtype_ = at::autocast::get_autocast_dtype(device_);
+  at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+  at::autocast::set_autocast_enabled(device_, true);
+#else
+  if (device_ == torch::kCPU) {
+    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+  } else {
+    was_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(true);
+  }
+#endif
+  at::autocast::increment_nesting();
+}
+
+Bf16Autocast::~Bf16Autocast() {
+  if (!enabled_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4 || TORCH_VERSION_MAJOR >= 3
+  at::autocast::set_autocast_enabled(device_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_, was_dtype_);
+#else
+  if (device_ == torch::kCPU) {
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(was_dtype_);
+  } else {
+    at::autocast::set_enabled(was_enabled_);
+    at::autocast::set_autocast_gpu_dtype(was_dtype_);
+  }
+#endif
+}
+
+int CudaDeviceCount() {
+  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
 }
 
 int CudaDeviceIndex(const torch::Device& device) {

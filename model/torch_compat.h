@@ -37,7 +37,38 @@ void UseDefaultThreadsOnThisThread();
 torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
                                         const torch::Tensor& v, const torch::Tensor& key_keep);
 
+// Whether autocast is on for `device` on this thread.
+bool AutocastEnabled(torch::DeviceType device);
+
+// RAII: autocast to bfloat16 on `device` for this scope when `enabled` (the forward pass of
+// mixed-precision training): matrix products and convolutions run in bfloat16, norms,
+// reductions and losses in float32, as torch.autocast(device, torch.bfloat16) does; the cache of
+// weights cast to bfloat16 is cleared when the outermost scope ends.
+class Bf16Autocast {
+ public:
+  Bf16Autocast(bool enabled, torch::DeviceType device);
+  ~Bf16Autocast();
+  Bf16Autocast(const Bf16Autocast&) = delete;
+  Bf16Autocast& operator=(const Bf16Autocast&) = delete;
+
+ private:
+  bool enabled_;
+  torch::DeviceType device_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
+// RAII: autocast off for this scope (ops run in their inputs' dtype), for code that needs
+// float32 inside an autocast region.
+class NoAutocast {
+ private:
+  c10::impl::ExcludeDispatchKeyGuard guard_{c10::autocast_dispatch_keyset};
+};
+
 // The CUDA device `device` names: its index, or the current device for "cuda" without one.
+// CUDA devices this process sees: 0 in a CPU build or without a visible GPU.
+int CudaDeviceCount();
+
 int CudaDeviceIndex(const torch::Device& device);
 
 // Restricts scaled_dot_product_attention to one backend ("flash", "efficient", "cudnn", "math"),

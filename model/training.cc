@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "model/atomic_file.h"
 #include "model/lamb.h"
+#include "model/torch_compat.h"
 #include "model/torch_status.h"
 
 namespace ts {
@@ -114,6 +115,17 @@ absl::Status ValidateTrainingOptions(const TrainingOptions& o) {
   };
   if (!(o.lr > 0) || !std::isfinite(o.lr))
     return bad("lr", absl::StrCat("must be > 0, got ", o.lr));
+  if (o.device.is_cuda() && std::max<int>(o.device.index(), 0) >= compat::CudaDeviceCount()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device: ", o.device.str(), " asked for, but this process sees ",
+                     compat::CudaDeviceCount(), " CUDA device(s)"));
+  }
+  if (o.precision == Precision::kBf16 && o.dtype != torch::kFloat32) {
+    return bad("precision", "bf16 (mixed precision) needs dtype float32");
+  }
+  if (!o.device.is_cpu() && !o.device.is_cuda()) {
+    return bad("device", absl::StrCat("must be the CPU or a CUDA device, got ", o.device.str()));
+  }
   if (!(o.weight_decay >= 0)) {
     return bad("weight_decay", absl::StrCat("must be >= 0, got ", o.weight_decay));
   }
@@ -209,7 +221,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TaylorShiftEncode
   const auto build = [&] {
     torch::manual_seed(options.seed);
     TaylorShiftEncoder fresh(encoder);
-    fresh->to(options.dtype);
+    fresh->to(options.device, options.dtype);
     return fresh;
   };
   TS_ASSIGN_OR_RETURN(auto model, CatchTorch("building the model", build));
@@ -233,7 +245,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TaylorShiftEncoder mode
                                                    DescribeEncoderOptions(encoder), ")"));
   }
   auto converted = CatchTorch("converting the model", [&] {
-    model->to(options.dtype);
+    model->to(options.device, options.dtype);
     return 0;
   });
   TS_RETURN_IF_ERROR(converted.status());
@@ -366,7 +378,12 @@ absl::StatusOr<TrainingStepResult> Trainer::Step() {
     const Batch batch = MakeBatch(examples, encoder_options_.max_length(), ModelDevice(model_));
     model_->train();
     optimizer_->zero_grad();
-    const torch::Tensor logits = model_->forward(batch.tokens, batch.lengths, options_.path);
+    torch::Tensor logits;
+    {
+      const compat::Bf16Autocast autocast(options_.precision == Precision::kBf16,
+                                          batch.tokens.device().type());
+      logits = model_->forward(batch.tokens, batch.lengths, options_.path);
+    }
     // float32 at least (bf16/fp16 logits are promoted); float64 models keep float64.
     const torch::Tensor loss = torch::nn::functional::cross_entropy(
         logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32),
@@ -497,7 +514,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Resume(const std::string& path
   auto archive = std::make_shared<torch::serialize::InputArchive>();
   absl::StatusOr<Saved> saved = CatchTorch("reading the training state", [&] {
     std::istringstream stream(bytes);
-    archive->load_from(stream);
+    archive->load_from(stream, options.device);
     Saved s;
     torch::IValue value;
     archive->read("format", value);

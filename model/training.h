@@ -18,6 +18,7 @@
 #include "model/data_parallel.h"
 #include "model/dataset.h"
 #include "model/encoder.h"
+#include "model/precision.h"
 
 namespace ts {
 
@@ -66,6 +67,14 @@ struct TrainingOptions {
   // Parameters and activations of a fresh or init_from model: kFloat32 or kFloat64 (a resumed
   // trainer keeps the dtype it saved).
   torch::Dtype dtype = torch::kFloat32;
+  // Where the model, its optimizer state and the batches live: the CPU or a CUDA device (a
+  // resumed trainer is mapped to it too). CUDA needs a CUDA build and a visible device.
+  torch::Device device = torch::kCPU;
+  // kBf16: mixed precision (autocast to bfloat16 in the forward pass: the linear layers and
+  // convolutions in bfloat16 with float32 accumulation; the attention, norms and the loss in
+  // float32; weights, gradients and optimizer state float32). Needs dtype kFloat32. On a CPU
+  // without AVX512-BF16 or AMX the bfloat16 products are emulated (slow).
+  Precision precision = Precision::kFp32;
 };
 
 // OK when every field is in the range its comment states.

@@ -365,6 +365,11 @@ absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfi
                                 {"max_epochs", Int64(&limits.max_epochs)},
                                 {"max_workers", Int(&limits.max_workers)},
                                 {"max_retries", Int(&limits.max_retries)},
+                                {"max_spec_bytes", Int64(&limits.max_spec_bytes)},
+                                {"max_labels", Int(&limits.max_labels)},
+                                {"max_label_bytes", Int(&limits.max_label_bytes)},
+                                {"max_data_files", Int64(&limits.max_data_files)},
+                                {"max_data_bytes", Int64(&limits.max_data_bytes)},
                             });
            }},
       });
@@ -392,6 +397,11 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
       CheckAtLeast<std::int64_t>("jobs.limits.max_epochs", limits.max_epochs, 1),
       CheckAtLeast(std::string("jobs.limits.max_workers"), limits.max_workers, 1),
       CheckAtLeast(std::string("jobs.limits.max_retries"), limits.max_retries, 0),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_spec_bytes", limits.max_spec_bytes, 1024),
+      CheckAtLeast(std::string("jobs.limits.max_labels"), limits.max_labels, 2),
+      CheckAtLeast(std::string("jobs.limits.max_label_bytes"), limits.max_label_bytes, 1),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_data_files", limits.max_data_files, 1),
+      CheckAtLeast<std::int64_t>("jobs.limits.max_data_bytes", limits.max_data_bytes, 1),
       CheckAtLeast<std::int64_t>("jobs.memory_budget_bytes", jobs.memory_budget_bytes, 0),
       CheckAtLeast(std::string("jobs.onednn_primitive_cache_capacity"),
                    jobs.onednn_primitive_cache_capacity, 0),

@@ -59,16 +59,21 @@ struct AuthConfig {
 // Caps on what one job spec may ask for (checked by NormalizeTrainingSpec and friends,
 // server/job_spec.h); each exists so that one remote caller cannot tie up the server.
 struct JobLimits {
-  std::int64_t max_steps = 1000000;            // optimizer steps of a training job
-  std::int64_t max_batch_size = 1024;          // examples per step / per evaluation batch
-  std::int64_t max_length = 65536;             // model.max_length (input tokens)
-  std::int64_t max_embed_dim = 1024;           // model.embed_dim
-  std::int64_t max_depth = 48;                 // model.depth (blocks)
-  int max_threads = 0;                         // a spec's threads; 0 = number of cores
-  std::int64_t max_generate_count = 10000000;  // examples a listops generator may make
-  std::int64_t max_epochs = 10000;             // a training spec's epochs
-  int max_workers = 8;                         // a training spec's workers (ranks)
-  int max_retries = 10;                        // a spec's max_retries
+  std::int64_t max_steps = 1000000;                      // optimizer steps of a training job
+  std::int64_t max_batch_size = 1024;                    // examples per step / per evaluation batch
+  std::int64_t max_length = 65536;                       // model.max_length (input tokens)
+  std::int64_t max_embed_dim = 1024;                     // model.embed_dim
+  std::int64_t max_depth = 48;                           // model.depth (blocks)
+  int max_threads = 0;                                   // a spec's threads; 0 = number of cores
+  std::int64_t max_generate_count = 10000000;            // examples a listops generator may make
+  std::int64_t max_epochs = 10000;                       // a training spec's epochs
+  int max_workers = 8;                                   // a training spec's workers (ranks)
+  int max_retries = 10;                                  // a spec's max_retries
+  std::int64_t max_spec_bytes = 1 << 20;                 // a submitted spec, serialised (protobuf)
+  int max_labels = 10000;                                // a training spec's labels
+  int max_label_bytes = 256;                             // one label
+  std::int64_t max_data_files = 1000000;                 // files of one data source (a folder's)
+  std::int64_t max_data_bytes = std::int64_t{64} << 30;  // bytes of one data source's files
 };
 
 // Training and evaluation jobs (the Jobs service).
@@ -110,6 +115,9 @@ struct JobsConfig {
   // worker maps without using it besides its libraries (thread stacks, allocator reservations).
   std::int64_t worker_address_space_overhead_bytes = std::int64_t{1} << 30;
   JobLimits limits;
+  // CUDA devices the server sees (torch::cuda::device_count()): set by the server at start, not
+  // read from the config file. A job's `device: cuda:N` needs N < cuda_devices.
+  int cuda_devices = 0;
 };
 
 // The HTTP/JSON front end (server/http_frontend.h): KServe v2 REST routes and the plain

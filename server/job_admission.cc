@@ -19,6 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A CUDA worker's host memory besides the data and LibTorch: CUDA's context and libraries.
+constexpr std::int64_t kCudaHostBytes = std::int64_t{1} << 30;
+
 // The advice of a refusal: what the dominant term depends on.
 std::string WhatToChange(const pb::TrainingSpec& spec, const TrainingMemoryEstimate& e) {
   if (e.attention_bytes >= e.activation_bytes && e.attention_bytes >= e.state_bytes &&
@@ -55,11 +58,43 @@ absl::Status JobAdmission::CheckSourcePaths(const pb::DataSource& source,
     return absl::NotFoundError(
         absl::StrCat(field, ".path: ", Quoted(source.path()), " does not exist in the data root"));
   }
+  // Counted up to the limits and no further: a huge folder costs the server a bounded walk.
+  const JobLimits& limits = jobs_.limits;
+  std::int64_t files = 0, bytes = 0;
+  if (fs::is_directory(*resolved, error)) {
+    for (fs::recursive_directory_iterator it(*resolved, error), end; !error && it != end;
+         it.increment(error)) {
+      if (!it->is_regular_file(error)) continue;
+      bytes += static_cast<std::int64_t>(it->file_size(error));
+      if (++files > limits.max_data_files || bytes > limits.max_data_bytes) break;
+    }
+  } else {
+    files = 1;
+    bytes = static_cast<std::int64_t>(fs::file_size(*resolved, error));
+  }
+  if (files > limits.max_data_files) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".path: ", Quoted(source.path()),
+                                                   " holds more than jobs.limits.max_data_files ",
+                                                   limits.max_data_files, " files"));
+  }
+  if (bytes > limits.max_data_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".path: ", Quoted(source.path()),
+                                                   " holds more than ", limits.max_data_bytes,
+                                                   " bytes (jobs.limits.max_data_bytes)"));
+  }
   return absl::OkStatus();
+}
+
+absl::Status JobAdmission::CheckSpecSize(const google::protobuf::Message& spec) const {
+  const std::int64_t bytes = static_cast<std::int64_t>(spec.ByteSizeLong());
+  if (bytes <= jobs_.limits.max_spec_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "spec: ", bytes, " bytes exceeds jobs.limits.max_spec_bytes ", jobs_.limits.max_spec_bytes));
 }
 
 absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
   TS_RETURN_IF_ERROR(CheckEnabled());
+  TS_RETURN_IF_ERROR(CheckSpecSize(spec));
   TS_RETURN_IF_ERROR(NormalizeTrainingSpec(&spec, jobs_, num_cores_));
   TS_RETURN_IF_ERROR(CheckSourcePaths(spec.data().train(), "data.train"));
   if (spec.data().has_validation()) {
@@ -70,7 +105,26 @@ absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
   }
   const TrainingMemoryEstimate estimate = EstimateRankMemory(spec);
   const int ranks = static_cast<int>(std::max<std::uint32_t>(spec.workers(), 1));
-  const std::int64_t total = estimate.total_bytes * ranks;
+  std::int64_t total = estimate.total_bytes * ranks;
+  if (spec.device() != "cpu") {
+    // On a GPU the weights, optimizer state, activations and attention terms live in device
+    // memory: they are admitted against what the GPU can still hand out now. The host keeps the
+    // data and the process, CUDA's host side included: that is what the jobs' host budget counts.
+    const std::int64_t device_need =
+        estimate.total_bytes - estimate.data_bytes - estimate.runtime_bytes;
+    const std::int64_t available = CudaAvailableBytes(spec.device());
+    if (jobs_.memory_admission && device_need > available) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the job's estimated peak GPU memory is %d bytes (%.2f GiB: batch_size %d, max_length "
+          "%d, embed_dim %d, depth %d, path %s), more than the %d bytes (%.2f GiB) %s can hand "
+          "out now. Largest first: %s. %s",
+          device_need, device_need / 1073741824.0, spec.batch_size(), spec.model().max_length(),
+          spec.model().embed_dim(), spec.model().depth(), pb::AttentionPath_Name(spec.path()),
+          available, available / 1073741824.0, spec.device(),
+          absl::StrJoin(DominantMemoryTerms(estimate), ", "), WhatToChange(spec, estimate)));
+    }
+    total = estimate.data_bytes + estimate.runtime_bytes + kCudaHostBytes;
+  }
   const std::int64_t budget = MemoryBudgetBytes(jobs_);
   if (jobs_.memory_admission && total > budget) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -92,6 +146,7 @@ absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
 
 absl::StatusOr<pb::Job> JobAdmission::Evaluation(pb::EvaluationSpec spec) const {
   TS_RETURN_IF_ERROR(CheckEnabled());
+  TS_RETURN_IF_ERROR(CheckSpecSize(spec));
   TS_RETURN_IF_ERROR(NormalizeEvaluationSpec(&spec, jobs_, num_cores_));
   TS_RETURN_IF_ERROR(CheckSourcePaths(spec.data(), "data"));
   switch (spec.target_case()) {

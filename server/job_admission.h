@@ -47,6 +47,8 @@ class JobAdmission {
 
  private:
   absl::Status CheckEnabled() const;
+  // INVALID_ARGUMENT when the spec's protobuf encoding exceeds jobs.limits.max_spec_bytes.
+  absl::Status CheckSpecSize(const google::protobuf::Message& spec) const;
   absl::Status CheckSourcePaths(const taylorshift::v1::DataSource& source,
                                 const std::string& field) const;
 

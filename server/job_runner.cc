@@ -14,6 +14,7 @@
 #include "model/atomic_file.h"
 #include "model/quoted.h"
 #include "server/job_process.h"
+#include "server/job_spec.h"
 #include "server/model_registry.h"
 
 namespace ts::server {
@@ -170,9 +171,15 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   // The worker maps the same LibTorch (and a subset of the other libraries) as this process: a
   // CUDA LibTorch alone maps about 2.5 GiB, before the worker allocates anything.
   static const std::int64_t libraries = MappedLibraryBytes();
+  // A CUDA job gets no limit: CUDA's driver reserves address space for the GPU's unified memory
+  // (many times the device's memory) when it starts, which any limit near the job's use breaks;
+  // its device memory is admitted against the GPU instead (JobAdmission::Training).
   process_options.address_space_bytes =
-      static_cast<std::uint64_t>(MemoryBudgetBytes(options_.jobs) / world +
-                                 options_.jobs.worker_address_space_overhead_bytes + libraries);
+      JobDevice(task.job()) != "cpu"
+          ? 0
+          : static_cast<std::uint64_t>(MemoryBudgetBytes(options_.jobs) / world +
+                                       options_.jobs.worker_address_space_overhead_bytes +
+                                       libraries);
   process_options.heartbeat_timeout = options_.jobs.heartbeat_timeout;
   process_options.stop_grace = options_.jobs.stop_grace;
   process_options.clock = context_->clock;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -21,6 +22,8 @@ namespace {
 
 using taylorshift::v1::DataSource;
 using taylorshift::v1::EvaluationSpec;
+using taylorshift::v1::Job;
+using taylorshift::v1::JOB_KIND_TRAINING;
 using taylorshift::v1::ListOpsGenerate;
 using taylorshift::v1::ModelSpec;
 using taylorshift::v1::OptimizerSpec;
@@ -45,6 +48,27 @@ absl::Status Invalid(absl::string_view path, absl::string_view why) {
 absl::Status Exceeds(absl::string_view path, std::uint64_t value, absl::string_view limit,
                      std::int64_t limit_value) {
   return Invalid(path, absl::StrCat(value, " exceeds jobs.limits.", limit, " ", limit_value));
+}
+
+// `device`: empty → cpu; cpu, cuda (→ cuda:0) or cuda:N with N below the CUDA devices the server
+// sees.
+absl::Status NormalizeDevice(std::string* device, const JobsConfig& jobs) {
+  if (device->empty()) *device = "cpu";
+  if (*device == "cpu") return absl::OkStatus();
+  if (*device == "cuda") *device = "cuda:0";
+  int index = -1;
+  const std::string digits = absl::StartsWith(*device, "cuda:") ? device->substr(5) : "";
+  if (!absl::SimpleAtoi(digits, &index) || index < 0 || index > 63 ||
+      digits != absl::StrCat(index)) {
+    return Invalid("device", absl::StrCat("must be cpu, cuda or cuda:N, got ", Quoted(*device)));
+  }
+  if (index >= jobs.cuda_devices) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device: ", *device, " asked for, but this server sees ",
+        jobs.cuda_devices == 0 ? "no CUDA device (a CPU build of tsserver, or no GPU visible)"
+                               : absl::StrCat(jobs.cuda_devices, " CUDA device(s)")));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckName(const std::string& name) {
@@ -354,13 +378,23 @@ absl::Status CheckIntervals(const TrainingSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckLabels(const google::protobuf::RepeatedPtrField<std::string>& labels) {
+absl::Status CheckLabels(const google::protobuf::RepeatedPtrField<std::string>& labels,
+                         const JobLimits& limits) {
+  if (labels.size() > limits.max_labels) {
+    return Exceeds("labels", static_cast<std::uint64_t>(labels.size()), "max_labels",
+                   limits.max_labels);
+  }
   std::set<std::string> seen;
   for (int i = 0; i < labels.size(); ++i) {
     const std::string key = absl::StrCat("labels[", i, "]");
     if (labels[i].empty()) return Invalid(key, "must not be empty");
+    if (labels[i].size() > static_cast<std::size_t>(limits.max_label_bytes)) {
+      return Invalid(key,
+                     absl::StrCat(labels[i].size(), " bytes exceeds jobs.limits.max_label_bytes ",
+                                  limits.max_label_bytes));
+    }
     if (!seen.insert(labels[i]).second) {
-      return Invalid(key, absl::StrCat("duplicate label \"", labels[i], "\""));
+      return Invalid(key, absl::StrCat("duplicate label ", Quoted(labels[i])));
     }
   }
   return absl::OkStatus();
@@ -384,7 +418,7 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const JobsConfig& jobs, i
   TS_RETURN_IF_ERROR(CheckIntervals(*spec));
   TS_RETURN_IF_ERROR(CheckAttentionPath(spec->path()));
   TS_RETURN_IF_ERROR(NormalizeThreads(spec, jobs, num_cores));
-  TS_RETURN_IF_ERROR(CheckLabels(spec->labels()));
+  TS_RETURN_IF_ERROR(CheckLabels(spec->labels(), jobs.limits));
   if (spec->keep_checkpoints() == 0) {
     spec->set_keep_checkpoints(static_cast<std::uint32_t>(jobs.keep_checkpoints));
   }
@@ -407,10 +441,25 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const JobsConfig& jobs, i
   if (spec->max_retries() > static_cast<std::uint32_t>(jobs.limits.max_retries)) {
     return Exceeds("max_retries", spec->max_retries(), "max_retries", jobs.limits.max_retries);
   }
+  TS_RETURN_IF_ERROR(NormalizeDevice(spec->mutable_device(), jobs));
+  if (spec->device() != "cpu" && spec->workers() > 1) {
+    return Invalid("workers", absl::StrCat(spec->workers(), " ranks on ", spec->device(),
+                                           ": a CUDA job runs one rank (data-parallel ranks use "
+                                           "Gloo on the CPU; NCCL is not wired yet)"));
+  }
   if (spec->dtype().empty()) spec->set_dtype("float32");
   if (spec->dtype() != "float32" && spec->dtype() != "float64") {
     return Invalid("dtype",
                    absl::StrCat("must be float32 or float64, got ", Quoted(spec->dtype())));
+  }
+  if (spec->precision().empty()) spec->set_precision("fp32");
+  if (spec->precision() != "fp32" && spec->precision() != "bf16") {
+    return Invalid("precision",
+                   absl::StrCat("must be fp32 or bf16, got ", Quoted(spec->precision())));
+  }
+  if (spec->precision() == "bf16" && spec->dtype() != "float32") {
+    return Invalid("precision",
+                   absl::StrCat("bf16 (mixed precision) needs dtype float32, got ", spec->dtype()));
   }
   if (spec->steps() > 0) {
     FillIntervals(spec);
@@ -480,7 +529,13 @@ absl::Status NormalizeEvaluationSpec(EvaluationSpec* spec, const JobsConfig& job
   if (spec->max_retries() > static_cast<std::uint32_t>(jobs.limits.max_retries)) {
     return Exceeds("max_retries", spec->max_retries(), "max_retries", jobs.limits.max_retries);
   }
-  return absl::OkStatus();
+  return NormalizeDevice(spec->mutable_device(), jobs);
+}
+
+std::string JobDevice(const Job& job) {
+  const std::string& device =
+      job.kind() == JOB_KIND_TRAINING ? job.training().device() : job.evaluation().device();
+  return device.empty() ? "cpu" : device;
 }
 
 }  // namespace ts::server

@@ -46,4 +46,8 @@ absl::Status FinalizeTrainingSpec(taylorshift::v1::TrainingSpec* spec, std::int6
 absl::Status NormalizeEvaluationSpec(taylorshift::v1::EvaluationSpec* spec, const JobsConfig& jobs,
                                      int num_cores);
 
+// The device a job's worker runs on: its spec's `device` ("cpu" when empty; specs are
+// normalised to cpu or cuda:N at submission).
+std::string JobDevice(const taylorshift::v1::Job& job);
+
 }  // namespace ts::server

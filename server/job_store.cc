@@ -661,7 +661,19 @@ absl::Status JobStore::DeleteJob(const std::string& id) {
   remove.BindText(1, id);
   TS_RETURN_IF_ERROR(remove.Run());
   if (sqlite3_changes(db_.get()) == 0) return JobNotFound(id);
-  return absl::OkStatus();
+  return GiveSpaceBack();
+}
+
+absl::Status JobStore::GiveSpaceBack() {
+  // SQLite keeps a deleted job's pages on its free list and the -wal file at its largest size:
+  // a job with a large spec or history would keep its space for good. Once the free pages are a
+  // quarter of the file, VACUUM rewrites it compactly; the checkpoint then truncates the WAL.
+  TS_ASSIGN_OR_RETURN(const std::int64_t free_pages,
+                      QueryInt(db_.get(), path_, "PRAGMA freelist_count"));
+  TS_ASSIGN_OR_RETURN(const std::int64_t pages, QueryInt(db_.get(), path_, "PRAGMA page_count"));
+  if (free_pages == 0 || free_pages * 4 < pages) return absl::OkStatus();
+  TS_RETURN_IF_ERROR(Exec(db_.get(), path_, "VACUUM", "compacting after a delete"));
+  return Exec(db_.get(), path_, "PRAGMA wal_checkpoint(TRUNCATE)", "truncating the WAL");
 }
 
 absl::Status JobStore::CheckJobExists(const std::string& job_id) {

@@ -95,7 +95,8 @@ class JobStore {
   absl::StatusOr<std::vector<std::string>> FinishedJobsBefore(absl::Time cutoff,
                                                               std::int64_t limit);
   // Deletes the job and its loss curve, validation runs and checkpoint records (one
-  // transaction; promotions stay). NOT_FOUND for an unknown id.
+  // transaction; promotions stay). NOT_FOUND for an unknown id. The file shrinks once a quarter
+  // of it is free (VACUUM, then the WAL truncated).
   absl::Status DeleteJob(const std::string& id);
 
   // Per-job history, each in the order appended (a resumed job first drops the steps it will
@@ -146,6 +147,8 @@ class JobStore {
   // Now on the store's clock, in Unix milliseconds.
   std::int64_t NowMillis() const;
 
+  // VACUUM when a quarter of the file is free pages (after a delete).
+  absl::Status GiveSpaceBack() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NOT_FOUND unless `job_id` names a stored job.
   absl::Status CheckJobExists(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

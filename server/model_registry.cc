@@ -42,6 +42,16 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& device) {
   }
 }
 
+std::int64_t CudaAvailableBytes(const std::string& device) {
+  try {
+    const torch::Device parsed(device);
+    if (!parsed.is_cuda() || parsed.index() >= compat::CudaDeviceCount()) return 0;
+    return compat::CudaAvailableBytes(parsed);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 LengthPolicyOptions ServedModel::length_policy(LengthPolicy over_length) const {
   LengthPolicyOptions policy;
   policy.max_length = max_length_;

@@ -115,4 +115,8 @@ class ModelRegistry {
 // "auto" → cuda:0 when CUDA is available, else cpu; otherwise as written.
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& device);
 
+// Bytes the caching allocator can still hand out on `device` ("cuda:N"): the driver's free memory
+// plus what the allocator holds unused. 0 for the CPU or an unknown device.
+std::int64_t CudaAvailableBytes(const std::string& device);
+
 }  // namespace ts::server

@@ -13,6 +13,7 @@
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "model/precision.h"
+#include "model/torch_compat.h"
 #include "server/auth.h"
 #include "server/classifier_service.h"
 #include "server/http_frontend.h"
@@ -101,6 +102,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   if (config.jobs.enabled) {
     JobManagerOptions job_options;
     job_options.jobs = config.jobs;
+    job_options.jobs.cuda_devices = compat::CudaDeviceCount();
     job_options.state_dir = config.state_dir;
     job_options.data_root = config.data_root;
     job_options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/checkpoint.h"
+#include "model/torch_status.h"
 #include "server/proto_convert.h"
 #include "worker/job_data.h"
 #include "worker/jobs.h"
@@ -14,7 +15,10 @@ absl::Status RunEvaluationJob(const JobContext& context) {
   const pb::WorkerTask& task = *context.task;
   const pb::EvaluationSpec& spec = task.job().evaluation();
   TS_ASSIGN_OR_RETURN(const DataRoot root, DataRoot::Create(task.data_root()));
-  TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(task.checkpoint_path()));
+  TS_ASSIGN_OR_RETURN(const torch::Device device, CatchTorch("device", [&spec] {
+                        return torch::Device(spec.device().empty() ? "cpu" : spec.device());
+                      }));
+  TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(task.checkpoint_path(), device));
   TS_ASSIGN_OR_RETURN(const Dataset data,
                       LoadSource(root, spec.data(), loaded.metadata.labels, "data"));
   TS_ASSIGN_OR_RETURN(const AttentionPath attention, server::FromProtoPath(spec.path()));

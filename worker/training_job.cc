@@ -9,10 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
+#include "model/quoted.h"
+#include "model/torch_status.h"
 #include "model/training.h"
 #include "server/job_spec.h"
 #include "server/proto_convert.h"
@@ -34,6 +37,37 @@ void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
   out->set_seconds(seconds);
   out->set_nanos(
       static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1)));
+}
+
+// The spec's labels against the training data's, before the model is built: every example's
+// label is one of them (the readers check names; the fixed-label formats, listops, lra_tsv and
+// cifar10, do not read the spec's), and every label has an example: a class without one cannot
+// be learned, and a list longer than the data's (2,000,000 labels for ListOps' ten once built
+// a 2,000,000-way head) is a mistake.
+absl::Status CheckLabelsAgainstData(const std::vector<std::string>& labels, const Dataset& train) {
+  std::vector<bool> seen(labels.size(), false);
+  for (const Example& example : train.examples) {
+    if (example.label < 0 || example.label >= static_cast<std::int64_t>(labels.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "labels: the training data has label ",
+          example.label < static_cast<std::int64_t>(train.label_names.size()) && example.label >= 0
+              ? Quoted(train.label_names[static_cast<std::size_t>(example.label)])
+              : absl::StrCat(example.label),
+          ", which the spec's ", labels.size(), " labels do not include"));
+    }
+    seen[static_cast<std::size_t>(example.label)] = true;
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (!seen[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "labels[", i, "]: ", Quoted(labels[i]), " has no example in data.train (",
+          train.examples.size(), " examples; the data's labels: ",
+          train.label_names.size() <= 20 ? absl::StrJoin(train.label_names, ", ")
+                                         : absl::StrCat(train.label_names.size(), " names"),
+          ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
@@ -61,6 +95,13 @@ absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
   } else if (!spec.dtype().empty() && spec.dtype() != "float32") {
     return absl::InvalidArgumentError(absl::StrCat("dtype: must be float32 or float64, got \"",
                                                    spec.dtype().substr(0, 64), "\""));
+  }
+  if (!spec.precision().empty()) {
+    TS_ASSIGN_OR_RETURN(options.precision, ParsePrecision(spec.precision()));
+  }
+  if (!spec.device().empty()) {
+    TS_ASSIGN_OR_RETURN(options.device,
+                        CatchTorch("device", [&spec] { return torch::Device(spec.device()); }));
   }
   TS_RETURN_IF_ERROR(ValidateTrainingOptions(options));
   return options;
@@ -91,6 +132,7 @@ absl::Status RunTrainingJob(const JobContext& context) {
   std::vector<std::string> labels(spec.labels().begin(), spec.labels().end());
   TS_ASSIGN_OR_RETURN(Dataset train, LoadSource(root, spec.data().train(), labels, "data.train"));
   if (labels.empty()) labels = train.label_names;
+  TS_RETURN_IF_ERROR(CheckLabelsAgainstData(labels, train));
   std::vector<Example> validation;
   std::int64_t skipped = train.skipped;
   if (spec.data().validation().split() > 0) {

@@ -108,6 +108,7 @@ absl::StatusOr<pb::WorkerTask> StandaloneTask(const Flags& flags) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   server::JobsConfig jobs;
   jobs.threads_per_job = cores;
+  jobs.cuda_devices = compat::CudaDeviceCount();
   TS_RETURN_IF_ERROR(server::NormalizeTrainingSpec(&spec, jobs, cores));
   pb::WorkerTask task;
   task.mutable_job()->set_id(spec.name());

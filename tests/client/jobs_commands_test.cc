@@ -244,6 +244,15 @@ TEST(JobsCommandsTest, RefusalsBeforeConnecting) {
                                      ": model.heads: "
                                      "expected a non-negative integer, got \"many\""));
   EXPECT_THAT(stderr_text, ::testing::Not(HasSubstr("SubmitTraining")));
+
+  // A spec file over 1 MiB (here a comment of 2 MB) is refused before it is read or parsed.
+  const std::string comment = "name: x\n# " + std::string(2000000, 'c') + "\n";
+  TempSpec huge(comment);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunCommand("train", with_server({"--spec", huge.path()})), kExitError);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("INVALID_ARGUMENT: " + huge.path() + ": " + std::to_string(comment.size()) +
+                        " bytes; a spec file is at most 1048576 bytes"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -130,5 +130,100 @@ TEST_F(CudaModelTest, TwentyFp32TrainingStepsMatchTheCpu) {
   }
 }
 
+// Mixed precision on the GPU: bfloat16 autocast beside float32 from the same weights and
+// batches; the first losses differ by bfloat16 rounding only and the bf16 loss falls.
+TEST_F(CudaModelTest, Bf16MixedPrecisionTrainingLearns) {
+  ListOpsGeneratorOptions data;
+  data.count = 256;
+  data.min_length = 20;
+  data.max_length = 120;
+  data.seed = 6;
+  auto generated = GenerateListOpsDataset(data);
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  TaylorShiftEncoderOptions encoder(64, 2, 4, 128, 10);
+  encoder.conv_embed(true);
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    std::vector<std::vector<double>> losses(2);
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      TrainingOptions options;
+      options.steps = 60;
+      options.batch_size = 16;
+      options.lr = 3e-3;
+      options.path = path;
+      options.precision = precision;
+      options.device = torch::Device(torch::kCUDA, 0);
+      auto trainer = Trainer::Create(encoder, options, generated->examples, {});
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      for (int step = 0; step < 60; ++step) {
+        auto result = (*trainer)->Step();
+        ASSERT_TRUE(result.ok()) << result.status();
+        losses[precision == Precision::kBf16].push_back(result->loss);
+      }
+    }
+    const double first_difference = std::abs(losses[1][0] - losses[0][0]);
+    EXPECT_GT(first_difference, 0.0) << AttentionPathName(path);
+    EXPECT_LT(first_difference, 2e-2 * losses[0][0]) << AttentionPathName(path);
+    const auto mean = [](const std::vector<double>& v, std::size_t from) {
+      double sum = 0;
+      for (std::size_t i = from; i < from + 10; ++i) sum += v[i];
+      return sum / 10;
+    };
+    EXPECT_LT(mean(losses[1], 50), mean(losses[1], 0) - 0.1) << AttentionPathName(path);
+  }
+}
+
+// TrainingOptions::device puts a fresh trainer's model, optimizer state and batches on the GPU;
+// its saved state resumes there (the archive mapped to the device) and on the CPU, and the
+// resumed trainers take the same next step.
+TEST_F(CudaModelTest, TrainerOnTheCudaDeviceSavesAndResumes) {
+  ListOpsGeneratorOptions data;
+  data.count = 48;
+  data.min_length = 20;
+  data.max_length = 100;
+  data.seed = 4;
+  auto generated = GenerateListOpsDataset(data);
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  TaylorShiftEncoderOptions encoder(32, 2, 4, 128, 10);
+  TrainingOptions options;
+  options.steps = 40;
+  options.batch_size = 8;
+  options.lr = 3e-3;
+  options.device = torch::Device(torch::kCUDA, 0);
+  auto trainer = Trainer::Create(encoder, options, generated->examples, {});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  for (const auto& parameter : (*trainer)->model()->parameters()) {
+    ASSERT_TRUE(parameter.is_cuda());
+  }
+  std::vector<double> losses;
+  for (int step = 0; step < 30; ++step) {
+    auto result = (*trainer)->Step();
+    ASSERT_TRUE(result.ok()) << result.status();
+    losses.push_back(result->loss);
+  }
+  const auto mean = [&losses](int from) {
+    double sum = 0;
+    for (int i = from; i < from + 5; ++i) sum += losses[i];
+    return sum / 5;
+  };
+  EXPECT_LT(mean(25), mean(0));
+  const std::string state = ::testing::TempDir() + "/cuda_trainer.state";
+  ASSERT_TRUE((*trainer)->SaveState(state).ok());
+  auto next = (*trainer)->Step();
+  ASSERT_TRUE(next.ok()) << next.status();
+  for (const torch::Device device : {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCPU)}) {
+    TrainingOptions resume_options = options;
+    resume_options.device = device;
+    auto resumed = Trainer::Resume(state, resume_options, generated->examples, {});
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ((*resumed)->step(), 30);
+    for (const auto& parameter : (*resumed)->model()->parameters()) {
+      ASSERT_EQ(parameter.device().type(), device.type());
+    }
+    auto step = (*resumed)->Step();
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_NEAR(step->loss, next->loss, 1e-4 * std::max(1.0, next->loss)) << device;
+  }
+}
+
 }  // namespace
 }  // namespace ts

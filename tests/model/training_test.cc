@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/checkpoint.h"
+#include "model/listops_generator.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {
@@ -66,6 +67,64 @@ TEST(TrainingMetricsTest, HandMadeConfusion) {
   EXPECT_DOUBLE_EQ(sparse.precision[0], 2.0 / 3.0);
   EXPECT_DOUBLE_EQ(sparse.recall[1], 0.0);
   EXPECT_NEAR(sparse.macro_f1, (0.8 + 0.0) / 2.0, 1e-12);
+}
+
+// Mixed precision (autocast to bfloat16) on the CPU: the same initial weights and batches as
+// float32, a first loss that differs by bfloat16 rounding only (so the forward did run in
+// bfloat16), a loss that falls, weights kept float32.
+TEST(TrainingTest, Bf16MixedPrecisionLearns) {
+  ListOpsGeneratorOptions data;
+  data.count = 64;
+  data.min_length = 20;
+  data.max_length = 60;
+  data.seed = 5;
+  auto generated = GenerateListOpsDataset(data);
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  TaylorShiftEncoderOptions encoder(32, 2, 4, 64, 10);
+  encoder.conv_embed(true);
+  std::vector<std::vector<double>> losses(2);
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    TrainingOptions options;
+    options.steps = 40;
+    options.batch_size = 8;
+    options.lr = 3e-3;
+    options.precision = precision;
+    options.path = AttentionPath::kEfficient;
+    auto trainer = Trainer::Create(encoder, options, generated->examples, {});
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    for (int step = 0; step < 40; ++step) {
+      auto result = (*trainer)->Step();
+      ASSERT_TRUE(result.ok()) << result.status();
+      losses[precision == Precision::kBf16].push_back(result->loss);
+    }
+    for (const auto& parameter : (*trainer)->model()->parameters()) {
+      ASSERT_EQ(parameter.scalar_type(), torch::kFloat32);
+    }
+  }
+  const double first_difference = std::abs(losses[1][0] - losses[0][0]);
+  EXPECT_GT(first_difference, 0.0) << "the bf16 forward gave float32's loss exactly";
+  EXPECT_LT(first_difference, 2e-2 * losses[0][0]);
+  const auto mean = [](const std::vector<double>& v, std::size_t from) {
+    double sum = 0;
+    for (std::size_t i = from; i < from + 8; ++i) sum += v[i];
+    return sum / 8;
+  };
+  EXPECT_LT(mean(losses[1], 32), mean(losses[1], 0) - 0.1);
+  EXPECT_NEAR(mean(losses[1], 32), mean(losses[0], 32), 0.25);
+  TrainingOptions wrong;
+  wrong.precision = Precision::kBf16;
+  wrong.dtype = torch::kFloat64;
+  EXPECT_EQ(ValidateTrainingOptions(wrong).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A CUDA device the process does not see is refused before anything is built.
+TEST(TrainingOptionsTest, UnseenCudaDeviceIsAFailedPrecondition) {
+  TrainingOptions options;
+  options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(63));
+  const absl::Status status = ValidateTrainingOptions(options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(std::string(status.message()).find("device: cuda:63 asked for"), std::string::npos)
+      << status;
 }
 
 TEST(TrainingOptionsTest, InvalidValuesAreRejected) {

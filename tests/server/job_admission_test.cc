@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "server/job_queue.h"
 #include "server/model_registry.h"
 #include "tests/testing/job_testing.h"
@@ -132,6 +133,65 @@ TEST_F(JobAdmissionTest, DataAndCheckpointsMustBeInTheDataRoot) {
   auto no_job = Admission().Training(init);
   EXPECT_EQ(no_job.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(no_job.status().message()), HasSubstr("init_from: "));
+}
+
+// The 18.9 MB spec of 2,000,000 labels, and a data folder of many files: each limit
+// refuses before anything is stored, naming the field and the limit.
+TEST_F(JobAdmissionTest, ClientSizedInputsAreBounded) {
+  pb::TrainingSpec huge = TinySpec();
+  for (int i = 0; i < 200000; ++i) huge.add_labels(absl::StrCat("label-", i));
+  auto too_big = Admission().Training(huge);
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_big.status().message()),
+              HasSubstr("spec: " + std::to_string(huge.ByteSizeLong()) +
+                        " bytes exceeds jobs.limits.max_spec_bytes 1048576"));
+
+  pb::TrainingSpec many = TinySpec();
+  for (int i = 0; i < 10001; ++i) many.add_labels(absl::StrCat(i));
+  auto too_many = Admission().Training(many);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_many.status().message()),
+              HasSubstr("labels: 10001 exceeds jobs.limits.max_labels 10000"));
+
+  pb::TrainingSpec long_label = TinySpec();
+  long_label.add_labels("x");
+  long_label.add_labels(std::string(300, 'y'));
+  auto too_long = Admission().Training(long_label);
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_long.status().message()),
+              HasSubstr("labels[1]: 300 bytes exceeds jobs.limits.max_label_bytes 256"));
+  EXPECT_LT(too_long.status().message().size(), 200u);
+
+  std::filesystem::create_directories(env_.dir() + "/data/folder/a");
+  for (int i = 0; i < 6; ++i) {
+    std::ofstream(env_.dir() + "/data/folder/a/" + std::to_string(i) + ".txt") << "0123456789";
+  }
+  pb::TrainingSpec folder = TinySpec();
+  folder.mutable_data()->mutable_train()->set_format("folder");
+  folder.mutable_data()->mutable_train()->set_path("folder");
+  jobs_.limits.max_data_files = 5;
+  auto files = Admission().Training(folder);
+  EXPECT_EQ(files.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(files.status().message()),
+              HasSubstr("data.train.path: \"folder\" holds more than "
+                        "jobs.limits.max_data_files 5 files"));
+  jobs_.limits.max_data_files = 6;
+  jobs_.limits.max_data_bytes = 59;
+  auto bytes = Admission().Training(folder);
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bytes.status().message()),
+              HasSubstr("holds more than 59 bytes (jobs.limits.max_data_bytes)"));
+  jobs_.limits.max_data_bytes = 60;
+  EXPECT_TRUE(Admission().Training(folder).ok());
+}
+
+// A CUDA job on a server that sees no GPU is FAILED_PRECONDITION at submission.
+TEST_F(JobAdmissionTest, ACudaJobNeedsAGpuTheServerSees) {
+  pb::TrainingSpec spec = TinySpec();
+  spec.set_device("cuda");
+  auto refused = Admission().Training(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("sees no CUDA device"));
 }
 
 TEST_F(JobAdmissionTest, AnEvaluationNeedsAServedModelOrAJobWithACheckpoint) {

@@ -591,6 +591,63 @@ void ExpectEvalError(const std::function<void(EvaluationSpec&)>& edit, const std
   ExpectStatus(NormalizeEvaluationSpec(&spec, jobs, kCores), key, fragment);
 }
 
+TEST(JobSpecNormalizeTest, Precision) {
+  TrainingSpec spec = IssueSpec();
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  EXPECT_EQ(spec.precision(), "fp32");
+  spec = IssueSpec();
+  spec.set_precision("bf16");
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  ExpectNormalizeError([](TrainingSpec& s) { s.set_precision("fp16"); }, "precision",
+                       "must be fp32 or bf16, got \"fp16\"");
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.set_precision("bf16");
+        s.set_dtype("float64");
+      },
+      "precision", "needs dtype float32, got float64");
+}
+
+// `device`: cpu by default, cuda normalised to cuda:0, an index only below the CUDA devices the
+// server sees (FAILED_PRECONDITION, naming what it sees), one rank on a GPU.
+TEST(JobSpecNormalizeTest, Device) {
+  TrainingSpec spec = IssueSpec();
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, JobsConfig(), kCores).ok());
+  EXPECT_EQ(spec.device(), "cpu");
+
+  JobsConfig one_gpu;
+  one_gpu.cuda_devices = 1;
+  spec = IssueSpec();
+  spec.set_device("cuda");
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, one_gpu, kCores).ok());
+  EXPECT_EQ(spec.device(), "cuda:0");
+
+  for (const std::string device : {"cuda", "cuda:0"}) {
+    spec = IssueSpec();
+    spec.set_device(device);
+    const absl::Status status = NormalizeTrainingSpec(&spec, JobsConfig(), kCores);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("device: cuda:0 asked for, but this server sees no CUDA device"));
+  }
+  spec = IssueSpec();
+  spec.set_device("cuda:1");
+  const absl::Status second = NormalizeTrainingSpec(&spec, one_gpu, kCores);
+  EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition) << second;
+  EXPECT_THAT(std::string(second.message()), HasSubstr("sees 1 CUDA device(s)"));
+
+  for (const std::string bad : {"gpu", "cuda:", "cuda:01", "cuda:-1", "cuda:64", "CPU"}) {
+    ExpectNormalizeError([&bad](TrainingSpec& s) { s.set_device(bad); }, "device",
+                         "must be cpu, cuda or cuda:N, got", one_gpu);
+  }
+  ExpectNormalizeError(
+      [](TrainingSpec& s) {
+        s.set_device("cuda");
+        s.set_workers(2);
+      },
+      "workers", "a CUDA job runs one rank", one_gpu);
+}
+
 TEST(EvaluationSpecNormalizeTest, Defaults) {
   EvaluationSpec spec = EvalSpec();
   JobsConfig jobs;
@@ -599,6 +656,15 @@ TEST(EvaluationSpecNormalizeTest, Defaults) {
   EXPECT_EQ(spec.batch_size(), 16u);
   EXPECT_EQ(spec.threads(), 2u);
   EXPECT_EQ(spec.path(), taylorshift::v1::ATTENTION_PATH_AUTO);
+  EXPECT_EQ(spec.device(), "cpu");
+  jobs.cuda_devices = 1;
+  spec.set_device("cuda");
+  ASSERT_TRUE(NormalizeEvaluationSpec(&spec, jobs, kCores).ok());
+  EXPECT_EQ(spec.device(), "cuda:0");
+  jobs.cuda_devices = 0;
+  spec.set_device("cuda:0");
+  EXPECT_EQ(NormalizeEvaluationSpec(&spec, jobs, kCores).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(EvaluationSpecNormalizeTest, Checks) {

@@ -297,6 +297,33 @@ TEST_F(JobStoreTest, DeleteJobTakesItsHistoryAndCheckpointRecordsAndKeepsPromoti
   EXPECT_EQ(Create(*store, MakeTrainingJob("c")).id(), "job-3");
 }
 
+// A deleted job's space comes back: a 3 MB spec grew the database and its WAL; after the delete
+// both are back near an empty store's size (VACUUM, then the WAL truncated).
+TEST_F(JobStoreTest, DeletingAJobGivesItsSpaceBack) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Create(*store, MakeTrainingJob("small", kSucceeded));  // job-1
+  Job big = MakeTrainingJob("big", kSucceeded);
+  for (int i = 0; i < 100000; ++i) big.mutable_training()->add_labels(absl::StrCat("label-", i));
+  Create(*store, big);  // job-2
+  const auto bytes = [this] {
+    std::error_code error;
+    std::uintmax_t total = std::filesystem::file_size(path_, error);
+    const auto wal = std::filesystem::file_size(path_ + "-wal", error);
+    if (!error) total += wal;
+    return total;
+  };
+  const std::uintmax_t grown = bytes();
+  ASSERT_GT(grown, 1000000u);
+  ASSERT_TRUE(store->DeleteJob("job-2").ok());
+  EXPECT_LT(bytes(), 200000u) << "grown to " << grown;
+  ASSERT_TRUE(store->GetJob("job-1").ok());
+  // A small delete leaves the file alone (a quarter of it must be free).
+  Create(*store, MakeTrainingJob("another", kSucceeded));  // job-3
+  ASSERT_TRUE(store->DeleteJob("job-3").ok());
+  EXPECT_TRUE(store->GetJob("job-1").ok());
+}
+
 TEST_F(JobStoreTest, FinishedJobsBeforeListsOnlyFinalStatesOlderThanTheCutoff) {
   std::unique_ptr<JobStore> store = OpenStore();
   ASSERT_NE(store, nullptr);

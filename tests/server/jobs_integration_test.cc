@@ -494,6 +494,24 @@ TEST_F(JobsIntegrationTest, CancelAndBadSpecsAreHandledAndServingContinues) {
   EXPECT_EQ(failed.back().job().state(), pb::JOB_STATE_FAILED);
   EXPECT_NE(failed.back().job().reason().find("bad.jsonl:2"), std::string::npos)
       << failed.back().job().reason();
+
+  // Labels are checked against the data's before the model is built: ListOps has ten, a spec
+  // of twelve names two that no example has.
+  auto labelled = TinySpec("twelve-labels", 10);
+  labelled.mutable_data()->mutable_train()->set_format("listops");
+  labelled.mutable_data()->mutable_train()->clear_path();
+  labelled.mutable_data()->mutable_train()->mutable_generate()->set_count(200);
+  labelled.mutable_data()->mutable_train()->mutable_generate()->set_min_length(10);
+  labelled.mutable_data()->mutable_train()->mutable_generate()->set_max_length(60);
+  labelled.mutable_data()->clear_validation();
+  for (int i = 0; i < 12; ++i) labelled.add_labels(std::to_string(i));
+  ASSERT_TRUE(Submit(labelled, &job).ok());
+  const auto refused = Watch(job.id(), 30);
+  ASSERT_FALSE(refused.empty());
+  EXPECT_EQ(refused.back().job().state(), pb::JOB_STATE_FAILED);
+  EXPECT_NE(refused.back().job().reason().find("labels[10]: \"10\" has no example in data.train"),
+            std::string::npos)
+      << refused.back().job().reason();
   EXPECT_TRUE(Classify("still serving", &response).ok());
 }
 
