@@ -64,7 +64,9 @@ SERVER_CONFIG = os.path.join(CONFIG_DIR, "tsserver.yaml")
 SERVING_CONFIG = os.path.join(CONFIG_DIR, "tsserver-serving.yaml")
 DOCKERFILES = [os.path.join(lib.DEPLOY, "Dockerfile"), os.path.join(lib.DEPLOY, "Dockerfile.cuda")]
 # What the images ship at the path the configurations serve.
-DEMO_MODEL = "models/listops-demo.tsckpt"
+# The trained demo models the images ship: config/default.yaml's (the quick start's) models.
+DEMO_MODELS = {"models/listops-demo.tsckpt", "models/source-lang-demo.tsckpt"}
+DEFAULT_CONFIG = os.path.join(lib.ROOT, "config", "default.yaml")
 # The scrape job the alert rules and dashboards select (`up{job="taylorshift"}`).
 SCRAPE_JOB = "taylorshift"
 
@@ -257,7 +259,8 @@ class ComposeTest(unittest.TestCase):
         self.assertEqual(mounted, SERVER_CONFIG)
         config = server_config()
         published = [p.split(":")[-1] for p in service["ports"]]
-        self.assertEqual(published, [str(port_of(config["listen"]))])
+        self.assertEqual(published,
+                         [str(port_of(config["listen"])), str(port_of(config["http"]["listen"]))])
         self.assertIn(str(port_of(config["metrics_listen"])), [str(p) for p in service["expose"]])
         # Volumes hold the config's state dir and data root, and jobs run here.
         targets = [t for _, t in compose_mounts(service)]
@@ -267,10 +270,36 @@ class ComposeTest(unittest.TestCase):
         # The model is the trained one the image ships: no volume hides it.
         shipped = image_files(dockerfile_instructions(os.path.join(lib.DEPLOY, "Dockerfile")))
         for model in config["models"]:
-            self.assertEqual(shipped.get(model["checkpoint"]), DEMO_MODEL, model["checkpoint"])
+            self.assertIn(shipped.get(model["checkpoint"]), DEMO_MODELS, model["checkpoint"])
             for target in targets:
                 self.assertFalse(model["checkpoint"].startswith(target.rstrip("/") + "/"),
                                  f"{target} hides {model['checkpoint']}")
+
+    def test_compose_serves_what_the_quick_start_uses(self):
+        """README's quick start runs against config/default.yaml: `docker compose up` serves the
+        same models under the same names and publishes the same gRPC and HTTP ports on
+        loopback, so its tsctl and curl examples work against the compose service too."""
+        default, compose_config = load_yaml(DEFAULT_CONFIG), server_config()
+        self.assertEqual({m["name"] for m in compose_config["models"]},
+                         {m["name"] for m in default["models"]})
+        shipped = image_files(dockerfile_instructions(os.path.join(lib.DEPLOY, "Dockerfile")))
+        by_name = {m["name"]: m for m in default["models"]}
+        for model in compose_config["models"]:
+            # default.yaml's paths are relative to its folder.
+            served_there = os.path.normpath(os.path.join(os.path.dirname(DEFAULT_CONFIG),
+                                                         by_name[model["name"]]["checkpoint"]))
+            self.assertEqual(shipped.get(model["checkpoint"]),
+                             os.path.relpath(served_there, lib.ROOT), model["name"])
+        published = self.services["tsserver"]["ports"]
+        for key in ("listen", "http"):
+            host_port = port_of(default[key]["listen"] if key == "http" else default[key])
+            container_port = port_of(compose_config[key]["listen"] if key == "http"
+                                     else compose_config[key])
+            self.assertIn(f"127.0.0.1:{host_port}:{container_port}", published, key)
+        with open(os.path.join(lib.ROOT, "README.md")) as f:
+            readme = f.read()
+        for name in by_name:
+            self.assertIn(f"--model {name}", readme)
 
     def test_prometheus_loads_the_shipped_config_and_scrapes_tsserver(self):
         service = self.services["prometheus"]
@@ -522,7 +551,8 @@ class KubernetesTest(unittest.TestCase):
                                    volume["persistentVolumeClaim"]["claimName"]), self.objects)
             self.assertTrue(mounted_config, f"{name}: {config_path} is not the mounted ConfigMap")
             ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-            self.assertEqual(ports, {"grpc": grpc_port, "metrics": metrics_port}, name)
+            self.assertEqual(ports, {"grpc": grpc_port, "http": port_of(config["http"]["listen"]),
+                                     "metrics": metrics_port}, name)
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 self.assertEqual(container[probe]["grpc"]["port"], grpc_port, f"{name} {probe}")
             self.assertIn("memory", container["resources"]["limits"], name)
@@ -535,7 +565,7 @@ class KubernetesTest(unittest.TestCase):
                                 f"{name}: state_dir {config['state_dir']} is not writable")
             # The models served are the trained demo model of the image: no volume hides it.
             for model in config["models"]:
-                self.assertEqual(shipped.get(model["checkpoint"]), DEMO_MODEL, name)
+                self.assertIn(shipped.get(model["checkpoint"]), DEMO_MODELS, name)
                 for path in mounts:
                     self.assertFalse(model["checkpoint"].startswith(path.rstrip("/") + "/"),
                                      f"{name}: {path} hides {model['checkpoint']}")
@@ -568,7 +598,8 @@ class KubernetesTest(unittest.TestCase):
             matched = [n for n, labels in pods.items()
                        if all(labels.get(k) == v for k, v in selector.items())]
             self.assertEqual(len(matched), 1, service["metadata"]["name"])
-            self.assertEqual({p["targetPort"] for p in service["spec"]["ports"]}, {"grpc", "metrics"})
+            self.assertEqual({p["targetPort"] for p in service["spec"]["ports"]},
+                             {"grpc", "http", "metrics"})
         hpa = self.objects[("HorizontalPodAutoscaler", "tsserver")][0]
         self.assertEqual(hpa["spec"]["scaleTargetRef"]["name"], "tsserver")
         monitor = self.objects[("ServiceMonitor", "taylorshift-serve")][0]
@@ -1461,7 +1492,7 @@ class DockerfileTest(unittest.TestCase):
             # checks (it writes an untrained one only when that file is missing).
             for config_path in shipped_configs():
                 for model in load_yaml(config_path)["models"]:
-                    self.assertEqual(shipped.get(model["checkpoint"]), DEMO_MODEL,
+                    self.assertIn(shipped.get(model["checkpoint"]), DEMO_MODELS,
                                      f"{name}: {model['checkpoint']} of {config_path}")
             env = " ".join(a for _, i, a in steps if i == "ENV")
             self.assertIn(f"TS_DEMO_CHECKPOINT={config['models'][0]['checkpoint']}", env, name)

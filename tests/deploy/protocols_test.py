@@ -65,7 +65,7 @@ MAX_BODY_BYTES = 32768
 CLASSIFY_TOKEN = "protocols-classify-token"
 ADMIN_TOKEN = "protocols-admin-token"
 DOCUMENT_COUNT = 40
-README_DOCUMENT = "[MAX 4 3 [MIN 2 3 ] 1 0 [MED 2 9 ] ]"
+README_DOCUMENT = "[MAX 2 9 [MIN 4 7 ] 0 ]"
 # Requests waiting on a full queue or a short deadline depend on timing: a request is repeated
 # at most this many times until the server has rejected one.
 TIMING_ATTEMPTS = 5
