@@ -474,12 +474,15 @@ HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpEx
   const std::string& path = request.path;
   const bool get = request.method == "GET", post = request.method == "POST";
 
-  if (path == "/v2/health/live" || path == "/v2/health/ready" || path == "/v2") {
+  // Server metadata is GET v2 in the specification's table and /v2/ in its OpenAPI file: both.
+  if (path == "/v2/health/live" || path == "/v2/health/ready" || path == "/v2" || path == "/v2/") {
     if (!get) return MethodNotAllowed("GET", request);
     if (path == "/v2/health/live") return JsonAnswer(200, Json{{"live", true}});
     if (path == "/v2/health/ready") {
+      // The specification's $ready_server_response names its field "live" (a slip for
+      // "ready", which KServe's servers send): both, so a client of either reading works.
       const bool ready = inference->Ready();
-      return JsonAnswer(ready ? 200 : 503, Json{{"ready", ready}});
+      return JsonAnswer(ready ? 200 : 503, Json{{"ready", ready}, {"live", true}});
     }
     const auto metadata = kserve::ServerMetadata();
     return JsonAnswer(200,
@@ -577,6 +580,7 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
       options.http.max_body_bytes > 0 ? options.http.max_body_bytes : options.max_message_bytes;
   listener.keep_alive = options.http.keep_alive;
   listener.keep_alive_max_requests = options.http.keep_alive_max_requests;
+  listener.on_response = options.on_response;
   RouteOptions route;
   route.max_infer_batch = options.max_infer_batch;
   route.default_timeout = options.http.default_timeout;

@@ -34,6 +34,8 @@ struct HttpFrontendOptions {
   TlsConfig tls;                              // cert_file set: HTTPS (client_ca_file: mTLS)
   std::int64_t max_message_bytes = 64 << 20;  // the body limit when http.max_body_bytes is 0
   std::int64_t max_infer_batch = 256;
+  // Called with every answer's status code (the server counts them in its metrics).
+  std::function<void(int status)> on_response;
 };
 
 class HttpFrontend {

@@ -171,6 +171,12 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   server.Patch(".*", serve);
   server.Delete(".*", serve);
   server.Options(".*", serve);
+  if (options.on_response) {
+    server.set_logger([on_response = options.on_response](const httplib::Request& /*req*/,
+                                                          const httplib::Response& res) {
+      on_response(res.status);
+    });
+  }
   // What httplib answers itself: a body over the limit (413), a malformed request (400).
   server.set_error_handler(
       [name = options.name](const httplib::Request& /*req*/, httplib::Response& res) {

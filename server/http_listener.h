@@ -45,6 +45,9 @@ struct HttpListenerOptions {
   std::int64_t max_body_bytes = 1 << 20;           // larger → 413
   absl::Duration keep_alive = absl::Seconds(5);
   int keep_alive_max_requests = 1000;
+  // Called with the status of every answer sent, httplib's own (400, 413) included; set: must be
+  // thread-safe.
+  std::function<void(int status)> on_response;
 };
 
 class HttpListener {

@@ -76,6 +76,18 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
   for (auto& job : unfinished) {
     TS_RETURN_IF_ERROR(manager->queue_.Restore(std::move(job)));
   }
+  if (metrics != nullptr) {
+    // Scrapes read the running workers' memory and CPU (Shutdown unsets this).
+    metrics->SetWorkerSource([m = manager.get()] {
+      std::vector<Metrics::WorkerProcess> workers;
+      for (const auto& [id, pids] : m->queue_.RunningWorkers()) {
+        for (std::size_t rank = 0; rank < pids.size(); ++rank) {
+          workers.push_back({id, static_cast<int>(rank), pids[rank]});
+        }
+      }
+      return workers;
+    });
+  }
   const JobsConfig& jobs = manager->options_.jobs;
   if (jobs.retention > absl::ZeroDuration()) {
     manager->workers_.emplace_back([m = manager.get(), &jobs] {
@@ -92,6 +104,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
 JobManager::~JobManager() { Shutdown(); }
 
 void JobManager::Shutdown() {
+  if (context_.metrics != nullptr) context_.metrics->SetWorkerSource(nullptr);
   queue_.Stop();
   deleter_.StopRetention();
   for (auto& worker : workers_) {

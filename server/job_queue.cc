@@ -42,6 +42,13 @@ void ActiveJob::StopProcess() {
   if (process_ != nullptr) process_->Stop();
 }
 
+std::vector<int> ActiveJob::WorkerPids() {
+  absl::MutexLock lock(&process_mu_);
+  if (process_ == nullptr) return {};
+  const std::vector<pid_t> pids = process_->pids();
+  return std::vector<int>(pids.begin(), pids.end());
+}
+
 JobQueue::JobQueue(JobQueueOptions options, JobContext* context)
     : options_(options), context_(context) {}
 
@@ -293,6 +300,20 @@ void JobQueue::Stop() {
 bool JobQueue::stopping() const {
   absl::MutexLock lock(&mu_);
   return stopping_;
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> JobQueue::RunningWorkers() const {
+  std::vector<std::shared_ptr<ActiveJob>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, active] : active_) jobs.push_back(active);
+  }
+  std::vector<std::pair<std::string, std::vector<int>>> running;
+  for (const auto& active : jobs) {
+    std::vector<int> pids = active->WorkerPids();
+    if (!pids.empty()) running.emplace_back(active->id, std::move(pids));
+  }
+  return running;
 }
 
 }  // namespace ts::server

@@ -52,6 +52,8 @@ struct ActiveJob {
   // SIGKILL after jobs.stop_grace).
   void SetProcess(JobProcess* process);
   void StopProcess();
+  // The worker processes' ids by rank; empty when none runs.
+  std::vector<int> WorkerPids();
 
  private:
   absl::Mutex process_mu_;
@@ -101,6 +103,9 @@ class JobQueue {
 
   absl::StatusOr<std::int64_t> Watch(const std::string& id, Listener listener);
   void Unwatch(std::int64_t handle);
+
+  // (job id, its workers' pids by rank) of every job whose workers run now.
+  std::vector<std::pair<std::string, std::vector<int>>> RunningWorkers() const;
 
   // Later Enqueue calls are UNAVAILABLE and Next() returns null; every active job's workers are
   // told to stop; watches end. Idempotent.

@@ -7,12 +7,15 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -26,6 +29,51 @@
 
 namespace ts::server {
 namespace {
+
+// /proc/PID/stat's fields after the command name (which may hold spaces and parentheses).
+std::vector<std::string> StatFields(int pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(file, line);
+  const std::size_t close = line.rfind(')');
+  std::vector<std::string> fields;
+  if (close == std::string::npos) return fields;
+  std::istringstream rest(line.substr(close + 1));
+  for (std::string field; rest >> field;) fields.push_back(field);
+  return fields;  // fields[0] is stat's field 3 (state)
+}
+
+// User plus system CPU time of a process, in seconds (stat fields 14 and 15); 0 if unreadable.
+double CpuSeconds(int pid) {
+  const std::vector<std::string> fields = StatFields(pid);
+  if (fields.size() < 13) return 0;
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return (std::stod(fields[11]) + std::stod(fields[12])) / ticks;
+}
+
+// Resident set size of a process in bytes (/proc/PID/statm); 0 if unreadable.
+double ResidentBytes(int pid) {
+  std::ifstream statm(absl::StrCat("/proc/", pid, "/statm"));
+  long long size_pages = 0, resident_pages = 0;
+  if (!(statm >> size_pages >> resident_pages)) return 0;
+  return static_cast<double>(resident_pages) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+// This process's start time since the Unix epoch: boot time (/proc/stat btime) plus stat field
+// 22 (clock ticks after boot).
+double ProcessStartSeconds() {
+  std::ifstream stat("/proc/stat");
+  double boot = 0;
+  for (std::string key; stat >> key;) {
+    if (key == "btime") {
+      stat >> boot;
+      break;
+    }
+  }
+  const std::vector<std::string> fields = StatFields(getpid());
+  if (fields.size() < 20 || boot == 0) return 0;
+  return boot + std::stod(fields[19]) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 using prometheus::Counter;
 using prometheus::Family;
@@ -93,8 +141,11 @@ HttpAnswer AnswerScrape(const HttpExchange& request, const std::function<std::st
 struct Metrics::Impl {
   explicit Impl(std::shared_ptr<prometheus::Registry> r)
       : registry(std::move(r)),
-        requests(AddCounter(*registry, "taylorshift_requests_total",
-                            "Finished Classify RPCs by model and gRPC status code.")),
+        requests(AddCounter(
+            *registry, "taylorshift_requests_total",
+            "Finished classification requests by model and status code (gRPC code names), from "
+            "every front end: Classify and ClassifyStream, KServe v2 gRPC and "
+            "REST, the plain HTTP route.")),
         request_duration(
             AddHistogram(*registry, "taylorshift_request_duration_seconds",
                          "Time from receiving a request to sending its response, in seconds.")),
@@ -164,7 +215,89 @@ struct Metrics::Impl {
         job_store_errors(AddCounter(*registry, "taylorshift_job_store_errors_total",
                                     "Writes to the job store (state_dir/jobs.db) that failed, by "
                                     "operation (update_job, append_metric, record_checkpoint, "
-                                    "...); each is also logged with its job id.")) {}
+                                    "...); each is also logged with its job id.")),
+        http_responses(AddCounter(*registry, "taylorshift_http_responses_total",
+                                  "Answers of the HTTP/JSON front end by status code (404, 405 "
+                                  "and 413 included).")),
+        batches_in_flight(AddGauge(*registry, "taylorshift_batches_in_flight",
+                                   "Batches whose forward pass is running now, per model.")),
+        process_cpu(AddCounter(*registry, "taylorshift_process_cpu_seconds_total",
+                               "User and system CPU time of the server process, in seconds.")
+                        .Add({})),
+        process_start(AddGauge(*registry, "taylorshift_process_start_time_seconds",
+                               "Start time of the server process since the Unix epoch, in "
+                               "seconds.")
+                          .Add({})),
+        build_info(AddGauge(*registry, "taylorshift_build_info",
+                            "Always 1; labels: the server's version, the LibTorch version it "
+                            "was built against, and whether it is the CUDA build.")),
+        worker_memory(AddGauge(*registry, "taylorshift_job_worker_resident_memory_bytes",
+                               "Resident set size of a running job's worker process (tsworker), "
+                               "per job_id and rank, in bytes.")),
+        worker_cpu(AddGauge(*registry, "taylorshift_job_worker_cpu_seconds",
+                            "User and system CPU time a running job's worker process (tsworker) "
+                            "has used since it started, per job_id and rank, in seconds.")) {
+    // Every operation has a series from the start: a panel shows 0, not "no data".
+    for (const char* operation :
+         {"create_job", "update_job", "delete_job", "append_metric", "append_evaluation",
+          "truncate_history", "record_checkpoint", "remove_checkpoint", "record_promotion"}) {
+      job_store_errors.Add({{"operation", operation}});
+    }
+    process_start.Set(ProcessStartSeconds());
+    build_info
+        .Add({
+          {"version", TS_VERSION}, {"torch", TORCH_VERSION},
+#if defined(TS_WITH_CUDA)
+          {
+            "cuda", "true"
+          }
+        })
+#else
+          {
+            "cuda", "false"
+          }
+        })
+#endif
+        .Set(1);
+  }
+
+  // Adds the CPU time /proc/self/stat reports since the last read to the counter.
+  void UpdateCpu() {
+    const double seconds = CpuSeconds(getpid());
+    absl::MutexLock lock(&cpu_mu);
+    if (seconds > last_cpu_seconds) {
+      process_cpu.Increment(seconds - last_cpu_seconds);
+      last_cpu_seconds = seconds;
+    }
+  }
+
+  // Worker gauges for what runs now; series of workers that ended are removed.
+  void UpdateWorkers() {
+    std::function<std::vector<Metrics::WorkerProcess>()> source_copy;
+    {
+      absl::MutexLock lock(&workers_mu);
+      source_copy = worker_source;
+    }
+    std::vector<Metrics::WorkerProcess> running;
+    if (source_copy) running = source_copy();
+    absl::MutexLock lock(&workers_mu);
+    std::set<prometheus::Labels> now;
+    for (const Metrics::WorkerProcess& worker : running) {
+      const prometheus::Labels labels = {{"job_id", worker.job_id},
+                                         {"rank", absl::StrCat(worker.rank)}};
+      const double resident = ResidentBytes(worker.pid);
+      if (resident <= 0) continue;  // gone between the listing and the read
+      worker_memory.Add(labels).Set(resident);
+      worker_cpu.Add(labels).Set(CpuSeconds(worker.pid));
+      now.insert(labels);
+    }
+    for (const prometheus::Labels& labels : worker_series) {
+      if (now.count(labels) != 0) continue;
+      if (worker_memory.Has(labels)) worker_memory.Remove(&worker_memory.Add(labels));
+      if (worker_cpu.Has(labels)) worker_cpu.Remove(&worker_cpu.Add(labels));
+    }
+    worker_series = std::move(now);
+  }
 
   void UpdateMemory() {
     // /proc/self/statm: total program size and resident set size, in pages.
@@ -176,6 +309,8 @@ struct Metrics::Impl {
       virtual_memory.Set(static_cast<double>(size_pages) * page_bytes);
       resident_memory.Set(static_cast<double>(resident_pages) * page_bytes);
     }
+    UpdateCpu();
+    UpdateWorkers();
     if (!torch::cuda::is_available()) return;
     const int devices = static_cast<int>(torch::cuda::device_count());
     for (int i = 0; i < devices; ++i) {
@@ -212,6 +347,19 @@ struct Metrics::Impl {
   Family<Gauge>& job_validation_accuracy;
   Family<Counter>& jobs_deleted;
   Family<Counter>& job_store_errors;
+  Family<Counter>& http_responses;
+  Family<Gauge>& batches_in_flight;
+  Counter& process_cpu;
+  Gauge& process_start;
+  Family<Gauge>& build_info;
+  Family<Gauge>& worker_memory;
+  Family<Gauge>& worker_cpu;
+
+  absl::Mutex cpu_mu;
+  double last_cpu_seconds ABSL_GUARDED_BY(cpu_mu) = 0;
+  absl::Mutex workers_mu;
+  std::function<std::vector<Metrics::WorkerProcess>()> worker_source ABSL_GUARDED_BY(workers_mu);
+  std::set<prometheus::Labels> worker_series ABSL_GUARDED_BY(workers_mu);
 
   absl::Mutex model_info_mu;
   // (model, version) → its taylorshift_model_info sample, so RemoveModelInfo can find it.
@@ -358,6 +506,19 @@ void Metrics::RemoveJob(const std::string& job_id, const std::string& kind,
 
 void Metrics::RecordJobStoreError(const std::string& operation) {
   impl_->job_store_errors.Add({{"operation", operation}}).Increment();
+}
+
+void Metrics::RecordHttpResponse(int status) {
+  impl_->http_responses.Add({{"code", absl::StrCat(status)}}).Increment();
+}
+
+void Metrics::AddBatchesInFlight(const std::string& model, int delta) {
+  impl_->batches_in_flight.Add({{"model", model}}).Increment(delta);
+}
+
+void Metrics::SetWorkerSource(std::function<std::vector<WorkerProcess>()> source) {
+  absl::MutexLock lock(&impl_->workers_mu);
+  impl_->worker_source = std::move(source);
 }
 
 void Metrics::RemoveModelInfo(const std::string& model, const std::string& version) {

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -51,8 +53,22 @@ class Metrics {
   // append_metric, append_evaluation, truncate_history, record_checkpoint, remove_checkpoint,
   // record_promotion).
   void RecordJobStoreError(const std::string& operation);
-  // Reads /proc/self/statm and (on CUDA) the device allocator; call before each scrape or
-  // periodically.
+  // An HTTP answer of the HTTP/JSON front end by status code (404, 405 and 413 included: the
+  // ones httplib and the router answer before any model is involved).
+  void RecordHttpResponse(int status);
+  // Batches being computed now, per model (+1 when a forward pass starts, -1 when it ends).
+  void AddBatchesInFlight(const std::string& model, int delta);
+  // The worker processes of running jobs, read at each scrape (/proc/PID/stat and statm): their
+  // resident memory and CPU time per job_id and rank. `source` is called from scrapes and must
+  // be thread-safe; it returns what runs now.
+  struct WorkerProcess {
+    std::string job_id;
+    int rank = 0;
+    int pid = 0;
+  };
+  void SetWorkerSource(std::function<std::vector<WorkerProcess>()> source);
+  // Reads /proc/self/statm and stat, the job workers' (SetWorkerSource) and (on CUDA) the device
+  // allocator; called before each scrape.
   void UpdateMemory();
 
   prometheus::Registry& registry();

@@ -184,7 +184,10 @@ absl::Status ServedModel::RunBatch(Batch<ClassifyWork>& batch) {
   compat::SetThisThreadParallelism(
       tokens <= config_.single_thread_tokens ? 1 : compat::DefaultIntraOpThreads());
   const absl::Time start = clock_->Now();
-  TS_ASSIGN_OR_RETURN(auto result, ClassifyBatch(checkpoint_.model, sequences, requested, device_));
+  if (metrics_ != nullptr) metrics_->AddBatchesInFlight(config_.name, 1);
+  auto classified = ClassifyBatch(checkpoint_.model, sequences, requested, device_);
+  if (metrics_ != nullptr) metrics_->AddBatchesInFlight(config_.name, -1);
+  TS_ASSIGN_OR_RETURN(auto result, std::move(classified));
   const double compute = absl::ToDoubleSeconds(clock_->Now() - start);
   std::size_t row = 0;
   const auto batch_tokens = result.padded_tokens * static_cast<std::int64_t>(sequences.size());

@@ -164,6 +164,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     http_options.tls = config.tls;
     http_options.max_message_bytes = config.max_message_bytes;
     http_options.max_infer_batch = config.max_infer_batch;
+    if (Metrics* metrics = server->parts_->metrics.get(); metrics != nullptr) {
+      http_options.on_response = [metrics](int status) { metrics->RecordHttpResponse(status); };
+    }
     // On an error ~Server stops the rest.
     TS_ASSIGN_OR_RETURN(server->parts_->http,
                         HttpFrontend::Start(http_options, server->parts_->inference.get()));

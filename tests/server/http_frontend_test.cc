@@ -38,8 +38,14 @@ TEST(HttpFrontendTest, HealthAndMetadataRoutes) {
   auto not_ready = Call(fake, "GET", "/v2/health/ready");
   EXPECT_EQ(not_ready.status, 503);
   EXPECT_EQ(Json::parse(not_ready.body)["ready"], false);
+  EXPECT_EQ(Json::parse(not_ready.body)["live"], true);  // the specification's field name
   fake.SetReady(true);
+  EXPECT_EQ(Json::parse(Call(fake, "GET", "/v2/health/ready").body)["ready"], true);
   EXPECT_EQ(Json::parse(Call(fake, "GET", "/v2").body)["name"], "taylorshift-serve");
+  // GET v2 (the specification's table) and /v2/ (its OpenAPI file) are both server metadata.
+  auto slash = Call(fake, "GET", "/v2/");
+  EXPECT_EQ(slash.status, 200);
+  EXPECT_EQ(Json::parse(slash.body)["name"], "taylorshift-serve");
   auto metadata = Json::parse(Call(fake, "GET", "/v2/models/m").body);
   EXPECT_EQ(metadata["inputs"][0]["name"], "document");
   EXPECT_EQ(metadata["outputs"][0]["shape"], Json::parse("[-1, 3]"));
@@ -216,6 +222,14 @@ TEST(HttpFrontendTest, ServesOnLoopbackLimitsBodiesAndStops) {
   options.http.listen = "127.0.0.1:0";
   options.http.threads = 2;
   options.http.max_body_bytes = 1000;
+  // Every answer's status reaches on_response (the server's taylorshift_http_responses_total),
+  // the router's 404 and 405 and httplib's own 413 included.
+  absl::Mutex statuses_mu;
+  std::vector<int> statuses;
+  options.on_response = [&](int status) {
+    absl::MutexLock lock(&statuses_mu);
+    statuses.push_back(status);
+  };
   auto frontend = HttpFrontend::Start(options, &fake);
   ASSERT_TRUE(frontend.ok()) << frontend.status();
   const std::string address = (*frontend)->address();
@@ -233,7 +247,17 @@ TEST(HttpFrontendTest, ServesOnLoopbackLimitsBodiesAndStops) {
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 413);
   EXPECT_THAT(big->body, HasSubstr("max_body_bytes"));
+  auto missing = client.Get("/v2/nothing/here");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  auto method = client.Delete("/v2/health/live");
+  ASSERT_TRUE(method);
+  EXPECT_EQ(method->status, 405);
   (*frontend)->Stop();
+  {
+    absl::MutexLock lock(&statuses_mu);
+    EXPECT_EQ(statuses, (std::vector<int>{200, 200, 413, 404, 405}));
+  }
   httplib::Client after("127.0.0.1", port);
   after.set_connection_timeout(2, 0);
   EXPECT_FALSE(after.Get("/v2/health/live"));

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -359,6 +360,53 @@ TEST(MetricsTest, ProcessMemoryIsReported) {
   const std::optional<double> grown =
       Value(metrics->Serialize(), "taylorshift_process_resident_memory_bytes", {});
   EXPECT_GE(*grown, *resident + (32 << 20)) << static_cast<int>(block[block.size() / 2]);
+}
+
+// What a Grafana user looks for besides the requests: zero series for job-store errors from
+// the start, the process's CPU time and start time, the build, HTTP answers by code, batches in
+// flight, and the job workers' memory and CPU (here this process stands in for a worker).
+TEST(MetricsTest, ProcessBuildHttpBatchAndWorkerSeries) {
+  std::unique_ptr<Metrics> metrics = RegistryOnly();
+  ASSERT_NE(metrics, nullptr);
+  std::string text = metrics->Serialize();
+  for (const char* operation : {"create_job", "update_job", "append_metric", "record_promotion"}) {
+    EXPECT_EQ(Value(text, "taylorshift_job_store_errors_total", {{"operation", operation}}), 0)
+        << operation;
+  }
+  const double now = static_cast<double>(std::time(nullptr));
+  const auto start = Value(text, "taylorshift_process_start_time_seconds", {});
+  ASSERT_TRUE(start.has_value());
+  EXPECT_GT(*start, now - 86400);
+  EXPECT_LE(*start, now + 1);
+  volatile double sink = 0;
+  for (int i = 0; i < 50000000; ++i) sink = sink + std::sqrt(static_cast<double>(i));
+  text = metrics->Serialize();
+  EXPECT_GT(Value(text, "taylorshift_process_cpu_seconds_total", {}).value_or(0), 0.01);
+  EXPECT_THAT(text, HasSubstr("taylorshift_build_info{"));
+  EXPECT_THAT(text, HasSubstr("version=\""));
+
+  metrics->RecordHttpResponse(404);
+  metrics->RecordHttpResponse(404);
+  metrics->RecordHttpResponse(413);
+  metrics->AddBatchesInFlight("m", 1);
+  metrics->AddBatchesInFlight("m", 1);
+  metrics->AddBatchesInFlight("m", -1);
+  text = metrics->Serialize();
+  EXPECT_EQ(Value(text, "taylorshift_http_responses_total", {{"code", "404"}}), 2);
+  EXPECT_EQ(Value(text, "taylorshift_http_responses_total", {{"code", "413"}}), 1);
+  EXPECT_EQ(Value(text, "taylorshift_batches_in_flight", {{"model", "m"}}), 1);
+
+  std::vector<Metrics::WorkerProcess> workers = {{"job-7", 0, static_cast<int>(getpid())}};
+  metrics->SetWorkerSource([&workers] { return workers; });
+  text = metrics->Serialize();
+  const Labels worker = {{"job_id", "job-7"}, {"rank", "0"}};
+  EXPECT_GT(Value(text, "taylorshift_job_worker_resident_memory_bytes", worker).value_or(0),
+            1 << 20);
+  EXPECT_GT(Value(text, "taylorshift_job_worker_cpu_seconds", worker).value_or(0), 0.01);
+  workers.clear();  // the job ended: its series go
+  text = metrics->Serialize();
+  EXPECT_FALSE(Value(text, "taylorshift_job_worker_resident_memory_bytes", worker).has_value());
+  metrics->SetWorkerSource(nullptr);
 }
 
 TEST(MetricsTest, DeviceMemoryGaugesCuda) {
