@@ -73,6 +73,8 @@ modality: pixels
 workers: 2
 max_retries: 1
 dtype: float64
+device: cuda:0
+precision: bf16
 )yaml";
 
 constexpr char kFullTrainingText[] = R"pb(
@@ -132,6 +134,8 @@ constexpr char kFullTrainingText[] = R"pb(
   workers: 2
   max_retries: 1
   dtype: "float64"
+  device: "cuda:0"
+  precision: "bf16"
 )pb";
 
 TrainingSpec ParseOrDie(const std::string& yaml) {

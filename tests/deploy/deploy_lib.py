@@ -25,6 +25,14 @@ DEVICE_METRICS = {
     "taylorshift_device_memory_reserved_bytes",
 }
 
+# Exported only while something happens: a job's worker runs (its series go when it ends), an
+# HTTP client has been answered (metrics_test and http_frontend_test check their values).
+TRANSIENT_METRICS = {
+    "taylorshift_job_worker_resident_memory_bytes",
+    "taylorshift_job_worker_cpu_seconds",
+    "taylorshift_http_responses_total",
+}
+
 _METRIC_RE = re.compile(r"\btaylorshift_[a-z0-9_]+")
 # A taylorshift_* vector selector with its label matchers, if any.
 _SELECTOR_RE = re.compile(r"\btaylorshift_[a-z0-9_]+(?:\{[^}]*\})?")

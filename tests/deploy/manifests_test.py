@@ -1066,7 +1066,7 @@ class KServeTest(unittest.TestCase):
                         return error.code, json.load(error)
 
                 probe = self.container["readinessProbe"]["httpGet"]["path"]
-                self.assertEqual(get(probe), (200, {"ready": True}))
+                self.assertEqual(get(probe), (200, {"ready": True, "live": True}))
                 self.assertEqual(get(self.container["livenessProbe"]["httpGet"]["path"]),
                                  (200, {"live": True}))
                 self.assertEqual(get(f"/v2/models/{name}/ready"),

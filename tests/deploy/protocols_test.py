@@ -609,7 +609,7 @@ class ProtocolsTest(unittest.TestCase):
         response = s.request("GET", "/v2/health/live")
         self.assertEqual((response.status, response.json()), (200, {"live": True}))
         response = s.request("GET", "/v2/health/ready")
-        self.assertEqual((response.status, response.json()), (200, {"ready": True}))
+        self.assertEqual((response.status, response.json()), (200, {"ready": True, "live": True}))
         response = s.request("GET", "/v2")
         self.assertEqual((response.status, response.json()),
                          (200, {"name": "taylorshift-serve", "version": "0.4.0",
