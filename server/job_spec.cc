@@ -400,6 +400,25 @@ absl::Status CheckLabels(const google::protobuf::RepeatedPtrField<std::string>& 
   return absl::OkStatus();
 }
 
+// dtype (float32 default, or float64) and precision (fp32 default, or bf16 on float32).
+absl::Status NormalizeNumerics(TrainingSpec* spec) {
+  if (spec->dtype().empty()) spec->set_dtype("float32");
+  if (spec->dtype() != "float32" && spec->dtype() != "float64") {
+    return Invalid("dtype",
+                   absl::StrCat("must be float32 or float64, got ", Quoted(spec->dtype())));
+  }
+  if (spec->precision().empty()) spec->set_precision("fp32");
+  if (spec->precision() != "fp32" && spec->precision() != "bf16") {
+    return Invalid("precision",
+                   absl::StrCat("must be fp32 or bf16, got ", Quoted(spec->precision())));
+  }
+  if (spec->precision() == "bf16" && spec->dtype() != "float32") {
+    return Invalid("precision",
+                   absl::StrCat("bf16 (mixed precision) needs dtype float32, got ", spec->dtype()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const JobsConfig& jobs, int num_cores) {
@@ -447,20 +466,7 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const JobsConfig& jobs, i
                                            ": a CUDA job runs one rank (data-parallel ranks use "
                                            "Gloo on the CPU; NCCL is not wired yet)"));
   }
-  if (spec->dtype().empty()) spec->set_dtype("float32");
-  if (spec->dtype() != "float32" && spec->dtype() != "float64") {
-    return Invalid("dtype",
-                   absl::StrCat("must be float32 or float64, got ", Quoted(spec->dtype())));
-  }
-  if (spec->precision().empty()) spec->set_precision("fp32");
-  if (spec->precision() != "fp32" && spec->precision() != "bf16") {
-    return Invalid("precision",
-                   absl::StrCat("must be fp32 or bf16, got ", Quoted(spec->precision())));
-  }
-  if (spec->precision() == "bf16" && spec->dtype() != "float32") {
-    return Invalid("precision",
-                   absl::StrCat("bf16 (mixed precision) needs dtype float32, got ", spec->dtype()));
-  }
+  TS_RETURN_IF_ERROR(NormalizeNumerics(spec));
   if (spec->steps() > 0) {
     FillIntervals(spec);
   } else if (spec->log_interval() == 0) {

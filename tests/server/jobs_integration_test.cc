@@ -261,6 +261,7 @@ TEST_F(JobsIntegrationTest, LearnsOverGrpcEvaluatesAndPromotesUnderLoadAcrossRes
   std::mutex versions_mu;
   std::set<std::string> versions;
   std::vector<std::thread> clients;
+  clients.reserve(4);
   for (int t = 0; t < 4; ++t) {
     clients.emplace_back([&, t] {
       auto stub = pb::Classifier::NewStub(channel_);

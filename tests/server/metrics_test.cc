@@ -87,8 +87,8 @@ std::optional<double> Value(const std::string& text, const std::string& name,
 }
 
 // The cumulative count of histogram `name{labels}` in the bucket whose upper bound is `le`.
-std::optional<double> BucketCount(const std::string& text, const std::string& name, Labels labels,
-                                  double le) {
+std::optional<double> BucketCount(const std::string& text, const std::string& name,
+                                  const Labels& labels, double le) {
   for (const Sample& sample : ParseSamples(text)) {
     if (sample.name != name + "_bucket") continue;
     Labels without_le = sample.labels;
@@ -426,6 +426,7 @@ TEST(MetricsTest, ConcurrentRecordingIsCounted) {
   std::unique_ptr<Metrics> metrics = RegistryOnly();
   ASSERT_NE(metrics, nullptr);
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&metrics, t] {
       for (int i = 0; i < 500; ++i) {
