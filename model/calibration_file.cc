@@ -129,9 +129,14 @@ absl::StatusOr<std::vector<CalibrationResult>> ParseCalibration(const std::strin
       r.crossover_tokens = tokens;
       r.crossed = fields["crossed"] == "1";
       r.device = fields["device"];
-      std::int64_t threads = 0;
-      absl::SimpleAtoi(fields["threads"], &threads);
-      r.threads = static_cast<int>(threads);
+      if (const auto it = fields.find("threads"); it != fields.end()) {
+        std::int32_t threads = 0;
+        if (!absl::SimpleAtoi(it->second, &threads) || threads < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": invalid thread count 'threads=", it->second, "'"));
+        }
+        r.threads = threads;
+      }
       results.push_back(std::move(r));
     } else if (words[0] == "point") {
       if (results.empty() || results.back().head_dim != head_dim || results.back().heads != heads ||
