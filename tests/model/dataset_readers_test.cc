@@ -132,6 +132,15 @@ TEST_F(DatasetTest, JsonLinesErrorsSayWhatAndWhere) {
   EXPECT_NE(message("{\"text\": \"x\", \"label\": -3}")
                 .find(at + "integer label -3 is outside [0, 65536)"),
             std::string::npos);
+  // Numbers beyond double's range: the parser throws another exception than for bad syntax
+  // (found by tests/fuzz/jsonl_dataset_fuzz; it ended the process).
+  EXPECT_EQ(message("{\"text\": \"x\", \"label\": 1e400}"),
+            at + "invalid JSON: \"label\": number overflow parsing '1e400' (beyond the range of a "
+                 "double)");
+  EXPECT_NE(message("{\"text\": \"x\", \"label\": -" + std::string(5000, '9') + "}")
+                .find(at + "invalid JSON: \"label\": number overflow parsing '-999"),
+            std::string::npos);
+  EXPECT_LT(message("{\"text\": \"x\", \"label\": -" + std::string(5000, '9') + "}").size(), 400u);
 }
 
 TEST_F(DatasetTest, SkipModeCountsAllButKeepsFirstFewReasons) {
