@@ -5,6 +5,7 @@ target's input is its selector where the target has one (tests/fuzz/fuzz_support
 seeds are written as text and encoded with `protoc --encode`. Deterministic: running it again
 rewrites the same files. Usage: tests/fuzz/make_seeds.py (from anywhere)."""
 
+import base64
 import os
 import shutil
 import struct
@@ -232,6 +233,24 @@ for i, (name, text) in enumerate(TRAINING_PROTO.items()):
 for name, text in EVALUATION_PROTO.items():
     write("job_spec_proto_fuzz", "evaluation_" + name,
           sel(1) + encode("taylorshift.v1.SubmitEvaluationRequest", JOBS_PROTO, text))
+
+# --- the Jobs API's paged reads (tests/server/job_store_test.cc) -----------------------------
+def token(text):
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+PAGES = {
+    "list_first": (0, "page_size: 1"),
+    "list_running": (0, "state: JOB_STATE_RUNNING kind: JOB_KIND_TRAINING page_size: 2"),
+    "list_token": (0, f'page_size: 1 page_token: "{token("2.0.0")}"'),
+    "history_first": (1, 'id: "job-1" page_size: 3 include_class_reports: true'),
+    "history_token": (1, f'id: "job-2" page_size: 2 page_token: "{token("3.0.3.job-2")}"'),
+    "history_other_job": (1, f'id: "job-1" page_token: "{token("3.1.1.job-2")}"'),
+}
+for name, (bits, text) in PAGES.items():
+    message = "GetJobHistoryRequest" if bits & 1 else "ListJobsRequest"
+    write("job_page_token_fuzz", name,
+          sel(bits) + encode(f"taylorshift.v1.{message}", JOBS_PROTO, text))
 
 # --- the server configuration (config/) --------------------------------------------------------
 for path in ("config/default.yaml", "config/examples/tls.yaml", "config/examples/two-models.yaml"):
