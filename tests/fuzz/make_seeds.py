@@ -109,6 +109,19 @@ raw_input_contents: "\377\000\000\000abc"'''),
 for name, (bits, text) in RAW.items():
     write("v2_raw_input_fuzz", name, sel(bits) + encode("inference.ModelInferRequest", V2_PROTO, text))
 
+# --- Classifier.Classify requests (tests/server/server_integration_test.cc) ------------------
+CLASSIFIER_PROTO = "taylorshift/v1/classifier.proto"
+CLASSIFY = {
+    "document": (DOC, 'model: "doc" document: "a short document" top_k: 2 request_id: "r"'),
+    "window": (DOC, 'document: "' + "0123456789" * 10 + '" over_length: "window"'),
+    "gray": (IMG, r'image { width: 2 height: 2 channels: 1 pixels: "\000\377\007\200" }'),
+    "rgb": (IMG, r'model: "img" image { width: 2 height: 1 channels: 3 '
+                 r'pixels: "\001\002\003\372\373\374" } over_length: "keep_tail"'),
+}
+for name, (bits, text) in CLASSIFY.items():
+    write("classify_request_fuzz", name,
+          sel(bits) + encode("taylorshift.v1.ClassifyRequest", CLASSIFIER_PROTO, text))
+
 # --- images (tests/client/image_reader_test.cc) -----------------------------------------------
 write("pnm_image_fuzz", "p5_comments", b"P5\n# made by a test\n3 # width\n2\n# maxval next\n255\n"
       + bytes([0, 10, 20, 30, 40, 250]))
