@@ -15,6 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   taylorshift::v1::ClassifyRequest request;
   if (!request.ParseFromString(input.bytes)) return 0;  // gRPC refuses it before the service
   if (request.model().empty()) request.set_model((input.selector & 1) ? "img" : "doc");
-  inference.Classify({}, request, [](const absl::Status&, taylorshift::v1::ClassifyResponse) {});
+  inference.Classify({}, request,
+                     [](const absl::Status&, const taylorshift::v1::ClassifyResponse&) {});
   return 0;
 }

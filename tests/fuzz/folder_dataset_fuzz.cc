@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 // `relative` as a path below `base`, or empty when it is absolute or climbs out of `base`.
 fs::path Below(const fs::path& base, const fs::path& relative) {
   if (relative.empty() || relative.is_absolute()) return {};
-  const fs::path joined = (base / relative).lexically_normal();
+  fs::path joined = (base / relative).lexically_normal();
   const fs::path inside = joined.lexically_relative(base);
   if (inside.empty() || *inside.begin() == "..") return {};
   return joined;

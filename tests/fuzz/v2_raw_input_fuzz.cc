@@ -52,9 +52,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)ts::DecodeRawBytes(raw, &elements);
   }
   if (request.model_name().empty()) request.set_model_name((input.selector & 1) ? "img" : "doc");
-  ts::server::kserve::Infer(&inference, {}, request, /*max_batch=*/256,
-                            [](const absl::Status& status, ts::server::kserve::InferResult result) {
-                              if (status.ok()) CheckRoundTrip(result);
-                            });
+  ts::server::kserve::Infer(
+      &inference, {}, request, /*max_batch=*/256,
+      [](const absl::Status& status, const ts::server::kserve::InferResult& result) {
+        if (status.ok()) CheckRoundTrip(result);
+      });
   return 0;
 }

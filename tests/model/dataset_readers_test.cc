@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "model/inputs.h"
 #include "tests/testing/scratch_dir.h"
 
@@ -93,7 +94,7 @@ TEST_F(DatasetTest, JsonLinesMalformedFailsNamingFileAndLine) {
       "{\"text\": \"x\", \"label\": 18446744073709551616}",     // beyond 64 bits
   };
   for (const std::string& bad : bad_lines) {
-    const std::string path = Write("bad.jsonl", good + good + bad + "\n" + good);
+    const std::string path = Write("bad.jsonl", absl::StrCat(good, good, bad, "\n", good));
     absl::StatusOr<Dataset> data = ReadJsonLinesDataset(path);
     EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(data.status().message().find(path + ":3:"), std::string::npos)
