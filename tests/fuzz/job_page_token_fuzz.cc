@@ -1,14 +1,16 @@
 // The Jobs API's paged reads as a client sends them (serialized ListJobsRequest or
-// GetJobHistoryRequest, selector bit 0), against a job store (server/job_store.h) that holds three
-// jobs with loss curves and validation runs: the page tokens (web-safe base64 of positions a
-// client can forge), page sizes and filters. An answer's next_page_token, followed, must reach the
-// last page, without returning more entries than the store holds.
+// GetJobHistoryRequest, selector bit 0; with bit 7 their text form, proto_input.h), against a job
+// store (server/job_store.h) that holds three jobs with loss curves and validation runs: the page
+// tokens (web-safe base64 of positions a client can forge), page sizes and filters. An answer's
+// next_page_token, followed, must reach the last page, without returning more entries than the
+// store holds.
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "server/job_store.h"
 #include "tests/fuzz/fuzz_support.h"
+#include "tests/fuzz/proto_input.h"
 
 namespace {
 
@@ -50,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ts::server::JobStore& store = Store();
   if (input.selector & 1) {
     pb::GetJobHistoryRequest request;
-    if (!request.ParseFromString(input.bytes)) return 0;
+    if (!ts::fuzz::ParseMessage(input, &request)) return 0;
     int entries = 0;
     for (int page = 0; page <= kStoredEntries + 1; ++page) {
       auto response = store.History(request);
@@ -63,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ts::fuzz::Broken("history pages never end");
   } else {
     pb::ListJobsRequest request;
-    if (!request.ParseFromString(input.bytes)) return 0;
+    if (!ts::fuzz::ParseMessage(input, &request)) return 0;
     int jobs = 0;
     for (int page = 0; page <= kStoredJobs + 1; ++page) {
       auto response = store.ListJobs(request);

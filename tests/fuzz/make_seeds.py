@@ -16,6 +16,12 @@ CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
 PROTO = os.path.join(ROOT, "proto")
 
 
+def write_proto(target, name, bits, message, proto, text):
+    """A protobuf seed twice: in the wire format and in the text format."""
+    write(target, name, sel(bits) + encode(message, proto, text))
+    write(target, name + ".txt", sel(bits | TEXT_FORMAT) + text.encode())
+
+
 def write(target, name, data):
     folder = os.path.join(CORPUS, target)
     os.makedirs(folder, exist_ok=True)
@@ -24,6 +30,7 @@ def write(target, name, data):
 
 
 def encode(message, proto, text):
+    """The wire form of a text-form message (the text must parse: protoc checks it)."""
     return subprocess.run(["protoc", f"--proto_path={PROTO}", f"--encode={message}", proto],
                           input=text.encode(), capture_output=True, check=True).stdout
 
@@ -34,6 +41,7 @@ def read(path):
 
 
 DOC, IMG, VERSIONED, BINARY_HEADER = 0, 1, 2, 4
+TEXT_FORMAT = 0x80  # proto targets: the message in the text format (tests/fuzz/proto_input.h)
 
 
 def sel(bits):
@@ -107,7 +115,7 @@ parameters { key: "path" value { string_param: "direct" } }'''),
 raw_input_contents: "\377\000\000\000abc"'''),
 }
 for name, (bits, text) in RAW.items():
-    write("v2_raw_input_fuzz", name, sel(bits) + encode("inference.ModelInferRequest", V2_PROTO, text))
+    write_proto("v2_raw_input_fuzz", name, bits, "inference.ModelInferRequest", V2_PROTO, text)
 
 # --- Classifier.Classify requests (tests/server/server_integration_test.cc) ------------------
 CLASSIFIER_PROTO = "taylorshift/v1/classifier.proto"
@@ -119,8 +127,8 @@ CLASSIFY = {
                  r'pixels: "\001\002\003\372\373\374" } over_length: "keep_tail"'),
 }
 for name, (bits, text) in CLASSIFY.items():
-    write("classify_request_fuzz", name,
-          sel(bits) + encode("taylorshift.v1.ClassifyRequest", CLASSIFIER_PROTO, text))
+    write_proto("classify_request_fuzz", name, bits, "taylorshift.v1.ClassifyRequest",
+                CLASSIFIER_PROTO, text)
 
 # --- images (tests/client/image_reader_test.cc) -----------------------------------------------
 write("pnm_image_fuzz", "p5_comments", b"P5\n# made by a test\n3 # width\n2\n# maxval next\n255\n"
@@ -241,11 +249,11 @@ EVALUATION_PROTO = {
     "job": 'spec { name: "eval-2" job_id: "job-7" data { format: "jsonl" path: "v.jsonl" } }',
 }
 for i, (name, text) in enumerate(TRAINING_PROTO.items()):
-    write("job_spec_proto_fuzz", "training_" + name,
-          sel(2 * (i + 3)) + encode("taylorshift.v1.SubmitTrainingRequest", JOBS_PROTO, text))
+    write_proto("job_spec_proto_fuzz", "training_" + name, 2 * (i + 3),
+                "taylorshift.v1.SubmitTrainingRequest", JOBS_PROTO, text)
 for name, text in EVALUATION_PROTO.items():
-    write("job_spec_proto_fuzz", "evaluation_" + name,
-          sel(1) + encode("taylorshift.v1.SubmitEvaluationRequest", JOBS_PROTO, text))
+    write_proto("job_spec_proto_fuzz", "evaluation_" + name, 1,
+                "taylorshift.v1.SubmitEvaluationRequest", JOBS_PROTO, text)
 
 # --- the Jobs API's paged reads (tests/server/job_store_test.cc) -----------------------------
 def token(text):
@@ -262,8 +270,7 @@ PAGES = {
 }
 for name, (bits, text) in PAGES.items():
     message = "GetJobHistoryRequest" if bits & 1 else "ListJobsRequest"
-    write("job_page_token_fuzz", name,
-          sel(bits) + encode(f"taylorshift.v1.{message}", JOBS_PROTO, text))
+    write_proto("job_page_token_fuzz", name, bits, f"taylorshift.v1.{message}", JOBS_PROTO, text)
 
 # --- the server configuration (config/) --------------------------------------------------------
 for path in ("config/default.yaml", "config/examples/tls.yaml", "config/examples/two-models.yaml"):

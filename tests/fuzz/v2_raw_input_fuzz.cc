@@ -1,10 +1,10 @@
-// A KServe v2 gRPC ModelInferRequest as the wire delivers it (serialized protobuf), through
-// kserve::Infer (server/kserve_v2.h): its raw_input_contents (BYTES elements with their 4-byte
-// length prefixes, UINT8 pixels), contents, shapes and parameters, against the document model or
-// the pixel model (selector bit 0, when the request names none). An answer is encoded as the
-// gRPC service sends it (raw_output_contents) and decoded as tsctl reads it (common/v2_raw.h):
-// the round trip must give back every element. Every raw_input_contents entry also goes through
-// both decoders on its own.
+// A KServe v2 gRPC ModelInferRequest as the wire delivers it (serialized; with selector bit 7 its
+// text form, proto_input.h), through kserve::Infer (server/kserve_v2.h): its raw_input_contents
+// (BYTES elements with their 4-byte length prefixes, UINT8 pixels), contents, shapes and
+// parameters, against the document model or the pixel model (selector bit 0, when the request
+// names none). An answer is encoded as the gRPC service sends it (raw_output_contents) and
+// decoded as tsctl reads it (common/v2_raw.h): the round trip must give back every element.
+// Every raw_input_contents entry also goes through both decoders on its own.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,6 +13,7 @@
 #include "server/kserve_v2.h"
 #include "tests/fuzz/fuzz_inference.h"
 #include "tests/fuzz/fuzz_support.h"
+#include "tests/fuzz/proto_input.h"
 
 namespace {
 
@@ -44,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static ts::fuzz::FuzzInference inference;
   const ts::fuzz::Input input = ts::fuzz::SplitInput(data, size);
   inference::ModelInferRequest request;
-  if (!request.ParseFromString(input.bytes)) return 0;  // gRPC refuses it before the service
+  if (!ts::fuzz::ParseMessage(input, &request)) return 0;  // gRPC refuses it before the service
   for (const std::string& raw : request.raw_input_contents()) {
     std::vector<float> fp32;
     std::vector<std::string> elements;
