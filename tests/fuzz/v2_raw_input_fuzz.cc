@@ -2,10 +2,12 @@
 // text form, proto_input.h), through kserve::Infer (server/kserve_v2.h): its raw_input_contents
 // (BYTES elements with their 4-byte length prefixes, UINT8 pixels), contents, shapes and
 // parameters, against the document model or the pixel model (selector bit 0, when the request
-// names none). An answer is encoded as the gRPC service sends it (raw_output_contents) and
-// decoded as tsctl reads it (common/v2_raw.h): the round trip must give back every element.
-// Every raw_input_contents entry also goes through both decoders on its own.
+// names none) and max_infer_batch's default or largest value (bit 1). An answer is encoded as the
+// gRPC service sends it (raw_output_contents) and decoded as tsctl reads it (common/v2_raw.h): the
+// round trip must give back every element. Every raw_input_contents entry also goes through both
+// decoders on its own.
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -53,8 +55,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)ts::DecodeRawBytes(raw, &elements);
   }
   if (request.model_name().empty()) request.set_model_name((input.selector & 1) ? "img" : "doc");
+  // max_infer_batch: its default, or (selector bit 1) the largest a configuration may give.
+  const std::int64_t max_batch =
+      (input.selector & 2) ? std::numeric_limits<std::int64_t>::max() : 256;
   ts::server::kserve::Infer(
-      &inference, {}, request, /*max_batch=*/256,
+      &inference, {}, request, max_batch,
       [](const absl::Status& status, const ts::server::kserve::InferResult& result) {
         if (status.ok()) CheckRoundTrip(result);
       });
