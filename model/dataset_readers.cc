@@ -133,7 +133,17 @@ absl::StatusOr<nlohmann::json> ParseJsonLine(const std::string& line) {
     const std::size_t detail = what.find(": ");
     return absl::InvalidArgumentError(
         absl::StrCat("invalid JSON at byte ", e.byte, ": ",
-                     detail == std::string::npos ? what : what.substr(detail + 2)));
+                     Capped(detail == std::string::npos ? what : what.substr(detail + 2))));
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond double's range (1e400, a 400-digit integer) is reported this way, not as
+    // a parse_error: "[json.exception.out_of_range.406] number overflow parsing '1e400'". It
+    // is in the value of the last top-level key read.
+    const std::string what = e.what();
+    const std::size_t detail = what.find("] ");
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid JSON: ", keys.empty() ? "" : absl::StrCat(Quoted(keys.back()), ": "),
+                     Capped(detail == std::string::npos ? what : what.substr(detail + 2)),
+                     " (beyond the range of a double)"));
   }
   if (!object.is_object()) {
     return absl::InvalidArgumentError(

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -87,6 +88,11 @@ absl::StatusOr<std::string> ImageToTokens(std::int64_t width, std::int64_t heigh
   if (channels != 1 && channels != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("image channels must be 1 (gray) or 3 (RGB), got ", channels));
+  }
+  // The API's Image has 32-bit sides: their product with the channels can overflow 64 bits.
+  if (width > std::numeric_limits<std::int64_t>::max() / height / channels) {
+    return absl::InvalidArgumentError(absl::StrCat("image of ", width, "x", height, "x", channels,
+                                                   " is too large (over 2^63 pixel bytes)"));
   }
   const std::int64_t expected = width * height * channels;
   if (static_cast<std::int64_t>(pixels.size()) != expected) {

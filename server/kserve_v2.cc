@@ -1,6 +1,7 @@
 #include "server/kserve_v2.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <numeric>
 
@@ -228,7 +229,9 @@ absl::Status AddImageRequests(const v2::ModelInferRequest& request,
   }
   const std::int64_t height = shape[1], width = shape[2];
   const std::int64_t channels = shape.size() == 4 ? 3 : 1;
-  if (height == 0 || width == 0 || height * width > (std::int64_t{1} << 26)) {
+  // Divided, not multiplied: each side may be any int64 (height · width > 2^26 exactly when
+  // height > ⌊2^26 / width⌋).
+  if (height == 0 || width == 0 || height > (std::int64_t{1} << 26) / width) {
     return Invalid("inputs[0].shape",
                    absl::StrCat("height × width must be 1 to 2^26, got ", ShapeString(shape)));
   }
@@ -247,10 +250,15 @@ absl::Status AddImageRequests(const v2::ModelInferRequest& request,
       pixels.push_back(static_cast<char>(values[i]));
     }
   }
-  if (static_cast<std::int64_t>(pixels.size()) != batch * per_image) {
+  // max_infer_batch has no upper bound: batch · per_image may overflow, so it is divided too.
+  const auto elements = static_cast<std::int64_t>(pixels.size());
+  if (elements % per_image != 0 || elements / per_image != batch) {
+    const std::string needs = batch <= std::numeric_limits<std::int64_t>::max() / per_image
+                                  ? absl::StrCat(batch * per_image)
+                                  : "more than 2^63";
     return Invalid(raw ? "raw_input_contents[0]" : "inputs[0].contents.uint_contents",
-                   absl::StrCat("holds ", pixels.size(), " elements but the shape ",
-                                ShapeString(shape), " needs ", batch * per_image));
+                   absl::StrCat("holds ", elements, " elements but the shape ", ShapeString(shape),
+                                " needs ", needs));
   }
   for (std::int64_t b = 0; b < batch; ++b) {
     pb::ClassifyRequest& r = plan->requests.emplace_back(common);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "model/inputs.h"
 #include "tests/testing/scratch_dir.h"
 
@@ -93,7 +94,7 @@ TEST_F(DatasetTest, JsonLinesMalformedFailsNamingFileAndLine) {
       "{\"text\": \"x\", \"label\": 18446744073709551616}",     // beyond 64 bits
   };
   for (const std::string& bad : bad_lines) {
-    const std::string path = Write("bad.jsonl", good + good + bad + "\n" + good);
+    const std::string path = Write("bad.jsonl", absl::StrCat(good, good, bad, "\n", good));
     absl::StatusOr<Dataset> data = ReadJsonLinesDataset(path);
     EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(data.status().message().find(path + ":3:"), std::string::npos)
@@ -132,6 +133,15 @@ TEST_F(DatasetTest, JsonLinesErrorsSayWhatAndWhere) {
   EXPECT_NE(message("{\"text\": \"x\", \"label\": -3}")
                 .find(at + "integer label -3 is outside [0, 65536)"),
             std::string::npos);
+  // Numbers beyond double's range: the parser throws another exception than for bad syntax
+  // (found by tests/fuzz/jsonl_dataset_fuzz; it ended the process).
+  EXPECT_EQ(message("{\"text\": \"x\", \"label\": 1e400}"),
+            at + "invalid JSON: \"label\": number overflow parsing '1e400' (beyond the range of a "
+                 "double)");
+  EXPECT_NE(message("{\"text\": \"x\", \"label\": -" + std::string(5000, '9') + "}")
+                .find(at + "invalid JSON: \"label\": number overflow parsing '-999"),
+            std::string::npos);
+  EXPECT_LT(message("{\"text\": \"x\", \"label\": -" + std::string(5000, '9') + "}").size(), 400u);
 }
 
 TEST_F(DatasetTest, SkipModeCountsAllButKeepsFirstFewReasons) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "tests/server/fake_inference.h"
 
@@ -159,6 +160,38 @@ TEST(KServeV2Test, ImagesTakeUint8WithABatchDimensionAndRgbAsALastDimensionOfThr
   auto bad = RunInfer(fake, request);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("uint_contents[5]"));
+}
+
+// Shapes are int64s from the client: sides and batches whose products overflow 64 bits are
+// refused by name, not multiplied (the first was signed overflow under UBSan, reached through
+// tests/fuzz/v2_json_body_fuzz's REST form).
+TEST(KServeV2Test, ImageShapesWhoseProductsOverflowAreInvalid) {
+  const auto model = Model(2, "pixels");
+  v2::ModelInferRequest request;
+  request.set_model_name("m");
+  auto* input = request.add_inputs();
+  input->set_name("image");
+  input->set_datatype("UINT8");
+  for (const std::int64_t d :
+       {std::int64_t{1}, std::int64_t{4000000000}, std::int64_t{4000000000}}) {
+    input->add_shape(d);
+  }
+  input->mutable_contents()->add_uint_contents(1);
+  auto sides = Plan(request, model, /*max_batch=*/8);
+  EXPECT_EQ(sides.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(sides.status().message()),
+              ::testing::StartsWith("inputs[0].shape: height × width must be 1 to 2^26"));
+
+  // 2^40 RGB images of 8192 × 8192 under a max_infer_batch as large as an int64.
+  input->set_shape(0, std::int64_t{1} << 40);
+  input->set_shape(1, 8192);
+  input->set_shape(2, 8192);
+  input->add_shape(3);
+  auto batch = Plan(request, model, std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(batch.status().message(),
+            "inputs[0].contents.uint_contents: holds 1 elements but the shape [1099511627776, "
+            "8192, 8192, 3] needs more than 2^63");
 }
 
 TEST(KServeV2Test, EveryBadRequestNamesItsField) {
