@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -256,7 +257,9 @@ TEST(HttpFrontendTest, ServesOnLoopbackLimitsBodiesAndStops) {
   (*frontend)->Stop();
   {
     absl::MutexLock lock(&statuses_mu);
-    EXPECT_EQ(statuses, (std::vector<int>{200, 200, 413, 404, 405}));
+    // Logged after each answer is written: the client may be on its next request by then.
+    std::sort(statuses.begin(), statuses.end());
+    EXPECT_EQ(statuses, (std::vector<int>{200, 200, 404, 405, 413}));
   }
   httplib::Client after("127.0.0.1", port);
   after.set_connection_timeout(2, 0);
