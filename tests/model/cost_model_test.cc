@@ -143,6 +143,15 @@ TEST_F(CalibrationFileTest, MalformedFilesGiveLineNumbers) {
       << loaded.status();
   {
     std::ofstream out(path);
+    out << "taylorshift-calibration 1\ncrossover head_dim=32 heads=8 batch=1 tokens=9 threads=x\n";
+  }
+  loaded = LoadCalibration(path);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(loaded.status().message().find(":2: invalid thread count 'threads=x'"),
+            std::string::npos)
+      << loaded.status();
+  {
+    std::ofstream out(path);
     out << "something else\n";
   }
   EXPECT_EQ(LoadCalibration(path).status().code(), absl::StatusCode::kInvalidArgument);
