@@ -37,6 +37,7 @@ class FakeInference final : public Inference {
   // The probabilities the fake gives a document: class i gets weight (size + i + 1).
   static std::vector<float> Probabilities(std::size_t size, int classes) {
     std::vector<float> p;
+    p.reserve(static_cast<std::size_t>(classes));
     float sum = 0;
     for (int i = 0; i < classes; ++i) sum += static_cast<float>(size + i + 1);
     for (int i = 0; i < classes; ++i) p.push_back(static_cast<float>(size + i + 1) / sum);
