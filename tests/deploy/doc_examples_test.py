@@ -107,7 +107,7 @@ def setup_reference_state_dict(work):
 
 
 FILETYPE_SNIPPETS = {
-    "c-header": ["#include <stddef.h>\nint f{}(void);\n", "#define MAX_{} 4\nstruct s{} {{ int x; }};\n"],
+    "c-header": ["#include <stddef.h>\nint f{}(void);\n", "#define MAX_{0} 4\nstruct s{0} {{ int x; }};\n"],
     "python": ["import os\n\ndef f{}():\n    return os.sep\n", "class C{}:\n    pass\n"],
     "shell": ["#!/bin/sh\nset -e\necho {}\n", "for f in *.{}; do rm \"$f\"; done\n"],
 }
@@ -263,7 +263,7 @@ def prepare(block, args, server):
         if old not in text:
             raise AssertionError(f"replace marker: `{old}` is not in the block")
         text = text.replace(old, new)
-        notes.append(f"`{old}` -> `{new}` (marker: {why})")
+        notes.append(f"`{old}` -> `{new}` {why}")
     flags = cpu_flags()
     for old, new, why, applies in CPU_SUBSTITUTIONS:
         if old in text and applies(flags):
@@ -369,7 +369,7 @@ def run_doc(doc, blocks, args, base, results):
             with open(os.path.join(work, path), "w") as f:
                 f.write(text)
             print(f"{block.where}: written to {path}" +
-                  "".join(f"; `{o}` -> `{n}` ({w})" for o, n, w in
+                  "".join(f"; `{o}` -> `{n}` {w}" for o, n, w in
                           (REPLACE_RE.match(a).groups() for a in block.marker("replace"))))
     server = Server(args, work)
     print(f"== {doc}: tsserver grpc={server.addresses['grpc']} http={server.addresses['http']} "
