@@ -255,8 +255,8 @@ class Server:
 
 # --- running ------------------------------------------------------------------------------------
 
-def prepare(block, args, server):
-    """(the block's text as it runs, [substitutions made, for the log])."""
+def replaced(block):
+    """(the block's text with its replace markers applied, [a note per replacement])."""
     text, notes = block.text, []
     for argument in block.marker("replace"):
         old, new, why = REPLACE_RE.match(argument).groups()
@@ -264,6 +264,12 @@ def prepare(block, args, server):
             raise AssertionError(f"replace marker: `{old}` is not in the block")
         text = text.replace(old, new)
         notes.append(f"`{old}` -> `{new}` {why}")
+    return text, notes
+
+
+def prepare(block, args, server):
+    """(the block's text as it runs, [substitutions made, for the log])."""
+    text, notes = replaced(block)
     flags = cpu_flags()
     for old, new, why, applies in CPU_SUBSTITUTIONS:
         if old in text and applies(flags):
@@ -360,17 +366,14 @@ def run_doc(doc, blocks, args, base, results):
     work = make_work_dir(base, doc)
     for block in blocks:
         for path in block.marker("write"):
-            text, _ = block.text, None
-            for argument in block.marker("replace"):
-                old, new, _ = REPLACE_RE.match(argument).groups()
-                if old not in text:
-                    raise AssertionError(f"{block.where}: replace marker: `{old}` not in block")
-                text = text.replace(old, new)
+            try:
+                text, notes = replaced(block)
+            except AssertionError as error:
+                results.append((block, "failed", 0.0, str(error)))
+                continue
             with open(os.path.join(work, path), "w") as f:
                 f.write(text)
-            print(f"{block.where}: written to {path}" +
-                  "".join(f"; `{o}` -> `{n}` {w}" for o, n, w in
-                          (REPLACE_RE.match(a).groups() for a in block.marker("replace"))))
+            print(f"{block.where}: written to {path}" + "".join(f"; {n}" for n in notes))
     server = Server(args, work)
     print(f"== {doc}: tsserver grpc={server.addresses['grpc']} http={server.addresses['http']} "
           f"metrics={server.addresses['metrics']}, work dir {work}", flush=True)
@@ -427,7 +430,12 @@ def main():
     base = tempfile.mkdtemp(prefix="ts-doc-examples-")
     try:
         for doc in docs:
-            run_doc(os.path.relpath(doc, ROOT), extract(doc), args, base, results)
+            try:
+                blocks = extract(doc)
+            except ValueError as error:  # a malformed marker
+                print(f"error: {error}")
+                return 1
+            run_doc(os.path.relpath(doc, ROOT), blocks, args, base, results)
     finally:
         if args.keep:
             print(f"work dirs kept in {base}")
