@@ -10,8 +10,8 @@ A capped run is not the same CPU as a real one of that level (clock, caches, and
 units stay this machine's), so the rows compare code paths on one machine, side by side in one
 run; they are not a measurement of other CPUs.
 
-Usage: /usr/bin/python3 bench/cpu_levels.py [--build build] [--threads 2] [--repeats 5]
-       [--preset paper --length 1024] [--json out.json]
+Usage: /usr/bin/python3 bench/cpu_levels.py [--build build] [--threads 1] [--repeats 5]
+       [--preset paper] [--direct-length 1024] [--efficient-length 4096] [--json out.json]
 """
 import argparse
 import json
@@ -50,14 +50,12 @@ def detected():
     return "avx512_bf16"
 
 
-def run(tool, level, onednn, openblas, precision, args):
+def run(tool, level, onednn, openblas, precision, path, length, args):
     env = dict(os.environ, TS_CPU_CAPABILITY=level, ONEDNN_MAX_CPU_ISA=onednn,
                OPENBLAS_CORETYPE=openblas)
     command = [tool, "--preset", args.preset, "--precision", precision, "--batch",
                str(args.batch), "--threads", str(args.threads), "--repeats", str(args.repeats),
-               "--json"]
-    if args.length:
-        command += ["--length", str(args.length)]
+               "--path", path, "--length", str(length), "--json"]
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         sys.exit(f"{' '.join(command)} (TS_CPU_CAPABILITY={level}) failed: {out.stderr}")
@@ -68,10 +66,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--preset", default="paper")
-    p.add_argument("--length", type=int, default=1024)
+    p.add_argument("--direct-length", type=int, default=1024)
+    p.add_argument("--efficient-length", type=int, default=4096)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--json")
     args = p.parse_args()
@@ -82,21 +81,30 @@ def main():
     for name, onednn, openblas in LEVELS[names.index(best):]:
         precisions = ["fp32"] + (["bf16"] if name in ("amx", "avx512_bf16") else [])
         for precision in precisions:
-            result = run(tool, name, onednn, openblas, precision, args)
-            result["level"] = name
-            rows.append(result)
-            print(f"{name} {precision}: {result['whole_ms']:.1f} ms", file=sys.stderr)
-    print(f"model_profile --preset {args.preset} --length {args.length} --batch {args.batch} "
-          f"--threads {args.threads} --repeats {args.repeats}, one run, levels capped on one "
-          "CPU\n")
-    print("| level | precision | GEMM GFLOP/s | attention ms | whole model ms | × roofline |"
-          " docs/s |")
+            direct = run(tool, name, onednn, openblas, precision, "direct", args.direct_length,
+                         args)
+            efficient = run(tool, name, onednn, openblas, precision, "efficient",
+                            args.efficient_length, args)
+            rows.append({"level": name, "precision": precision, "direct": direct,
+                         "efficient": efficient})
+            print(f"{name} {precision}: {direct['whole_ms']:.1f} ms, "
+                  f"{efficient['whole_ms']:.1f} ms", file=sys.stderr)
+    print(f"model_profile --preset {args.preset} --batch {args.batch} --threads {args.threads} "
+          f"--repeats {args.repeats}, direct at N = {args.direct_length}, efficient at "
+          f"N = {args.efficient_length}; one run, the levels capped on one CPU\n")
+    print("| level | precision | GEMM GFLOP/s | direct attention ms | efficient attention ms |"
+          " whole model ms (efficient) | × roofline |")
     print("|---|---|---:|---:|---:|---:|---:|")
+
+    def attention(result):
+        return next(part["ms"] for part in result["parts"]
+                    if part["name"].startswith("attention"))
+
     for r in rows:
-        attention = next(part["ms"] for part in r["parts"] if part["name"] == "attention")
-        gemm = r["bf16_gemm_gflops"] if r["precision"] == "bf16" else r["fp32_gemm_gflops"]
-        print(f"| {r['level']} | {r['precision']} | {gemm:.0f} | {attention:.2f} | "
-              f"{r['whole_ms']:.1f} | {r['whole_over_roofline']:.2f} | {r['docs_per_s']:.1f} |")
+        e = r["efficient"]
+        gemm = e["bf16_gemm_gflops"] if r["precision"] == "bf16" else e["fp32_gemm_gflops"]
+        print(f"| {r['level']} | {r['precision']} | {gemm:.0f} | {attention(r['direct']):.1f} | "
+              f"{attention(e):.1f} | {e['whole_ms']:.1f} | {e['whole_over_roofline']:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
