@@ -12,6 +12,7 @@
 #endif
 
 #include "model/bf16_feature_products.h"
+#include "model/cpu_features.h"
 
 namespace ts::bench {
 namespace {
@@ -33,6 +34,20 @@ __attribute__((target("avx512f"))) float Fp32Loop(std::int64_t steps) {
   float lanes[16];  // NOLINT(modernize-avoid-c-arrays)
   _mm512_storeu_ps(lanes, sum);
   return lanes[0] + lanes[15];
+}
+
+__attribute__((target("avx2,fma"))) float Fp32LoopAvx2(std::int64_t steps) {
+  __m256 acc[kChains];  // NOLINT(modernize-avoid-c-arrays): registers
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(static_cast<float>(c));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+  for (std::int64_t s = 0; s < steps; ++s) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  }
+  __m256 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
+  float lanes[8];  // NOLINT(modernize-avoid-c-arrays)
+  _mm256_storeu_ps(lanes, sum);
+  return lanes[0] + lanes[7];
 }
 
 __attribute__((target("avx512f,avx512bf16"))) float Bf16Loop(std::int64_t steps) {
@@ -85,10 +100,14 @@ double Rate(int threads, double seconds, double flops_per_step, Loop loop) {
 PeakRates MeasurePeakRates(int threads, double seconds) {
   PeakRates rates;
 #if defined(__x86_64__)
-  if (!__builtin_cpu_supports("avx512f")) return rates;
-  constexpr double kLanes = 16;
-  rates.fp32_fma = Rate(threads, seconds, kChains * kLanes * 2, Fp32Loop);
-  if (HaveAvx512Bf16()) rates.bf16_dot = Rate(threads, seconds, kChains * kLanes * 4, Bf16Loop);
+  if (HaveAvx512F()) {
+    constexpr double kLanes = 16;
+    rates.fp32_fma = Rate(threads, seconds, kChains * kLanes * 2, Fp32Loop);
+    if (HaveAvx512Bf16()) rates.bf16_dot = Rate(threads, seconds, kChains * kLanes * 4, Bf16Loop);
+  } else if (HaveAvx2()) {
+    constexpr double kLanes = 8;
+    rates.fp32_fma = Rate(threads, seconds, kChains * kLanes * 2, Fp32LoopAvx2);
+  }
 #else
   (void)threads;
   (void)seconds;

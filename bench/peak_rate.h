@@ -1,7 +1,8 @@
 // This CPU's arithmetic ceilings, measured by register-only loops (no memory traffic): float32
 // fused multiply-adds (vfmadd231ps) and bfloat16 dot products with float32 sums (vdpbf16ps), on
-// AVX-512 registers, one loop per thread. What no kernel can beat: their ratio bounds what bf16
-// can gain over fp32 for GEMM-bound work (docs/PERFORMANCE.md). Torch-free.
+// AVX-512 registers (the FMAs on AVX2 registers where the CPU, or TS_CPU_CAPABILITY, stops at
+// AVX2; model/cpu_features.h), one loop per thread. What no kernel can beat: their ratio bounds
+// what bf16 can gain over fp32 for GEMM-bound work (docs/PERFORMANCE.md). Torch-free.
 #pragma once
 
 namespace ts::bench {
@@ -13,7 +14,7 @@ struct PeakRates {
 };
 
 // Runs both loops on `threads` threads at once for about `seconds` each; the best of three.
-// Both 0 on a CPU without AVX-512.
+// Both 0 on a CPU without AVX2 + FMA.
 PeakRates MeasurePeakRates(int threads, double seconds = 0.05);
 
 }  // namespace ts::bench

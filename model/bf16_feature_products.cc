@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 
+#include "model/cpu_features.h"
 #include "model/taylor_features.h"
 
 // Every function that uses AVX-512 intrinsics carries this target; callers check
@@ -118,13 +119,7 @@ class PairWriter {
 
 }  // namespace
 
-bool HaveAvx512Bf16() {
-  static const bool have =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bf16");
-  return have;
-}
+bool HaveAvx512Bf16() { return ActiveCpuCapability() >= CpuCapability::kAvx512Bf16; }
 
 Bf16FeatureProducts::Bf16FeatureProducts(std::int64_t chunk, std::int64_t d)
     : d_(d),

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/attention_path.h"
 #include "model/calibration_file.h"
 #include "model/precision.h"
 
@@ -32,10 +34,22 @@ struct CalibrationOptions {
   // sweep stops once the efficient path has won at two consecutive lengths.
   std::int64_t min_tokens = 32;
   std::int64_t max_tokens = 16384;
-  int repeats = 3;  // timed runs per point (after one warm-up); the median counts
+  int repeats = 3;  // timed runs per point and path (after one warm-up); the median counts
+  // Noise: when a point's timed runs differ by more than `tolerance` (slowest/fastest - 1), the
+  // point is measured again, up to `max_rounds` rounds of `repeats` runs, and the round that
+  // agrees best counts. The whole sweep runs `sweeps` times; when the sweeps' crossovers differ
+  // by more than `tolerance`, more sweeps run, up to `max_sweeps`, and the crossover is their
+  // median. What still disagrees at the end is reported in CalibrationResult::warnings.
+  double tolerance = 0.2;
+  int max_rounds = 3;
+  int sweeps = 2;
+  int max_sweeps = 4;
   double a = 0.5, b = 1.0, c = 1.0;
   std::int64_t direct_block_elements = std::int64_t{1} << 19;
   std::int64_t efficient_chunk_tokens = 512;
+  // Tests: the seconds of one run of `path` at `tokens` tokens (`sweep`: 0, 1, ...), returned
+  // instead of running it. Empty: the kernels run and are timed.
+  std::function<double(AttentionPath path, std::int64_t tokens, int sweep)> timer;
 };
 
 absl::StatusOr<CalibrationResult> CalibrateCrossover(const CalibrationOptions& options);

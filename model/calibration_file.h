@@ -33,7 +33,12 @@ struct CalibrationResult {
   std::int64_t crossover_tokens = 0;
   // False when direct won everywhere up to max_tokens (crossover_tokens = max_tokens then).
   bool crossed = false;
+  // The points of the sweep whose crossover is nearest the median of all sweeps.
   std::vector<CalibrationPoint> points;
+  // Not in the file: each sweep's crossover, in the order measured, and what disagreed by more
+  // than the tolerance after re-measuring (model/calibration.h), for the caller to show.
+  std::vector<std::int64_t> sweep_crossovers;
+  std::vector<std::string> warnings;
 };
 
 // Text format, one record per line ("taylorshift-calibration 1" header, then `crossover` and

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/bf16_feature_products.h"
+#include "model/cpu_dispatch.h"
 #include "model/cpu_gemm.h"
 #include "model/parallel.h"
 #include "model/taylor_features.h"
@@ -18,12 +19,14 @@ namespace ts {
 namespace {
 
 // φ(scale_r · x_r) for `rows` rows of x (row stride `stride`, unit column stride) into out
-// [rows, F] (model/taylor_features.h). `scaled` holds d floats of scratch. Compiled for AVX-512
-// and AVX2 besides the baseline and picked at load time: the build targets generic x86-64, and
-// these loops are most of the float32 kernel outside its two GEMMs.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FeatureRows(
-    const float* __restrict x, std::int64_t stride, const float* __restrict scale,
-    std::int64_t rows, std::int64_t d, float* __restrict scaled, float* __restrict out) {
+// [rows, F] (model/taylor_features.h). `scaled` holds d floats of scratch. Inlined into one
+// function per instruction set (model/cpu_dispatch.h) and picked by ActiveCpuCapability(): the
+// build targets generic x86-64, and these loops are most of the float32 kernel outside its two
+// GEMMs.
+TS_ALWAYS_INLINE void FeatureRowsLoop(const float* __restrict x, std::int64_t stride,
+                                      const float* __restrict scale, std::int64_t rows,
+                                      std::int64_t d, float* __restrict scaled,
+                                      float* __restrict out) {
   const std::int64_t width = FeatureCount(d);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* __restrict xr = x + r * stride;
@@ -39,6 +42,11 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FeatureRows(
     o[d] = 1.0f;
   }
 }
+
+TS_CPU_VARIANTS(FeatureRows, FeatureRowsLoop,
+                (const float* x, std::int64_t stride, const float* scale, std::int64_t rows,
+                 std::int64_t d, float* scaled, float* out),
+                (x, stride, scale, rows, d, scaled, out))
 
 // One thread's buffers for one chunk of rows; the features, nominators and KV only for the
 // float32 kernel (the bf16 one keeps its own in Bf16FeatureProducts).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/cpu_dispatch.h"
+
 namespace ts {
 namespace {
 
@@ -87,10 +89,11 @@ InferenceHead::InferenceHead(const InferenceProblem& p, std::int64_t b, std::int
 
 // The squares are summed in 16 interleaved partial sums (then pairwise), so that the loop
 // vectorises; one serial sum per row would be a chain of d dependent additions. Compiled for
-// AVX-512 and AVX2 besides the baseline (the build targets generic x86-64).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void RowScales(
-    const float* x, std::int64_t stride, std::int64_t rows, std::int64_t d, bool normalize,
-    float factor, float* scale) {
+// AVX-512 and AVX2 besides the baseline and picked by ActiveCpuCapability() (model/cpu_dispatch.h).
+namespace {
+
+TS_ALWAYS_INLINE void RowScalesLoop(const float* x, std::int64_t stride, std::int64_t rows,
+                                    std::int64_t d, bool normalize, float factor, float* scale) {
   constexpr int kParts = 16;
   for (std::int64_t r = 0; r < rows; ++r) {
     if (!normalize) {
@@ -109,6 +112,18 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void RowScales(
     }
     scale[r] = factor / std::max(std::sqrt(parts[0]), kNormEps);
   }
+}
+
+TS_CPU_VARIANTS(RowScalesDispatch, RowScalesLoop,
+                (const float* x, std::int64_t stride, std::int64_t rows, std::int64_t d,
+                 bool normalize, float factor, float* scale),
+                (x, stride, rows, d, normalize, factor, scale))
+
+}  // namespace
+
+void RowScales(const float* x, std::int64_t stride, std::int64_t rows, std::int64_t d,
+               bool normalize, float factor, float* scale) {
+  RowScalesDispatch(x, stride, rows, d, normalize, factor, scale);
 }
 
 }  // namespace ts

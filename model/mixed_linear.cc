@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
+#include "model/cpu_features.h"
 #include "model/cpu_gemm.h"
 #include "model/torch_compat.h"
 
@@ -27,8 +28,8 @@ bool CpuInfoHasBf16(std::string_view cpuinfo) {
 
 bool HostCpuHasBf16() {
   // An unreadable /proc/cpuinfo reads as no bf16.
-  static const bool has = CpuInfoHasBf16(ReadFile("/proc/cpuinfo").value_or(""));
-  return has;
+  static const bool listed = CpuInfoHasBf16(ReadFile("/proc/cpuinfo").value_or(""));
+  return listed && ActiveCpuCapability() >= CpuCapability::kAvx512Bf16;
 }
 
 absl::Status CheckPrecisionSupported(Precision precision, const torch::Device& device) {
@@ -41,6 +42,11 @@ absl::Status CheckPrecisionSupported(Precision precision, const torch::Device& d
                      ".x; bf16 tensor cores need 8.0 or newer (use precision: fp32)"));
   }
   if (HostCpuHasBf16()) return absl::OkStatus();
+  if (DetectedCpuCapability() >= CpuCapability::kAvx512Bf16) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("precision bf16: the CPU kernels are capped at ", DescribeCpuCapability(),
+                     ", below avx512_bf16 (unset TS_CPU_CAPABILITY, or use precision: fp32)"));
+  }
   return absl::FailedPreconditionError(
       "precision bf16: this CPU has neither AVX512-BF16 nor AMX (no avx512_bf16 or amx_bf16 in "
       "/proc/cpuinfo), so bf16 would be emulated and slower than fp32 (use precision: fp32)");

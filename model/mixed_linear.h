@@ -13,7 +13,8 @@ namespace ts {
 
 // True when /proc/cpuinfo text lists avx512_bf16 or amx_bf16 on every processor.
 bool CpuInfoHasBf16(std::string_view cpuinfo);
-// CpuInfoHasBf16 of this machine's /proc/cpuinfo (read once).
+// CpuInfoHasBf16 of this machine's /proc/cpuinfo (read once), and the kernels not capped below
+// avx512_bf16 (TS_CPU_CAPABILITY, model/cpu_features.h).
 bool HostCpuHasBf16();
 // OK when `device` computes `precision` in hardware; FAILED_PRECONDITION naming what is missing
 // (a CPU without AVX512-BF16 or AMX, a CUDA device below compute capability 8.0) otherwise.

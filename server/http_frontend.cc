@@ -504,6 +504,7 @@ HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpEx
       if (!infer.ok()) return ErrorAnswer(infer.status());
       infer->set_model_name(name);
       infer->set_model_version(version);
+      call->protocol = CallContext::kProtocolV2Rest;
       return Infer(inference, options.max_infer_batch, *call, *infer);
     }
     auto model = inference->GetModel(*call, name);
@@ -531,6 +532,7 @@ HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpEx
       if (!body.ok()) return ErrorAnswer(body.status());
       auto classify_request = ClassifyRequestFromJson(*body, name);
       if (!classify_request.ok()) return ErrorAnswer(classify_request.status());
+      call->protocol = CallContext::kProtocolRest;
       return Classify(inference, *call, *classify_request);
     }
     if (!get) return MethodNotAllowed("GET", request);

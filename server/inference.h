@@ -24,6 +24,15 @@ struct CallContext {
   absl::Time deadline = absl::InfiniteFuture();
   // True once the caller has gone away (null: never).
   std::function<bool()> cancelled;
+  // The front end, the `protocol` label of taylorshift_requests_total: kProtocolGrpc
+  // (taylorshift.v1.Classifier), kProtocolV2Grpc, kProtocolV2Rest or kProtocolRest (the plain
+  // route POST /v1/models/NAME:classify).
+  const char* protocol = kProtocolGrpc;
+
+  static constexpr const char* kProtocolGrpc = "grpc";
+  static constexpr const char* kProtocolV2Grpc = "v2_grpc";
+  static constexpr const char* kProtocolV2Rest = "v2_rest";
+  static constexpr const char* kProtocolRest = "rest";
 };
 
 class Inference {

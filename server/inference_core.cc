@@ -134,10 +134,10 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
                             : registry_->Find(model_name) != nullptr ? model_name
                                                                      : "(unknown)";
   // Every exit goes through here: metrics, then the caller's callback.
-  auto finish = [this, label, received, done](const absl::Status& status,
-                                              pb::ClassifyResponse response) {
+  auto finish = [this, label, protocol = std::string(call.protocol), received, done](
+                    const absl::Status& status, pb::ClassifyResponse response) {
     if (metrics_ != nullptr) {
-      metrics_->RecordRequest(label, StatusCodeName(status.code()),
+      metrics_->RecordRequest(label, protocol, StatusCodeName(status.code()),
                               absl::ToDoubleSeconds(clock_->Now() - received));
       if (!status.ok()) metrics_->RecordRejected(label, RejectReason(status.code()));
     }

@@ -63,7 +63,9 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
                                                     const v2::ModelInferRequest* request,
                                                     v2::ModelInferResponse* response) {
   auto* reactor = context->DefaultReactor();
-  kserve::Infer(inference_, CallFrom(*context), *request, max_batch_,
+  CallContext call = CallFrom(*context);
+  call.protocol = CallContext::kProtocolV2Grpc;
+  kserve::Infer(inference_, std::move(call), *request, max_batch_,
                 [reactor, response](const absl::Status& status, kserve::InferResult result) {
                   if (status.ok()) *response = kserve::ToProto(result);
                   reactor->Finish(ToGrpcStatus(status));

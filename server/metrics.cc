@@ -143,9 +143,10 @@ struct Metrics::Impl {
       : registry(std::move(r)),
         requests(AddCounter(
             *registry, "taylorshift_requests_total",
-            "Finished classification requests by model and status code (gRPC code names), from "
-            "every front end: Classify and ClassifyStream, KServe v2 gRPC and "
-            "REST, the plain HTTP route.")),
+            "Finished classification requests by model, front end (protocol: grpc for Classify "
+            "and ClassifyStream, v2_grpc and v2_rest for KServe v2, rest for the plain HTTP "
+            "route) and status code (gRPC code names); a v2 request of several inputs counts "
+            "one per input.")),
         request_duration(
             AddHistogram(*registry, "taylorshift_request_duration_seconds",
                          "Time from receiving a request to sending its response, in seconds.")),
@@ -402,8 +403,9 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& list
   return metrics;
 }
 
-void Metrics::RecordRequest(const std::string& model, const std::string& code, double seconds) {
-  impl_->requests.Add({{"model", model}, {"code", code}}).Increment();
+void Metrics::RecordRequest(const std::string& model, const std::string& protocol,
+                            const std::string& code, double seconds) {
+  impl_->requests.Add({{"model", model}, {"protocol", protocol}, {"code", code}}).Increment();
   impl_->request_duration.Add({{"model", model}}, LatencyBuckets()).Observe(seconds);
 }
 

@@ -24,7 +24,9 @@ class Metrics {
   ~Metrics();
 
   // A finished RPC: code is the gRPC status code name ("OK", "NOT_FOUND", ...).
-  void RecordRequest(const std::string& model, const std::string& code, double seconds);
+  // `protocol`: the front end (CallContext::protocol).
+  void RecordRequest(const std::string& model, const std::string& protocol, const std::string& code,
+                     double seconds);
   void RecordQueue(const std::string& model, double seconds);
   void RecordBatch(const std::string& model, const std::string& path,
                    const std::string& length_bucket, std::int64_t batch_size,

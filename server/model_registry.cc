@@ -64,7 +64,7 @@ LengthPolicyOptions ServedModel::length_policy(LengthPolicy over_length) const {
 // A short calibration at the model's precision, at batch 1 and at its largest batch up to
 // kMaxStartupCalibrationBatch (larger batches take that one's crossover; a sweep at batch 1024
 // would hold the start for minutes).
-absl::StatusOr<CrossoverTable> ServedModel::CalibrateAtStart(const ServedModel& model,
+absl::StatusOr<CrossoverTable> ServedModel::CalibrateAtStart(ServedModel& model,
                                                              std::int64_t head_dim) {
   CalibrationOptions calibrate;
   calibrate.head_dim = head_dim;
@@ -84,6 +84,9 @@ absl::StatusOr<CrossoverTable> ServedModel::CalibrateAtStart(const ServedModel& 
     calibrate.batch = batch;
     TS_ASSIGN_OR_RETURN(const auto result, CalibrateCrossover(calibrate));
     table.Add(batch, result.crossover_tokens);
+    for (const auto& warning : result.warnings) {
+      model.calibration_warnings_.push_back(absl::StrCat("calibrate_at_start: ", warning));
+    }
   }
   return table;
 }

@@ -54,6 +54,8 @@ class ServedModel {
   std::int64_t crossover_tokens() const { return crossover_tokens_; }
   const CrossoverTable& crossover_table() const { return crossover_table_; }
   const std::string& crossover_source() const { return crossover_source_; }
+  // What the start-up calibration found noisy (model/calibration.h), for the start-up log.
+  const std::vector<std::string>& calibration_warnings() const { return calibration_warnings_; }
   LengthPolicyOptions length_policy() const { return length_policy(config_.over_length); }
   // The model's limits with another over-length policy (a request's own).
   LengthPolicyOptions length_policy(LengthPolicy over_length) const;
@@ -66,8 +68,7 @@ class ServedModel {
   ServedModel(ModelConfig config, LoadedCheckpoint checkpoint)
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
   absl::Status RunBatch(Batch<ClassifyWork>& batch);
-  static absl::StatusOr<CrossoverTable> CalibrateAtStart(const ServedModel& model,
-                                                         std::int64_t head_dim);
+  static absl::StatusOr<CrossoverTable> CalibrateAtStart(ServedModel& model, std::int64_t head_dim);
 
   ModelConfig config_;
   LoadedCheckpoint checkpoint_;
@@ -77,6 +78,7 @@ class ServedModel {
   std::int64_t crossover_tokens_ = 0;
   CrossoverTable crossover_table_;
   std::string crossover_source_;
+  std::vector<std::string> calibration_warnings_;
   Metrics* metrics_ = nullptr;
   Clock* clock_ = nullptr;
   std::unique_ptr<ClassifyBatcher> batcher_;  // last: its threads use the fields above

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "model/cpu_features.h"
 #include "model/precision.h"
 #include "model/torch_compat.h"
 #include "server/auth.h"
@@ -78,6 +79,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   p.clock = clock;
   p.log = log != nullptr ? std::move(log)
                          : [](const std::string& line) { std::cerr << line << std::endl; };
+  // A mistyped TS_CPU_CAPABILITY would otherwise leave the kernels silently uncapped.
+  if (auto cap = CpuCapabilityFromEnvironment(); !cap.ok()) return cap.status();
+  p.log(absl::StrCat("CPU kernels: ", DescribeCpuCapability()));
   auto metrics = Metrics::Create(config.metrics_listen);
   if (!metrics.ok()) return Prefixed("metrics: ", metrics.status());
   p.metrics = std::move(*metrics);
@@ -95,6 +99,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
                            ? ""
                            : absl::StrCat("; ", model->crossover_table().Describe()),
                        ")"));
+    for (const auto& warning : model->calibration_warnings()) {
+      p.log(absl::StrCat("model '", model->name(), "': warning: ", warning));
+    }
   }
   // Jobs: the store under state_dir, data paths confined to data_root. Promoted models are
   // served again before the server accepts calls. With jobs.enabled false there is no Jobs

@@ -28,10 +28,12 @@
 #include "model/calibration.h"
 #include "model/checkpoint.h"
 #include "model/cost_model.h"
+#include "model/cpu_features.h"
 #include "model/encoder.h"
 #include "model/heap_policy.h"
 #include "model/json_output.h"
 #include "model/listops_generator.h"
+#include "model/mixed_linear.h"
 #include "model/precision.h"
 #include "model/reference_import.h"
 #include "model/torch_compat.h"
@@ -74,6 +76,7 @@ struct CalibrateFlags {
   std::vector<std::int64_t> batches{1};
   std::vector<Precision> precisions{Precision::kFp32};
   std::int64_t repeats = 3;
+  std::int64_t sweeps = 2;
   std::optional<std::int64_t> max_tokens;
 };
 struct ListOpsFlags {
@@ -164,7 +167,8 @@ absl::Status Info(const InfoFlags& flags) {
             << "parameters: " << loaded.model->CountParameters() << "\n"
             << "dtype: " << c10::toString(loaded.model->cls_token.scalar_type()) << "\n"
             << "modality: " << loaded.metadata.modality << "\n"
-            << "labels: " << absl::StrJoin(loaded.metadata.labels, ",") << "\n";
+            << "labels: " << absl::StrJoin(loaded.metadata.labels, ",") << "\n"
+            << "cpu_kernels: " << DescribeCpuCapability() << "\n";
   for (const auto& [key, value] : loaded.metadata.provenance) {
     std::cout << "provenance." << key << ": " << value << "\n";
   }
@@ -329,6 +333,8 @@ absl::Status Calibrate(const CalibrateFlags& flags) {
   options.head_dim = model_options.embed_dim() / model_options.heads();
   options.device = flags.device;
   options.repeats = static_cast<int>(flags.repeats);
+  options.sweeps = static_cast<int>(flags.sweeps);
+  options.max_sweeps = options.sweeps + 2;
   options.a = model_options.a();
   options.b = model_options.b();
   options.c = model_options.c();
@@ -337,6 +343,12 @@ absl::Status Calibrate(const CalibrateFlags& flags) {
       flags.max_tokens.value_or(std::max(options.min_tokens * 2, model_options.max_length() + 1));
   options.min_tokens = std::min(options.min_tokens, options.max_tokens / 2);
 
+  // Every precision asked for must run here before anything is measured (minutes of fp32
+  // sweeps would otherwise end in a bf16 refusal and no file).
+  TS_ASSIGN_OR_RETURN(const torch::Device device, DeviceFlag(flags.device));
+  for (const Precision precision : flags.precisions) {
+    TS_RETURN_IF_ERROR(CheckPrecisionSupported(precision, device));
+  }
   std::vector<CalibrationResult> results;
   for (const Precision precision : flags.precisions) {
     for (const std::int64_t batch : flags.batches) {
@@ -346,7 +358,11 @@ absl::Status Calibrate(const CalibrateFlags& flags) {
       std::cout << "head_dim=" << result.head_dim << " heads=" << result.heads
                 << " batch=" << result.batch << " precision=" << PrecisionName(precision)
                 << " device=" << result.device << " crossover_tokens=" << result.crossover_tokens
+                << " sweeps=" << absl::StrJoin(result.sweep_crossovers, ",")
                 << (result.crossed ? "" : " (direct was faster up to max tokens)") << "\n";
+      for (const auto& warning : result.warnings) {
+        std::cerr << "tsmodel calibrate: warning: " << warning << "\n";
+      }
       results.push_back(std::move(result));
     }
   }
@@ -508,9 +524,15 @@ int Main(int argc, char** argv) {
         ->add_option("--max-tokens", flags->max_tokens,
                      "longest sequence measured (default: the model's max_length + 1)")
         ->check(IntegerIn(2, INT32_MAX));
-    command->add_option("--repeats", flags->repeats)
+    command->add_option("--repeats", flags->repeats, "timed runs per point and path")
         ->capture_default_str()
         ->check(IntegerIn(1, INT32_MAX));
+    command
+        ->add_option("--sweeps", flags->sweeps,
+                     "sweeps per batch size and precision (up to two more run when their "
+                     "crossovers differ by over 20 %; the median counts)")
+        ->capture_default_str()
+        ->check(IntegerIn(1, 16));
   }
   {
     auto flags = std::make_shared<ListOpsFlags>();
@@ -539,6 +561,10 @@ int Main(int argc, char** argv) {
   if (std::optional<int> exit = ParseCommandLine(app, std::move(args))) return *exit;
   const std::string name = app.get_subcommands().front()->get_name();
   try {
+    if (auto cap = CpuCapabilityFromEnvironment(); !cap.ok()) {
+      std::cerr << "tsmodel " << name << ": error: " << cap.status().message() << "\n";
+      return kExitError;
+    }
     ApplyThreads(threads);
     // Keep freed tensor memory for the next batch (model/heap_policy.h).
     if (auto status = KeepFreedHeapMemory(kDefaultHeapKeepFreedBytes); !status.ok()) {

@@ -181,7 +181,7 @@ class Server:
     def __init__(self, name, config):
         self.tmp = tempfile.TemporaryDirectory(prefix=f"ts-protocols-{name}-")
         self.dir = self.tmp.name
-        config = dict(config, listen="127.0.0.1:0", metrics_listen="",
+        config = dict(config, listen="127.0.0.1:0", metrics_listen="127.0.0.1:0",
                       state_dir=os.path.join(self.dir, "state"),
                       data_root=os.path.join(self.dir, "data"), jobs={"enabled": False},
                       shutdown_grace_ms=2000)
@@ -210,6 +210,7 @@ class Server:
         fields = wait_for(ready, 90, "tsserver's ready file")
         self.grpc = fields["grpc"]
         self.http = fields.get("http") or None
+        self.metrics = fields.get("metrics") or None
         self.channel = grpc.insecure_channel(self.grpc)
         self.classifier = pb_grpc.ClassifierStub(self.channel)
         self.inference = v2_grpc.GRPCInferenceServiceStub(self.channel)
@@ -1053,6 +1054,25 @@ class ProtocolsTest(unittest.TestCase):
                 self.assert_http_error(s.request("GET", "/v1/models", headers=headers),
                                        status, code.name)
         self.assertIsNone(s.process.poll(), s.log_tail())
+
+    # After the tests above have used every front end (unittest runs tests in name order).
+    def test_zz_requests_counted_by_protocol(self):
+        """taylorshift_requests_total{protocol} tells the four front ends apart (issue 26)."""
+        host, port = self.main.metrics.rsplit(":", 1)
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            connection.request("GET", "/metrics")
+            text = connection.getresponse().read().decode()
+        finally:
+            connection.close()
+        counts = {}
+        for line in text.splitlines():
+            if line.startswith("taylorshift_requests_total{") and 'model="listops"' in line \
+                    and 'code="OK"' in line:
+                protocol = line.split('protocol="', 1)[1].split('"', 1)[0]
+                counts[protocol] = float(line.rsplit(" ", 1)[1])
+        self.assertEqual(set(counts), {"grpc", "v2_grpc", "v2_rest", "rest"}, counts)
+        self.assertTrue(all(n >= len(self.documents) for n in counts.values()), counts)
 
     # Named to run last (unittest runs tests in name order).
     def test_zz_still_serving(self):

@@ -179,6 +179,78 @@ TEST(CalibrationTest, MeasuresBothPathsAndReportsACrossoverInRange) {
   EXPECT_EQ(CalibrateCrossover(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A quiet machine (the injected timer: direct ∝ N², efficient ∝ N, equal at 256 tokens): two
+// sweeps that agree, their crossover, no warning.
+TEST(CalibrationTest, QuietTimingsTakeTwoSweepsAndNoWarning) {
+  CalibrationOptions options;
+  options.min_tokens = 32;
+  options.max_tokens = 4096;
+  int runs = 0;
+  options.timer = [&](AttentionPath path, std::int64_t tokens, int) {
+    ++runs;
+    const double n = static_cast<double>(tokens);
+    return path == AttentionPath::kDirect ? n * n : 256.0 * n;
+  };
+  const auto result = CalibrateCrossover(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->sweep_crossovers.size(), 2u);
+  EXPECT_NEAR(static_cast<double>(result->crossover_tokens), 256, 256 * 0.2);
+  EXPECT_EQ(result->sweep_crossovers[0], result->sweep_crossovers[1]);
+  EXPECT_TRUE(result->warnings.empty()) << result->warnings.front();
+  EXPECT_TRUE(result->crossed);
+  // One round of `repeats` runs per point and path: nothing was re-measured.
+  EXPECT_EQ(runs, 2 * 2 * options.repeats * static_cast<int>(result->points.size()));
+}
+
+// The machine: sweeps whose crossovers disagree (61 ... 257 tokens) get more sweeps,
+// the median counts, and the caller is warned with every sweep's crossover.
+TEST(CalibrationTest, DisagreeingSweepsAreRepeatedAndWarned) {
+  CalibrationOptions options;
+  options.min_tokens = 32;
+  options.max_tokens = 4096;
+  const std::int64_t equal_at[] = {64, 256, 128, 96};  // by sweep
+  options.timer = [&](AttentionPath path, std::int64_t tokens, int sweep) {
+    const double n = static_cast<double>(tokens);
+    return path == AttentionPath::kDirect ? n * n : static_cast<double>(equal_at[sweep]) * n;
+  };
+  const auto result = CalibrateCrossover(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->sweep_crossovers.size(), 4u);  // 2, then up to max_sweeps
+  // The median of ~64, ~256, ~128, ~96: between the middle two.
+  EXPECT_GE(result->crossover_tokens, 90);
+  EXPECT_LE(result->crossover_tokens, 140);
+  ASSERT_EQ(result->warnings.size(), 1u);
+  EXPECT_NE(result->warnings[0].find("the crossovers of 4 sweeps disagree by"), std::string::npos)
+      << result->warnings[0];
+  EXPECT_NE(result->warnings[0].find("using their median"), std::string::npos);
+}
+
+// A point whose timed runs disagree by more than 20 % is measured again (up to max_rounds); the
+// best-agreeing round counts; one that never agrees is reported.
+TEST(CalibrationTest, NoisyPointsAreMeasuredAgainAndReported) {
+  CalibrationOptions options;
+  options.min_tokens = 32;
+  options.max_tokens = 4096;
+  options.sweeps = 1;
+  options.max_sweeps = 1;
+  int noisy_runs = 0;
+  options.timer = [&](AttentionPath path, std::int64_t tokens, int) {
+    const double n = static_cast<double>(tokens);
+    if (path == AttentionPath::kDirect) {
+      if (tokens == 45) return (++noisy_runs % 2 == 0 ? 2.0 : 1.0) * n * n;  // never agrees
+      return n * n;
+    }
+    return 256.0 * n;
+  };
+  const auto result = CalibrateCrossover(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(noisy_runs, options.max_rounds * options.repeats);
+  ASSERT_EQ(result->warnings.size(), 1u);
+  EXPECT_NE(result->warnings[0].find("1 of "), std::string::npos) << result->warnings[0];
+  EXPECT_NE(result->warnings[0].find("(worst 100 %, direct at 45 tokens)"), std::string::npos)
+      << result->warnings[0];
+}
+
 // At bf16 the sweep runs the bfloat16 feature products (where the CPU has them) and records
 // the precision; where it lacks them the calibration is refused as a bf16 model is.
 TEST(CalibrationTest, MeasuresAtTheModelsPrecisionOrRefusesWithoutBf16) {

@@ -265,6 +265,32 @@ TEST(DirectInferenceTilesTest, EveryWidthMatchesFloat64AndTheGemmForm) {
   }
 }
 
+// Every variant of the fused kernels' loops (model/cpu_dispatch.h: AVX-512, AVX2 + FMA, generic)
+// that this CPU can run gives the float64 formula's answer, so the fallbacks a CPU without
+// AVX-512 takes are held to the same bound as the variant the build machine picks.
+TEST(FusedInferenceVariantsTest, EveryCpuLevelMatchesFloat64) {
+  torch::manual_seed(31);
+  const std::int64_t tokens = 300, real = 170;
+  const auto in = MakePaddedInputs(tokens, real, 2, 16, true);
+  const auto& [q, k, v] = in.qkv;
+  TaylorKernelOptions options;
+  options.efficient_chunk_tokens = 128;
+  torch::NoGradGuard no_grad;
+  int variants = 0;
+  for (const CpuCapability cap :
+       {CpuCapability::kDefault, CpuCapability::kAvx2, CpuCapability::kAvx512}) {
+    if (cap > DetectedCpuCapability()) continue;
+    ScopedCpuCapability scoped(cap);
+    SCOPED_TRACE(std::string(CpuCapabilityName(cap)));
+    ++variants;
+    ExpectSequencesMatchFloat64(EfficientInference(q, k, v, in.mask, options, in.scaling), in, real,
+                                options, 1e-4);
+    ExpectSequencesMatchFloat64(DirectInference(q, k, v, in.mask, options, in.scaling), in, real,
+                                options, 1e-5);
+  }
+  EXPECT_GE(variants, 1);
+}
+
 // The kernels run their heads on LibTorch's OpenMP threads; under InferenceMode (as the server
 // classifies) those threads must see it too, or in-place updates of inference tensors throw.
 TEST(FusedInferenceThreadsTest, KernelsRunUnderInferenceModeOnTwoThreads) {

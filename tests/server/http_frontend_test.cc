@@ -71,6 +71,8 @@ TEST(HttpFrontendTest, V2InferAnswersJsonTensorsWithExactFloats) {
   EXPECT_EQ(static_cast<float>(body["outputs"][0]["data"][4].get<double>()), expected[1]);
   EXPECT_EQ(body["outputs"][1]["data"], Json::parse(R"(["c2", "c2"])"));
   EXPECT_EQ(fake.calls()[0].path(), taylorshift::v1::ATTENTION_PATH_DIRECT);
+  // The requests counter's protocol label (server/inference.h).
+  EXPECT_STREQ(fake.contexts()[0].protocol, "v2_rest");
 }
 
 TEST(HttpFrontendTest, PlainClassifyRouteAnswersTsctlsJson) {
@@ -89,6 +91,7 @@ TEST(HttpFrontendTest, PlainClassifyRouteAnswersTsctlsJson) {
   const auto call = fake.contexts()[0];
   EXPECT_EQ(call.authorization, "Bearer t");
   EXPECT_LT(call.deadline, absl::Now() + absl::Seconds(6));
+  EXPECT_STREQ(call.protocol, "rest");
   EXPECT_EQ(fake.calls()[0].over_length(), "reject");
   // Binary documents and images.
   EXPECT_EQ(Call(fake, "POST", "/v1/models/m:classify", R"({"document_base64": "AAEC"})").status,

@@ -139,7 +139,7 @@ std::unique_ptr<Metrics> RegistryOnly() {
 
 // Records one of everything, so every family has a sample.
 void RecordEverything(Metrics& metrics) {
-  metrics.RecordRequest("listops", "OK", 0.004);
+  metrics.RecordRequest("listops", "grpc", "OK", 0.004);
   metrics.RecordQueue("listops", 0.001);
   metrics.RecordBatch("listops", "direct", "128", 4, 512, 400, 0.002);
   metrics.RecordSequenceLength("listops", 100);
@@ -171,16 +171,21 @@ const std::vector<std::string>& AllFamilies() {
 TEST(MetricsTest, RequestsCountByModelAndCodeWithLatencyHistogram) {
   std::unique_ptr<Metrics> metrics = RegistryOnly();
   ASSERT_NE(metrics, nullptr);
-  metrics->RecordRequest("listops", "OK", 0.003);
-  metrics->RecordRequest("listops", "OK", 0.004);
-  metrics->RecordRequest("listops", "NOT_FOUND", 0.2);
-  metrics->RecordRequest("imdb", "OK", 70);
+  metrics->RecordRequest("listops", "grpc", "OK", 0.003);
+  metrics->RecordRequest("listops", "grpc", "OK", 0.004);
+  metrics->RecordRequest("listops", "grpc", "NOT_FOUND", 0.2);
+  metrics->RecordRequest("imdb", "grpc", "OK", 70);
   const std::string text = metrics->Serialize();
 
-  EXPECT_EQ(Value(text, "taylorshift_requests_total", {{"model", "listops"}, {"code", "OK"}}), 2);
-  EXPECT_EQ(
-      Value(text, "taylorshift_requests_total", {{"model", "listops"}, {"code", "NOT_FOUND"}}), 1);
-  EXPECT_EQ(Value(text, "taylorshift_requests_total", {{"model", "imdb"}, {"code", "OK"}}), 1);
+  EXPECT_EQ(Value(text, "taylorshift_requests_total",
+                  {{"model", "listops"}, {"protocol", "grpc"}, {"code", "OK"}}),
+            2);
+  EXPECT_EQ(Value(text, "taylorshift_requests_total",
+                  {{"model", "listops"}, {"protocol", "grpc"}, {"code", "NOT_FOUND"}}),
+            1);
+  EXPECT_EQ(Value(text, "taylorshift_requests_total",
+                  {{"model", "imdb"}, {"protocol", "grpc"}, {"code", "OK"}}),
+            1);
 
   const std::string duration = "taylorshift_request_duration_seconds";
   const Labels listops = {{"model", "listops"}};
@@ -430,15 +435,19 @@ TEST(MetricsTest, ConcurrentRecordingIsCounted) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&metrics, t] {
       for (int i = 0; i < 500; ++i) {
-        metrics->RecordRequest(absl::StrCat("m", t % 2), "OK", 0.001);
+        metrics->RecordRequest(absl::StrCat("m", t % 2), "grpc", "OK", 0.001);
         if (i % 100 == 0) metrics->Serialize();
       }
     });
   }
   for (std::thread& thread : threads) thread.join();
   const std::string text = metrics->Serialize();
-  EXPECT_EQ(Value(text, "taylorshift_requests_total", {{"model", "m0"}, {"code", "OK"}}), 1000);
-  EXPECT_EQ(Value(text, "taylorshift_requests_total", {{"model", "m1"}, {"code", "OK"}}), 1000);
+  EXPECT_EQ(Value(text, "taylorshift_requests_total",
+                  {{"model", "m0"}, {"protocol", "grpc"}, {"code", "OK"}}),
+            1000);
+  EXPECT_EQ(Value(text, "taylorshift_requests_total",
+                  {{"model", "m1"}, {"protocol", "grpc"}, {"code", "OK"}}),
+            1000);
 }
 
 TEST(MetricsTest, RegistryOnlyHasNoAddress) {
@@ -545,13 +554,16 @@ TEST_F(MetricsEndpointTest, ServesTheSameFamiliesAsSerialize) {
   const std::set<std::string> served_names = FamilyNames(served);
   EXPECT_THAT(served_names, IsSupersetOf(AllFamilies()));
   EXPECT_THAT(served_names, IsSupersetOf(FamilyNames(metrics_->Serialize())));
-  EXPECT_EQ(Value(served, "taylorshift_requests_total", {{"model", "listops"}, {"code", "OK"}}), 1);
+  EXPECT_EQ(Value(served, "taylorshift_requests_total",
+                  {{"model", "listops"}, {"protocol", "grpc"}, {"code", "OK"}}),
+            1);
   EXPECT_EQ(Value(served, "taylorshift_queue_depth", {{"model", "listops"}}), 3);
   EXPECT_GT(*Value(served, "taylorshift_process_resident_memory_bytes", {}), 0);
 
   // Later records show up in the next scrape.
-  metrics_->RecordRequest("listops", "OK", 0.004);
-  EXPECT_EQ(Value(Scrape(), "taylorshift_requests_total", {{"model", "listops"}, {"code", "OK"}}),
+  metrics_->RecordRequest("listops", "grpc", "OK", 0.004);
+  EXPECT_EQ(Value(Scrape(), "taylorshift_requests_total",
+                  {{"model", "listops"}, {"protocol", "grpc"}, {"code", "OK"}}),
             2);
 }
 

@@ -44,10 +44,11 @@ class TsmodelTest : public ::testing::Test {
     checkpoint_ = dir_ + "/tiny.ckpt";
   }
 
-  ToolRun Tsmodel(const std::string& arguments) {
+  // `environment`: "NAME=VALUE " assignments put before the command.
+  ToolRun Tsmodel(const std::string& arguments, const std::string& environment = "") {
     const std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
     const std::string command =
-        std::string(TS_TSMODEL_BINARY) + " " + arguments + " >" + out + " 2>" + err;
+        environment + std::string(TS_TSMODEL_BINARY) + " " + arguments + " >" + out + " 2>" + err;
     const int status = std::system(command.c_str());
     ToolRun run;
     run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -226,6 +227,29 @@ TEST_F(TsmodelTest, CalibrateThenUseTheCalibration) {
   run = Tsmodel("calibrate " + checkpoint_ + " --out " + calibration + " --precision fp16");
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("expected fp32 or bf16, got 'fp16'"), std::string::npos) << run.err;
+}
+
+// A precision this CPU cannot run is refused before anything is measured (it used to measure
+// fp32 for minutes, then stop at bf16 and write nothing), and the kernels' cap is checked.
+TEST_F(TsmodelTest, CalibrateRefusesAnUnsupportedPrecisionBeforeMeasuring) {
+  Import();
+  const std::string calibration = dir_ + "/calibration.txt";
+  // Capped at AVX2, bf16 is unsupported on any CPU (TS_CPU_CAPABILITY, model/cpu_features.h).
+  ToolRun run = Tsmodel("calibrate " + checkpoint_ + " --out " + calibration +
+                            " --repeats 1 --threads 1 --precision fp32,bf16",
+                        "TS_CPU_CAPABILITY=avx2 ");
+  EXPECT_EQ(run.exit_code, 1) << run.out;
+  EXPECT_NE(run.err.find("precision bf16:"), std::string::npos) << run.err;
+  EXPECT_EQ(run.out.find("precision=fp32"), std::string::npos) << "measured first: " << run.out;
+  EXPECT_FALSE(ReadFile(calibration).ok());
+  run = Tsmodel("info " + checkpoint_, "TS_CPU_CAPABILITY=avx2 ");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("cpu_kernels: "), std::string::npos) << run.out;
+  run = Tsmodel("info " + checkpoint_, "TS_CPU_CAPABILITY=sse2 ");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("TS_CPU_CAPABILITY: CPU capability 'sse2' is not one of"),
+            std::string::npos)
+      << run.err;
 }
 
 TEST_F(TsmodelTest, ErrorsExitOneAndUsageErrorsExitTwo) {
