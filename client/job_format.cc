@@ -389,6 +389,13 @@ std::string JobEventText(const JobEvent& event) {
         return absl::StrCat("evaluated ", ExamplesText(job), " ",
                             absl::StrFormat("%.1f", job.report().examples_per_second()), " ex/s");
       }
+      // A job that has started but whose worker has not reported a step yet (building the model,
+      // reading the data) has no loss or rate to show.
+      if (progress.step() == 0 && progress.examples_per_second() == 0) {
+        return progress.total_steps() > 0
+                   ? absl::StrCat("step 0/", progress.total_steps(), ", waiting for the first step")
+                   : "started, waiting for the first step";
+      }
       std::string out = absl::StrCat(
           "step ", progress.step(), "/", progress.total_steps(), " loss ",
           Significant(progress.loss(), 4), " lr ", Significant(progress.learning_rate(), 3), " ",

@@ -188,6 +188,15 @@ TEST(JobFormatTest, ProgressLine) {
   EXPECT_EQ(JobEventText(event), "step 40/300 loss 1.234 lr 0.00099 12.3 ex/s");
   event.mutable_job()->mutable_progress()->set_epoch(0.64);
   EXPECT_EQ(JobEventText(event), "step 40/300 loss 1.234 lr 0.00099 12.3 ex/s epoch 0.64");
+  {
+    // Before the worker's first report there is no loss, rate or step count to show (it printed
+    // "step 0/0 loss 0 lr 0 0.0 ex/s").
+    JobEvent early = event;
+    early.mutable_job()->mutable_progress()->Clear();
+    EXPECT_EQ(JobEventText(early), "started, waiting for the first step");
+    early.mutable_job()->mutable_progress()->set_total_steps(500);
+    EXPECT_EQ(JobEventText(early), "step 0/500, waiting for the first step");
+  }
   EXPECT_EQ(JobEventJson(event),
             R"({"event":"progress","id":"","state":"RUNNING","step":40,"total_steps":300,)"
             R"("epoch":0.64,"loss":1.23412,"learning_rate":0.00099,"examples_per_second":12.34})");
