@@ -1359,17 +1359,17 @@ def main():
                         help="largest absolute difference of a probability from the oracle")
     parser.add_argument("--state-mib", type=int, default=192)
     parser.add_argument("--fresh-steps", type=int, default=0,
-                        help="steps of a from-scratch training job (0: 400, 200 under 10 min)")
+                        help="steps of a from-scratch training job (0: 600, 200 under 10 min)")
     parser.add_argument("--tune-steps", type=int, default=0,
-                        help="steps of a fine-tuning job (0: 160, 60 under 10 min)")
+                        help="steps of a fine-tuning job (0: 300, 60 under 10 min)")
     parser.add_argument("--warmup-s", type=float, default=0,
                         help="RSS warm-up per server process (0: 120 s, 30 s under 10 min)")
     parser.add_argument("--out", default="", help="write the summary as JSON here too")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = parser.parse_args()
     short = args.minutes < 10
-    args.fresh_steps = args.fresh_steps or (200 if short else 400)
-    args.tune_steps = args.tune_steps or (60 if short else 160)
+    args.fresh_steps = args.fresh_steps or (200 if short else 600)
+    args.tune_steps = args.tune_steps or (60 if short else 300)
     warmup_s = args.warmup_s or (30 if short else 120)
     duration_s = args.minutes * 60
 
