@@ -664,6 +664,7 @@ class Jobs:
         self.calls = collections.Counter()  # Jobs RPC -> ok
         self.submit_enabled = threading.Event()
         self.submit_enabled.set()
+        self.disk_full = threading.Event()  # set while the state directory is full
         self.stop_event = threading.Event()
         self.channel = channel_for(server.grpc_address)
         self.stub = jobs_grpc.JobsStub(self.channel)
@@ -747,6 +748,8 @@ class Jobs:
             return
         info = JobInfo(response.id, kind, flavour, retries, self.record.now(), summary)
         info.last = response
+        if self.disk_full.is_set():  # acknowledged while the disk was full
+            info.faults.append("disk_full")
         with self.lock:
             self.jobs[response.id] = info
         log(f"submitted {response.id}: {summary}")
@@ -1236,6 +1239,7 @@ class Faults:
             self.record.fault("disk_full", injected=False, why="no filesystem of its own")
             return
         free_before = self.statefs.free_bytes()
+        self.jobs.disk_full.set()
         written = self.statefs.fill()
         affected = [j for j in self.jobs.active()]
         with self.jobs.lock:
@@ -1272,6 +1276,7 @@ class Faults:
         while time.monotonic() < end and not self.stop_event.is_set():
             time.sleep(0.5)
         self.statefs.release()
+        self.jobs.disk_full.clear()
         log(f"disk_full: released after {seconds} s; probes {probes}")
         # The store writes again: a submission is accepted within 30 s.
         deadline = time.monotonic() + 30
