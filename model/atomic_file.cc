@@ -15,19 +15,38 @@ std::string ErrnoText() { return std::strerror(errno); }
 
 }  // namespace
 
+absl::Status FileErrorStatus(int error_number, const std::string& message) {
+  switch (error_number) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return absl::ResourceExhaustedError(message);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(message);
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
 // Writes all of `data` to `path` through a temporary file in the same directory, fsynced and
 // renamed over `path`.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& data) {
   const std::string temp = absl::StrCat(path, ".tmp-", ::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp, ": ", ErrnoText()));
+    return FileErrorStatus(errno, absl::StrCat("cannot create ", temp, ": ", ErrnoText()));
   }
   const auto fail = [&](absl::string_view what) {
+    const int error_number = errno;
     const std::string message = absl::StrCat(what, " ", temp, ": ", ErrnoText());
     ::close(fd);
     ::unlink(temp.c_str());
-    return absl::InternalError(message);
+    return FileErrorStatus(error_number, message);
   };
   std::size_t written = 0;
   while (written < data.size()) {
@@ -40,15 +59,17 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
   }
   if (::fsync(fd) != 0) return fail("cannot fsync");
   if (::close(fd) != 0) {
+    const int error_number = errno;
     const std::string message = absl::StrCat("cannot close ", temp, ": ", ErrnoText());
     ::unlink(temp.c_str());
-    return absl::InternalError(message);
+    return FileErrorStatus(error_number, message);
   }
   if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int error_number = errno;
     const std::string message =
         absl::StrCat("cannot rename ", temp, " to ", path, ": ", ErrnoText());
     ::unlink(temp.c_str());
-    return absl::InternalError(message);
+    return FileErrorStatus(error_number, message);
   }
   // Make the rename itself durable.
   const auto slash = path.find_last_of('/');

@@ -10,7 +10,12 @@ namespace ts {
 
 // Writes `data` to a temporary file next to `path` (".tmp-<pid>"), fsyncs it, renames it over
 // `path` and fsyncs the directory. On error the temporary file is removed and `path` is
-// untouched; the Status names the file and the system error.
+// untouched; the Status names the file and the system error, with the code FileErrorStatus gives.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& data);
+
+// `message` with the code for the system error `error_number`: RESOURCE_EXHAUSTED for a full
+// disk or quota (ENOSPC, EDQUOT, EFBIG), PERMISSION_DENIED for EACCES, EPERM and EROFS,
+// NOT_FOUND for ENOENT and ENOTDIR, INTERNAL otherwise.
+absl::Status FileErrorStatus(int error_number, const std::string& message);
 
 }  // namespace ts

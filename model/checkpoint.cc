@@ -178,6 +178,12 @@ absl::Status CheckOptionsDescribeModel(const TaylorShiftEncoderOptions& options,
 
 }  // namespace
 
+std::string CheckpointVersion(std::string_view file_bytes) {
+  const std::size_t covered =
+      file_bytes.size() >= kTrailerBytes ? file_bytes.size() - kTrailerBytes : file_bytes.size();
+  return absl::StrFormat("%08x", Crc32(file_bytes.data(), covered));
+}
+
 std::uint32_t Crc32(const void* data, std::size_t size) {
   // crc32_z takes a size_t length, so a payload over 4 GiB needs no chunking.
   return static_cast<std::uint32_t>(

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -79,5 +80,11 @@ std::string UtcTimestampNow();
 
 // CRC-32 (IEEE 802.3, as zlib's crc32) of `size` bytes.
 std::uint32_t Crc32(const void* data, std::size_t size);
+
+// A checkpoint file's version as served (GetModel, promotions, models/NAME/VERSION.tsckpt): 8 hex
+// digits of the CRC-32 of the file without its 4-byte trailer. Not of the whole file: a CRC
+// over data followed by that data's own CRC is the same for every payload of one length, so the
+// whole file's CRC told apart only headers (every fine-tuning of one model got one version).
+std::string CheckpointVersion(std::string_view file_bytes);
 
 }  // namespace ts

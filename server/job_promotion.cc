@@ -80,7 +80,7 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
           *promotion.validation_accuracy, *promotion.previous_validation_accuracy));
     }
   }
-  const std::string version = absl::StrFormat("%08x", Crc32(bytes.data(), bytes.size()));
+  const std::string version = CheckpointVersion(bytes);
   const std::string dir = (fs::path(options_.models_dir) / request.model()).string();
   std::error_code error;
   fs::create_directories(dir, error);

@@ -20,7 +20,7 @@ namespace {
 // A content hash of the checkpoint file: the same file is the same version everywhere.
 absl::StatusOr<std::string> FileVersion(const std::string& path) {
   TS_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path, "checkpoint"));
-  return absl::StrFormat("%08x", Crc32(bytes.data(), bytes.size()));
+  return CheckpointVersion(bytes);
 }
 
 }  // namespace
