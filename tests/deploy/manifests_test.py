@@ -1425,10 +1425,9 @@ class DockerfileTest(unittest.TestCase):
     def test_dockerfiles(self):
         binaries = [ARGS.tsserver, tsworker(), ARGS.tsctl, ARGS.tsmodel]
         needed = needed_packages(binaries) - BASE_PACKAGES
-        # A sanitizer build (scripts/sanitize) links the sanitizers' runtimes, and GCC's link of
-        # a sanitized program keeps libraries --as-needed would drop (tsctl then needs gRPC's
-        # libssl, re2 and c-ares itself): the images ship the ordinary build, whose libraries
-        # are the ones to compare.
+        # A sanitizer build's binaries (scripts/sanitize) link the sanitizers' runtimes, and its
+        # tsctl needs some of gRPC's own libraries (libssl, re2, c-ares) directly: the images
+        # ship the ordinary build, whose libraries are the ones to compare.
         sanitized = any(p.startswith(("libasan", "libubsan", "libtsan", "liblsan"))
                         for p in needed)
         relative = sorted(os.path.relpath(b, ARGS.build_dir) for b in binaries)
