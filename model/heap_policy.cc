@@ -10,6 +10,7 @@
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "common/sanitizers.h"
 
 namespace ts {
 
@@ -19,6 +20,9 @@ absl::Status KeepFreedHeapMemory(std::int64_t keep_bytes) {
         absl::StrCat("heap_keep_freed_bytes must be >= 0, got ", keep_bytes));
   }
   if (keep_bytes == 0) return absl::OkStatus();
+  // A sanitizer's allocator takes glibc's place (ASan's mallopt refuses everything): there is no
+  // glibc heap to keep memory in.
+  if (kAddressSanitizer || kThreadSanitizer) return absl::OkStatus();
 #if defined(__GLIBC__)
   // glibc accepts an mmap threshold up to 32 MiB (64-bit); larger blocks are always mapped.
   constexpr std::int64_t kMmapCeiling = std::int64_t{32} << 20;

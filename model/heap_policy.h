@@ -20,7 +20,8 @@ namespace ts {
 // (M_ARENA_MAX = 1: per-thread arenas unmap their 64 MiB heaps once free, whatever the trim
 // threshold, and training jobs run on their own threads). 0 leaves glibc's defaults.
 // INVALID_ARGUMENT for a negative value; FAILED_PRECONDITION when the C library refuses (a
-// non-glibc libc).
+// non-glibc libc). In a sanitizer build (scripts/sanitize), whose allocator replaces glibc's, it
+// does nothing.
 absl::Status KeepFreedHeapMemory(std::int64_t keep_bytes);
 
 // The default of tsserver's `heap_keep_freed_bytes` and of the tools: 1 GiB.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/sanitizers.h"
 #include "common/status_macros.h"
 #include "model/atomic_file.h"
 #include "model/quoted.h"
@@ -173,9 +174,11 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   static const std::int64_t libraries = MappedLibraryBytes();
   // A CUDA job gets no limit: CUDA's driver reserves address space for the GPU's unified memory
   // (many times the device's memory) when it starts, which any limit near the job's use breaks;
-  // its device memory is admitted against the GPU instead (JobAdmission::Training).
+  // its device memory is admitted against the GPU instead (JobAdmission::Training). Nor does a
+  // worker built with a sanitizer (scripts/sanitize): its shadow memory is terabytes of address
+  // space, reserved before main, so any limit kills it at start.
   process_options.address_space_bytes =
-      JobDevice(task.job()) != "cpu"
+      JobDevice(task.job()) != "cpu" || kAddressSanitizer || kThreadSanitizer
           ? 0
           : static_cast<std::uint64_t>(MemoryBudgetBytes(options_.jobs) / world +
                                        options_.jobs.worker_address_space_overhead_bytes +

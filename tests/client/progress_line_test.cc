@@ -114,22 +114,38 @@ TEST(ProgressLineTest, ElsewherePlainLinesEveryIntervalAndNoCarriageReturn) {
   EXPECT_THAT(out.str(), Not(HasSubstr("\r")));
 }
 
+// A string buffer that says when its first bytes arrive.
+class FirstWriteBuffer : public std::stringbuf {
+ public:
+  absl::Notification written;
+
+ protected:
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    const std::streamsize put = std::stringbuf::xsputn(s, n);
+    if (!written.HasBeenNotified()) written.Notify();
+    return put;
+  }
+  int_type overflow(int_type c) override {
+    const int_type put = std::stringbuf::overflow(c);
+    if (!written.HasBeenNotified()) written.Notify();
+    return put;
+  }
+};
+
 TEST(ProgressTickerTest, DrawsAtOnceAndClearsOnStop) {
-  std::ostringstream out;
+  FirstWriteBuffer buffer;
+  std::ostream out(&buffer);
   ProgressLineOptions options;
   options.terminal = true;
-  absl::Notification sampled;
   ProgressTicker ticker(
-      options, &out,
-      [&] {
-        if (!sampled.HasBeenNotified()) sampled.Notify();
-        return Steps(3, 10);
-      },
-      /*tick_s=*/3600);
-  sampled.WaitForNotification();
+      options, &out, [] { return Steps(3, 10); }, /*tick_s=*/3600);
+  // The ticker draws its first sample under its lock, so once the first bytes are written, the
+  // result waits for the whole bar. (Waiting for the sample alone raced with the drawing: under
+  // AddressSanitizer the result came first and the bar after it.)
+  buffer.written.WaitForNotification();
   ticker.PrintAbove([&] { out << "a result\n"; });
   ticker.Stop();
-  const std::string text = out.str();
+  const std::string text = buffer.str();
   // The first sample is drawn, cleared before the result, and nothing is left on the line.
   EXPECT_THAT(text, HasSubstr("3/10 steps"));
   EXPECT_THAT(text, HasSubstr("\r\033[Ka result\n"));

