@@ -38,3 +38,22 @@ def serve(build, work, config_text):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
+
+
+def tsworker_children(parent):
+    """[(pid, stat, argv)] of the tsworker processes whose parent is `parent`: `stat` is
+    /proc/PID/stat's fields after the command name (state first), `argv` the command line."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline") as f:
+                argv = f.read().split("\0")
+        except OSError:
+            continue
+        if int(fields[1]) == parent and argv and argv[0].endswith("tsworker"):
+            found.append((int(entry), fields, argv))
+    return found

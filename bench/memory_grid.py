@@ -17,6 +17,9 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from bench_server import tsworker_children  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # embed_dim, depth, heads, max_length, batch_size, path, workers, dtype
@@ -34,20 +37,7 @@ GRID = [
 
 def children(pid):
     """PIDs of the tsworker processes whose parent is `pid`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/comm") as f:
-                comm = f.read().strip()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and comm == "tsworker":
-            found.append(int(entry))
-    return found
+    return [child for child, _, _ in tsworker_children(pid)]
 
 
 def vm_hwm(pid):

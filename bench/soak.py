@@ -79,6 +79,12 @@ import traceback
 
 import grpc
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "deploy"))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from deploy_lib import listops_expression  # noqa: E402  (the same documents as protocols_test)
+from bench_server import tsworker_children  # noqa: E402
+
 sys.dont_write_bytecode = True
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROTO_DIR = os.path.join(ROOT, "proto")
@@ -117,14 +123,6 @@ def generate_stubs(directory):
 
 
 # --- documents -----------------------------------------------------------------------------------
-
-def listops_expression(rng, budget):
-    if budget < 12:
-        return str(rng.randint(0, 9))
-    op = rng.choice(["MAX", "MIN", "MED", "SM"])
-    arity = rng.randint(2, 5)
-    parts = [listops_expression(rng, (budget - len(op) - 4) // arity - 1) for _ in range(arity)]
-    return f"[{op} " + " ".join(parts) + " ]"
 
 
 def oracle_documents():
@@ -407,22 +405,11 @@ class Server:
         ticks = os.sysconf("SC_CLK_TCK")
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{entry}/cmdline") as f:
-                    argv = f.read().split("\0")
-            except OSError:
-                continue
-            if int(fields[1]) != pid or not argv or not argv[0].endswith("tsworker"):
-                continue
+        for child, fields, argv in tsworker_children(pid):
             job = next((a.split("/jobs/")[1].split("/")[0] for a in argv
                         if a.startswith("--task=") and "/jobs/" in a), None)
             age = uptime - int(fields[19]) / ticks
-            found.append((int(entry), job, age, fields[0]))
+            found.append((child, job, age, fields[0]))
         return found
 
     def metrics(self):

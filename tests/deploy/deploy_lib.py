@@ -161,3 +161,13 @@ def stop(process, timeout_s=20):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def listops_expression(rng, budget):
+    """A ListOps-like expression of roughly `budget` characters (a digit when budget is tiny)."""
+    if budget < 12:
+        return str(rng.randint(0, 9))
+    op = rng.choice(["MAX", "MIN", "MED", "SM"])
+    arity = rng.randint(2, 5)
+    parts = [listops_expression(rng, (budget - len(op) - 4) // arity - 1) for _ in range(arity)]
+    return f"[{op} " + " ".join(parts) + " ]"

@@ -43,7 +43,7 @@ import unittest
 import grpc
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from deploy_lib import stop, wait_for  # noqa: E402
+from deploy_lib import listops_expression, stop, wait_for  # noqa: E402
 
 ARGS = None
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -101,16 +101,6 @@ def tearDownModule():
 
 
 # --- documents ---------------------------------------------------------------------------------
-
-def listops_expression(rng, budget):
-    """A ListOps-like expression of roughly `budget` characters (a digit when budget is tiny)."""
-    if budget < 12:
-        return str(rng.randint(0, 9))
-    op = rng.choice(["MAX", "MIN", "MED", "SM"])
-    arity = rng.randint(2, 5)
-    parts = [listops_expression(rng, (budget - len(op) - 4) // arity - 1) for _ in range(arity)]
-    return f"[{op} " + " ".join(parts) + " ]"
-
 
 def make_documents(count=DOCUMENT_COUNT, seed=20261123):
     """`count` documents as bytes, the same on every run: lengths from 1 to ~700 bytes in a
