@@ -67,6 +67,7 @@ absl::StatusOr<CpuCapability> ParseCpuCapability(std::string_view name) {
     if (known == name) return level;
   }
   std::vector<std::string> names;
+  names.reserve(kNames.size());
   for (const auto& entry : kNames) names.emplace_back(entry.second);
   return absl::InvalidArgumentError(absl::StrCat("CPU capability '", std::string(name),
                                                  "' is not one of ", absl::StrJoin(names, ", ")));
@@ -97,7 +98,7 @@ CpuCapability ActiveCpuCapability() {
 std::string DescribeCpuCapability() {
   const CpuCapability active = ActiveCpuCapability();
   const CpuCapability detected = DetectedCpuCapability();
-  const std::string name(CpuCapabilityName(active));
+  std::string name(CpuCapabilityName(active));
   if (active == detected) return name;
   return absl::StrCat(name, " (detected ", std::string(CpuCapabilityName(detected)), ", capped by ",
                       kVariable, ")");

@@ -65,8 +65,8 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   auto* reactor = context->DefaultReactor();
   CallContext call = CallFrom(*context);
   call.protocol = CallContext::kProtocolV2Grpc;
-  kserve::Infer(inference_, std::move(call), *request, max_batch_,
-                [reactor, response](const absl::Status& status, kserve::InferResult result) {
+  kserve::Infer(inference_, call, *request, max_batch_,
+                [reactor, response](const absl::Status& status, const kserve::InferResult& result) {
                   if (status.ok()) *response = kserve::ToProto(result);
                   reactor->Finish(ToGrpcStatus(status));
                 });

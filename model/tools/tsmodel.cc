@@ -191,27 +191,23 @@ absl::Status Info(const InfoFlags& flags) {
   return absl::OkStatus();
 }
 
-absl::Status Predict(const PredictFlags& flags) {
-  const std::int64_t batch_size = flags.batch_size;
-  TS_ASSIGN_OR_RETURN(const torch::Device device, DeviceFlag(flags.device));
-  TS_RETURN_IF_ERROR(CheckPrecisionSupported(flags.precision, device));
+// One input file of `predict` and, once classified, its logits.
+struct PredictItem {
+  std::string file;
+  // Why this file has no result (it could not be read); the other files still get theirs.
+  absl::Status error;
+  std::vector<std::int64_t> tokens;
+  bool truncated = false;
+  std::vector<double> logits;
+  AttentionPath path = AttentionPath::kAuto;
+};
 
-  TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(flags.checkpoint, device));
-  TS_RETURN_IF_ERROR(ApplyCalibration(flags.calibration, loaded, flags.precision));
-  loaded.model->set_precision(flags.precision);
-  const std::int64_t max_length = loaded.options.max_length();
-
-  struct Item {
-    std::string file;
-    // Why this file has no result (it could not be read); the other files still get theirs.
-    absl::Status error;
-    std::vector<std::int64_t> tokens;
-    bool truncated = false;
-    std::vector<double> logits;
-    AttentionPath path = AttentionPath::kAuto;
-  };
+// Each file's bytes as tokens (the first `max_length`), or the error that reading it gave.
+std::vector<PredictItem> ReadPredictItems(const std::vector<std::string>& files,
+                                          std::int64_t max_length) {
+  using Item = PredictItem;
   std::vector<Item> items;
-  for (const auto& file : flags.files) {
+  for (const auto& file : files) {
     Item item;
     item.file = file;
     absl::StatusOr<std::string> read = ReadFile(file);
@@ -229,6 +225,18 @@ absl::Status Predict(const PredictFlags& flags) {
     }
     items.push_back(std::move(item));
   }
+  return items;
+}
+
+absl::Status Predict(const PredictFlags& flags) {
+  const std::int64_t batch_size = flags.batch_size;
+  TS_ASSIGN_OR_RETURN(const torch::Device device, DeviceFlag(flags.device));
+  TS_RETURN_IF_ERROR(CheckPrecisionSupported(flags.precision, device));
+
+  TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(flags.checkpoint, device));
+  TS_RETURN_IF_ERROR(ApplyCalibration(flags.calibration, loaded, flags.precision));
+  loaded.model->set_precision(flags.precision);
+  std::vector<PredictItem> items = ReadPredictItems(flags.files, loaded.options.max_length());
 
   // Similar lengths share a batch, so little compute goes to padding.
   std::vector<std::size_t> order;
