@@ -15,6 +15,7 @@
 #include "model/listops_generator.h"
 #include "model/torch_compat.h"
 #include "model/training.h"
+#include "tests/testing/encoder_testing.h"
 
 namespace ts {
 namespace {
@@ -44,15 +45,9 @@ std::vector<std::string> Inputs(const std::string& model) {
       if (bytes.ok()) inputs.push_back(bytes->substr(0, 2000));
     }
   } else {
-    ListOpsGeneratorOptions options;
-    options.count = 6;
-    options.min_length = 100;
-    options.max_length = 250;  // characters; the listops demo takes 256 tokens, CLS included
-    options.seed = 3;
-    auto generated = GenerateListOpsDataset(options);
-    EXPECT_TRUE(generated.ok()) << generated.status();
-    if (generated.ok()) {
-      for (const auto& example : generated->examples) inputs.push_back(example.tokens);
+    // Up to 250 characters: the listops demo takes 256 tokens, CLS included.
+    for (const auto& example : testing::ListOpsData(6, 100, 250, 3).examples) {
+      inputs.push_back(example.tokens);
     }
   }
   return inputs;
@@ -94,14 +89,8 @@ TEST_F(CudaModelTest, ClassifyBatchOnBothDemoCheckpointsMatchesTheCpu) {
 // A job's steps on the GPU take the CPU's: the same initial weights and batches, 20 AdamW steps,
 // the losses equal within float32 summation-order differences, on both attention paths.
 TEST_F(CudaModelTest, TwentyFp32TrainingStepsMatchTheCpu) {
-  ListOpsGeneratorOptions data;
-  data.count = 64;
-  data.min_length = 20;
-  data.max_length = 120;
-  data.seed = 9;
-  auto generated = GenerateListOpsDataset(data);
-  ASSERT_TRUE(generated.ok()) << generated.status();
-  const std::vector<LabeledSequence> examples = generated->examples;
+  const Dataset data = testing::ListOpsData(64, 20, 120, 9);
+  const std::vector<LabeledSequence> examples = data.examples;
   TaylorShiftEncoderOptions encoder(32, 2, 4, 128, 10);
   for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
     TrainingOptions options;
@@ -133,13 +122,7 @@ TEST_F(CudaModelTest, TwentyFp32TrainingStepsMatchTheCpu) {
 // Mixed precision on the GPU: bfloat16 autocast beside float32 from the same weights and
 // batches; the first losses differ by bfloat16 rounding only and the bf16 loss falls.
 TEST_F(CudaModelTest, Bf16MixedPrecisionTrainingLearns) {
-  ListOpsGeneratorOptions data;
-  data.count = 256;
-  data.min_length = 20;
-  data.max_length = 120;
-  data.seed = 6;
-  auto generated = GenerateListOpsDataset(data);
-  ASSERT_TRUE(generated.ok()) << generated.status();
+  const Dataset data = testing::ListOpsData(256, 20, 120, 6);
   TaylorShiftEncoderOptions encoder(64, 2, 4, 128, 10);
   encoder.conv_embed(true);
   for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
@@ -152,7 +135,7 @@ TEST_F(CudaModelTest, Bf16MixedPrecisionTrainingLearns) {
       options.path = path;
       options.precision = precision;
       options.device = torch::Device(torch::kCUDA, 0);
-      auto trainer = Trainer::Create(encoder, options, generated->examples, {});
+      auto trainer = Trainer::Create(encoder, options, data.examples, {});
       ASSERT_TRUE(trainer.ok()) << trainer.status();
       for (int step = 0; step < 60; ++step) {
         auto result = (*trainer)->Step();
@@ -176,20 +159,14 @@ TEST_F(CudaModelTest, Bf16MixedPrecisionTrainingLearns) {
 // its saved state resumes there (the archive mapped to the device) and on the CPU, and the
 // resumed trainers take the same next step.
 TEST_F(CudaModelTest, TrainerOnTheCudaDeviceSavesAndResumes) {
-  ListOpsGeneratorOptions data;
-  data.count = 48;
-  data.min_length = 20;
-  data.max_length = 100;
-  data.seed = 4;
-  auto generated = GenerateListOpsDataset(data);
-  ASSERT_TRUE(generated.ok()) << generated.status();
+  const Dataset data = testing::ListOpsData(48, 20, 100, 4);
   TaylorShiftEncoderOptions encoder(32, 2, 4, 128, 10);
   TrainingOptions options;
   options.steps = 40;
   options.batch_size = 8;
   options.lr = 3e-3;
   options.device = torch::Device(torch::kCUDA, 0);
-  auto trainer = Trainer::Create(encoder, options, generated->examples, {});
+  auto trainer = Trainer::Create(encoder, options, data.examples, {});
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   for (const auto& parameter : (*trainer)->model()->parameters()) {
     ASSERT_TRUE(parameter.is_cuda());
@@ -213,7 +190,7 @@ TEST_F(CudaModelTest, TrainerOnTheCudaDeviceSavesAndResumes) {
   for (const torch::Device device : {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCPU)}) {
     TrainingOptions resume_options = options;
     resume_options.device = device;
-    auto resumed = Trainer::Resume(state, resume_options, generated->examples, {});
+    auto resumed = Trainer::Resume(state, resume_options, data.examples, {});
     ASSERT_TRUE(resumed.ok()) << resumed.status();
     EXPECT_EQ((*resumed)->step(), 30);
     for (const auto& parameter : (*resumed)->model()->parameters()) {

@@ -73,13 +73,7 @@ TEST(TrainingMetricsTest, HandMadeConfusion) {
 // float32, a first loss that differs by bfloat16 rounding only (so the forward did run in
 // bfloat16), a loss that falls, weights kept float32.
 TEST(TrainingTest, Bf16MixedPrecisionLearns) {
-  ListOpsGeneratorOptions data;
-  data.count = 64;
-  data.min_length = 20;
-  data.max_length = 60;
-  data.seed = 5;
-  auto generated = GenerateListOpsDataset(data);
-  ASSERT_TRUE(generated.ok()) << generated.status();
+  const Dataset data = testing::ListOpsData(64, 20, 60, 5);
   TaylorShiftEncoderOptions encoder(32, 2, 4, 64, 10);
   encoder.conv_embed(true);
   std::vector<std::vector<double>> losses(2);
@@ -90,7 +84,7 @@ TEST(TrainingTest, Bf16MixedPrecisionLearns) {
     options.lr = 3e-3;
     options.precision = precision;
     options.path = AttentionPath::kEfficient;
-    auto trainer = Trainer::Create(encoder, options, generated->examples, {});
+    auto trainer = Trainer::Create(encoder, options, data.examples, {});
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     for (int step = 0; step < 40; ++step) {
       auto result = (*trainer)->Step();

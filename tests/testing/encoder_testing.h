@@ -11,8 +11,23 @@
 #include <string>
 
 #include "model/encoder.h"
+#include "model/listops_generator.h"
 
 namespace ts::testing {
+
+// `count` ListOps examples of `min_length` to `max_length` characters, as a training job's
+// `format: listops` source makes them (a test failure and no examples if generation fails).
+inline Dataset ListOpsData(std::int64_t count, std::int64_t min_length, std::int64_t max_length,
+                           std::uint64_t seed) {
+  ListOpsGeneratorOptions options;
+  options.count = count;
+  options.min_length = min_length;
+  options.max_length = max_length;
+  options.seed = seed;
+  auto data = GenerateListOpsDataset(options);
+  EXPECT_TRUE(data.ok()) << data.status();
+  return data.ok() ? *std::move(data) : Dataset{};
+}
 
 // Replaces every parameter with seeded random values of a scale that keeps activations O(1),
 // so logits differ clearly between inputs (init values are too small to expose mistakes).

@@ -73,19 +73,14 @@ TEST_F(TsmodelTest, ListOpsWritesTheJobGeneratorsExamplesAsJsonLines) {
   const ToolRun run = Tsmodel("listops --out " + out +
                               " --count 25 --min-length 10 --max-length 80 --seed 4 --threads 1");
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  ListOpsGeneratorOptions options;
-  options.count = 25;
-  options.min_length = 10;
-  options.max_length = 80;
-  options.seed = 4;
-  auto expected = GenerateListOpsDataset(options);
-  ASSERT_TRUE(expected.ok()) << expected.status();
+  const Dataset expected = testing::ListOpsData(25, 10, 80, 4);
+  ASSERT_FALSE(expected.examples.empty());
   const auto lines = Lines(ReadFile(out).value());
-  ASSERT_EQ(lines.size(), expected->examples.size());
+  ASSERT_EQ(lines.size(), expected.examples.size());
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    const Example& example = expected->examples[i];
+    const Example& example = expected.examples[i];
     EXPECT_EQ(lines[i], nlohmann::ordered_json({{"text", example.tokens},
-                                                {"label", expected->label_names[example.label]}})
+                                                {"label", expected.label_names[example.label]}})
                             .dump())
         << i;
   }
