@@ -9,6 +9,7 @@
 //                   [--paths=softmax,direct,...] [--sdpa_backends=auto,flash,efficient,cudnn]
 //                   [--max_reference_tokens=N] [--efficient_chunk_tokens=N]
 //                   [--direct_block_elements=N] [--direct_tiles=true|false]
+//                   [--implementations=auto,aten,cuda]
 //                   [benchmark flags, e.g. --benchmark_out=FILE --benchmark_out_format=json]
 // bf16: the Taylor paths' products in bfloat16 with float32 sums (bf16_products, inputs float32 as
 // the model gives them); the softmax path on bfloat16 inputs (what flash attention takes).
@@ -45,6 +46,9 @@ struct Flags {
   std::vector<std::string> paths = {"softmax", "direct", "efficient", "direct_reference",
                                     "efficient_reference"};
   std::vector<std::string> sdpa_backends = {"auto"};
+  // The Taylor paths once per implementation asked for ("auto": the dispatcher's choice; "aten":
+  // the ATen form; "cuda": the fused CUDA kernels, bf16 only).
+  std::vector<std::string> implementations = {"auto"};
   TaylorKernelOptions kernel;
 };
 
@@ -158,6 +162,11 @@ void AddFlags(CLI::App& app, Flags* flags) {
   app.add_option("--direct_tiles", flags->kernel.direct_tiles,
                  "direct path, d <= 16 on AVX-512: register tiles (false: the GEMM form)")
       ->capture_default_str();
+  app.add_option("--implementations", flags->implementations,
+                 "Taylor paths' implementations: auto (the dispatcher's), aten, cuda (fused)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"auto", "aten", "cuda"}))
+      ->capture_default_str();
   app.add_option("--direct_block_elements", flags->kernel.direct_block_elements,
                  "direct path: score entries at once")
       ->capture_default_str()
@@ -179,21 +188,27 @@ void RegisterAll(const Flags& flags) {
       const AttentionPath path = *ParseAttentionPath(name);  // the flag's check took only these
       const bool reference =
           path == AttentionPath::kDirectReference || path == AttentionPath::kEfficientReference;
-      const std::vector<std::string> backends =
-          path == AttentionPath::kSoftmax ? flags.sdpa_backends : std::vector<std::string>{""};
-      for (const std::string& backend : backends) {
+      const bool taylor = path == AttentionPath::kDirect || path == AttentionPath::kEfficient;
+      // Softmax: one run per SDPA backend; direct and efficient: one per implementation.
+      std::vector<std::string> variants = {""};
+      if (path == AttentionPath::kSoftmax) variants = flags.sdpa_backends;
+      if (taylor) variants = flags.implementations;
+      for (const std::string& variant : variants) {
+        const std::string backend = taylor ? "" : variant;
+        TaylorKernelOptions kernel = flags.kernel;
+        if (taylor) kernel.implementation = *ParseKernelImplementation(variant);
         for (std::int64_t n = flags.min_tokens; n <= flags.max_tokens; n *= 2) {
           if (reference && n > flags.max_reference_tokens) continue;
           const Case c{
               path, flags.batch, flags.heads, n, d, bf16, backend.empty() ? "auto" : backend};
           std::string title = "BM_Attention_" + name;
-          if (!backend.empty() && backend != "auto") title += "_" + backend;
+          if (!variant.empty() && variant != "auto") title += "_" + variant;
           title += "/N:" + std::to_string(n) + "/d:" + std::to_string(d) +
                    "/H:" + std::to_string(flags.heads);
           if (flags.batch != 1) title += "/B:" + std::to_string(flags.batch);
           if (bf16) title += "/bf16";
           benchmark::RegisterBenchmark(
-              title.c_str(), [=](benchmark::State& s) { BM_Attention(s, c, device, flags.kernel); })
+              title.c_str(), [=](benchmark::State& s) { BM_Attention(s, c, device, kernel); })
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime()
               ->MinTime(0.2);

@@ -37,13 +37,16 @@ struct Flags {
   std::int64_t batch = 1, min_tokens = 1024, max_tokens = 16384;
   std::vector<std::string> paths = {"direct", "efficient", "softmax"};
   std::vector<std::string> sdpa_backends = {"auto"};
+  // The Taylor paths once per implementation ("auto", "aten", "cuda": the fused CUDA kernels).
+  std::vector<std::string> implementations = {"auto"};
   int threads = 2;
 };
 
 void BM_Encoder(benchmark::State& state, TaylorShiftEncoder& model, AttentionPath path,
                 std::int64_t batch, std::int64_t n, const std::string& backend,
-                const torch::Device& device) {
+                KernelImplementation implementation, const torch::Device& device) {
   torch::NoGradGuard no_grad;
+  model->set_kernel_implementation(implementation);
   if (path == AttentionPath::kSoftmax && !compat::UseOnlySdpaBackend(backend)) {
     state.SkipWithError(("no SDPA backend " + backend + " in this LibTorch").c_str());
     return;
@@ -101,6 +104,11 @@ int main(int argc, char** argv) try {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "flash", "efficient", "cudnn", "math"}));
+  app.add_option("--implementations", f.implementations,
+                 "Taylor paths' implementations: auto (the dispatcher's), aten, cuda (fused)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"auto", "aten", "cuda"}))
+      ->capture_default_str();
   app.add_option("--threads", f.threads, "intra-op threads (CPU)")
       ->capture_default_str()
       ->check(ts::IntegerIn(1, INT32_MAX));
@@ -127,18 +135,22 @@ int main(int argc, char** argv) try {
                                            std::to_string(f.heads));
   for (const std::string& name : f.paths) {
     const ts::AttentionPath path = *ts::ParseAttentionPath(name);
-    const std::vector<std::string> backends =
-        path == ts::AttentionPath::kSoftmax ? f.sdpa_backends : std::vector<std::string>{"auto"};
-    for (const std::string& backend : backends) {
+    // Softmax: one run per SDPA backend; direct and efficient: one per implementation.
+    const bool softmax = path == ts::AttentionPath::kSoftmax;
+    const std::vector<std::string> variants = softmax ? f.sdpa_backends : f.implementations;
+    for (const std::string& variant : variants) {
+      const std::string backend = softmax ? variant : "auto";
+      const ts::KernelImplementation implementation =
+          softmax ? ts::KernelImplementation::kAuto : *ts::ParseKernelImplementation(variant);
       for (std::int64_t n = f.min_tokens; n <= f.max_tokens; n *= 2) {
         std::string title = "BM_Encoder_" + name;
-        if (path == ts::AttentionPath::kSoftmax && backend != "auto") title += "_" + backend;
+        if (variant != "auto") title += "_" + variant;
         title += "/N:" + std::to_string(n) + "/B:" + std::to_string(f.batch) + "/" + f.precision;
-        benchmark::RegisterBenchmark(title.c_str(),
-                                     [&model, path, n, backend, &f, device](benchmark::State& s) {
-                                       ts::bench::BM_Encoder(s, model, path, f.batch, n, backend,
-                                                             device);
-                                     })
+        benchmark::RegisterBenchmark(
+            title.c_str(),
+            [&model, path, n, backend, implementation, &f, device](benchmark::State& s) {
+              ts::bench::BM_Encoder(s, model, path, f.batch, n, backend, implementation, device);
+            })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime()
             ->MinTime(0.2);

@@ -66,19 +66,27 @@ def benchmarks(path):
 
 
 def attention_table(rows):
-    """Lines: N, d, ms of each path / backend, and the best SDPA backend over each Taylor path."""
+    """Lines: N, d, ms of each path / backend / implementation; the best SDPA backend over the
+    fused efficient kernel, and SDPA flash over the fused direct kernel."""
     by_shape = {}
     for name, (ms, _) in rows.items():
         m = re.match(r"BM_Attention_(\w+?)/N:(\d+)/d:(\d+)", name)
         if m:
             by_shape.setdefault((int(m.group(3)), int(m.group(2))), {})[m.group(1)] = ms
-    columns = ["softmax", "softmax_flash", "softmax_efficient", "softmax_cudnn", "direct", "efficient"]
-    lines = ["    d      N " + "".join(f"{c:>18}" for c in columns) + "   best SDPA/efficient"]
+    columns = ["softmax_flash", "softmax_efficient", "softmax_cudnn", "direct_aten", "direct_cuda",
+               "efficient_aten", "efficient_cuda"]
+    present = [c for c in columns if any(times.get(c) for times in by_shape.values())]
+    present = present or ["softmax", "direct", "efficient"]
+    lines = ["    d      N " + "".join(f"{c:>15}" for c in present) +
+             "  SDPA/eff_cuda  flash/dir_cuda"]
     for (d, n), times in sorted(by_shape.items()):
         sdpa = [t for k, t in times.items() if k.startswith("softmax") and t]
-        ratio = (min(sdpa) / times["efficient"]) if sdpa and times.get("efficient") else None
-        cells = "".join(f"{times[c]:>18.3f}" if times.get(c) else f"{'-':>18}" for c in columns)
-        lines.append(f"{d:>5} {n:>6} {cells}   {ratio:>8.2f}x" if ratio else f"{d:>5} {n:>6} {cells}")
+        fused = times.get("efficient_cuda") or times.get("efficient")
+        ratio = f"{min(sdpa) / fused:>13.2f}x" if sdpa and fused else f"{'-':>14}"
+        flash, direct = times.get("softmax_flash"), times.get("direct_cuda")
+        direct_ratio = f"{flash / direct:>14.2f}x" if flash and direct else f"{'-':>15}"
+        cells = "".join(f"{times[c]:>15.3f}" if times.get(c) else f"{'-':>15}" for c in present)
+        lines.append(f"{d:>5} {n:>6} {cells} {ratio} {direct_ratio}")
     return lines
 
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 
+#include "model/attention_dispatch.h"
 #include "model/cost_model.h"
 #include "model/direct_inference.h"
 #include "model/efficient_inference.h"
@@ -59,6 +60,11 @@ void TaylorShiftAttentionImpl::set_precision(Precision precision) {
   low_kernel_options_.bf16_products = precision == Precision::kBf16;
 }
 
+void TaylorShiftAttentionImpl::set_kernel_implementation(KernelImplementation implementation) {
+  kernel_options_.implementation = implementation;
+  low_kernel_options_.implementation = implementation;
+}
+
 AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path, std::int64_t tokens) const {
   return ResolveAuto(path, tokens, crossover_tokens());
 }
@@ -84,7 +90,7 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
   torch::Tensor y;
   const bool fused =
       (concrete == AttentionPath::kEfficient || concrete == AttentionPath::kDirect) &&
-      kernel.implementation != KernelImplementation::kAten && CanRunFusedInference(q, k, v);
+      ChooseAttentionKernel(q, k, v, kernel) == AttentionKernel::kFusedCpu;
   if (fused) {
     // One fused kernel: the normalisation, the operands and the output layout inside it.
     QueryKeyScaling scaling;

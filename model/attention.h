@@ -53,6 +53,9 @@ class TaylorShiftAttentionImpl : public torch::nn::Module {
   // The precision of the qkv and proj products in eval mode (model/precision.h). Takes a copy
   // of the current weights: call it again after changing them.
   void set_precision(Precision precision);
+  // Which implementation runs the Taylor paths (default kAuto: the dispatcher's choice); for
+  // benchmarks and tests that compare implementations on a whole model.
+  void set_kernel_implementation(KernelImplementation implementation);
 
   torch::nn::Linear qkv{nullptr};
   torch::nn::Linear proj{nullptr};

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "model/cuda_stream.h"
 #include "model/torch_status.h"
 
 namespace ts {
@@ -27,8 +28,13 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
   const auto batch = static_cast<std::int64_t>(sequences.size());
   try {
     torch::InferenceMode inference;
-    auto tokens = torch::zeros({batch, width}, torch::kInt64);
-    auto lengths = torch::empty({batch}, torch::kInt64);
+    // On a GPU: the batch on a stream of its own (batch threads run side by side), its inputs in
+    // pinned host memory copied asynchronously; the copy of the probabilities back waits for it.
+    const bool gpu = device.is_cuda();
+    CudaStreamScope stream(device);
+    const auto host = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(gpu);
+    auto tokens = torch::zeros({batch, width}, host);
+    auto lengths = torch::empty({batch}, host);
     auto* token_data = tokens.data_ptr<std::int64_t>();
     auto* length_data = lengths.data_ptr<std::int64_t>();
     BatchClassification out;
@@ -42,7 +48,8 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
     }
     out.padded_tokens = width + 1;
     out.path = model->ResolvePath(requested, width + 1, batch);
-    const auto logits = model->forward(tokens.to(device), lengths.to(device), out.path);
+    const auto logits = model->forward(tokens.to(device, /*non_blocking=*/gpu),
+                                       lengths.to(device, /*non_blocking=*/gpu), out.path);
     const auto probabilities =
         torch::softmax(logits.to(torch::kFloat64), -1).to(torch::kFloat32).cpu().contiguous();
     const std::int64_t classes = probabilities.size(1);

@@ -346,10 +346,16 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::
                         actual_crc, stored_crc));
   }
 
-  TS_ASSIGN_OR_RETURN(
-      const auto root_value, CatchTorch(absl::StrCat("unpickling ", path), [&] {
-        return torch::pickle_load(std::vector<char>(payload, payload + payload_bytes));
-      }));
+  auto unpickled = CatchTorch(absl::StrCat("unpickling ", path), [&] {
+    return torch::pickle_load(std::vector<char>(payload, payload + payload_bytes));
+  });
+  // A payload that matches its CRC but does not unpickle was written corrupt (or crafted): the
+  // file's content is lost, as with a failed CRC. Out of memory stays RESOURCE_EXHAUSTED.
+  if (!unpickled.ok() && unpickled.status().code() == absl::StatusCode::kInternal) {
+    return absl::DataLossError(absl::StrCat(path, " is corrupted: its payload passed the CRC but ",
+                                            unpickled.status().message()));
+  }
+  TS_ASSIGN_OR_RETURN(const auto root_value, std::move(unpickled));
   TS_ASSIGN_OR_RETURN(const auto root, StringKeyedDict(root_value, "checkpoint payload"));
   TS_ASSIGN_OR_RETURN(const auto architecture_value,
                       Require(root, "architecture", "checkpoint payload"));

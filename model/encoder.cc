@@ -557,6 +557,10 @@ void TaylorShiftEncoderImpl::set_precision(Precision precision) {
   precision_ = precision;
 }
 
+void TaylorShiftEncoderImpl::set_kernel_implementation(KernelImplementation implementation) {
+  for (auto& block : block_list_) block->attn->set_kernel_implementation(implementation);
+}
+
 std::int64_t TaylorShiftEncoderImpl::CountParameters() const {
   std::int64_t count = 0;
   for (const auto& parameter : parameters()) count += parameter.numel();

@@ -193,6 +193,8 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   // (CheckPrecisionSupported does).
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
+  // Every block's TaylorShiftAttentionImpl::set_kernel_implementation.
+  void set_kernel_implementation(KernelImplementation implementation);
 
   // Number of trainable scalars (parameters only; `pe` is a buffer).
   std::int64_t CountParameters() const;

@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "model/attention_dispatch.h"
 #include "model/cpu_gemm.h"
 #include "model/direct_inference.h"
 #include "model/efficient_inference.h"
+#include "model/fused_cuda_attention.h"
 #include "model/parallel.h"
 #include "model/taylor_features.h"
 #include "model/torch_compat.h"
@@ -224,11 +226,6 @@ torch::Tensor FeatureGrad(const torch::Tensor& x, const torch::Tensor& g,
   return torch::matmul(weighted, onehot).narrow(-1, 0, d);
 }
 
-// The ATen form runs on every device but the CPU, and on the CPU when asked for.
-bool UseAtenForm(const torch::Tensor& x, const TaylorKernelOptions& options) {
-  return !x.device().is_cpu() || options.implementation == KernelImplementation::kAten;
-}
-
 // Score entries one block of the direct path may hold: the option's budget, or on a CUDA device
 // what a third of its available memory holds, so that a block is one batched product.
 std::int64_t DirectBudget(const torch::Tensor& like, const TaylorKernelOptions& options) {
@@ -291,16 +288,16 @@ void EfficientCpu(const torch::Tensor& q_s, const torch::Tensor& k_s, const torc
 
 // Forward of the efficient path on contiguous scaled inputs q_s, k_s [BH, N, d] and v_p
 // [BH, N, d+1]: y [BH, N, d], and optionally KV and the denominators as in EfficientCpu.
-// `aten`: the ATen form (UseAtenForm). `low`: its products in bfloat16 with float32 accumulation
-// (bf16_products; float32 inputs, no autograd).
-// kv += ψᵀ·v' over one chunk of tokens (psi [BH, n, F], v_c [BH, n, d+1]). A GEMM over the
-// token axis in one call keeps one running float32 sum per output on cuBLAS: at N = 4099 that
-// was 3e-5 relative off the float64 oracle on an H200, where the CPU's blocked BLAS stays near
-// 1e-6. So the chunk is cut into slices of kStateSliceTokens, each slice's state is one batched
-// GEMM, and the slices are summed by a reduction: the error of a 256-token sum plus a tree's.
-// With bf16 products the inputs' rounding (~4e-3) dwarfs the sum's, so there slices are taken
-// only from kLowSliceFromTokens on, where they pay as a split-K (an H200's 64k-token bf16 state:
-// 7.8 -> 6.9 ms); below that they would cost a copy of the features for nothing.
+// `aten`: the ATen form (AttentionKernel::kAten). `low`: its products in bfloat16 with float32
+// accumulation (bf16_products; float32 inputs, no autograd). kv += ψᵀ·v' over one chunk of tokens
+// (psi [BH, n, F], v_c [BH, n, d+1]). A GEMM over the token axis in one call keeps one running
+// float32 sum per output on cuBLAS: at N = 4099 that was 3e-5 relative off the float64 oracle on an
+// H200, where the CPU's blocked BLAS stays near 1e-6. So the chunk is cut into slices of
+// kStateSliceTokens, each slice's state is one batched GEMM, and the slices are summed by a
+// reduction: the error of a 256-token sum plus a tree's. With bf16 products the inputs' rounding
+// (~4e-3) dwarfs the sum's, so there slices are taken only from kLowSliceFromTokens on, where they
+// pay as a split-K (an H200's 64k-token bf16 state: 7.8 -> 6.9 ms); below that they would cost a
+// copy of the features for nothing.
 constexpr std::int64_t kStateSliceTokens = 256;
 constexpr std::int64_t kLowSliceFromTokens = 2048;
 
@@ -497,6 +494,13 @@ torch::Tensor FeatureCoefficients(std::int64_t d, double a, double b, double c,
       .to(options.device(), options.dtype().toScalarType());
 }
 
+std::optional<KernelImplementation> ParseKernelImplementation(std::string_view name) {
+  if (name == "auto") return KernelImplementation::kAuto;
+  if (name == "aten") return KernelImplementation::kAten;
+  if (name == "cuda") return KernelImplementation::kCuda;
+  return std::nullopt;
+}
+
 void CheckTaylorCoefficients(double a, double b, double c) {
   TORCH_CHECK_VALUE(a > 0 && c >= b * b / (4 * a),
                     "Taylor coefficients must satisfy a > 0 and c >= b^2/(4a) so that "
@@ -518,17 +522,21 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
                            const TaylorKernelOptions& options) {
   CheckTaylorCoefficients(options.a, options.b, options.c);
   const Shape s = CheckInputs(q, k, v, key_padding_mask);
-  const bool grad = NeedsGrad(q, k, v);
-  if (!grad && !UseAtenForm(q, options) && CanRunFusedInference(q, k, v)) {
+  const AttentionKernel kernel = ChooseAttentionKernel(q, k, v, options);
+  if (kernel == AttentionKernel::kFusedCuda) {
+    return FusedCudaAttention(AttentionPath::kDirect, q, k, v, key_padding_mask, options);
+  }
+  if (kernel == AttentionKernel::kFusedCpu) {
     // q and k arrive normalised: the fused kernel's scaling is the identity.
     QueryKeyScaling identity;
     identity.normalize = false;
     return DirectInference(q, k, v, key_padding_mask, options, identity);
   }
+  const bool grad = NeedsGrad(q, k, v);
   // The ATen form's bf16: both products in bfloat16 with float32 accumulation, the numerators
   // and denominators (the second product's output) float32.
-  const bool low =
-      !grad && options.bf16_products && UseAtenForm(q, options) && q.scalar_type() == torch::kFloat;
+  const bool low = !grad && options.bf16_products && kernel == AttentionKernel::kAten &&
+                   q.scalar_type() == torch::kFloat;
   const std::int64_t bh = s.batch * s.heads;
   // A/a = (S + β)² + γ with β = b/2a, γ = c/a − b²/4a²; the factor a cancels in P = A/rowsum(A).
   // β rides in the first GEMM as an extra column ([q | β]·[k | 1]ᵀ = S + β) and γ in the second
@@ -576,9 +584,13 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   CheckTaylorCoefficients(options.a, options.b, options.c);
   TORCH_CHECK(options.efficient_chunk_tokens > 0, "efficient_chunk_tokens must be positive");
   const Shape s = CheckInputs(q, k, v, key_padding_mask);
+  const AttentionKernel kernel = ChooseAttentionKernel(q, k, v, options);
+  if (kernel == AttentionKernel::kFusedCuda) {
+    return FusedCudaAttention(AttentionPath::kEfficient, q, k, v, key_padding_mask, options);
+  }
   const bool grad = NeedsGrad(q, k, v);
-  const bool aten = UseAtenForm(q, options);
-  if (!grad && !aten && CanRunFusedInference(q, k, v)) {
+  const bool aten = kernel == AttentionKernel::kAten;
+  if (kernel == AttentionKernel::kFusedCpu) {
     // q and k arrive normalised: the fused kernel's scaling is the identity.
     QueryKeyScaling identity;
     identity.normalize = false;

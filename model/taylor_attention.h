@@ -13,6 +13,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "model/attention_path.h"
 
@@ -20,41 +22,59 @@ namespace ts {
 
 // How a path is computed; every implementation computes the same mathematics.
 enum class KernelImplementation {
-  kAuto,  // by device, dtype and CPU: the fused CPU kernels where they apply, else the ATen form
+  // By device, dtype and CPU: the fused CPU kernels where they apply; on CUDA the fused CUDA
+  // kernels where they apply (bf16 products, no autograd); else the ATen form.
+  kAuto,
   // Batched ATen operations on any device: one batched product per block of scores or chunk of
   // features, the features from one gather of their index pairs, blocks and chunks sized by the
   // device's free memory on CUDA. What CUDA devices run; forced on a CPU, it tests that code
   // there, and it is the oracle of the fused kernels.
   kAten,
+  // The fused CUDA kernels (model/taylor_kernels_cuda.cu, model/fused_cuda_attention.h): the
+  // direct and efficient paths' forward on a GPU with bf16 products, no autograd. kAuto runs
+  // them wherever they apply; forced where they do not apply, a call throws and says why.
+  kCuda,
 };
 
-struct TaylorKernelOptions {
+// "auto", "aten", "cuda" (flags of the benchmarks); nullopt for any other name.
+std::optional<KernelImplementation> ParseKernelImplementation(std::string_view name);
+
+// What to compute: the Taylor-softmax polynomial and the normalisations (docs/MODEL.md).
+struct TaylorMath {
   // Taylor-softmax polynomial a·x² + b·x + c; needs a > 0 and c ≥ b²/4a (A ≥ 0 everywhere).
   double a = 0.5;
   double b = 1.0;
   double c = 1.0;
   // Multiply the output by sqrt(N/d) (output normalisation of the paper).
   bool output_normalize = true;
+};
+
+// How to compute it: which implementation (model/attention_dispatch.h decides for kAuto) and
+// each implementation's settings. Every choice computes the same mathematics, to its precision.
+struct KernelChoice {
+  KernelImplementation implementation = KernelImplementation::kAuto;
   // Direct path: at most this many score entries (B·H·rows·N) exist at once (on CUDA, at least
   // this many: a third of the device's available memory sets the block).
   std::int64_t direct_block_elements = std::int64_t{1} << 19;
   // Efficient path: tokens per chunk when building the d(d+1)/2 features (on CUDA, at least this
   // many: a quarter of the device's available memory sets the chunk).
   std::int64_t efficient_chunk_tokens = 512;
-  // Efficient path, float32 on the CPU without autograd: the two feature products run in
-  // bfloat16 with float32 sums (model/precision.h's bf16). Features and values are rounded to
-  // bfloat16, KV is summed and scaled in float32 and rounded once for the query side; the
-  // denominators and the division stay float32. Ignored where HaveAvx512Bf16() is false
-  // (model/bf16_feature_products.h). In the ATen form without autograd (CUDA, or kAten), both
-  // paths' products run in bfloat16 with float32 accumulation: the direct path's scores and
-  // their squares are bfloat16, its numerators and denominators float32.
+  // Products in bfloat16 with float32 sums (model/precision.h's bf16), without autograd.
+  // Efficient path, float32 on the CPU: features and values are rounded to bfloat16, KV is
+  // summed and scaled in float32 and rounded once for the query side; the denominators and the
+  // division stay float32; ignored where HaveAvx512Bf16() is false
+  // (model/bf16_feature_products.h). In the ATen form (CUDA, or kAten), both paths' products:
+  // the direct path's scores and their squares are bfloat16, its numerators and denominators
+  // float32. The fused CUDA kernels multiply in bfloat16 only, so they run only with it.
   bool bf16_products = false;
   // Direct path, float32 on the CPU without autograd, heads of d ≤ 16 on a CPU with AVX-512F:
   // the scores live in registers, 16 query rows at a time (model/direct_tile.h), instead of
   // two GEMMs through a block of scores. Off runs the GEMM form (for comparison).
   bool direct_tiles = true;
-  KernelImplementation implementation = KernelImplementation::kAuto;
 };
+
+// Both, as every attention function takes them (options.a, options.implementation, ...).
+struct TaylorKernelOptions : TaylorMath, KernelChoice {};
 
 // Throws c10::Error with a clear message unless a > 0 and c ≥ b²/(4a).
 void CheckTaylorCoefficients(double a, double b, double c);

@@ -233,6 +233,20 @@ torch::Tensor BmmFloat32(const torch::Tensor& a, const torch::Tensor& b) {
   return torch::bmm(a, b).to(torch::kFloat);
 }
 
+void WithCudaStream(const torch::Device& device,
+                    const std::function<void(void* stream, int multiprocessors)>& launch) {
+#if defined(TS_WITH_CUDA)
+  TORCH_CHECK(device.is_cuda(), "WithCudaStream: ", device, " is not a CUDA device");
+  const auto index = static_cast<c10::DeviceIndex>(CudaDeviceIndex(device));
+  c10::cuda::CUDAGuard guard(index);
+  launch(at::cuda::getCurrentCUDAStream(index).stream(),
+         at::cuda::getDeviceProperties(index)->multiProcessorCount);
+#else
+  (void)launch;
+  TORCH_CHECK(false, "WithCudaStream: this build has no CUDA (", device, ")");
+#endif
+}
+
 int CudaComputeCapabilityMajor(const torch::Device& device) {
 #if defined(TS_WITH_CUDA)
   if (device.is_cuda()) {

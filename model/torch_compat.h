@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace ts::compat {
@@ -116,6 +117,12 @@ torch::Tensor BmmFloat32(const torch::Tensor& a, const torch::Tensor& b);
 // The CUDA device's compute capability major version (8 for A100, 9 for H100); 0 on CPU or in
 // a build without CUDA.
 int CudaComputeCapabilityMajor(const torch::Device& device);
+
+// Runs `launch(stream, multiprocessors)` with `device` current: the current CUDA stream of that
+// device (a cudaStream_t) and its number of streaming multiprocessors. For the fused kernels'
+// launchers, which take raw streams. Throws in a build without CUDA.
+void WithCudaStream(const torch::Device& device,
+                    const std::function<void(void* stream, int multiprocessors)>& launch);
 
 // "1.13.0" / "2.3.1": the LibTorch version this binary was compiled against.
 std::string TorchVersion();

@@ -1,9 +1,10 @@
-// The attention paths' ATen form (KernelImplementation::kAten): the code CUDA devices run. The
-// AtenForm tests force it on the CPU, so every change to it is tested on any machine; the
-// AtenFormCuda tests run the same checks on a GPU (they skip without one; scripts/gpu-check runs
-// them). Each compares with a float64 oracle computed on the CPU: the formula of docs/MODEL.md
-// per sequence (tests/testing/attention_oracle.h) for outputs, and the CPU kernels' float64
-// backward (tested against finite differences in attention_test.cc) for gradients.
+// The attention paths' ATen form (KernelImplementation::kAten): the code CUDA devices run for
+// float32 and under autograd. The AtenForm tests force it on the CPU, so every change to it is
+// tested on any machine; the AtenFormCuda tests run the same checks on a GPU, and the FusedCuda
+// tests the fused CUDA kernels (KernelImplementation::kCuda; they skip without a GPU;
+// scripts/gpu-check runs them). Each compares with a float64 oracle computed on the CPU: the
+// formula of docs/MODEL.md per sequence (tests/testing/attention_oracle.h) for outputs, and the CPU
+// kernels' float64 backward (tested against finite differences in attention_test.cc) for gradients.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -229,6 +230,107 @@ TEST(CudaDeviceTest, DeviceMemoryOfCudaWithoutIndex) {
   const auto x = torch::empty({1 << 20}, torch::TensorOptions().device(cuda));
   EXPECT_GE(compat::GetDeviceMemory(cuda).allocated_bytes, std::int64_t{4} << 20);
   EXPECT_GT(compat::CudaAvailableBytes(cuda), 0);
+}
+
+// The fused CUDA kernels (kCuda: bf16 products, float32 sums) against the same float64 oracles,
+// both paths, every head dimension the models use, N = 1, odd N, N across tile edges (64, 65)
+// and past one slice of the state, with padding inside and after the sequences.
+class FusedCudaTest : public ::testing::TestWithParam<std::tuple<int, int>> {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  }
+  static TaylorKernelOptions Fused() {
+    TaylorKernelOptions options;
+    options.bf16_products = true;
+    options.implementation = KernelImplementation::kCuda;
+    return options;
+  }
+};
+
+TEST_P(FusedCudaTest, ForwardMatchesFloat64Oracle) {
+  const auto [d, n] = GetParam();
+  const Problem p = MakeProblem(3, n, d, 31 * d + n);
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    ExpectMatchesOracle(torch::kCUDA, torch::kFloat32, path, p, Fused(), 1e-2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, FusedCudaTest,
+                         ::testing::Combine(::testing::Values(8, 16, 32, 64),
+                                            ::testing::Values(1, 7, 64, 65, 301, 4099)));
+
+// Other Taylor coefficients and no output normalisation: every sequence against the formula.
+TEST_F(FusedCudaTest, CoefficientsAndNoOutputNormalisation) {
+  const Problem p = MakeProblem(2, 333, 32, 9);
+  TaylorKernelOptions options = Fused();
+  options.a = 0.8;
+  options.b = 0.5;
+  options.c = 0.3;
+  options.output_normalize = false;
+  torch::NoGradGuard no_grad;
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    const auto y = RunOn(torch::kCUDA, torch::kFloat32, path, p, options).cpu();
+    for (std::int64_t b = 0; b < 2; ++b) {
+      const double n = static_cast<double>(p.lengths[b] - (b == 0 ? 1 : 0));
+      const auto expected = testing::PlainTaylor(Real(p, p.q, b), Real(p, p.k, b), Real(p, p.v, b),
+                                                 p.tau, 0.8, 0.5, 0.3) /
+                            std::sqrt(n / 32.0);
+      EXPECT_LE(RelativeError(Real(p, y, b), expected), 1e-2) << AttentionPathName(path);
+    }
+  }
+}
+
+// Sequences of very different lengths in one padded batch: each as if alone.
+TEST_F(FusedCudaTest, VeryDifferentLengthsInOneBatch) {
+  torch::manual_seed(4);
+  const std::vector<std::int64_t> lengths = {5000, 1, 130};
+  const std::int64_t total = 5000, heads = 2, d = 16;
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto q = torch::randn({3, heads, total, d}, opts);
+  const auto k = torch::randn({3, heads, total, d}, opts);
+  const auto v = torch::randn({3, heads, total, d}, opts);
+  const auto tau = torch::ones({heads}, opts);
+  const auto mask = torch::arange(total).unsqueeze(0).ge(torch::tensor(lengths).unsqueeze(1));
+  torch::NoGradGuard no_grad;
+  const auto [q_hat, k_hat] = NormalizeQueryKey(q.to(torch::kCUDA, torch::kFloat32),
+                                                k.to(torch::kCUDA, torch::kFloat32), {});
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    const auto y = RunAttentionPath(path, q_hat, k_hat, v.to(torch::kCUDA, torch::kFloat32),
+                                    mask.to(torch::kCUDA), Fused())
+                       .cpu();
+    for (std::int64_t b = 0; b < 3; ++b) {
+      const auto real = Slice(0, lengths[b]);
+      const auto expected =
+          testing::PlainTaylor(q[b].index({Slice(), real}), k[b].index({Slice(), real}),
+                               v[b].index({Slice(), real}), tau);
+      EXPECT_LE(RelativeError(y[b].index({Slice(), real}), expected), 1e-2)
+          << AttentionPathName(path) << " sequence " << b << " of " << lengths[b] << " tokens";
+    }
+  }
+}
+
+// The same inputs give the same bits (the state's slices are summed in a fixed order), and kAuto
+// at bf16 on a GPU runs the fused kernels; the ATen form's bf16 agrees within bf16 rounding.
+TEST_F(FusedCudaTest, DeterministicAndWhatAutoRuns) {
+  const Problem p = MakeProblem(4, 3000, 32, 12);
+  torch::NoGradGuard no_grad;
+  TaylorKernelOptions automatic;
+  automatic.bf16_products = true;
+  TaylorKernelOptions aten = AtenOptions();
+  aten.bf16_products = true;
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    const auto first = RunOn(torch::kCUDA, torch::kFloat32, path, p, Fused());
+    const auto second = RunOn(torch::kCUDA, torch::kFloat32, path, p, Fused());
+    EXPECT_TRUE(torch::equal(first, second)) << AttentionPathName(path);
+    EXPECT_TRUE(torch::equal(first, RunOn(torch::kCUDA, torch::kFloat32, path, p, automatic)))
+        << AttentionPathName(path);
+    const auto reference = RunOn(torch::kCUDA, torch::kFloat32, path, p, aten);
+    for (std::int64_t b = 0; b < 2; ++b) {
+      EXPECT_LE(RelativeError(Real(p, first.cpu(), b), Real(p, reference.cpu(), b)), 1e-2)
+          << AttentionPathName(path);
+    }
+  }
 }
 
 }  // namespace

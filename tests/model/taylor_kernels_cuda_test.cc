@@ -1,0 +1,95 @@
+// The fused CUDA kernels' host side, in the CUDA build on any machine (no GPU needed): the
+// feature table every kernel indexes by, how the efficient path splits the keys over blocks and
+// the workspace it asks for, and shapes the launchers refuse before launching anything. What the
+// kernels compute is checked on a GPU by aten_form_test's FusedCuda tests.
+#include "model/taylor_kernels_cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace ts::cuda_kernels {
+namespace {
+
+int Features(int d) { return (d + 1) * (d + 2) / 2; }
+
+// Every pair i ≤ j of [x | 1] exactly once, in row order, for every head dimension with a kernel
+// and a few without.
+TEST(TaylorKernelsCudaHostTest, FeaturePairsCoverEveryPairOnceInOrder) {
+  for (const int d : {1, 3, 8, 16, 31, 32, 64, 128}) {
+    std::vector<std::pair<int, int>> expected;
+    for (int i = 0; i <= d; ++i) {
+      for (int j = i; j <= d; ++j) expected.emplace_back(i, j);
+    }
+    ASSERT_EQ(static_cast<int>(expected.size()), Features(d));
+    for (int f = 0; f < Features(d); ++f) {
+      int i = -1;
+      int j = -1;
+      FeaturePair(f, d + 1, i, j);
+      ASSERT_EQ(std::make_pair(i, j), expected[static_cast<std::size_t>(f)])
+          << "d=" << d << " feature " << f;
+    }
+  }
+}
+
+AttentionArgs Shape(int batch, int heads, int tokens, int d) {
+  AttentionArgs args;
+  args.batch = batch;
+  args.heads = heads;
+  args.tokens = tokens;
+  args.head_dim = d;
+  return args;
+}
+
+// Slices cover every 64-token tile once, none is empty, and the workspace holds the partial
+// states (float32) and the state (bfloat16) of every head.
+TEST(TaylorKernelsCudaHostTest, EfficientPlanCoversEveryTileOnce) {
+  struct Case {
+    int batch, heads, tokens, d, multiprocessors;
+  };
+  for (const Case c :
+       {Case{1, 8, 16384, 32, 132}, Case{1, 8, 1, 32, 132}, Case{8, 8, 1000, 64, 108},
+        Case{2, 16, 65, 8, 132}, Case{64, 16, 4096, 16, 132}, Case{1, 1, 1 << 20, 64, 1}}) {
+    const AttentionArgs args = Shape(c.batch, c.heads, c.tokens, c.d);
+    const EfficientPlan plan = PlanEfficient(args, c.multiprocessors);
+    const int tiles = (c.tokens + 63) / 64;
+    EXPECT_GE(plan.slices, 1);
+    EXPECT_GE(plan.slices * plan.tiles_per_slice, tiles) << c.tokens;
+    EXPECT_LT((plan.slices - 1) * plan.tiles_per_slice, tiles) << "an empty slice at " << c.tokens;
+    const std::size_t padded_features = (static_cast<std::size_t>(Features(c.d)) + 63) / 64 * 64;
+    const std::size_t width = (static_cast<std::size_t>(c.d) + 1 + 15) / 16 * 16;
+    const std::size_t heads = static_cast<std::size_t>(c.batch) * c.heads;
+    const std::size_t partial = heads * plan.slices * padded_features * width * 4;
+    const std::size_t state = heads * padded_features * width * 2;
+    EXPECT_GE(plan.workspace_bytes, partial + state);
+    EXPECT_LT(plan.workspace_bytes, partial + state + 512);
+  }
+}
+
+// More slices for fewer heads: about four blocks per multiprocessor in the state pass.
+TEST(TaylorKernelsCudaHostTest, EfficientPlanFillsTheGpu) {
+  const EfficientPlan one_head = PlanEfficient(Shape(1, 1, 65536, 32), 132);
+  const EfficientPlan many_heads = PlanEfficient(Shape(16, 16, 65536, 32), 132);
+  EXPECT_GT(one_head.slices, many_heads.slices);
+  EXPECT_EQ(many_heads.slices, 1);
+  // 561 features in 9 groups of 64: 9 blocks per slice for one head.
+  EXPECT_GE(one_head.slices * 9, 3 * 132);
+}
+
+// Shapes without a kernel are refused before anything is launched (no GPU touched).
+TEST(TaylorKernelsCudaHostTest, UnsupportedShapesAreRefused) {
+  EXPECT_FALSE(SupportedHeadDim(12));
+  EXPECT_FALSE(SupportedHeadDim(128));
+  for (const int d : {8, 16, 32, 64}) EXPECT_TRUE(SupportedHeadDim(d));
+  EXPECT_EQ(PlanEfficient(Shape(1, 8, 100, 12), 132).workspace_bytes, 0U);
+  EXPECT_EQ(PlanEfficient(Shape(1, 8, 0, 32), 132).workspace_bytes, 0U);
+  EXPECT_EQ(PlanEfficient(Shape(300, 300, 100, 32), 132).workspace_bytes, 0U);  // > 65,535 heads
+  EXPECT_EQ(LaunchDirect(Shape(1, 8, 100, 12), nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchEfficient(Shape(1, 8, 100, 32), EfficientPlan{}, nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace ts::cuda_kernels
