@@ -177,9 +177,13 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
       dup2(logs[1], 2);
       dup2(events[1], 3);
       syscall(SYS_close_range, 4u, ~0u, 0u);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
+      // SIGTERM stays blocked across exec: tsworker keeps it blocked in every thread and takes
+      // it on a thread of its own (sigtimedwait), so a Stop() while its libraries load waits
+      // instead of killing it before it can save its state.
+      sigset_t term_only;
+      sigemptyset(&term_only);
+      sigaddset(&term_only, SIGTERM);
+      sigprocmask(SIG_SETMASK, &term_only, nullptr);
       execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
