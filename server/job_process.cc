@@ -304,6 +304,15 @@ JobProcessOutcome JobProcess::Outcome(const std::string& failure, int failing_ra
         absl::InternalError(absl::StrCat("worker rank 0 (pid ", zero.pid, ") ",
                                          exit_description(zero), " without reporting a result"));
   }
+  for (const auto& rank : ranks_) {
+    const int ws = rank->wait_status;
+    if (!rank->have_result || !rank->exited || (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)) continue;
+    // Exit code 1 after a failed result is the worker's own way to say it failed.
+    if (WIFEXITED(ws) && rank->result.code() != 0 && !rank->result.stopped()) continue;
+    outcome.exit_problem = absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
+                                        ") reported its result, then ", exit_description(*rank));
+    break;
+  }
   if (!outcome.status.ok() && !outcome.stopped && !outcome.last_log_lines.empty()) {
     std::vector<std::string> tail(
         outcome.last_log_lines.end() - std::min<std::size_t>(outcome.last_log_lines.size(), 3),
