@@ -45,9 +45,11 @@ class JobProcessTest : public ::testing::Test {
     *message.mutable_result() = result;
     EXPECT_TRUE(worker::EventWriter(fd, 0).Write(message).ok());
     ::close(fd);
-    const std::string script = dir_ + "/worker.sh";
-    std::ofstream(script) << "#!/bin/sh\ntrap '' TERM\necho 'worker: saving'\ncat '" << frame_file
-                          << "' >&3\n"
+    std::string script = dir_ + "/worker.sh";
+    // SIGTERM ignored before the shell runs (Stop() comes at once, and the shell could take a
+    // pending SIGTERM before a `trap` line ran).
+    std::ofstream(script) << "#!/usr/bin/env -S --ignore-signal=TERM /bin/sh\n"
+                          << "echo 'worker: saving'\ncat '" << frame_file << "' >&3\n"
                           << then << "\n";
     ::chmod(script.c_str(), 0755);
     return script;
@@ -75,7 +77,7 @@ TEST_F(JobProcessTest, AWorkerThatCrashesAfterSavingItsStopIsReportedNotJustStop
   saved.set_stopped(true);
   const JobProcessOutcome outcome = Run(Worker(saved, "kill -ABRT $$"), /*stop=*/true);
   EXPECT_TRUE(outcome.stopped);
-  EXPECT_EQ(outcome.status.message(), "stopped at step 25");
+  EXPECT_EQ(std::string(outcome.status.message()), "stopped at step 25");
   // Before: nothing said the worker had crashed; the job looked cleanly interrupted.
   EXPECT_THAT(outcome.exit_problem,
               MatchesRegex("worker rank 0 \\(pid [0-9]+\\) reported its result, then was killed "
