@@ -140,13 +140,15 @@ WorkerRun StartAndTerminate(const std::string& task_file, std::chrono::milliseco
   }
   const std::string binary = TS_TSWORKER_BINARY;
   const std::string task_flag = "--task=" + task_file;
+  // As tsserver starts it (server/job_process.cc): SIGTERM blocked from fork through exec, until
+  // tsworker's signal thread takes it.
+  sigset_t term_only, previous;
+  sigemptyset(&term_only);
+  sigaddset(&term_only, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &term_only, &previous);
   const pid_t pid = fork();
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (pid == 0) {
-    // As tsserver starts it (server/job_process.cc): SIGTERM blocked until tsworker's handler is
-    // in place.
-    sigset_t term_only;
-    sigemptyset(&term_only);
-    sigaddset(&term_only, SIGTERM);
     sigprocmask(SIG_SETMASK, &term_only, nullptr);
     dup2(logs[1], 1);
     dup2(logs[1], 2);
