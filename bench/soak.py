@@ -1185,16 +1185,19 @@ class Faults:
 
     def restart(self):
         self.jobs.poll()  # the states right before the SIGTERM
+        running = []
         with self.jobs.lock:
             for info in self.jobs.jobs.values():
                 if info.first_terminal is None and STATE_NAME(info.last.state) == "RUNNING":
                     info.resumed_expected = True
                     info.faults.append("restart")
+                    running.append(info)
         rss_before = self.server.rss_bytes()
         self.store_errors += store_errors(self.server.metrics())
         with self.record.lock:
             self.record.windows.append([self.record.now(), None])
         rc, seconds = self.server.stop()
+        exited_wall = time.time()
         if rc != 0:
             self.record.violation(f"restart: tsserver exited with {rc} after SIGTERM "
                                   f"({seconds:.1f} s)" + self.server.log_tail())
@@ -1207,10 +1210,28 @@ class Faults:
         entry = self.record.fault("restart", injected=True, exit_status=rc,
                                   stop_seconds=round(seconds, 1), start_seconds=round(up_s, 1),
                                   rss_before_mib=round((rss_before or 0) / MIB, 1))
+        self.finished_before_exit(running, exited_wall)
         time.sleep(2.0)
         jobs_seen, promotions = self.jobs.check_nothing_lost(f"after restart {len(self.restarts) + 1}")
         entry.update(jobs_checked=jobs_seen, promoted_models_checked=promotions)
         self.restarts.append(entry)
+
+    def finished_before_exit(self, running, exited_wall):
+        """A job seen RUNNING before the SIGTERM may still finish while the server drains (its
+        worker was past its last step boundary): it ended in the old process, whose store has
+        its final state, and has nothing to resume. Such a job's end_time is before the old
+        server exited; a resumed job's is after the new one started."""
+        for info in running:
+            response = self.jobs.call("GetJob", jobs_pb.GetJobRequest(id=info.id), timeout=10)
+            if response is None or STATE_NAME(response.state) not in TERMINAL:
+                continue
+            ended = response.end_time.seconds + response.end_time.nanos / 1e9
+            if ended <= exited_wall:
+                with self.jobs.lock:
+                    info.resumed_expected = False
+                self.record.note(f"{info.id} was running at the restart's SIGTERM but "
+                                 f"{STATE_NAME(response.state)} before the server exited "
+                                 f"({exited_wall - ended:.2f} s before): no resume expected")
 
     def wait_clients(self):
         """Until the load's and the job driver's channels reach the new server (gRPC clients

@@ -15,6 +15,8 @@ absl::StatusOr<pb::DeleteJobResponse> JobDeleter::Delete(const std::string& id,
                                                          const std::string& reason) {
   // Serialised with promotions, so that none is copying a checkpoint this removes.
   absl::MutexLock files_lock(&context_->files_mu);
+  // A final state the store refused before may go in now (else CheckDeletable refuses).
+  queue_->WriteUnwrittenFinalStates();
   TS_RETURN_IF_ERROR(queue_->CheckDeletable(id));
   TS_ASSIGN_OR_RETURN(auto job, context_->store->GetJob(id));
   if (!IsFinalJobState(job.state())) {

@@ -94,6 +94,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
       m->deleter_.RunRetention(jobs.retention, jobs.retention_sweep_interval);
     });
   }
+  manager->workers_.emplace_back([m = manager.get()] { m->queue_.RunFinalStateRetries(); });
   const int workers = std::max(1, jobs.max_concurrent);
   for (int i = 0; i < workers; ++i) {
     manager->workers_.emplace_back([m = manager.get()] { m->WorkerLoop(); });
@@ -111,6 +112,14 @@ void JobManager::Shutdown() {
     if (worker.joinable()) worker.join();
   }
   workers_.clear();
+  // The last chance to write a final state the store refused: unwritten, the job is queued
+  // again on the next start (and counted as a resume).
+  if (const int unwritten = queue_.WriteUnwrittenFinalStates(); unwritten > 0) {
+    context_.Log(absl::StrCat(unwritten,
+                              " finished job(s) whose final state the job store refused "
+                              "are still RUNNING in it: they are queued again and "
+                              "resume on the next start"));
+  }
 }
 
 void JobManager::WorkerLoop() {
@@ -136,7 +145,7 @@ absl::StatusOr<pb::Job> JobManager::GetJob(const std::string& id) const { return
 
 absl::StatusOr<pb::ListJobsResponse> JobManager::ListJobs(
     const pb::ListJobsRequest& request) const {
-  return store_->ListJobs(request);
+  return queue_.List(request);
 }
 
 absl::StatusOr<pb::GetJobHistoryResponse> JobManager::GetJobHistory(

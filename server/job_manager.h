@@ -151,7 +151,7 @@ class JobManager {
   JobDeleter deleter_;
   CheckpointPromoter promoter_;
 
-  std::vector<std::thread> workers_;  // the job runners and the retention sweep
+  std::vector<std::thread> workers_;  // the job runners, the retention sweep, final-state retries
 };
 
 }  // namespace ts::server

@@ -159,8 +159,16 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
     rlimit limit{};
     limit.rlim_cur = limit.rlim_max =
         options.address_space_bytes > 0 ? options.address_space_bytes : RLIM_INFINITY;
-
+    // SIGTERM stays blocked from fork to exec and across it: tsworker keeps it blocked in every
+    // thread and takes it on a thread of its own (sigtimedwait), so a Stop() while it starts (its
+    // libraries load for up to a second) waits instead of killing it before it can save its
+    // state. Blocked in this thread across fork too (tsserver's threads have it blocked already).
+    sigset_t term_only, previous;
+    sigemptyset(&term_only);
+    sigaddset(&term_only, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &term_only, &previous);
     const pid_t pid = fork();
+    if (pid != 0) pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     if (pid < 0) {
       const std::string error = std::strerror(errno);
       for (int fd : {events[0], events[1], logs[0], logs[1], null_fd}) close(fd);
@@ -177,9 +185,7 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOp
       dup2(logs[1], 2);
       dup2(events[1], 3);
       syscall(SYS_close_range, 4u, ~0u, 0u);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
+      sigprocmask(SIG_SETMASK, &term_only, nullptr);
       execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
@@ -299,6 +305,15 @@ JobProcessOutcome JobProcess::Outcome(const std::string& failure, int failing_ra
     outcome.status =
         absl::InternalError(absl::StrCat("worker rank 0 (pid ", zero.pid, ") ",
                                          exit_description(zero), " without reporting a result"));
+  }
+  for (const auto& rank : ranks_) {
+    const int ws = rank->wait_status;
+    if (!rank->have_result || !rank->exited || (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)) continue;
+    // Exit code 1 after a failed result is the worker's own way to say it failed.
+    if (WIFEXITED(ws) && rank->result.code() != 0 && !rank->result.stopped()) continue;
+    outcome.exit_problem = absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
+                                        ") reported its result, then ", exit_description(*rank));
+    break;
   }
   if (!outcome.status.ok() && !outcome.stopped && !outcome.last_log_lines.empty()) {
     std::vector<std::string> tail(

@@ -6,7 +6,9 @@
 //   - every rank exited: the rank-0 result says finished / stopped / failed;
 //   - a rank died (signal or non-zero exit without a result), or sent nothing for the heartbeat
 //     timeout: every other rank is killed at once (they would wait in their next all-reduce);
-//   - Stop(): SIGTERM to every rank, SIGKILL to those still alive after the grace period.
+//   - Stop(): SIGTERM to every rank, SIGKILL to those still alive after the grace period. Ranks
+//     start with SIGTERM blocked (tsworker takes it on a thread of its own, never on a thread
+//     that computes; one sent before it is ready waits).
 // Torch-free and gRPC-free; the job manager turns the outcome into the job's state.
 #pragma once
 
@@ -49,6 +51,10 @@ struct JobProcessOutcome {
   absl::Status status;
   bool stopped = false;
   std::vector<std::string> last_log_lines;  // rank 0's (or the failing rank's) last stderr lines
+  // Set when a rank reported its result and then did not exit cleanly (a crash while exiting:
+  // "worker rank 0 (pid N) reported its result, then was killed by signal 6 (SIGABRT)"). The
+  // result still decides `status`; this makes the crash visible.
+  std::string exit_problem;
 };
 
 class JobProcess {

@@ -142,8 +142,31 @@ absl::StatusOr<pb::Job> JobQueue::Get(const std::string& id) const {
   {
     absl::MutexLock lock(&mu_);
     if (const auto it = active_.find(id); it != active_.end()) return it->second->job;
+    // The store holds an older snapshot (RUNNING) of a job that has ended: never answer that.
+    if (const auto it = unwritten_finals_.find(id); it != unwritten_finals_.end()) {
+      return it->second.job;
+    }
   }
   return context_->store->GetJob(id);
+}
+
+absl::StatusOr<pb::ListJobsResponse> JobQueue::List(const pb::ListJobsRequest& request) const {
+  TS_ASSIGN_OR_RETURN(pb::ListJobsResponse page, context_->store->ListJobs(request));
+  absl::MutexLock lock(&mu_);
+  if (unwritten_finals_.empty()) return page;
+  auto* jobs = page.mutable_jobs();
+  for (int i = 0; i < jobs->size();) {
+    if (const auto it = unwritten_finals_.find(jobs->Get(i).id()); it != unwritten_finals_.end()) {
+      *jobs->Mutable(i) = it->second.job;
+      if (request.state() != pb::JOB_STATE_UNSPECIFIED &&
+          it->second.job.state() != request.state()) {
+        jobs->DeleteSubrange(i, 1);
+        continue;
+      }
+    }
+    ++i;
+  }
+  return page;
 }
 
 absl::StatusOr<pb::Job> JobQueue::Cancel(const std::string& id) {
@@ -168,7 +191,7 @@ absl::StatusOr<pb::Job> JobQueue::Cancel(const std::string& id) {
     }
   }
   if (active == nullptr) {
-    TS_ASSIGN_OR_RETURN(auto job, context_->store->GetJob(id));
+    TS_ASSIGN_OR_RETURN(auto job, Get(id));
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " is already ", JobStateName(job.state())));
   }
@@ -189,6 +212,12 @@ absl::Status JobQueue::CheckDeletable(const std::string& id) const {
       it != active_.end() && !IsFinalJobState(it->second->job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", id, " is ", JobStateName(it->second->job.state()), "; cancel it first"));
+  }
+  if (const auto it = unwritten_finals_.find(id); it != unwritten_finals_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " has ", JobStateName(it->second.job.state()),
+                     ", but the job store has not taken its final state yet (it is written "
+                     "again every few seconds); delete it once it has"));
   }
   for (const auto& [other_id, active] : active_) {
     if (IsFinalJobState(active->job.state())) continue;
@@ -218,20 +247,94 @@ void JobQueue::Publish(ActiveJob& active, pb::JobEvent::Type type,
   event.set_type(type);
   *event.mutable_job() = Snapshot(active);
   if (checkpoint != nullptr) *event.mutable_checkpoint() = *checkpoint;
-  context_->StoreWriteOk(context_->store->UpdateJob(event.job()), "update_job", event.job().id(),
-                         absl::StrCat("its ", JobStateName(event.job().state()), " snapshot (",
-                                      pb::JobEvent::Type_Name(type), " event)"));
   const bool final = type == pb::JobEvent::STATE && IsFinalJobState(event.job().state());
-  absl::MutexLock lock(&mu_);  // orders events after a Watch snapshot taken under mu_
-  absl::MutexLock watch_lock(&watch_mu_);
-  for (auto it = watchers_.begin(); it != watchers_.end();) {
-    if (it->second.job_id != event.job().id()) {
-      ++it;
+  const absl::Status written = context_->store->UpdateJob(event.job());
+  const bool retry_unwritten =
+      context_->StoreWriteOk(written, "update_job", event.job().id(),
+                             absl::StrCat("its ", JobStateName(event.job().state()), " snapshot (",
+                                          pb::JobEvent::Type_Name(type), " event)"));
+  const bool keep = final && !written.ok() && !absl::IsNotFound(written);
+  if (keep) {
+    context_->Log(absl::StrCat("job ", event.job().id(), ": its final state (",
+                               JobStateName(event.job().state()),
+                               ") is kept in memory and written to the job store again later"));
+  }
+  {
+    absl::MutexLock lock(&mu_);  // orders events after a Watch snapshot taken under mu_
+    // Kept before the runner releases the job, so that no read falls through to the store's
+    // older snapshot. A job whose record is gone (deleted underneath) has nothing to update.
+    if (keep) unwritten_finals_[event.job().id()] = UnwrittenFinal{event.job()};
+    absl::MutexLock watch_lock(&watch_mu_);
+    for (auto it = watchers_.begin(); it != watchers_.end();) {
+      if (it->second.job_id != event.job().id()) {
+        ++it;
+        continue;
+      }
+      it->second.listener(event);
+      it = final ? watchers_.erase(it) : std::next(it);
+    }
+  }
+  if (keep) UpdateUnwrittenGauge();
+  // The store took a write: it may take the final states it refused before.
+  if (retry_unwritten) WriteUnwrittenFinalStates();
+}
+
+int JobQueue::WriteUnwrittenFinalStates() {
+  std::vector<pb::Job> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, unwritten] : unwritten_finals_) pending.push_back(unwritten.job);
+  }
+  if (pending.empty()) return 0;
+  for (const pb::Job& job : pending) {
+    const absl::Status written = context_->store->UpdateJob(job);
+    absl::MutexLock lock(&mu_);
+    const auto it = unwritten_finals_.find(job.id());
+    if (it == unwritten_finals_.end()) continue;  // another thread wrote it
+    if (!written.ok() && !absl::IsNotFound(written)) {
+      ++it->second.attempts;
       continue;
     }
-    it->second.listener(event);
-    it = final ? watchers_.erase(it) : std::next(it);
+    context_->Log(
+        written.ok()
+            ? absl::StrCat("job ", job.id(), ": its final state (", JobStateName(job.state()),
+                           ") is written to the job store now, after ", it->second.attempts + 1,
+                           " attempts")
+            : absl::StrCat("job ", job.id(), ": its final state (", JobStateName(job.state()),
+                           ") was never written to the job store: its record is gone (",
+                           written.message(), ")"));
+    unwritten_finals_.erase(it);
   }
+  return UpdateUnwrittenGauge();
+}
+
+void JobQueue::RunFinalStateRetries() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time next = context_->clock->Now() + options_.final_state_retry_interval;
+      while (!stopping_ && context_->clock->Now() < next) {
+        context_->clock->WaitUntil(stop_cv_, mu_, next);
+      }
+      if (stopping_) return;
+    }
+    WriteUnwrittenFinalStates();
+  }
+}
+
+int JobQueue::UpdateUnwrittenGauge() {
+  // gauge_mu_ orders the gauge's updates as the counts they read; the metrics are not called
+  // under mu_ (a scrape calls back into RunningWorkers).
+  absl::MutexLock gauge_lock(&gauge_mu_);
+  std::size_t unwritten = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    unwritten = unwritten_finals_.size();
+  }
+  if (context_->metrics != nullptr) {
+    context_->metrics->SetJobFinalStatesUnwritten(static_cast<std::int64_t>(unwritten));
+  }
+  return static_cast<int>(unwritten);
 }
 
 void JobQueue::SetState(ActiveJob& active, pb::JobState state, const std::string& reason) {
@@ -263,6 +366,9 @@ absl::StatusOr<std::int64_t> JobQueue::Watch(const std::string& id, Listener lis
   snapshot.set_type(pb::JobEvent::SNAPSHOT);
   if (const auto it = active_.find(id); it != active_.end()) {
     *snapshot.mutable_job() = it->second->job;
+  } else if (const auto unwritten = unwritten_finals_.find(id);
+             unwritten != unwritten_finals_.end()) {
+    *snapshot.mutable_job() = unwritten->second.job;
   } else {
     TS_ASSIGN_OR_RETURN(*snapshot.mutable_job(), context_->store->GetJob(id));
   }
@@ -287,6 +393,7 @@ void JobQueue::Stop() {
     for (const auto& [id, job] : active_) active.push_back(job);
   }
   changed_cv_.SignalAll();
+  stop_cv_.SignalAll();
   // Running workers stop at their next step boundary and save their state (SIGTERM).
   for (const auto& job : active) job->StopProcess();
   // Open watches end now (an event of type TYPE_UNSPECIFIED says so): their jobs will not reach

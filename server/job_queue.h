@@ -15,7 +15,12 @@
 //   publishes, under the table's lock: they must not block or call back into the queue.
 //
 // A failed snapshot write is reported through JobContext::StoreWriteOk (logged and counted) and
-// the job goes on from memory. Thread-safe. The context must outlive the queue.
+// the job goes on from memory. A final state the store refuses (a full disk) is kept in memory,
+// so that Get, List and Watch answer it rather than the older stored snapshot, and written again
+// after every later snapshot write that succeeds and by RunFinalStateRetries on a timer; the
+// gauge taylorshift_job_final_states_unwritten counts such jobs, and the log says when one is
+// written at last. A restart before that queues the job again (counted in progress.resumes).
+// Thread-safe. The context must outlive the queue.
 #pragma once
 
 #include <atomic>
@@ -32,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/job_context.h"
 #include "taylorshift/v1/jobs.pb.h"
 
@@ -63,6 +69,8 @@ struct ActiveJob {
 struct JobQueueOptions {
   std::int64_t max_queued = 100;         // jobs.max_queued: waiting jobs at most
   std::int64_t memory_budget_bytes = 0;  // MemoryBudgetBytes(jobs): the running jobs together
+  // How often RunFinalStateRetries writes again the final states the store refused.
+  absl::Duration final_state_retry_interval = absl::Seconds(5);
 };
 
 class JobQueue {
@@ -83,26 +91,42 @@ class JobQueue {
   // The job's runner is done with it: its memory estimate is free again and it leaves the table.
   void Release(const ActiveJob& active);
 
-  // A queued or running job's snapshot, else the stored record (NOT_FOUND for an unknown id).
+  // A queued or running job's snapshot, else its final state when the store has not taken it
+  // yet, else the stored record (NOT_FOUND for an unknown id).
   absl::StatusOr<taylorshift::v1::Job> Get(const std::string& id) const;
+  // A page of the store's jobs (JobStore::ListJobs) with the final states the store has not
+  // taken yet in place of their stored snapshots; with a state filter, a job whose state is no
+  // longer the one asked for leaves the page (and one whose final state matches it but is not
+  // written yet is not on it).
+  absl::StatusOr<taylorshift::v1::ListJobsResponse> List(
+      const taylorshift::v1::ListJobsRequest& request) const;
   // A queued job is CANCELLED at once; a running one is marked and its workers told to stop
   // (its runner makes it CANCELLED); a finished one is FAILED_PRECONDITION.
   absl::StatusOr<taylorshift::v1::Job> Cancel(const std::string& id);
-  // FAILED_PRECONDITION when job `id` is queued or running, or when a queued or running job
-  // reads its checkpoint when it starts (init_from "job:<id>", an evaluation's job_id).
+  // FAILED_PRECONDITION when job `id` is queued or running, when its final state is not written
+  // to the store yet, or when a queued or running job reads its checkpoint when it starts
+  // (init_from "job:<id>", an evaluation's job_id).
   absl::Status CheckDeletable(const std::string& id) const;
 
   // Changes the job under the table's lock (what its workers report, its retries).
   void Update(ActiveJob& active, const std::function<void(taylorshift::v1::Job& job)>& change);
   taylorshift::v1::Job Snapshot(const ActiveJob& active) const;
   // Persists the job's snapshot and sends `type` (with the snapshot and `checkpoint`) to its
-  // watchers.
+  // watchers. A final state the store refuses is kept (see the class comment); one that it
+  // takes is followed by another try of those kept.
   void Publish(ActiveJob& active, taylorshift::v1::JobEvent::Type type,
                const taylorshift::v1::CheckpointInfo* checkpoint = nullptr);
   void SetState(ActiveJob& active, taylorshift::v1::JobState state, const std::string& reason);
 
   absl::StatusOr<std::int64_t> Watch(const std::string& id, Listener listener);
   void Unwatch(std::int64_t handle);
+
+  // Writes the kept final states to the store again; those it takes are forgotten (and logged),
+  // a job deleted meanwhile too. Returns how many are still unwritten.
+  int WriteUnwrittenFinalStates();
+  // WriteUnwrittenFinalStates every options.final_state_retry_interval (on the context's
+  // clock) until Stop().
+  void RunFinalStateRetries();
 
   // (job id, its workers' pids by rank) of every job whose workers run now.
   std::vector<std::pair<std::string, std::vector<int>>> RunningWorkers() const;
@@ -115,6 +139,8 @@ class JobQueue {
  private:
   // The head of the queue may start now (or Stop() was called): what Next() waits for.
   bool HeadMayStartOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the gauge of unwritten final states; returns their number.
+  int UpdateUnwrittenGauge() ABSL_LOCKS_EXCLUDED(mu_);
 
   const JobQueueOptions options_;
   JobContext* const context_;
@@ -126,6 +152,16 @@ class JobQueue {
   std::int64_t running_memory_ ABSL_GUARDED_BY(mu_) = 0;  // estimates of the running jobs
   // Signalled when queue_, running_memory_ or stopping_ changed (Next() waits on it).
   absl::CondVar changed_cv_;
+  // Finished jobs whose final state the store refused, as they ended, by id; with the number of
+  // writes tried for each.
+  struct UnwrittenFinal {
+    taylorshift::v1::Job job;
+    std::int64_t attempts = 1;
+  };
+  std::map<std::string, UnwrittenFinal> unwritten_finals_ ABSL_GUARDED_BY(mu_);
+  // Signalled by Stop() (RunFinalStateRetries waits on it).
+  absl::CondVar stop_cv_;
+  absl::Mutex gauge_mu_;  // taken before mu_
 
   struct Watcher {
     std::string job_id;

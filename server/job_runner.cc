@@ -82,8 +82,8 @@ void JobRunner::Run(ActiveJob& active) {
         return;
       case AttemptVerdict::kInterrupted:
         // Left RUNNING in the store: the next start queues it again and it resumes.
-        context_->Log(absl::StrCat("job ", active.id,
-                                   " interrupted by shutdown; it resumes on the next start"));
+        context_->Log(absl::StrCat("job ", active.id, " interrupted by shutdown (",
+                                   status.message(), "); it resumes on the next start"));
         return;
       case AttemptVerdict::kSucceeded:
         queue_->SetState(active, pb::JOB_STATE_SUCCEEDED, "");
@@ -205,6 +205,11 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   if (active.cancel || queue_->stopping()) process->Stop();
   const JobProcessOutcome outcome = process->Wait();
   active.SetProcess(nullptr);
+  if (!outcome.exit_problem.empty()) {
+    std::string tail;
+    for (const auto& line : outcome.last_log_lines) absl::StrAppend(&tail, " | ", line);
+    context_->Log(absl::StrCat("job ", id, ": ", outcome.exit_problem, "; last log lines:", tail));
+  }
   *stopped = outcome.stopped;
   return outcome.status;
 }

@@ -217,6 +217,12 @@ struct Metrics::Impl {
                                     "Writes to the job store (state_dir/jobs.db) that failed, by "
                                     "operation (update_job, append_metric, record_checkpoint, "
                                     "...); each is also logged with its job id.")),
+        job_final_states_unwritten(
+            AddGauge(*registry, "taylorshift_job_final_states_unwritten",
+                     "Finished jobs whose final state the job store refused (a full disk) and "
+                     "that the server keeps in memory and writes again; a restart before they "
+                     "are written queues them again.")
+                .Add({})),
         http_responses(AddCounter(*registry, "taylorshift_http_responses_total",
                                   "Answers of the HTTP/JSON front end by status code (404, 405 "
                                   "and 413 included).")),
@@ -348,6 +354,7 @@ struct Metrics::Impl {
   Family<Gauge>& job_validation_accuracy;
   Family<Counter>& jobs_deleted;
   Family<Counter>& job_store_errors;
+  Gauge& job_final_states_unwritten;
   Family<Counter>& http_responses;
   Family<Gauge>& batches_in_flight;
   Counter& process_cpu;
@@ -508,6 +515,10 @@ void Metrics::RemoveJob(const std::string& job_id, const std::string& kind,
 
 void Metrics::RecordJobStoreError(const std::string& operation) {
   impl_->job_store_errors.Add({{"operation", operation}}).Increment();
+}
+
+void Metrics::SetJobFinalStatesUnwritten(std::int64_t jobs) {
+  impl_->job_final_states_unwritten.Set(static_cast<double>(jobs));
 }
 
 void Metrics::RecordHttpResponse(int status) {

@@ -13,8 +13,10 @@
 // rank). SIGTERM stops a training job at the next step boundary on every rank (rank 0 saves the
 // training state; exit code 0, "stopped") and ends an evaluation job at once. Exit code 0 when
 // the job finished or stopped, 1 when it failed, 2 for bad flags (common/command_line.h).
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,10 +52,57 @@ namespace pb = taylorshift::v1;
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_exit_on_term{false};
 
-void OnTerm(int) {
-  if (g_exit_on_term.load()) _exit(128 + SIGTERM);
-  g_stop.store(true);
+// SIGTERM is never delivered to a thread of the job: it stays blocked in every thread (this runs
+// from .preinit_array, before the shared libraries' initialisers and before any thread exists,
+// so every thread inherits the mask) and StopSignalThread takes it with sigtimedwait. A SIGTERM
+// delivered asynchronously to the training thread while it was inside oneDNN's JIT GEMM
+// (dnnl_sgemm in the attention backward) corrupted the heap: glibc then aborted the worker with
+// "corrupted size vs. prev_size" or "double free or corruption" a few milliseconds later (the
+// soak's restarts; reproduced with tsserver restarts of fine-tunings, core dumps in
+// dnnl_sgemm's free()). tsserver starts workers with SIGTERM blocked already
+// (server/job_process.cc), so one sent while the libraries load waits here instead of killing
+// the worker with the signal's default action.
+void BlockStopSignal(int /*argc*/, char** /*argv*/, char** /*envp*/) {
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  sigprocmask(SIG_BLOCK, &term, nullptr);
 }
+__attribute__((section(".preinit_array"),
+               used)) void (*const kBlockStopSignal)(int, char**, char**) = BlockStopSignal;
+
+// The one thread that receives SIGTERM: it sets g_stop (a training job stops at its next step
+// boundary) or, for an evaluation (g_exit_on_term), ends the process at once. Joined by its
+// destructor.
+class StopSignalThread {
+ public:
+  StopSignalThread() : thread_([this] { Run(); }) {}
+  ~StopSignalThread() {
+    done_.store(true);
+    thread_.join();
+  }
+  StopSignalThread(const StopSignalThread&) = delete;
+  StopSignalThread& operator=(const StopSignalThread&) = delete;
+
+ private:
+  void Run() {
+    // Named, so that it can be told from the job's threads (/proc/PID/task/*/comm): while it
+    // waits, SIGTERM is the one signal it does not block.
+    pthread_setname_np(pthread_self(), "stop-signal");
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    const timespec tick{0, 50'000'000};  // how soon the destructor's join returns
+    while (!done_.load()) {
+      if (sigtimedwait(&term, nullptr, &tick) != SIGTERM) continue;
+      if (g_exit_on_term.load()) _exit(128 + SIGTERM);
+      g_stop.store(true);
+    }
+  }
+
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 // The flags as given.
 struct Flags {
@@ -162,6 +211,7 @@ std::string Describe(const pb::WorkerMessage& message) {
 }
 
 int Main(int argc, char** argv) {
+  const StopSignalThread stop_signals;  // first: a SIGTERM pending since exec is taken now
   CLI::App app(
       "tsworker: runs one training or evaluation job in its own process: supervised by "
       "tsserver (--task, --events-fd), or standalone for torchrun-style launchers (--spec, "
@@ -215,14 +265,14 @@ int Main(int argc, char** argv) {
   if (!task.ok()) return finish(task.status(), false);
   if (!dp.ok()) return finish(dp.status(), false);
 
-  // Signals: SIGTERM stops (training) or ends (evaluation); a write to a vanished server
-  // returns EPIPE instead of killing silently.
+  // Signals: SIGTERM (StopSignalThread, from the start of Main) stops a training job at its next
+  // step boundary and ends an evaluation at once; a write to a vanished server returns EPIPE
+  // instead of killing silently.
   const bool training = task->job().kind() == pb::JOB_KIND_TRAINING;
   g_exit_on_term.store(!training);
-  struct sigaction term {};
-  term.sa_handler = OnTerm;
-  sigemptyset(&term.sa_mask);
-  sigaction(SIGTERM, &term, nullptr);
+  if (!training && g_stop.load()) {
+    return finish(absl::AbortedError("stopped before it began"), true);
+  }
   signal(SIGPIPE, SIG_IGN);
 
   // Heartbeats: the supervisor fails a worker that stays silent (a hang, a stopped process).

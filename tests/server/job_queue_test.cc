@@ -1,10 +1,12 @@
 // JobQueue: admission (jobs.max_queued, shutdown), the memory budget of the running jobs, state
-// transitions with the fake clock's times, watches, cancel and deletion refusals, and a failed
-// snapshot write counted.
+// transitions with the fake clock's times, watches, cancel and deletion refusals, a failed
+// snapshot write counted, and a final state the store refuses kept and written later.
 #include "server/job_queue.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <thread>
 #include <vector>
@@ -25,6 +27,25 @@ pb::Job TrainingJob(const std::string& name, std::uint64_t memory_estimate_bytes
   job.mutable_progress()->set_memory_estimate_bytes(memory_estimate_bytes);
   return job;
 }
+
+// While it lives, every write of this process to a regular file fails (RLIMIT_FSIZE 0: EFBIG,
+// where a full disk gives ENOSPC), so the job store cannot commit; reads still work.
+class FileWritesFail {
+ public:
+  FileWritesFail() {
+    EXPECT_EQ(getrlimit(RLIMIT_FSIZE, &saved_), 0);
+    signal(SIGXFSZ, SIG_IGN);  // the write fails instead of the process being killed
+    rlimit none = saved_;
+    none.rlim_cur = 0;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &none), 0);
+  }
+  ~FileWritesFail() { EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &saved_), 0); }
+  FileWritesFail(const FileWritesFail&) = delete;
+  FileWritesFail& operator=(const FileWritesFail&) = delete;
+
+ private:
+  rlimit saved_{};
+};
 
 class JobQueueTest : public ::testing::Test {
  protected:
@@ -236,6 +257,100 @@ TEST_F(JobQueueTest, AFailedSnapshotWriteIsLoggedAndCountedAndTheJobGoesOn) {
       env_.Logged("job job-1: cannot write its running snapshot (STATE event) to the job "
                   "store (update_job)"));
   EXPECT_EQ(queue.Snapshot(*active).state(), pb::JOB_STATE_RUNNING);
+}
+
+TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsAnsweredFromMemoryAndWrittenAtTheNextWrite) {
+  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("b")).ok());
+  auto active = queue.Next();
+  queue.SetState(*active, pb::JOB_STATE_RUNNING, "");
+  std::vector<pb::JobEvent> events;
+  ASSERT_TRUE(queue.Watch("job-1", [&](const pb::JobEvent& e) { events.push_back(e); }).ok());
+  {
+    const FileWritesFail full;
+    queue.SetState(*active, pb::JOB_STATE_FAILED, "cannot write best.tsckpt: no space");
+  }
+  queue.Release(*active);  // the runner is done with it: it leaves the table
+  EXPECT_EQ(env_.StoreErrors("update_job"), 1);
+  EXPECT_TRUE(
+      env_.Logged("job job-1: cannot write its failed snapshot (STATE event) to the job "
+                  "store (update_job)"));
+  EXPECT_TRUE(
+      env_.Logged("job job-1: its final state (failed) is kept in memory and written to "
+                  "the job store again later"));
+  EXPECT_EQ(env_.Sample("taylorshift_job_final_states_unwritten"), 1);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().job().state(), pb::JOB_STATE_FAILED);
+
+  // The store still holds the RUNNING snapshot; nothing answers it.
+  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_RUNNING);
+  auto got = queue.Get("job-1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(got->reason(), "cannot write best.tsckpt: no space");
+  auto listed = queue.List(pb::ListJobsRequest());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->jobs_size(), 2);
+  EXPECT_EQ(listed->jobs(1).id(), "job-1");
+  EXPECT_EQ(listed->jobs(1).state(), pb::JOB_STATE_FAILED);
+  pb::ListJobsRequest running;
+  running.set_state(pb::JOB_STATE_RUNNING);
+  EXPECT_EQ(queue.List(running)->jobs_size(), 0);
+  std::vector<pb::JobEvent> late;
+  auto late_handle = queue.Watch("job-1", [&](const pb::JobEvent& e) { late.push_back(e); });
+  ASSERT_TRUE(late_handle.ok());
+  EXPECT_EQ(*late_handle, 0);  // final: the snapshot is the whole watch
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].job().state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(queue.Cancel("job-1").status().code(), absl::StatusCode::kFailedPrecondition);
+  const absl::Status deletable = queue.CheckDeletable("job-1");
+  EXPECT_EQ(deletable.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(deletable.message()),
+              HasSubstr("the job store has not taken its final state yet"));
+
+  // The next snapshot the store takes (job-2 starting) is followed by the kept final state.
+  auto next = queue.Next();
+  queue.SetState(*next, pb::JOB_STATE_RUNNING, "");
+  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(env_.store().GetJob("job-1")->reason(), "cannot write best.tsckpt: no space");
+  EXPECT_TRUE(
+      env_.Logged("job job-1: its final state (failed) is written to the job store now, "
+                  "after 2 attempts"));
+  EXPECT_EQ(env_.Sample("taylorshift_job_final_states_unwritten"), 0);
+  EXPECT_TRUE(queue.CheckDeletable("job-1").ok());
+}
+
+TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsWrittenAgainOnTheRetryTimer) {
+  JobQueueOptions options;
+  options.final_state_retry_interval = absl::Seconds(5);
+  JobQueue queue(options, env_.context());
+  ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
+  auto active = queue.Next();
+  queue.SetState(*active, pb::JOB_STATE_RUNNING, "");
+  std::thread retries([&] { queue.RunFinalStateRetries(); });
+  const absl::Time first = env_.clock().Now() + absl::Seconds(5);
+  ASSERT_TRUE(env_.clock().BlockUntilWaiting(first));
+  {
+    const FileWritesFail full;
+    queue.SetState(*active, pb::JOB_STATE_SUCCEEDED, "");
+    queue.Release(*active);
+    // A retry while the disk is still full changes nothing.
+    env_.clock().Advance(absl::Seconds(5));
+    ASSERT_TRUE(env_.clock().BlockUntilWaiting(first + absl::Seconds(5)));
+    EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_RUNNING);
+    EXPECT_EQ(env_.Sample("taylorshift_job_final_states_unwritten"), 1);
+  }
+  EXPECT_EQ(env_.StoreErrors("update_job"), 1);  // retries are not counted again
+  EXPECT_EQ(queue.Get("job-1")->state(), pb::JOB_STATE_SUCCEEDED);
+  // No other write comes: the timer's next try writes it.
+  env_.clock().Advance(absl::Seconds(5));
+  ASSERT_TRUE(env_.clock().BlockUntilWaiting(first + absl::Seconds(10)));
+  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(env_.Sample("taylorshift_job_final_states_unwritten"), 0);
+  EXPECT_TRUE(env_.Logged("after 3 attempts"));
+  queue.Stop();
+  retries.join();
 }
 
 }  // namespace
