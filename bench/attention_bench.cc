@@ -25,9 +25,9 @@
 
 #include "bench/peak_memory.h"
 #include "common/command_line.h"
-#include "model/cost_model.h"
 #include "model/heap_policy.h"
-#include "model/taylor_attention.h"
+#include "model/kernels/taylor_attention.h"
+#include "model/networks/cost_model.h"
 #include "model/torch_compat.h"
 
 namespace ts::bench {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "common/command_line.h"
-#include "model/batch_classifier.h"
-#include "model/checkpoint.h"
+#include "model/checkpoints/checkpoint.h"
 #include "model/heap_policy.h"
+#include "model/networks/batch_classifier.h"
 #include "model/torch_compat.h"
 
 namespace ts::bench {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""What each CPU level of model/cpu_features.h runs and how fast, measured on one machine: runs
+"""What each CPU level of model/kernels/cpu_features.h runs and how fast, measured on one machine: runs
 build/bench/model_profile once per level from this CPU's best down to the generic x86-64
 baseline, with the project's kernels capped by TS_CPU_CAPABILITY and LibTorch's GEMM libraries
 capped to match (oneDNN by ONEDNN_MAX_CPU_ISA, OpenBLAS by OPENBLAS_CORETYPE), so each row is
@@ -32,7 +32,7 @@ LEVELS = [
 
 
 def detected():
-    """The best level this CPU has, from /proc/cpuinfo (as model/cpu_features.cc reads it)."""
+    """The best level this CPU has, from /proc/cpuinfo (as model/kernels/cpu_features.cc reads it)."""
     with open("/proc/cpuinfo") as f:
         flags = set()
         for line in f:

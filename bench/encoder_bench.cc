@@ -22,8 +22,8 @@
 
 #include "bench/peak_memory.h"
 #include "common/command_line.h"
-#include "model/encoder.h"
-#include "model/mixed_linear.h"
+#include "model/kernels/mixed_linear.h"
+#include "model/networks/encoder.h"
 #include "model/torch_compat.h"
 
 namespace ts::bench {

@@ -18,8 +18,8 @@ CASES = [
     ("source-lang", "scripts/build", "shell"),
     ("source-lang", "bench/debian_tasks.py", "python"),
     ("source-lang", "bench/attention_report.py", "python"),
-    ("source-lang", "model/encoder.h", "c-header"),
-    ("source-lang", "model/taylor_attention.h", "c-header"),
+    ("source-lang", "model/networks/encoder.h", "c-header"),
+    ("source-lang", "model/kernels/taylor_attention.h", "c-header"),
 ]
 LISTOPS = ["[MAX 4 3 [MIN 2 3 ] 1 0 [MED 2 9 ] ]", "[SM 1 2 [MAX 3 4 ] 5 ]", "[FIRST 7 [LAST 1 2 ] ]"]
 BF16_TOLERANCE = 0.02  # probabilities, absolute: bf16 products against the CPU's fp32

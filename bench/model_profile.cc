@@ -15,10 +15,10 @@
 // 4·N²·C (S = q kᵀ and P·V); efficient attention 4·N·F·(d+1)·H with F = d(d+1)/2 + d + 1 symmetric
 // features. The GEMM rate is the best of three products of [N+1, C] × [C, 4C] (the second
 // operand transposed, as a Linear weight is) in the part's dtype: at float32 the faster of
-// torch::mm and model/cpu_gemm.h's SgemmInto (what the model's float32 inference layers run),
-// at bfloat16 (the linear layers at --precision bf16) torch::mm. Also printed: the register-only
-// peaks of float32 FMAs and bf16 dot products (bench/peak_rate.h), whose ratio bounds what bf16
-// can gain over fp32.
+// torch::mm and model/kernels/cpu_gemm.h's SgemmInto (what the model's float32 inference layers
+// run), at bfloat16 (the linear layers at --precision bf16) torch::mm. Also printed: the
+// register-only peaks of float32 FMAs and bf16 dot products (bench/peak_rate.h), whose ratio bounds
+// what bf16 can gain over fp32.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -35,12 +35,12 @@
 #include "absl/strings/str_format.h"
 #include "bench/peak_rate.h"
 #include "common/command_line.h"
-#include "model/cpu_gemm.h"
-#include "model/encoder.h"
+#include "common/json_output.h"
+#include "model/api/precision.h"
 #include "model/heap_policy.h"
-#include "model/json_output.h"
-#include "model/mixed_linear.h"
-#include "model/precision.h"
+#include "model/kernels/cpu_gemm.h"
+#include "model/kernels/mixed_linear.h"
+#include "model/networks/encoder.h"
 #include "model/torch_compat.h"
 
 namespace ts::bench {

@@ -11,8 +11,8 @@
 #include <immintrin.h>
 #endif
 
-#include "model/bf16_feature_products.h"
-#include "model/cpu_features.h"
+#include "model/kernels/bf16_feature_products.h"
+#include "model/kernels/cpu_features.h"
 
 namespace ts::bench {
 namespace {

@@ -1,8 +1,8 @@
 // This CPU's arithmetic ceilings, measured by register-only loops (no memory traffic): float32
 // fused multiply-adds (vfmadd231ps) and bfloat16 dot products with float32 sums (vdpbf16ps), on
 // AVX-512 registers (the FMAs on AVX2 registers where the CPU, or TS_CPU_CAPABILITY, stops at
-// AVX2; model/cpu_features.h), one loop per thread. What no kernel can beat: their ratio bounds
-// what bf16 can gain over fp32 for GEMM-bound work (docs/PERFORMANCE.md). Torch-free.
+// AVX2; model/kernels/cpu_features.h), one loop per thread. What no kernel can beat: their ratio
+// bounds what bf16 can gain over fp32 for GEMM-bound work (docs/PERFORMANCE.md). Torch-free.
 #pragma once
 
 namespace ts::bench {

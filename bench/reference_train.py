@@ -21,7 +21,7 @@ sequence's own length in the attention's normalisations.
            included), LayerNorm 1/0, cls_token zeros, temperatures 1.
   vit      timm's ViT init (what the reference repository uses): trunc-normal(0.02) on every
            Linear including the one-hot token embedding, biases 0, cls_token N(0, 1e-6²).
-  ours     the service's initialisation (model/encoder.cc, reset_parameters): nn.Linear's default
+  ours     the service's initialisation (model/networks/encoder.cc, reset_parameters): nn.Linear's default
            with zero biases, the token embedding N(0, 1), cls_token N(0, 0.02²).
 """
 import argparse
@@ -155,7 +155,7 @@ def initialise(model, init, seed):
         nn.init.normal_(model.cls_token, std=1e-6)
         return
     if init == "ours":
-        # model/encoder.cc's TaylorShiftEncoderImpl::reset_parameters.
+        # model/networks/encoder.cc's TaylorShiftEncoderImpl::reset_parameters.
         for m in model.modules():
             if isinstance(m, (nn.Linear, nn.LayerNorm)):
                 m.reset_parameters()

@@ -34,11 +34,11 @@
 #include "absl/strings/str_split.h"
 #include "bench/peak_memory.h"
 #include "common/command_line.h"
-#include "model/encoder.h"
+#include "model/data/listops_generator.h"
 #include "model/heap_policy.h"
-#include "model/listops_generator.h"
+#include "model/networks/encoder.h"
 #include "model/torch_compat.h"
-#include "model/training.h"
+#include "model/training/training.h"
 
 namespace ts::bench {
 namespace {

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "api/proto_names.h"
 #include "common/command_line.h"
-#include "common/proto_names.h"
 
 namespace ts::client {
 

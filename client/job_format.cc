@@ -10,11 +10,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "api/api_json.h"
 #include "client/result_format.h"
-#include "common/api_json.h"
-#include "common/job_spec_yaml.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "job_contract/job_spec_yaml.h"
 
 namespace ts::client {
 namespace {

@@ -42,7 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/progress_line.h"
-#include "model/json_output.h"
+#include "common/json_output.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 namespace ts::client {

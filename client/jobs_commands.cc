@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "api/proto_names.h"
 #include "client/command_line.h"
 #include "client/file_util.h"
 #include "client/job_format.h"
@@ -23,9 +24,8 @@
 #include "client/progress_line.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
-#include "common/job_spec_yaml.h"
-#include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
+#include "job_contract/job_spec_yaml.h"
 #include "taylorshift/v1/jobs.grpc.pb.h"
 
 namespace ts::client {

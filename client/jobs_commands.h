@@ -12,7 +12,7 @@
 namespace ts::client {
 
 // Adds train, eval, jobs (list|get|cancel|delete|watch|plot) and promote to `commands`:
-//   train --spec FILE [--wait] [--json]: the YAML spec (server/job_spec.h) → SubmitTraining.
+//   train --spec FILE [--wait] [--json]: the YAML spec (job_contract/job_spec.h) → SubmitTraining.
 //   eval --spec FILE [--wait] [--json]: the same for SubmitEvaluation.
 //   jobs list|get|cancel|delete|watch|plot ... `jobs get ID --curve` adds the job's loss curve
 //     and validation accuracy (every GetJobHistory page) as text charts (--json: a "history"

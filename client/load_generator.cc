@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/proto_names.h"
+#include "api/proto_names.h"
+#include "common/json_output.h"
 #include "common/status_macros.h"
-#include "model/json_output.h"
 
 namespace ts::client {
 namespace {

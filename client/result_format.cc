@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/api_json.h"
-#include "common/proto_names.h"
+#include "api/api_json.h"
+#include "api/proto_names.h"
 
 namespace ts::client {
 namespace {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "api/proto_names.h"
 #include "client/channel.h"
 #include "client/classify_input.h"
 #include "client/command_line.h"
@@ -30,9 +31,8 @@
 #include "client/protocol_calls.h"
 #include "client/result_format.h"
 #include "common/command_line.h"
-#include "common/proto_names.h"
+#include "common/json_output.h"
 #include "grpcpp/grpcpp.h"
-#include "model/json_output.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 
 namespace ts::client {

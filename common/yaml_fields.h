@@ -1,6 +1,6 @@
 // Reading YAML documents into Options structs and API messages (yaml-cpp): the one place that
 // parses YAML, shared by the server configuration (server/config.cc) and the job specs
-// (common/job_spec_yaml.cc). Every mapping is read through ReadMap, which rejects unknown and
+// (job_contract/job_spec_yaml.cc). Every mapping is read through ReadMap, which rejects unknown and
 // duplicate keys, so each field has exactly one key and a typo never passes silently.
 // Errors are INVALID_ARGUMENT "<key path>: <reason> (line N)", the key path written as
 // "models[1].batching.max_batch_size". Stateless and thread-safe.

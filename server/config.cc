@@ -375,8 +375,8 @@ absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfi
       });
 }
 
-// The ListOps generator's own ceiling (model/listops_generator.h); a larger limit could never be
-// used.
+// The ListOps generator's own ceiling (model/data/listops_generator.h); a larger limit could never
+// be used.
 constexpr std::int64_t kMaxGenerateCount = 10000000;
 
 absl::Status ValidateJobs(const JobsConfig& jobs) {
@@ -444,12 +444,6 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
 }
 
 }  // namespace
-
-bool IsValidName(std::string_view name) {
-  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
-  });
-}
 
 std::int64_t MemoryBudgetBytes(const JobsConfig& jobs) {
   if (jobs.memory_budget_bytes > 0) return jobs.memory_budget_bytes;

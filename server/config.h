@@ -11,27 +11,28 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "model/inputs.h"
-#include "model/precision.h"
-#include "server/length_bucket_batcher.h"
+#include "job_contract/job_spec.h"
+#include "model/api/inputs.h"
+#include "model/api/precision.h"
+#include "server/serving/length_bucket_batcher.h"
 
 namespace ts::server {
 
-// The one name rule for served models, promotions and jobs.
-inline constexpr char kNameRule[] = "[A-Za-z0-9_.-]{1,64}";
-bool IsValidName(std::string_view name);
+// The one name rule for served models, promotions and jobs (job_contract/job_spec.h).
+using job::IsValidName;
+using job::kNameRule;
 
 struct ModelConfig {
   std::string name;             // required; kNameRule
   std::string checkpoint;       // required; path to a .tsckpt
   std::string device = "auto";  // auto (cuda:0 if present, else cpu), cpu, cuda, cuda:N
   std::int64_t max_length = 0;  // 0 = the checkpoint's max_length; else ≤ it
-  LengthPolicy over_length = LengthPolicy::kTruncate;  // model/inputs.h
+  LengthPolicy over_length = LengthPolicy::kTruncate;  // model/api/inputs.h
   std::int64_t window_stride = 0;                      // window policy: 0 = max_length / 2
   std::int64_t max_windows = 16;    // window policy: more windows → INVALID_ARGUMENT
   std::string calibration;          // calibration file; empty = none
   bool calibrate_at_start = false;  // short calibration at start when no file is given
-  // fp32, or bf16: the linear layers in bfloat16 (model/precision.h); refused at load on
+  // fp32, or bf16: the linear layers in bfloat16 (model/api/precision.h); refused at load on
   // hardware without bf16 arithmetic. `auto` (precision_auto): bf16 on a CUDA device of compute
   // capability 8.0 or newer (tensor cores), fp32 elsewhere; resolved when the model loads.
   Precision precision = Precision::kFp32;
@@ -42,6 +43,8 @@ struct ModelConfig {
   std::int64_t single_thread_tokens = 1024;
   LengthBucketBatcherOptions batching;
 };
+
+using job::JobLimits;
 
 struct TlsConfig {
   std::string cert_file;       // server certificate chain (PEM); empty = plaintext
@@ -56,28 +59,10 @@ struct AuthConfig {
   std::string tokens_file;
 };
 
-// Caps on what one job spec may ask for (checked by NormalizeTrainingSpec and friends,
-// server/job_spec.h); each exists so that one remote caller cannot tie up the server.
-struct JobLimits {
-  std::int64_t max_steps = 1000000;                      // optimizer steps of a training job
-  std::int64_t max_batch_size = 1024;                    // examples per step / per evaluation batch
-  std::int64_t max_length = 65536;                       // model.max_length (input tokens)
-  std::int64_t max_embed_dim = 1024;                     // model.embed_dim
-  std::int64_t max_depth = 48;                           // model.depth (blocks)
-  int max_threads = 0;                                   // a spec's threads; 0 = number of cores
-  std::int64_t max_generate_count = 10000000;            // examples a listops generator may make
-  std::int64_t max_epochs = 10000;                       // a training spec's epochs
-  int max_workers = 8;                                   // a training spec's workers (ranks)
-  int max_retries = 10;                                  // a spec's max_retries
-  std::int64_t max_spec_bytes = 1 << 20;                 // a submitted spec, serialised (protobuf)
-  int max_labels = 10000;                                // a training spec's labels
-  int max_label_bytes = 256;                             // one label
-  std::int64_t max_data_files = 1000000;                 // files of one data source (a folder's)
-  std::int64_t max_data_bytes = std::int64_t{64} << 30;  // bytes of one data source's files
-};
-
 // Training and evaluation jobs (the Jobs service).
-struct JobsConfig {
+// The spec rules (limits, threads_per_job, keep_checkpoints, cuda_devices) are job::SpecRules,
+// which tsworker applies too.
+struct JobsConfig : job::SpecRules {
   bool enabled = true;  // false = no Jobs service: the server runs no jobs
   // oneDNN's primitive cache in each worker (ONEDNN_PRIMITIVE_CACHE_CAPACITY): training batches
   // take a new shape nearly every step, so cached primitives only hold memory (1.22 → 0.77 GiB
@@ -85,20 +70,16 @@ struct JobsConfig {
   int onednn_primitive_cache_capacity = 0;
   int max_concurrent = 1;  // jobs running at once
   int max_queued = 64;     // QUEUED jobs at most; more → RESOURCE_EXHAUSTED
-  // Intra-op threads of a job whose spec leaves `threads` at 0; 0 = automatic: the cores that
-  // serving does not reserve, shared by the jobs that run at once (ThreadsPerJob).
-  int threads_per_job = 0;
   // Cores kept for serving when threads_per_job is automatic. 1 by default: a job's OpenMP
   // threads stall whenever one of their cores is busy (docs/PERFORMANCE.md, "Threads"), so a
   // job that also took the core serving runs on would slow both; on a 2-core machine the
   // automatic default is thus 1 thread, on 16 cores 15.
   int serving_reserved_cores = 1;
-  int keep_checkpoints = 2;  // last K checkpoints kept per job besides the best
   // Finished jobs (succeeded, failed, cancelled) older than this are deleted with their files,
   // as DeleteJob does; zero = kept until deleted by request.
   absl::Duration retention = absl::ZeroDuration();
   absl::Duration retention_sweep_interval = absl::Minutes(5);  // how often retention runs
-  // Worker processes (server/job_process.h). Empty = `tsworker` in tsserver's own directory.
+  // Worker processes (server/jobs/job_process.h). Empty = `tsworker` in tsserver's own directory.
   std::string worker_binary;
   absl::Duration heartbeat_interval = absl::Seconds(1);  // worker → server
   absl::Duration heartbeat_timeout = absl::Seconds(60);  // silence that fails a job as hung
@@ -114,13 +95,9 @@ struct JobsConfig {
   // the server maps (measured at start; the worker maps the same LibTorch): the address space a
   // worker maps without using it besides its libraries (thread stacks, allocator reservations).
   std::int64_t worker_address_space_overhead_bytes = std::int64_t{1} << 30;
-  JobLimits limits;
-  // CUDA devices the server sees (torch::cuda::device_count()): set by the server at start, not
-  // read from the config file. A job's `device: cuda:N` needs N < cuda_devices.
-  int cuda_devices = 0;
 };
 
-// The HTTP/JSON front end (server/http_frontend.h): KServe v2 REST routes and the plain
+// The HTTP/JSON front end (server/serving/http_frontend.h): KServe v2 REST routes and the plain
 // classify route. TLS and bearer tokens as for gRPC (tls:, auth:).
 struct HttpConfig {
   std::string listen;  // host:port; empty = no HTTP front end

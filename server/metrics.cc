@@ -25,7 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "model/torch_compat.h"
-#include "server/http_listener.h"
+#include "server/serving/http_listener.h"
 
 namespace ts::server {
 namespace {

@@ -55,7 +55,7 @@ class Metrics {
   // append_metric, append_evaluation, truncate_history, record_checkpoint, remove_checkpoint,
   // record_promotion).
   void RecordJobStoreError(const std::string& operation);
-  // Finished jobs whose final state the job store has not taken yet (server/job_queue.h keeps
+  // Finished jobs whose final state the job store has not taken yet (server/jobs/job_queue.h keeps
   // them in memory and writes them again); a restart before they are written resumes them.
   void SetJobFinalStatesUnwritten(std::int64_t jobs);
   // An HTTP answer of the HTTP/JSON front end by status code (404, 405 and 413 included: the

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/clock.h"
+#include "common/clock.h"
 #include "server/config.h"
 
 namespace ts::server {

@@ -1,10 +1,10 @@
 // An evaluation job: one pass of a checkpoint over a data set. It has no step boundaries to
 // stop at; a SIGTERM ends the process at once (tsworker_main.cc).
 #include "absl/strings/str_cat.h"
+#include "api/proto_convert.h"
 #include "common/status_macros.h"
-#include "model/checkpoint.h"
+#include "model/checkpoints/checkpoint.h"
 #include "model/torch_status.h"
-#include "server/proto_convert.h"
 #include "worker/job_data.h"
 #include "worker/jobs.h"
 
@@ -21,7 +21,7 @@ absl::Status RunEvaluationJob(const JobContext& context) {
   TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(task.checkpoint_path(), device));
   TS_ASSIGN_OR_RETURN(const Dataset data,
                       LoadSource(root, spec.data(), loaded.metadata.labels, "data"));
-  TS_ASSIGN_OR_RETURN(const AttentionPath attention, server::FromProtoPath(spec.path()));
+  TS_ASSIGN_OR_RETURN(const AttentionPath attention, FromProtoPath(spec.path()));
 
   pb::WorkerMessage started;
   for (const auto& label : loaded.metadata.labels) started.mutable_started()->add_labels(label);

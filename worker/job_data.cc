@@ -1,8 +1,8 @@
 #include "worker/job_data.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/dataset_readers.h"
-#include "model/listops_generator.h"
+#include "model/data/dataset_readers.h"
+#include "model/data/listops_generator.h"
 
 namespace ts::worker {
 namespace pb = taylorshift::v1;

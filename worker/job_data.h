@@ -8,9 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/data_root.h"
-#include "model/dataset.h"
-#include "model/training.h"
+#include "common/data_root.h"
+#include "model/data/dataset.h"
+#include "model/training/training.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 namespace ts::worker {

@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
-#include "model/data_parallel.h"
+#include "model/training/data_parallel.h"
 #include "taylorshift/v1/worker.pb.h"
 
 namespace ts::worker {

@@ -11,14 +11,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "api/proto_convert.h"
+#include "common/quoted.h"
 #include "common/status_macros.h"
-#include "model/checkpoint.h"
-#include "model/cost_model.h"
-#include "model/quoted.h"
+#include "job_contract/job_spec.h"
+#include "model/checkpoints/checkpoint.h"
+#include "model/networks/cost_model.h"
 #include "model/torch_status.h"
-#include "model/training.h"
-#include "server/job_spec.h"
-#include "server/proto_convert.h"
+#include "model/training/training.h"
 #include "worker/job_data.h"
 #include "worker/jobs.h"
 
@@ -86,7 +86,7 @@ absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
   options.batch_size = spec.batch_size();
   options.grad_clip_norm = spec.grad_clip();
   options.seed = spec.seed();
-  TS_ASSIGN_OR_RETURN(options.path, server::FromProtoPath(spec.path()));
+  TS_ASSIGN_OR_RETURN(options.path, FromProtoPath(spec.path()));
   options.log_interval = static_cast<std::int64_t>(spec.log_interval());
   options.eval_interval = static_cast<std::int64_t>(spec.eval_interval());
   options.checkpoint_interval = static_cast<std::int64_t>(spec.checkpoint_interval());
@@ -147,10 +147,10 @@ absl::Status RunTrainingJob(const JobContext& context) {
     skipped += loaded.skipped;
     validation = std::move(loaded.examples);
   }
-  server::JobsConfig jobs;
+  job::SpecRules jobs;
   if (task.max_steps() > 0) jobs.limits.max_steps = static_cast<std::int64_t>(task.max_steps());
   TS_RETURN_IF_ERROR(
-      server::FinalizeTrainingSpec(&spec, static_cast<std::int64_t>(train.examples.size()), jobs));
+      job::FinalizeTrainingSpec(&spec, static_cast<std::int64_t>(train.examples.size()), jobs));
   if (skipped > 0 && reporter) {
     emit_log(absl::StrCat("skipped ", skipped, " malformed records, first: ",
                           train.skip_reasons.empty() ? "" : train.skip_reasons.front()));

@@ -34,15 +34,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/command_line.h"
+#include "common/data_root.h"
 #include "common/file_io.h"
-#include "common/job_spec_yaml.h"
 #include "common/status_macros.h"
-#include "model/data_parallel.h"
-#include "model/data_root.h"
+#include "job_contract/event_pipe.h"
+#include "job_contract/job_spec.h"
+#include "job_contract/job_spec_yaml.h"
 #include "model/heap_policy.h"
 #include "model/torch_compat.h"
-#include "server/job_spec.h"
-#include "worker/event_pipe.h"
+#include "model/training/data_parallel.h"
 #include "worker/jobs.h"
 
 namespace ts::worker {
@@ -60,7 +60,7 @@ std::atomic<bool> g_exit_on_term{false};
 // "corrupted size vs. prev_size" or "double free or corruption" a few milliseconds later (the
 // soak's restarts; reproduced with tsserver restarts of fine-tunings, core dumps in
 // dnnl_sgemm's free()). tsserver starts workers with SIGTERM blocked already
-// (server/job_process.cc), so one sent while the libraries load waits here instead of killing
+// (server/jobs/job_process.cc), so one sent while the libraries load waits here instead of killing
 // the worker with the signal's default action.
 void BlockStopSignal(int /*argc*/, char** /*argv*/, char** /*envp*/) {
   sigset_t term;
@@ -155,10 +155,10 @@ absl::StatusOr<pb::WorkerTask> StandaloneTask(const Flags& flags) {
   TS_ASSIGN_OR_RETURN(const std::string text, ReadFile(flags.spec, "spec"));
   TS_ASSIGN_OR_RETURN(pb::TrainingSpec spec, ParseTrainingSpecYaml(text));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  server::JobsConfig jobs;
+  job::SpecRules jobs;
   jobs.threads_per_job = cores;
   jobs.cuda_devices = compat::CudaDeviceCount();
-  TS_RETURN_IF_ERROR(server::NormalizeTrainingSpec(&spec, jobs, cores));
+  TS_RETURN_IF_ERROR(job::NormalizeTrainingSpec(&spec, jobs, cores));
   pb::WorkerTask task;
   task.mutable_job()->set_id(spec.name());
   task.mutable_job()->set_name(spec.name());
@@ -238,10 +238,10 @@ int Main(int argc, char** argv) {
     return kUsageExitStatus;
   }
 
-  std::unique_ptr<EventWriter> writer;
+  std::unique_ptr<job::EventWriter> writer;
   auto dp = DataParallelFromEnvironment();
   const int rank = dp.ok() ? dp->rank : 0;
-  if (supervised) writer = std::make_unique<EventWriter>(events_fd, rank);
+  if (supervised) writer = std::make_unique<job::EventWriter>(events_fd, rank);
   const auto emit = [&](pb::WorkerMessage message) {
     if (writer != nullptr) {
       if (!writer->Write(std::move(message)).ok()) _exit(1);  // the server is gone

@@ -19,11 +19,11 @@
 #include "client/command_line.h"
 #include "client/job_format.h"
 #include "common/command_line.h"
-#include "common/job_spec_yaml.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "job_contract/job_spec_yaml.h"
 #include "tests/testing/fake_jobs_service.h"
 
 namespace ts::client {

@@ -19,7 +19,8 @@ using taylorshift::v1::ClassifyRequest;
 using taylorshift::v1::ClassifyResponse;
 using ::testing::HasSubstr;
 
-// The server's encodings (server/kserve_v2.cc ToProto), written independently of the decoder.
+// The server's encodings (server/serving/kserve_v2.cc ToProto), written independently of the
+// decoder.
 std::string RawFp32(const std::vector<float>& values) {
   std::string raw;
   for (const float value : values) {

@@ -1,9 +1,10 @@
-// The calibration file tsserver and tsmodel load (model/calibration_file.h: ParseCalibration),
-// then the crossover tables a model takes from it, looked up at several batch sizes.
+// The calibration file tsserver and tsmodel load (model/networks/calibration_file.h:
+// ParseCalibration), then the crossover tables a model takes from it, looked up at several batch
+// sizes.
 #include <cstdint>
 #include <string>
 
-#include "model/calibration_file.h"
+#include "model/networks/calibration_file.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,9 +1,9 @@
-// A CIFAR-10 binary batch (model/dataset_readers.h: ReadCifar10Dataset: 3073-byte records,
+// A CIFAR-10 binary batch (model/data/dataset_readers.h: ReadCifar10Dataset: 3073-byte records,
 // planar RGB to gray), read with the options the selector picks; every example is one 32×32
 // image's 1024 tokens.
 #include <cstdint>
 
-#include "model/dataset_readers.h"
+#include "model/data/dataset_readers.h"
 #include "tests/fuzz/dataset_checks.h"
 #include "tests/fuzz/fuzz_support.h"
 

@@ -1,10 +1,10 @@
 // What the dataset-reader fuzz targets ask of a data set a reader returned: the promises of
-// model/dataset.h (label i is label_names[i], a usable example has tokens).
+// model/data/dataset.h (label i is label_names[i], a usable example has tokens).
 #pragma once
 
 #include <string>
 
-#include "model/dataset.h"
+#include "model/data/dataset.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ts::fuzz {

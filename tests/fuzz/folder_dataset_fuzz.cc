@@ -1,4 +1,4 @@
-// A folder-per-class data set (model/dataset_readers.h: ReadFolderDataset, the aclImdb layout)
+// A folder-per-class data set (model/data/dataset_readers.h: ReadFolderDataset, the aclImdb layout)
 // that the input lays out in a scratch folder: sections "=== class/name.txt" followed by the
 // file's bytes, or "=== class/name.txt -> target" for a symbolic link. Beside the data root lies
 // outside/, with a file and a class folder of its own, so links may lead out of the root; the
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "model/dataset_readers.h"
+#include "model/data/dataset_readers.h"
 #include "tests/fuzz/dataset_checks.h"
 #include "tests/fuzz/fuzz_support.h"
 

@@ -1,9 +1,9 @@
-// The Inference (server/inference.h) the HTTP and KServe fuzz targets route to: two served
+// The Inference (server/serving/inference.h) the HTTP and KServe fuzz targets route to: two served
 // models, "doc" (documents) and "img" (pixels), three classes each. Before it answers, a request's
 // input goes through what the server does to every input ahead of batching
-// (server/inference_core.cc): an image's pixels through ImageToTokens, the over_length policy
-// through ParseLengthPolicy, the tokens through PrepareTokens, so the bytes a client sends reach
-// the same torch-free functions as on tsserver. No model runs: the answer is uniform over the
+// (server/serving/inference_core.cc): an image's pixels through ImageToTokens, the over_length
+// policy through ParseLengthPolicy, the tokens through PrepareTokens, so the bytes a client sends
+// reach the same torch-free functions as on tsserver. No model runs: the answer is uniform over the
 // classes. Synchronous (`done` runs before Classify returns); one thread.
 #pragma once
 
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "model/inputs.h"
-#include "server/inference.h"
+#include "model/api/inputs.h"
+#include "server/serving/inference.h"
 
 namespace ts::fuzz {
 

@@ -1,14 +1,14 @@
 // The Jobs API's paged reads as a client sends them (serialized ListJobsRequest or
 // GetJobHistoryRequest, selector bit 0; with bit 7 their text form, proto_input.h), against a job
-// store (server/job_store.h) that holds three jobs with loss curves and validation runs: the page
-// tokens (web-safe base64 of positions a client can forge), page sizes and filters. An answer's
-// next_page_token, followed, must reach the last page, without returning more entries than the
-// store holds.
+// store (server/jobs/job_store.h) that holds three jobs with loss curves and validation runs: the
+// page tokens (web-safe base64 of positions a client can forge), page sizes and filters. An
+// answer's next_page_token, followed, must reach the last page, without returning more entries than
+// the store holds.
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "server/job_store.h"
+#include "server/jobs/job_store.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "tests/fuzz/proto_input.h"
 

@@ -1,6 +1,6 @@
 // What the job-spec fuzz targets ask of a spec that parsed: the server's normalisation
-// (server/job_spec.h) against the default jobs settings, then, as a worker does once its data is
-// loaded, FinalizeTrainingSpec; and the promise NormalizeTrainingSpec's comment makes, that a
+// (job_contract/job_spec.h) against the default jobs settings, then, as a worker does once its data
+// is loaded, FinalizeTrainingSpec; and the promise NormalizeTrainingSpec's comment makes, that a
 // normalised spec normalises to itself.
 #pragma once
 
@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "job_contract/job_spec.h"
 #include "server/config.h"
-#include "server/job_spec.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ts::fuzz {
@@ -19,10 +19,10 @@ inline constexpr int kFuzzCores = 4;
 
 // `train_examples`: the data set's size FinalizeTrainingSpec is given.
 inline void CheckTrainingSpec(taylorshift::v1::TrainingSpec spec, std::int64_t train_examples) {
-  const server::JobsConfig jobs;
-  if (!server::NormalizeTrainingSpec(&spec, jobs, kFuzzCores).ok()) return;
+  const job::SpecRules jobs;
+  if (!job::NormalizeTrainingSpec(&spec, jobs, kFuzzCores).ok()) return;
   taylorshift::v1::TrainingSpec again = spec;
-  const absl::Status status = server::NormalizeTrainingSpec(&again, jobs, kFuzzCores);
+  const absl::Status status = job::NormalizeTrainingSpec(&again, jobs, kFuzzCores);
   if (!status.ok()) {
     Broken("a normalised training spec is refused: " + std::string(status.message()));
   }
@@ -30,14 +30,14 @@ inline void CheckTrainingSpec(taylorshift::v1::TrainingSpec spec, std::int64_t t
     Broken("a normalised training spec changes when normalised again:\n" + spec.DebugString() +
            "---\n" + again.DebugString());
   }
-  (void)server::FinalizeTrainingSpec(&spec, train_examples, jobs);
+  (void)job::FinalizeTrainingSpec(&spec, train_examples, jobs);
 }
 
 inline void CheckEvaluationSpec(taylorshift::v1::EvaluationSpec spec) {
-  const server::JobsConfig jobs;
-  if (!server::NormalizeEvaluationSpec(&spec, jobs, kFuzzCores).ok()) return;
+  const job::SpecRules jobs;
+  if (!job::NormalizeEvaluationSpec(&spec, jobs, kFuzzCores).ok()) return;
   taylorshift::v1::EvaluationSpec again = spec;
-  const absl::Status status = server::NormalizeEvaluationSpec(&again, jobs, kFuzzCores);
+  const absl::Status status = job::NormalizeEvaluationSpec(&again, jobs, kFuzzCores);
   if (!status.ok()) {
     Broken("a normalised evaluation spec is refused: " + std::string(status.message()));
   }

@@ -1,10 +1,10 @@
 // The YAML job specs users write for `tsctl train/eval --spec` and `tsworker --spec`
-// (common/job_spec_yaml.h, through yaml-cpp and common/yaml_fields.h), then the server's
+// (job_contract/job_spec_yaml.h, through yaml-cpp and common/yaml_fields.h), then the server's
 // normalisation of what they parse to (job_spec_checks.h). Selector bit 0: a training spec or an
 // evaluation spec; the other bits: the training set's size.
 #include <cstdint>
 
-#include "common/job_spec_yaml.h"
+#include "job_contract/job_spec_yaml.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "tests/fuzz/job_spec_checks.h"
 

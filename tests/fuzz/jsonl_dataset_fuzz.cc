@@ -1,9 +1,9 @@
-// A JSON Lines data set file (model/dataset_readers.h: ReadJsonLinesDataset), read with the
-// options the selector picks (dataset_checks.h); a data set read OK keeps model/dataset.h's
+// A JSON Lines data set file (model/data/dataset_readers.h: ReadJsonLinesDataset), read with the
+// options the selector picks (dataset_checks.h); a data set read OK keeps model/data/dataset.h's
 // promises.
 #include <cstdint>
 
-#include "model/dataset_readers.h"
+#include "model/data/dataset_readers.h"
 #include "tests/fuzz/dataset_checks.h"
 #include "tests/fuzz/fuzz_support.h"
 

@@ -1,10 +1,10 @@
-// An LRA ListOps TSV file (model/dataset_readers.h: ReadListOpsTsvDataset), read with the options
-// the selector picks; then every source it kept through the ListOps evaluator and depth
-// (model/listops_generator.h), which take expressions of any shape.
+// An LRA ListOps TSV file (model/data/dataset_readers.h: ReadListOpsTsvDataset), read with the
+// options the selector picks; then every source it kept through the ListOps evaluator and depth
+// (model/data/listops_generator.h), which take expressions of any shape.
 #include <cstdint>
 
-#include "model/dataset_readers.h"
-#include "model/listops_generator.h"
+#include "model/data/dataset_readers.h"
+#include "model/data/listops_generator.h"
 #include "tests/fuzz/dataset_checks.h"
 #include "tests/fuzz/fuzz_support.h"
 

@@ -138,7 +138,7 @@ write("pnm_image_fuzz", "p2", b"P2\n# plain gray\n2 2\n255\n0 128 # first row\n 
 write("pnm_image_fuzz", "p3", b"P3 1 2 255 1 2 3 250 251 252")
 write("pnm_image_fuzz", "p5_maxval15", b"P5 2 2 15\n" + bytes([0, 5, 10, 15]))
 
-# --- job specs (docs/JOBS.md, tests/common/job_spec_yaml_test.cc) ----------------------------
+# --- job specs (docs/JOBS.md, tests/job_contract/job_spec_yaml_test.cc) ----------------------------
 TRAINING_YAML = {
     "issue_example": """name: filetype
 model: {embed_dim: 64, depth: 2, heads: 8, mlp_ratio: 2, max_length: 2048}
@@ -325,7 +325,7 @@ FOLDERS = {
 for name, (bits, text) in FOLDERS.items():
     write("folder_dataset_fuzz", name, sel(bits) + text.encode())
 
-# --- worker events (worker/event_pipe.h): 4-byte little-endian length, then the message ------
+# --- worker events (job_contract/event_pipe.h): 4-byte little-endian length, then the message ------
 WORKER_PROTO = "taylorshift/v1/worker.proto"
 EVENTS = [
     "rank: 1 heartbeat: true",

@@ -1,13 +1,13 @@
 // The plain HTTP/JSON route's body: POST /v1/models/NAME:classify through the HTTP front end's
-// Route (server/http_frontend.h): the JSON reader (depth and range limits), the body's fields
-// (text, document_base64, image with pixels or pixels_base64, top_k, path, over_length) and the
-// input's way to the model (fuzz_inference.h: ImageToTokens, PrepareTokens). Selector bit 0: the
-// document model or the pixel model.
+// Route (server/serving/http_frontend.h): the JSON reader (depth and range limits), the body's
+// fields (text, document_base64, image with pixels or pixels_base64, top_k, path, over_length) and
+// the input's way to the model (fuzz_inference.h: ImageToTokens, PrepareTokens). Selector bit 0:
+// the document model or the pixel model.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "server/http_frontend.h"
+#include "server/serving/http_frontend.h"
 #include "tests/fuzz/fuzz_inference.h"
 #include "tests/fuzz/fuzz_support.h"
 

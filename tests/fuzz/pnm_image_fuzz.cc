@@ -1,11 +1,11 @@
 // Image bytes: tsctl's Netpbm reader (client/image_reader.h: P2, P3, P5, P6 with comments and
-// maxval rescaling), then what the server does with the pixels it is sent (model/inputs.h:
+// maxval rescaling), then what the server does with the pixels it is sent (model/api/inputs.h:
 // ImageToTokens, RGB to gray). A parsed image must be one the server takes.
 #include <cstdint>
 #include <string>
 
 #include "client/image_reader.h"
-#include "model/inputs.h"
+#include "model/api/inputs.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

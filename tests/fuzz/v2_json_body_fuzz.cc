@@ -1,8 +1,8 @@
 // The KServe v2 REST infer body: POST /v2/models/NAME/infer through the HTTP front end's Route
-// (server/http_frontend.h), so the bytes go through the JSON reader (depth and range limits),
-// the v2 JSON mapping, kserve::Infer's plan (shapes, datatypes, parameters, the refused binary
-// tensor data extension) and the answer's JSON encoding. Selector bit 0: the document model or
-// the pixel model; bit 1: the versioned route; bit 2: the binary extension's
+// (server/serving/http_frontend.h), so the bytes go through the JSON reader (depth and range
+// limits), the v2 JSON mapping, kserve::Infer's plan (shapes, datatypes, parameters, the refused
+// binary tensor data extension) and the answer's JSON encoding. Selector bit 0: the document model
+// or the pixel model; bit 1: the versioned route; bit 2: the binary extension's
 // Inference-Header-Content-Length header (which the server must refuse, not follow); bit 3:
 // max_infer_batch's largest value instead of its default.
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "server/http_frontend.h"
+#include "server/serving/http_frontend.h"
 #include "tests/fuzz/fuzz_inference.h"
 #include "tests/fuzz/fuzz_support.h"
 

@@ -1,18 +1,18 @@
 // A KServe v2 gRPC ModelInferRequest as the wire delivers it (serialized; with selector bit 7 its
-// text form, proto_input.h), through kserve::Infer (server/kserve_v2.h): its raw_input_contents
-// (BYTES elements with their 4-byte length prefixes, UINT8 pixels), contents, shapes and
-// parameters, against the document model or the pixel model (selector bit 0, when the request
-// names none) and max_infer_batch's default or largest value (bit 1). An answer is encoded as the
-// gRPC service sends it (raw_output_contents) and decoded as tsctl reads it (common/v2_raw.h): the
-// round trip must give back every element. Every raw_input_contents entry also goes through both
-// decoders on its own.
+// text form, proto_input.h), through kserve::Infer (server/serving/kserve_v2.h): its
+// raw_input_contents (BYTES elements with their 4-byte length prefixes, UINT8 pixels), contents,
+// shapes and parameters, against the document model or the pixel model (selector bit 0, when the
+// request names none) and max_infer_batch's default or largest value (bit 1). An answer is encoded
+// as the gRPC service sends it (raw_output_contents) and decoded as tsctl reads it (api/v2_raw.h):
+// the round trip must give back every element. Every raw_input_contents entry also goes through
+// both decoders on its own.
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "common/v2_raw.h"
-#include "server/kserve_v2.h"
+#include "api/v2_raw.h"
+#include "server/serving/kserve_v2.h"
 #include "tests/fuzz/fuzz_inference.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "tests/fuzz/proto_input.h"

@@ -13,8 +13,8 @@
 #include <tuple>
 #include <vector>
 
-#include "model/attention_path.h"
-#include "model/taylor_attention.h"
+#include "model/api/attention_path.h"
+#include "model/kernels/taylor_attention.h"
 #include "model/torch_compat.h"
 #include "tests/testing/attention_oracle.h"
 

@@ -1,16 +1,16 @@
-// Which kernel runs a Taylor path's call (model/attention_dispatch.h), on any machine: what kAuto
-// picks for CPU tensors by dtype and autograd, what kAten and kCuda force, and the reason given
-// when a forced kernel cannot run. (On a GPU, aten_form_test's FusedCuda tests check that kAuto
-// at bf16 runs the fused CUDA kernels.)
-#include "model/attention_dispatch.h"
+// Which kernel runs a Taylor path's call (model/kernels/attention_dispatch.h), on any machine: what
+// kAuto picks for CPU tensors by dtype and autograd, what kAten and kCuda force, and the reason
+// given when a forced kernel cannot run. (On a GPU, aten_form_test's FusedCuda tests check that
+// kAuto at bf16 runs the fused CUDA kernels.)
+#include "model/kernels/attention_dispatch.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <string>
 
-#include "model/fused_cuda_attention.h"
-#include "model/taylor_attention.h"
+#include "model/kernels/fused_cuda_attention.h"
+#include "model/kernels/taylor_attention.h"
 
 namespace ts {
 namespace {

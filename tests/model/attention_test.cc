@@ -1,6 +1,6 @@
 // Numerical tests of the attention paths against an independent float64 evaluation of the
 // formula of docs/MODEL.md (each sequence alone, no mask logic), gradients, and the module.
-#include "model/attention.h"
+#include "model/networks/attention.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,10 +10,10 @@
 #include <tuple>
 #include <vector>
 
-#include "model/bf16_feature_products.h"
-#include "model/cost_model.h"
-#include "model/cpu_gemm.h"
-#include "model/taylor_attention.h"
+#include "model/kernels/bf16_feature_products.h"
+#include "model/kernels/cpu_gemm.h"
+#include "model/kernels/taylor_attention.h"
+#include "model/networks/cost_model.h"
 #include "model/torch_compat.h"
 #include "tests/testing/attention_oracle.h"
 

@@ -1,4 +1,4 @@
-#include "model/checkpoint.h"
+#include "model/checkpoints/checkpoint.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "common/atomic_file.h"
 #include "common/file_io.h"
-#include "model/atomic_file.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {

@@ -1,4 +1,4 @@
-#include "model/cost_model.h"
+#include "model/networks/cost_model.h"
 
 #include <gtest/gtest.h>
 
@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/calibration.h"
-#include "model/mixed_linear.h"
+#include "model/kernels/mixed_linear.h"
+#include "model/networks/calibration.h"
 
 namespace ts {
 namespace {

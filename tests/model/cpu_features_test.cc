@@ -1,14 +1,14 @@
-// The CPU probe (model/cpu_features.h): names, the TS_CPU_CAPABILITY cap, and what the cap
+// The CPU probe (model/kernels/cpu_features.h): names, the TS_CPU_CAPABILITY cap, and what the cap
 // reaches (the bf16 check; the kernels' own variants are compared in fused_inference_test).
-#include "model/cpu_features.h"
+#include "model/kernels/cpu_features.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <string>
 
-#include "model/bf16_feature_products.h"
-#include "model/mixed_linear.h"
+#include "model/kernels/bf16_feature_products.h"
+#include "model/kernels/mixed_linear.h"
 
 namespace ts {
 namespace {

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "common/file_io.h"
-#include "model/batch_classifier.h"
-#include "model/checkpoint.h"
-#include "model/listops_generator.h"
+#include "model/checkpoints/checkpoint.h"
+#include "model/data/listops_generator.h"
+#include "model/networks/batch_classifier.h"
 #include "model/torch_compat.h"
-#include "model/training.h"
+#include "model/training/training.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {
@@ -38,7 +38,7 @@ class CudaModelTest : public ::testing::Test {
 std::vector<std::string> Inputs(const std::string& model) {
   std::vector<std::string> inputs;
   if (model == "source-lang-demo") {
-    for (const char* file : {"scripts/setup", "bench/debian_tasks.py", "model/encoder.h",
+    for (const char* file : {"scripts/setup", "bench/debian_tasks.py", "model/networks/encoder.h",
                              "scripts/build", "bench/attention_report.py"}) {
       auto bytes = ReadFile(SourceDir() + "/" + file);
       EXPECT_TRUE(bytes.ok()) << bytes.status();

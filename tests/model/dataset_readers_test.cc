@@ -1,4 +1,4 @@
-#include "model/dataset_readers.h"
+#include "model/data/dataset_readers.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "model/inputs.h"
+#include "model/api/inputs.h"
 #include "tests/testing/scratch_dir.h"
 
 namespace ts {

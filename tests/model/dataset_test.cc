@@ -1,4 +1,4 @@
-#include "model/dataset.h"
+#include "model/data/dataset.h"
 
 #include <gtest/gtest.h>
 

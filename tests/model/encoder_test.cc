@@ -1,4 +1,4 @@
-#include "model/encoder.h"
+#include "model/networks/encoder.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -9,8 +9,8 @@
 #include <tuple>
 #include <vector>
 
-#include "model/attention_path.h"
-#include "model/cost_model.h"
+#include "model/api/attention_path.h"
+#include "model/networks/cost_model.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {

@@ -1,6 +1,6 @@
-// The fused inference kernels (model/efficient_inference.h, model/direct_inference.h) against a
-// plain float64 evaluation of the formula of docs/MODEL.md, on strided slices of a qkv tensor as
-// the attention module passes them.
+// The fused inference kernels (model/kernels/efficient_inference.h,
+// model/kernels/direct_inference.h) against a plain float64 evaluation of the formula of
+// docs/MODEL.md, on strided slices of a qkv tensor as the attention module passes them.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "model/attention.h"
-#include "model/bf16_feature_products.h"
-#include "model/cpu_features.h"
-#include "model/cpu_gemm.h"
-#include "model/direct_inference.h"
-#include "model/direct_tile.h"
-#include "model/efficient_inference.h"
-#include "model/inference_ops.h"
+#include "model/kernels/bf16_feature_products.h"
+#include "model/kernels/cpu_features.h"
+#include "model/kernels/cpu_gemm.h"
+#include "model/kernels/direct_inference.h"
+#include "model/kernels/direct_tile.h"
+#include "model/kernels/efficient_inference.h"
+#include "model/kernels/inference_ops.h"
+#include "model/networks/attention.h"
 
 namespace ts {
 namespace {
@@ -230,10 +230,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // last one of 14 (on one thread; fewer rows per block on more).
                       DirectCase{true, true, 1.0, 0.5, 0.3, 40000}));
 
-// The register tiles (model/direct_tile.h) at every width they run (d 3 → 4, 8, 12 → 16, 16) and
-// the GEMM form beside them (d 24), against the float64 formula on each sequence's real tokens,
-// with padding inside a sequence as well as after it; and against the GEMM form (direct_tiles
-// off) on the same inputs.
+// The register tiles (model/kernels/direct_tile.h) at every width they run (d 3 → 4, 8, 12 → 16,
+// 16) and the GEMM form beside them (d 24), against the float64 formula on each sequence's real
+// tokens, with padding inside a sequence as well as after it; and against the GEMM form
+// (direct_tiles off) on the same inputs.
 TEST(DirectInferenceTilesTest, EveryWidthMatchesFloat64AndTheGemmForm) {
   torch::manual_seed(17);
   const std::int64_t batch = 2, tokens = 75, heads = 2;
@@ -265,8 +265,8 @@ TEST(DirectInferenceTilesTest, EveryWidthMatchesFloat64AndTheGemmForm) {
   }
 }
 
-// Every variant of the fused kernels' loops (model/cpu_dispatch.h: AVX-512, AVX2 + FMA, generic)
-// that this CPU can run gives the float64 formula's answer, so the fallbacks a CPU without
+// Every variant of the fused kernels' loops (model/kernels/cpu_dispatch.h: AVX-512, AVX2 + FMA,
+// generic) that this CPU can run gives the float64 formula's answer, so the fallbacks a CPU without
 // AVX-512 takes are held to the same bound as the variant the build machine picks.
 TEST(FusedInferenceVariantsTest, EveryCpuLevelMatchesFloat64) {
   torch::manual_seed(31);

@@ -1,4 +1,4 @@
-#include "model/inputs.h"
+#include "model/api/inputs.h"
 
 #include <gtest/gtest.h>
 

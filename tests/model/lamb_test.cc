@@ -1,4 +1,4 @@
-#include "model/lamb.h"
+#include "model/training/lamb.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

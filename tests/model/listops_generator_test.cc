@@ -1,4 +1,4 @@
-#include "model/listops_generator.h"
+#include "model/data/listops_generator.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// Precision per model (model/precision.h, model/mixed_linear.h): names, the hardware check, the
-// mixed linear layer, and the accuracy guard — bf16 probabilities within 0.02 of fp32 on the
-// shipped demo models and on a paper-size model, on the benchmark documents.
-#include "model/precision.h"
+// Precision per model (model/api/precision.h, model/kernels/mixed_linear.h): names, the hardware
+// check, the mixed linear layer, and the accuracy guard — bf16 probabilities within 0.02 of fp32 on
+// the shipped demo models and on a paper-size model, on the benchmark documents.
+#include "model/api/precision.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "common/file_io.h"
-#include "model/batch_classifier.h"
-#include "model/checkpoint.h"
-#include "model/encoder.h"
-#include "model/listops_generator.h"
-#include "model/mixed_linear.h"
+#include "model/checkpoints/checkpoint.h"
+#include "model/data/listops_generator.h"
+#include "model/kernels/mixed_linear.h"
+#include "model/networks/batch_classifier.h"
+#include "model/networks/encoder.h"
 
 namespace ts {
 namespace {
@@ -71,7 +71,8 @@ TEST(PrecisionTest, MixedLinearRunsTheProductInBf16OnlyForEnoughRows) {
   EXPECT_FALSE(LowPrecisionWeight(layer, Precision::kFp32).defined());
   torch::NoGradGuard no_grad;
 
-  // Few rows: the float32 layer (model/cpu_gemm.h's GEMM: LibTorch's sums in another order).
+  // Few rows: the float32 layer (model/kernels/cpu_gemm.h's GEMM: LibTorch's sums in another
+  // order).
   const auto small = torch::randn({2, kMinLowPrecisionRows / 2 - 1, 64});
   EXPECT_TRUE(torch::allclose(MixedLinear(layer, low, small), layer(small), 1e-5, 1e-5));
 
@@ -88,8 +89,8 @@ TEST(PrecisionTest, MixedLinearRunsTheProductInBf16OnlyForEnoughRows) {
   EXPECT_LT(error / layer(x).abs().max().item<double>(), 0.02);
 }
 
-// Float32 inference runs x·Wᵀ + b as one GEMM into the bias (model/mixed_linear.cc); anything
-// else (autograd, a strided input) is LibTorch's linear itself.
+// Float32 inference runs x·Wᵀ + b as one GEMM into the bias (model/kernels/mixed_linear.cc);
+// anything else (autograd, a strided input) is LibTorch's linear itself.
 TEST(PrecisionTest, Fp32InferenceLinearMatchesLibTorchAndLeavesAutogradAlone) {
   torch::manual_seed(4);
   for (const bool bias : {true, false}) {
@@ -183,9 +184,9 @@ TEST_F(Bf16AccuracyTest, SourceLanguageDemoModelStaysWithin002OfFp32) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   // Real source files of this repository, cut to the model's length.
   std::vector<std::string> documents;
-  for (const char* file :
-       {"model/encoder.cc", "model/attention.cc", "server/config.cc", "bench/serving_bench.py",
-        "scripts/test", "README.md", "model/encoder.h", "client/tsctl.cc"}) {
+  for (const char* file : {"model/networks/encoder.cc", "model/networks/attention.cc",
+                           "server/config.cc", "bench/serving_bench.py", "scripts/test",
+                           "README.md", "model/networks/encoder.h", "client/tsctl.cc"}) {
     std::string document = ReadFile(SourceDir() + "/" + file).value();
     ASSERT_FALSE(document.empty()) << file;
     document.resize(std::min<std::size_t>(document.size(), loaded->options.max_length()));

@@ -1,4 +1,4 @@
-#include "model/reference_import.h"
+#include "model/checkpoints/reference_import.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/file_io.h"
-#include "model/attention_path.h"
+#include "model/api/attention_path.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {

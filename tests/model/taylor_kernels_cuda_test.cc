@@ -2,7 +2,7 @@
 // feature table every kernel indexes by, how the efficient path splits the keys over blocks and
 // the workspace it asks for, and shapes the launchers refuse before launching anything. What the
 // kernels compute is checked on a GPU by aten_form_test's FusedCuda tests.
-#include "model/taylor_kernels_cuda.h"
+#include "model/kernels/taylor_kernels_cuda.h"
 
 #include <gtest/gtest.h>
 

@@ -19,9 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
-#include "model/attention_path.h"
-#include "model/reference_import.h"
-#include "model/training.h"
+#include "model/api/attention_path.h"
+#include "model/checkpoints/reference_import.h"
+#include "model/training/training.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {

@@ -1,4 +1,4 @@
-#include "model/training.h"
+#include "model/training/training.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.h"
-#include "model/listops_generator.h"
+#include "model/checkpoints/checkpoint.h"
+#include "model/data/listops_generator.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {

@@ -1,5 +1,5 @@
-// An Inference (server/inference.h) without a model, for front-end tests: one served model whose
-// probabilities are a function of the document, a scripted status for every request, and a
+// An Inference (server/serving/inference.h) without a model, for front-end tests: one served model
+// whose probabilities are a function of the document, a scripted status for every request, and a
 // record of the calls it received.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "server/inference.h"
+#include "server/serving/inference.h"
 
 namespace ts::server::testing {
 

@@ -1,6 +1,6 @@
-// The HTTP front end (server/http_frontend.h): routing, JSON decoding with the field named, the
-// status mapping with Retry-After / WWW-Authenticate, and one real listener on loopback.
-#include "server/http_frontend.h"
+// The HTTP front end (server/serving/http_frontend.h): routing, JSON decoding with the field named,
+// the status mapping with Retry-After / WWW-Authenticate, and one real listener on loopback.
+#include "server/serving/http_frontend.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -71,7 +71,7 @@ TEST(HttpFrontendTest, V2InferAnswersJsonTensorsWithExactFloats) {
   EXPECT_EQ(static_cast<float>(body["outputs"][0]["data"][4].get<double>()), expected[1]);
   EXPECT_EQ(body["outputs"][1]["data"], Json::parse(R"(["c2", "c2"])"));
   EXPECT_EQ(fake.calls()[0].path(), taylorshift::v1::ATTENTION_PATH_DIRECT);
-  // The requests counter's protocol label (server/inference.h).
+  // The requests counter's protocol label (server/serving/inference.h).
   EXPECT_STREQ(fake.contexts()[0].protocol, "v2_rest");
 }
 

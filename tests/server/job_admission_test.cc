@@ -1,6 +1,6 @@
 // JobAdmission: a submitted spec's data inside the data root, its checkpoint references, an
 // evaluation's target, the memory estimate against jobs.memory_budget_bytes, and jobs disabled.
-#include "server/job_admission.h"
+#include "server/jobs/job_admission.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "server/job_queue.h"
-#include "server/model_registry.h"
+#include "server/jobs/job_queue.h"
+#include "server/serving/model_registry.h"
 #include "tests/testing/job_testing.h"
 
 namespace ts::server {

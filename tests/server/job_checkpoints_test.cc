@@ -1,6 +1,6 @@
 // Checkpoints of jobs: choosing best or last, the list kept after a worker's retention, the
 // store's records, and resolving "job:<id>" and data-root references.
-#include "server/job_checkpoints.h"
+#include "server/jobs/job_checkpoints.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "server/job_queue.h"
+#include "server/jobs/job_queue.h"
 #include "tests/testing/job_testing.h"
 
 namespace ts::server {

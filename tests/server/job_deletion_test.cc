@@ -1,6 +1,6 @@
 // JobDeleter: refusals (unknown, unfinished, a checkpoint another job reads), files first then
 // the record, and the retention sweep on the fake clock.
-#include "server/job_deletion.h"
+#include "server/jobs/job_deletion.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // to fd 3): a worker stopped by a shutdown that saves its state and then dies of a signal is
 // reported as such (exit_problem), its result still deciding the outcome; one that exits 0, or
 // exits 1 after reporting a failure, is not.
-#include "server/job_process.h"
+#include "server/jobs/job_process.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -15,7 +15,7 @@
 #include <fstream>
 #include <string>
 
-#include "worker/event_pipe.h"
+#include "job_contract/event_pipe.h"
 
 namespace ts::server {
 namespace {
@@ -43,7 +43,7 @@ class JobProcessTest : public ::testing::Test {
     EXPECT_GE(fd, 0);
     pb::WorkerMessage message;
     *message.mutable_result() = result;
-    EXPECT_TRUE(worker::EventWriter(fd, 0).Write(message).ok());
+    EXPECT_TRUE(job::EventWriter(fd, 0).Write(message).ok());
     ::close(fd);
     std::string script = dir_ + "/worker.sh";
     // SIGTERM ignored before the shell runs (Stop() comes at once, and the shell could take a

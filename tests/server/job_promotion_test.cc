@@ -1,16 +1,16 @@
 // CheckpointPromoter: a job's best checkpoint copied under models/, served, recorded and
 // served again after a restart; the accuracy guard; refusals before anything is served.
-#include "server/job_promotion.h"
+#include "server/jobs/job_promotion.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
-#include "model/checkpoint.h"
-#include "model/encoder.h"
-#include "server/job_queue.h"
-#include "server/model_registry.h"
+#include "model/checkpoints/checkpoint.h"
+#include "model/networks/encoder.h"
+#include "server/jobs/job_queue.h"
+#include "server/serving/model_registry.h"
 #include "tests/testing/encoder_testing.h"
 #include "tests/testing/job_testing.h"
 

@@ -1,7 +1,7 @@
 // JobQueue: admission (jobs.max_queued, shutdown), the memory budget of the running jobs, state
 // transitions with the fake clock's times, watches, cancel and deletion refusals, a failed
 // snapshot write counted, and a final state the store refuses kept and written later.
-#include "server/job_queue.h"
+#include "server/jobs/job_queue.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

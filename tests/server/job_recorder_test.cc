@@ -1,6 +1,6 @@
 // JobRecorder: each kind of WorkerMessage turned into the job, the store's rows, the job gauges
 // and the watchers' events; failed store writes counted by operation.
-#include "server/job_recorder.h"
+#include "server/jobs/job_recorder.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // JobRunner without processes: what follows an attempt (JudgeAttempt), and the WorkerTask a job
 // starts with.
-#include "server/job_runner.h"
+#include "server/jobs/job_runner.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

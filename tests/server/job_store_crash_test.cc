@@ -1,6 +1,6 @@
-// Crash consistency of the job store (server/job_store.h: "a committed write survives a process
-// crash (kill -9)", "each call is one transaction"). A child process writes to one store file
-// through the JobStore API — a job, its state and progress, its loss curve, validation runs,
+// Crash consistency of the job store (server/jobs/job_store.h: "a committed write survives a
+// process crash (kill -9)", "each call is one transaction"). A child process writes to one store
+// file through the JobStore API — a job, its state and progress, its loss curve, validation runs,
 // checkpoint records (recorded and removed), promotions, a history truncation, the final state,
 // and for every third child the job's deletion — and acknowledges each call that returned OK on
 // a pipe. The test SIGKILLs it at a random point (after a seeded random number of
@@ -33,7 +33,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/job_store.h"
+#include "server/jobs/job_store.h"
 #include "tests/testing/scratch_dir.h"
 
 namespace ts::server {

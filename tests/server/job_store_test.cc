@@ -1,4 +1,4 @@
-#include "server/job_store.h"
+#include "server/jobs/job_store.h"
 
 #include <gmock/gmock.h>
 #include <google/protobuf/util/message_differencer.h>

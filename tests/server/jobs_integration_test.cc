@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "common/sanitizers.h"
-#include "model/checkpoint.h"
-#include "model/encoder.h"
+#include "model/checkpoints/checkpoint.h"
+#include "model/networks/encoder.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 #include "taylorshift/v1/jobs.grpc.pb.h"
 #include "tests/testing/encoder_testing.h"

@@ -1,6 +1,6 @@
-// The KServe v2 mapping (server/kserve_v2.h): request validation with the field named, the
+// The KServe v2 mapping (server/serving/kserve_v2.h): request validation with the field named, the
 // fan-out of a batch into Classify requests, the outputs and their gRPC raw encoding.
-#include "server/kserve_v2.h"
+#include "server/serving/kserve_v2.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "server/length_bucket_batcher.h"
+#include "server/serving/length_bucket_batcher.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

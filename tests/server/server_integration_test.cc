@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "common/file_io.h"
-#include "model/batch_classifier.h"
-#include "model/checkpoint.h"
-#include "model/mixed_linear.h"
+#include "model/checkpoints/checkpoint.h"
+#include "model/kernels/mixed_linear.h"
+#include "model/networks/batch_classifier.h"
 #include "server/config.h"
 #include "server/server.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
@@ -58,7 +58,7 @@ std::string WriteModel(const std::string& dir, const std::string& name, const st
 // Loads `config_path` as tsserver does (relative paths against its directory) and starts the
 // server on `clock`.
 absl::StatusOr<std::unique_ptr<Server>> StartServer(const std::string& config_path,
-                                                    ts::server::Clock* clock) {
+                                                    ts::Clock* clock) {
   auto config = ts::server::LoadServerConfig(config_path);
   if (!config.ok()) return config.status();
   return Server::Create(*config, clock);

@@ -9,7 +9,7 @@
 #include <memory>
 #include <sstream>
 
-#include "model/checkpoint.h"
+#include "model/checkpoints/checkpoint.h"
 #include "tests/testing/encoder_testing.h"
 #include "tests/testing/server_process.h"
 

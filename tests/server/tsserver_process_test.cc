@@ -7,7 +7,7 @@
 #include <fstream>
 #include <future>
 
-#include "model/checkpoint.h"
+#include "model/checkpoints/checkpoint.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 #include "tests/testing/encoder_testing.h"
 #include "tests/testing/metrics_text.h"

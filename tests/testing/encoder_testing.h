@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "model/encoder.h"
-#include "model/listops_generator.h"
+#include "model/data/listops_generator.h"
+#include "model/networks/encoder.h"
 
 namespace ts::testing {
 

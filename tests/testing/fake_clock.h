@@ -1,4 +1,4 @@
-// FakeClock: a ts::server::Clock whose time moves only when the test calls Advance()/SetTime().
+// FakeClock: a ts::Clock whose time moves only when the test calls Advance()/SetTime().
 //
 // WaitUntil() blocks until the condition variable is notified or the fake time reaches the
 // deadline; Advance()/SetTime() wake every waiter whose deadline has been reached. Tests
@@ -15,11 +15,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/clock.h"
+#include "common/clock.h"
 
 namespace ts::testing {
 
-class FakeClock final : public ts::server::Clock {
+class FakeClock final : public ts::Clock {
  public:
   explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1'700'000'000)) : now_(start) {}
   FakeClock(const FakeClock&) = delete;

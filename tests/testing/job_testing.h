@@ -14,8 +14,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "server/job_context.h"
-#include "server/job_store.h"
+#include "server/jobs/job_context.h"
+#include "server/jobs/job_store.h"
 #include "server/metrics.h"
 #include "tests/testing/fake_clock.h"
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "common/file_io.h"
-#include "model/calibration.h"
-#include "model/listops_generator.h"
-#include "model/mixed_linear.h"
+#include "model/data/listops_generator.h"
+#include "model/kernels/mixed_linear.h"
+#include "model/networks/calibration.h"
 #include "tests/testing/encoder_testing.h"
 
 namespace ts {
@@ -134,7 +134,7 @@ TEST_F(TsmodelTest, PredictPrintsOneJsonLinePerFileInInputOrder) {
     ASSERT_TRUE(object.is_object()) << lines[i];
     const auto& logits = object["logits"];
     ASSERT_EQ(logits.size(), 3u) << lines[i];
-    // The schema of tsctl classify --json (model/json_output.h): labelled floats.
+    // The schema of tsctl classify --json (common/json_output.h): labelled floats.
     const auto& probabilities = object["probabilities"];
     ASSERT_TRUE(probabilities.is_array()) << lines[i];
     ASSERT_EQ(probabilities.size(), 3u) << lines[i];
@@ -229,7 +229,8 @@ TEST_F(TsmodelTest, CalibrateThenUseTheCalibration) {
 TEST_F(TsmodelTest, CalibrateRefusesAnUnsupportedPrecisionBeforeMeasuring) {
   Import();
   const std::string calibration = dir_ + "/calibration.txt";
-  // Capped at AVX2, bf16 is unsupported on any CPU (TS_CPU_CAPABILITY, model/cpu_features.h).
+  // Capped at AVX2, bf16 is unsupported on any CPU (TS_CPU_CAPABILITY,
+  // model/kernels/cpu_features.h).
   ToolRun run = Tsmodel("calibrate " + checkpoint_ + " --out " + calibration +
                             " --repeats 1 --threads 1 --precision fp32,bf16",
                         "TS_CPU_CAPABILITY=avx2 ");

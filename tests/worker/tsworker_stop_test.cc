@@ -30,7 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "worker/event_pipe.h"
+#include "job_contract/event_pipe.h"
 
 #ifndef TS_TSWORKER_BINARY
 #error "TS_TSWORKER_BINARY must name the tsworker binary"
@@ -140,8 +140,8 @@ WorkerRun StartAndTerminate(const std::string& task_file, std::chrono::milliseco
   }
   const std::string binary = TS_TSWORKER_BINARY;
   const std::string task_flag = "--task=" + task_file;
-  // As tsserver starts it (server/job_process.cc): SIGTERM blocked from fork through exec, until
-  // tsworker's signal thread takes it.
+  // As tsserver starts it (server/jobs/job_process.cc): SIGTERM blocked from fork through exec,
+  // until tsworker's signal thread takes it.
   sigset_t term_only, previous;
   sigemptyset(&term_only);
   sigaddset(&term_only, SIGTERM);
@@ -161,7 +161,7 @@ WorkerRun StartAndTerminate(const std::string& task_file, std::chrono::milliseco
   }
   close(events[1]);
   close(logs[1]);
-  EventDecoder decoder;
+  job::EventDecoder decoder;
   const auto start = std::chrono::steady_clock::now();
   bool terminated = false;
   std::vector<pollfd> fds = {{events[0], POLLIN, 0}, {logs[0], POLLIN, 0}};

@@ -1,0 +1,385 @@
+#include "model/checkpoints/checkpoint.h"
+
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/atomic_file.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+#include "model/torch_compat.h"
+#include "model/torch_status.h"
+
+namespace ts {
+namespace {
+
+constexpr std::array<char, 8> kMagic = {'T', 'S', 'C', 'K', 'P', 'T', '\0', '\1'};
+constexpr std::size_t kHeaderBytes = kMagic.size() + sizeof(std::uint32_t) + sizeof(std::uint64_t);
+constexpr std::size_t kTrailerBytes = sizeof(std::uint32_t);
+
+void AppendLittleEndian(std::vector<char>& out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+std::uint64_t ReadLittleEndian(const char* data, int bytes) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) {
+    value |= static_cast<std::uint64_t>(static_cast<unsigned char>(data[i])) << (8 * i);
+  }
+  return value;
+}
+
+std::string ShapeText(c10::IntArrayRef sizes) {
+  return absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
+}
+
+// The entries of a pickled Dict[str, T] as a std::map.
+absl::StatusOr<std::map<std::string, c10::IValue>> StringKeyedDict(const c10::IValue& value,
+                                                                   absl::string_view what) {
+  if (!value.isGenericDict()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be a dict, got ", value.tagKind()));
+  }
+  std::map<std::string, c10::IValue> entries;
+  for (const auto& entry : value.toGenericDict()) {
+    if (!entry.key().isString()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has a non-string key"));
+    }
+    entries.emplace(entry.key().toStringRef(), entry.value());
+  }
+  return entries;
+}
+
+absl::StatusOr<c10::IValue> Require(const std::map<std::string, c10::IValue>& dict,
+                                    const std::string& key, absl::string_view what) {
+  const auto it = dict.find(key);
+  if (it == dict.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has no '", key, "' entry"));
+  }
+  return it->second;
+}
+
+c10::IValue EncodePayload(const TaylorShiftEncoderOptions& options,
+                          const CheckpointMetadata& metadata,
+                          const std::map<std::string, torch::Tensor>& state) {
+  c10::impl::GenericDict architecture(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [name, value] : EncoderOptionsToFields(options)) {
+    std::visit([&, &field = name](
+                   const auto& v) { architecture.insert(c10::IValue(field), c10::IValue(v)); },
+               value);
+  }
+  c10::List<std::string> labels;
+  for (const auto& label : metadata.labels) labels.push_back(label);
+  c10::Dict<std::string, std::string> provenance;
+  for (const auto& [key, value] : metadata.provenance) provenance.insert(key, value);
+  c10::impl::GenericDict meta(c10::StringType::get(), c10::AnyType::get());
+  meta.insert(c10::IValue("modality"), c10::IValue(metadata.modality));
+  meta.insert(c10::IValue("labels"), c10::IValue(labels));
+  meta.insert(c10::IValue("provenance"), c10::IValue(provenance));
+  c10::Dict<std::string, torch::Tensor> tensors;
+  for (const auto& [name, tensor] : state) tensors.insert(name, tensor);
+  c10::impl::GenericDict payload(c10::StringType::get(), c10::AnyType::get());
+  payload.insert(c10::IValue("architecture"), c10::IValue(architecture));
+  payload.insert(c10::IValue("metadata"), c10::IValue(meta));
+  payload.insert(c10::IValue("state"), c10::IValue(tensors));
+  return payload;
+}
+
+absl::StatusOr<TaylorShiftEncoderOptions> DecodeArchitecture(const c10::IValue& value) {
+  TS_ASSIGN_OR_RETURN(const auto entries, StringKeyedDict(value, "checkpoint architecture"));
+  EncoderOptionFields fields;
+  for (const auto& [name, field] : entries) {
+    if (field.isBool()) {
+      fields.emplace_back(name, field.toBool());
+    } else if (field.isInt()) {
+      fields.emplace_back(name, field.toInt());
+    } else if (field.isDouble()) {
+      fields.emplace_back(name, field.toDouble());
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint architecture field '", name,
+                                                     "' has unsupported type ", field.tagKind()));
+    }
+  }
+  return EncoderOptionsFromFields(fields);
+}
+
+absl::StatusOr<CheckpointMetadata> DecodeMetadata(const c10::IValue& value) {
+  TS_ASSIGN_OR_RETURN(const auto entries, StringKeyedDict(value, "checkpoint metadata"));
+  CheckpointMetadata metadata;
+  TS_ASSIGN_OR_RETURN(const auto modality, Require(entries, "modality", "checkpoint metadata"));
+  if (!modality.isString()) {
+    return absl::InvalidArgumentError("checkpoint metadata 'modality' must be a string");
+  }
+  metadata.modality = modality.toStringRef();
+  TS_ASSIGN_OR_RETURN(const auto labels, Require(entries, "labels", "checkpoint metadata"));
+  if (!labels.isList()) {
+    return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
+  }
+  for (const auto& label : labels.toListRef()) {
+    if (!label.isString()) {
+      return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
+    }
+    metadata.labels.push_back(label.toStringRef());
+  }
+  TS_ASSIGN_OR_RETURN(const auto provenance_value,
+                      Require(entries, "provenance", "checkpoint metadata"));
+  TS_ASSIGN_OR_RETURN(const auto provenance,
+                      StringKeyedDict(provenance_value, "checkpoint provenance"));
+  for (const auto& [key, text] : provenance) {
+    if (!text.isString()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint provenance '", key, "' must be a string"));
+    }
+    metadata.provenance.emplace(key, text.toStringRef());
+  }
+  return metadata;
+}
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> DecodeState(const c10::IValue& value) {
+  TS_ASSIGN_OR_RETURN(const auto entries, StringKeyedDict(value, "checkpoint state"));
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& [name, tensor] : entries) {
+    if (!tensor.isTensor()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint state '", name, "' is not a tensor"));
+    }
+    state.emplace(name, tensor.toTensor());
+  }
+  return state;
+}
+
+// The fields that determine parameter shapes must agree between `options` and the model.
+absl::Status CheckOptionsDescribeModel(const TaylorShiftEncoderOptions& options,
+                                       const TaylorShiftEncoderOptions& model) {
+  const auto given = EncoderOptionsToFields(options);
+  const auto actual = EncoderOptionsToFields(model);
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    static constexpr absl::string_view kShapeFields[] = {
+        "vocab_size", "embed_dim",   "depth",    "heads",      "mlp_hidden",
+        "max_length", "num_classes", "qkv_bias", "conv_embed", "input_normalize"};
+    bool shape_field = false;
+    for (auto name : kShapeFields) shape_field |= given[i].first == name;
+    if (shape_field && given[i].second != actual[i].second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options do not describe the model: ", given[i].first, " differs (options: ",
+          DescribeEncoderOptions(options), "; model: ", DescribeEncoderOptions(model), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CheckpointVersion(std::string_view file_bytes) {
+  const std::size_t covered =
+      file_bytes.size() >= kTrailerBytes ? file_bytes.size() - kTrailerBytes : file_bytes.size();
+  return absl::StrFormat("%08x", Crc32(file_bytes.data(), covered));
+}
+
+std::uint32_t Crc32(const void* data, std::size_t size) {
+  // crc32_z takes a size_t length, so a payload over 4 GiB needs no chunking.
+  return static_cast<std::uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), static_cast<const Bytef*>(data), size));
+}
+
+std::string UtcTimestampNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buffer;
+}
+
+absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& metadata,
+                                        std::int64_t num_classes) {
+  if (metadata.modality != "bytes" && metadata.modality != "pixels") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("modality must be 'bytes' or 'pixels', got '", metadata.modality, "'"));
+  }
+  if (static_cast<std::int64_t>(metadata.labels.size()) != num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat("the model has ", num_classes, " classes but ",
+                                                   metadata.labels.size(), " labels were given"));
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, torch::Tensor> StateDict(TaylorShiftEncoder& model) {
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
+    state.emplace(item.key(), item.value().detach().cpu().contiguous());
+  }
+  for (const auto& item : model->named_buffers(/*recurse=*/true)) {
+    state.emplace(item.key(), item.value().detach().cpu().contiguous());
+  }
+  return state;
+}
+
+absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
+                           TaylorShiftEncoder& model) {
+  std::map<std::string, torch::Tensor> expected;
+  for (const auto& item : model->named_parameters(true)) expected.emplace(item.key(), item.value());
+  for (const auto& item : model->named_buffers(true)) expected.emplace(item.key(), item.value());
+
+  std::vector<std::string> missing;
+  std::vector<std::string> unexpected;
+  for (const auto& [name, tensor] : expected) {
+    if (state.count(name) == 0) {
+      missing.push_back(absl::StrCat(name, " ", ShapeText(tensor.sizes())));
+    }
+  }
+  for (const auto& [name, tensor] : state) {
+    if (expected.count(name) == 0) unexpected.push_back(name);
+  }
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state dict is missing ", absl::StrJoin(missing, ", ")));
+  }
+  if (!unexpected.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state dict has unexpected keys ", absl::StrJoin(unexpected, ", ")));
+  }
+  std::optional<std::pair<std::string, c10::ScalarType>> dtype;
+  for (const auto& [name, tensor] : state) {
+    const auto& target = expected.at(name);
+    if (!tensor.defined()) {
+      return absl::InvalidArgumentError(absl::StrCat("state dict entry ", name, " is undefined"));
+    }
+    if (tensor.sizes() != target.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat("state dict entry ", name, " has shape ",
+                                                     ShapeText(tensor.sizes()), ", expected ",
+                                                     ShapeText(target.sizes())));
+    }
+    if (!tensor.is_floating_point()) {
+      return absl::InvalidArgumentError(absl::StrCat("state dict entry ", name, " has dtype ",
+                                                     c10::toString(tensor.scalar_type()),
+                                                     ", expected a floating-point dtype"));
+    }
+    if (!dtype) {
+      dtype.emplace(name, tensor.scalar_type());
+    } else if (dtype->second != tensor.scalar_type()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state dict entry ", name, " has dtype ", c10::toString(tensor.scalar_type()),
+          ", expected ", c10::toString(dtype->second), " (the dtype of ", dtype->first, ")"));
+    }
+  }
+  auto copied = CatchTorch("loading state dict", [&] {
+    torch::NoGradGuard no_grad;
+    if (dtype) model->to(dtype->second);
+    for (const auto& item : model->named_parameters(true)) {
+      item.value().copy_(state.at(item.key()));
+    }
+    for (const auto& item : model->named_buffers(true)) {
+      item.value().copy_(state.at(item.key()));
+    }
+    return true;
+  });
+  return copied.status();
+}
+
+absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOptions& options,
+                            const CheckpointMetadata& metadata, TaylorShiftEncoder& model) {
+  if (model.is_empty()) return absl::InvalidArgumentError("SaveCheckpoint: model is null");
+  TS_RETURN_IF_ERROR(ValidateEncoderOptions(options));
+  TS_RETURN_IF_ERROR(CheckOptionsDescribeModel(options, model->options()));
+  TS_RETURN_IF_ERROR(ValidateCheckpointMetadata(metadata, options.num_classes()));
+  CheckpointMetadata stamped = metadata;
+  stamped.provenance.try_emplace("created_at", UtcTimestampNow());
+  stamped.provenance.try_emplace("libtorch_version", compat::TorchVersion());
+
+  TS_ASSIGN_OR_RETURN(
+      const auto payload, CatchTorch("saving checkpoint", [&] {
+        return torch::pickle_save(EncodePayload(options, stamped, StateDict(model)));
+      }));
+
+  std::vector<char> file;
+  file.reserve(kHeaderBytes + payload.size() + kTrailerBytes);
+  file.insert(file.end(), kMagic.begin(), kMagic.end());
+  AppendLittleEndian(file, kCheckpointFormatVersion, 4);
+  AppendLittleEndian(file, payload.size(), 8);
+  file.insert(file.end(), payload.begin(), payload.end());
+  AppendLittleEndian(file, Crc32(payload.data(), payload.size()), 4);
+  return WriteFileAtomically(path, std::string(file.data(), file.size()));
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::Device device) {
+  TS_ASSIGN_OR_RETURN(const std::string file, ReadFile(path, "checkpoint"));
+  if (file.size() < kMagic.size() || !std::equal(kMagic.begin(), kMagic.end(), file.begin())) {
+    return absl::DataLossError(absl::StrCat(path, " is not a TaylorShift checkpoint (bad magic)"));
+  }
+  if (file.size() < kHeaderBytes) {
+    return absl::DataLossError(absl::StrCat(path, " is truncated: ", file.size(),
+                                            " bytes, shorter than the ", kHeaderBytes,
+                                            "-byte header"));
+  }
+  const auto version = static_cast<std::uint32_t>(ReadLittleEndian(file.data() + 8, 4));
+  if (version != kCheckpointFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " has checkpoint format version ", version,
+                                                   "; this build reads version ",
+                                                   kCheckpointFormatVersion));
+  }
+  const std::uint64_t payload_bytes = ReadLittleEndian(file.data() + 12, 8);
+  const std::uint64_t available = file.size() - kHeaderBytes;
+  if (available < kTrailerBytes || payload_bytes > available - kTrailerBytes) {
+    return absl::DataLossError(absl::StrCat(path, " is truncated: header promises ", payload_bytes,
+                                            " payload bytes + 4 CRC bytes, ", available,
+                                            " bytes follow the header"));
+  }
+  if (payload_bytes != available - kTrailerBytes) {
+    return absl::DataLossError(absl::StrCat(
+        path, " has ", available - kTrailerBytes - payload_bytes, " unexpected trailing bytes"));
+  }
+  const char* payload = file.data() + kHeaderBytes;
+  const auto stored_crc = static_cast<std::uint32_t>(ReadLittleEndian(payload + payload_bytes, 4));
+  const std::uint32_t actual_crc = Crc32(payload, payload_bytes);
+  if (stored_crc != actual_crc) {
+    return absl::DataLossError(
+        absl::StrFormat("%s is corrupted: CRC-32 of the payload is %08x, the file says %08x", path,
+                        actual_crc, stored_crc));
+  }
+
+  auto unpickled = CatchTorch(absl::StrCat("unpickling ", path), [&] {
+    return torch::pickle_load(std::vector<char>(payload, payload + payload_bytes));
+  });
+  // A payload that matches its CRC but does not unpickle was written corrupt (or crafted): the
+  // file's content is lost, as with a failed CRC. Out of memory stays RESOURCE_EXHAUSTED.
+  if (!unpickled.ok() && unpickled.status().code() == absl::StatusCode::kInternal) {
+    return absl::DataLossError(absl::StrCat(path, " is corrupted: its payload passed the CRC but ",
+                                            unpickled.status().message()));
+  }
+  TS_ASSIGN_OR_RETURN(const auto root_value, std::move(unpickled));
+  TS_ASSIGN_OR_RETURN(const auto root, StringKeyedDict(root_value, "checkpoint payload"));
+  TS_ASSIGN_OR_RETURN(const auto architecture_value,
+                      Require(root, "architecture", "checkpoint payload"));
+  TS_ASSIGN_OR_RETURN(const auto metadata_value, Require(root, "metadata", "checkpoint payload"));
+  TS_ASSIGN_OR_RETURN(const auto state_value, Require(root, "state", "checkpoint payload"));
+
+  TS_ASSIGN_OR_RETURN(const auto options, DecodeArchitecture(architecture_value));
+  TS_ASSIGN_OR_RETURN(auto metadata, DecodeMetadata(metadata_value));
+  metadata.format_version = static_cast<int>(version);
+  TS_RETURN_IF_ERROR(ValidateCheckpointMetadata(metadata, options.num_classes()));
+  TS_ASSIGN_OR_RETURN(const auto state, DecodeState(state_value));
+
+  TS_ASSIGN_OR_RETURN(auto model,
+                      CatchTorch("building model", [&] { return TaylorShiftEncoder(options); }));
+  if (auto status = LoadStateDict(state, model); !status.ok()) {
+    return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+  }
+  auto moved = CatchTorch("moving model to device", [&] {
+    model->to(device);
+    model->eval();
+    return true;
+  });
+  TS_RETURN_IF_ERROR(moved.status());
+  return LoadedCheckpoint{options, std::move(metadata), std::move(model)};
+}
+
+}  // namespace ts

@@ -1,0 +1,77 @@
+// The fused CUDA kernels of TaylorShift attention's forward (model/kernels/taylor_kernels_cuda.cu):
+// torch-free launchers over raw device pointers, for model/kernels/fused_cuda_attention.cc. Both
+// take float32 q̂, k̂ (already normalised, temperature applied) and v, [B, H, N, d] contiguous, an
+// optional key-padding mask [B, N] (true = padded) and each sequence's number of real tokens,
+// and write float32 y [B, H, N, d]. Products run in bfloat16 on tensor cores with float32
+// accumulation; feature maps, scores and denominators never reach global memory.
+//
+// - Efficient path: the state KV = Σ_j ψ(k_j) v'_jᵀ over the (d+1)(d+2)/2 symmetric features of
+//   [k | 1] (built tile by tile in shared memory), summed over slices of the sequence by
+//   separate blocks and reduced in a fixed order (deterministic), then the query pass
+//   φ(q)·KV with the division by the denominator column fused. The paper's α = d^¼ and 1/N,
+//   √(d/N) scalings are kept (Algorithm 1).
+// - Direct path: flash-style tiles of 64 queries × 64 keys: S = q̂k̂ᵀ, A = (S + β)² + γ
+//   (= (aS² + bS + c)/a), and A·[v | 1] accumulated on-chip.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+
+namespace ts::cuda_kernels {
+
+// The features of x̃ = [x | 1] (length m = d + 1): x̃_i·x̃_j for the (d+1)(d+2)/2 pairs i ≤ j in
+// row order (0, 0), (0, 1), ..., (0, d), (1, 1), ..., (d, d). Pairs with j < d are the quadratic
+// features, (i, d) the linear ones and (d, d) the constant. PairBase(i, m) is the index of (i, i).
+__host__ __device__ constexpr int PairBase(int i, int m) { return i * m - i * (i - 1) / 2; }
+
+// The pair (i, j) of feature f < (d+1)(d+2)/2: the row from the quadratic formula, then
+// corrected by whole rows (floating-point rounding never leaves it more than one row off).
+__host__ __device__ inline void FeaturePair(int f, int m, int& i, int& j) {
+  const float b = 2.0F * static_cast<float>(m) + 1.0F;
+  int row = static_cast<int>((b - sqrtf(b * b - 8.0F * static_cast<float>(f))) * 0.5F);
+  row = row < 0 ? 0 : (row > m - 1 ? m - 1 : row);
+  while (row + 1 < m && PairBase(row + 1, m) <= f) ++row;
+  while (row > 0 && PairBase(row, m) > f) --row;
+  i = row;
+  j = row + (f - PairBase(row, m));
+}
+
+struct AttentionArgs {
+  const float* q = nullptr;  // [B, H, N, d]
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const bool* key_padding = nullptr;  // [B, N], true = padded; null when nothing is padded
+  const float* counts = nullptr;      // [B]: real tokens per sequence (at least 1)
+  float* y = nullptr;                 // [B, H, N, d]
+  int batch = 0;
+  int heads = 0;
+  int tokens = 0;
+  int head_dim = 0;
+  // The Taylor polynomial a·x² + b·x + c (a > 0, c ≥ b²/4a).
+  float a = 0.5F;
+  float b = 1.0F;
+  float c = 1.0F;
+  bool output_normalize = true;
+};
+
+// Head dimensions with a kernel: 8, 16, 32, 64.
+bool SupportedHeadDim(int head_dim);
+
+// How the efficient path splits each sequence's state over blocks, for a GPU of
+// `multiprocessors` SMs, and the workspace bytes that split needs.
+struct EfficientPlan {
+  int slices = 1;
+  int tiles_per_slice = 1;
+  std::size_t workspace_bytes = 0;
+};
+EfficientPlan PlanEfficient(const AttentionArgs& args, int multiprocessors);
+
+// Launches on `stream`; `workspace` holds plan.workspace_bytes of device memory. Returns the
+// launch error (cudaSuccess when the kernels were queued).
+cudaError_t LaunchEfficient(const AttentionArgs& args, const EfficientPlan& plan, void* workspace,
+                            cudaStream_t stream);
+cudaError_t LaunchDirect(const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace ts::cuda_kernels

@@ -1,0 +1,134 @@
+#include "model/networks/attention.h"
+
+#include <cmath>
+#include <optional>
+
+#include "model/kernels/attention_dispatch.h"
+#include "model/kernels/direct_inference.h"
+#include "model/kernels/efficient_inference.h"
+#include "model/networks/cost_model.h"
+#include "model/torch_compat.h"
+
+namespace ts {
+
+TaylorShiftAttentionImpl::TaylorShiftAttentionImpl(const TaylorShiftAttentionOptions& options)
+    : options_(options) {
+  TORCH_CHECK_VALUE(
+      options_.dim() > 0 && options_.heads() > 0 && options_.dim() % options_.heads() == 0,
+      "attention: heads (", options_.heads(), ") must divide dim (", options_.dim(), ")");
+  CheckTaylorCoefficients(options_.a(), options_.b(), options_.c());
+  TORCH_CHECK_VALUE(options_.crossover_tokens() >= 0, "attention: crossover_tokens must be >= 0");
+  reset();
+}
+
+void TaylorShiftAttentionImpl::reset() {
+  qkv = register_module(
+      "qkv",
+      torch::nn::Linear(
+          torch::nn::LinearOptions(options_.dim(), 3 * options_.dim()).bias(options_.qkv_bias())));
+  proj = register_module("proj", torch::nn::Linear(options_.dim(), options_.dim()));
+  if (options_.input_normalize()) {
+    temperature = register_parameter("temperature", torch::ones({1, options_.heads(), 1, 1}));
+  }
+  kernel_options_.a = options_.a();
+  kernel_options_.b = options_.b();
+  kernel_options_.c = options_.c();
+  kernel_options_.output_normalize = options_.output_normalize();
+  kernel_options_.direct_block_elements = options_.direct_block_elements();
+  kernel_options_.efficient_chunk_tokens = options_.efficient_chunk_tokens();
+  low_kernel_options_ = kernel_options_;
+}
+
+void TaylorShiftAttentionImpl::reset_parameters() {
+  qkv->reset_parameters();
+  proj->reset_parameters();
+  if (temperature.defined()) {
+    torch::NoGradGuard no_grad;
+    temperature.fill_(1.0);
+  }
+}
+
+std::int64_t TaylorShiftAttentionImpl::crossover_tokens() const {
+  return options_.crossover_tokens() > 0 ? options_.crossover_tokens()
+                                         : SpeedCrossoverN0(head_dim());
+}
+
+void TaylorShiftAttentionImpl::set_precision(Precision precision) {
+  qkv_low_ = LowPrecisionWeight(qkv, precision);
+  proj_low_ = LowPrecisionWeight(proj, precision);
+  low_kernel_options_ = kernel_options_;
+  low_kernel_options_.bf16_products = precision == Precision::kBf16;
+}
+
+void TaylorShiftAttentionImpl::set_kernel_implementation(KernelImplementation implementation) {
+  kernel_options_.implementation = implementation;
+  low_kernel_options_.implementation = implementation;
+}
+
+AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path, std::int64_t tokens) const {
+  return ResolveAuto(path, tokens, crossover_tokens());
+}
+
+torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
+                                                const torch::Tensor& key_padding_mask,
+                                                AttentionPath path) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.dim(), "attention: x must be [B, N, ",
+              options_.dim(), "], got ", x.sizes());
+  const std::int64_t batch = x.size(0), tokens = x.size(1), dim = options_.dim();
+  const std::int64_t heads = options_.heads(), d = head_dim();
+  const bool low = !is_training();
+  const auto qkv_heads = MixedLinear(qkv, low ? qkv_low_ : torch::Tensor(), x)
+                             .reshape({batch, tokens, 3, heads, d})
+                             .permute({2, 0, 3, 1, 4});
+  auto q = qkv_heads[0];
+  auto k = qkv_heads[1];
+  auto v = qkv_heads[2];
+  const AttentionPath concrete = ResolvePath(path, tokens);
+  // The reference scales q by C^-½ before the Taylor polynomial when it does not normalise.
+  const double query_factor = 1.0 / std::sqrt(static_cast<double>(dim));
+  const TaylorKernelOptions& kernel = low ? low_kernel_options_ : kernel_options_;
+  torch::Tensor y;
+  const bool fused =
+      (concrete == AttentionPath::kEfficient || concrete == AttentionPath::kDirect) &&
+      ChooseAttentionKernel(q, k, v, kernel) == AttentionKernel::kFusedCpu;
+  if (fused) {
+    // One fused kernel: the normalisation, the operands and the output layout inside it.
+    QueryKeyScaling scaling;
+    scaling.normalize = options_.input_normalize();
+    scaling.temperature = temperature;
+    scaling.query_factor = query_factor;
+    y = concrete == AttentionPath::kEfficient
+            ? EfficientInference(q, k, v, key_padding_mask, kernel, scaling)
+            : DirectInference(q, k, v, key_padding_mask, kernel, scaling);
+  } else {
+    // Mixed-precision training (compat::Bf16Autocast): the qkv product ran in bfloat16; the
+    // attention runs in float32 with autocast off, since the Taylor terms' squares, their sums
+    // and the denominators need float32's mantissa and range.
+    std::optional<compat::NoAutocast> no_autocast;
+    if (compat::AutocastEnabled(x.device().type())) {
+      no_autocast.emplace();
+      q = q.to(torch::kFloat);
+      k = k.to(torch::kFloat);
+      v = v.to(torch::kFloat);
+    }
+    if (concrete != AttentionPath::kSoftmax) {
+      if (options_.input_normalize()) {
+        std::tie(q, k) = NormalizeQueryKey(q, k, temperature);
+      } else {
+        q = q * query_factor;
+      }
+    }
+    y = RunAttentionPath(concrete, q, k, v, key_padding_mask, kernel);
+  }
+  if (options_.attn_drop() > 0) {
+    y = torch::dropout(y, options_.attn_drop(), is_training());
+  }
+  y = MixedLinear(proj, low ? proj_low_ : torch::Tensor(),
+                  y.transpose(1, 2).reshape({batch, tokens, dim}));
+  if (options_.proj_drop() > 0) {
+    y = torch::dropout(y, options_.proj_drop(), is_training());
+  }
+  return y;
+}
+
+}  // namespace ts

@@ -1,0 +1,139 @@
+#include "model/networks/cost_model.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+namespace ts {
+
+double DirectOps(double n, double d) { return 4 * n * n * d + 6 * n * n; }
+
+double EfficientOps(double n, double d) { return n * (4 * d * d * d + 10 * d * d + 9 * d + 4); }
+
+double DirectMemoryEntries(double n, double d) { return d * n + 2 * n * n; }
+
+double EfficientMemoryEntries(double n, double d) {
+  return d * d * (d + 1) + 2 * d * n + (d + 1) * n + d * d * n;
+}
+
+std::int64_t SpeedCrossoverN0(std::int64_t head_dim) {
+  const double d = static_cast<double>(head_dim);
+  return static_cast<std::int64_t>(
+      std::ceil((4 * d * d * d + 10 * d * d + 9 * d + 4) / (4 * d + 6)));
+}
+
+std::int64_t MemoryCrossoverN1(std::int64_t head_dim) {
+  const double d = static_cast<double>(head_dim);
+  const double root = std::sqrt(d * d * d * d + 12 * d * d * d + 14 * d * d + 4 * d + 1);
+  return static_cast<std::int64_t>(std::ceil(0.25 * (d * d + 2 * d + 1 + root)));
+}
+
+std::int64_t TrainingCrossoverTokens(std::int64_t head_dim) {
+  // {d, tokens}: the log-interpolated crossovers L of bench/run_train_bench (run of
+  // 2026-11-23T07:14, --threads=1; docs/train_bench.md), plus one for CLS.
+  constexpr std::array<std::pair<double, double>, 3> kMeasured = {{
+      {8, 73},
+      {16, 177},
+      {32, 444},
+  }};
+  const double d = static_cast<double>(std::max<std::int64_t>(head_dim, 1));
+  const auto& first = kMeasured.front();
+  const auto& last = kMeasured.back();
+  double tokens = 0;
+  if (d <= first.first) {
+    tokens = SpeedCrossoverN0(head_dim) * first.second /
+             SpeedCrossoverN0(static_cast<std::int64_t>(first.first));
+  } else if (d >= last.first) {
+    tokens = SpeedCrossoverN0(head_dim) * last.second /
+             SpeedCrossoverN0(static_cast<std::int64_t>(last.first));
+  } else {
+    for (std::size_t i = 1; i < kMeasured.size(); ++i) {
+      const auto& [d_lo, n_lo] = kMeasured[i - 1];
+      const auto& [d_hi, n_hi] = kMeasured[i];
+      if (d > d_hi) continue;
+      if (d == d_hi) {
+        tokens = n_hi;
+        break;
+      }
+      const double t = std::log(d / d_lo) / std::log(d_hi / d_lo);
+      tokens = std::exp(std::log(n_lo) + t * std::log(n_hi / n_lo));
+      break;
+    }
+  }
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(tokens)));
+}
+
+}  // namespace ts
+
+namespace ts {
+
+TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
+  TrainingMemoryEstimate e;
+  const double c = static_cast<double>(s.embed_dim);
+  const double hidden = static_cast<double>(s.mlp_hidden);
+  const double n = static_cast<double>(s.max_length + 1);
+  const double heads = static_cast<double>(std::max<std::int64_t>(s.heads, 1));
+  const double d = c / heads;
+  const double batch = static_cast<double>(s.batch);
+  const double bytes = static_cast<double>(s.element_bytes);
+  // Parameters: token embedding, per block qkv + projection + MLP + norms, head.
+  const double per_block = 4 * c * c + 2 * c * hidden + hidden + 9 * c + 2 * heads;
+  const double params = static_cast<double>(s.vocab_size) * c + c +
+                        static_cast<double>(s.depth) * per_block +
+                        c * static_cast<double>(s.num_classes) + 3 * c;
+  e.parameters = static_cast<std::int64_t>(params);
+  // Weights, gradients, the optimizer's moments, and one more copy for clipping / the update.
+  e.state_bytes = static_cast<std::int64_t>(params * bytes * (3 + s.optimizer_states));
+  // Saved for backward per token and block: two LayerNorms (input, output, statistics), q/k/v
+  // and their normalised and scaled copies, the attention output, projection, residuals, the
+  // MLP's hidden tensors (fc1's output, GELU's), its output. Fitted to bench/memory_grid.py's
+  // measured peaks (docs/JOBS.md): 14C + 3L fell short by a quarter.
+  const double saved_per_token = 19 * c + 4 * hidden;
+  const double embedding = batch * n * c * 4;  // one-hot input, embedding, positions, dropout
+  e.activation_bytes = static_cast<std::int64_t>(
+      (batch * n * saved_per_token * static_cast<double>(s.depth) + embedding) * bytes);
+  // One block's attention at its peak. Direct: 4 N×N tensors per head (scores, their squares,
+  // and the backward's gradients of both), which the measured peaks put at once. Efficient:
+  // O(N·d) features and the d³ moment tensors, held twice (forward kept for backward, and the
+  // backward's temporaries). With a crossover, the peak is the larger of the longest direct
+  // batch and the max_length batch.
+  e.efficient_at_max_length = n > static_cast<double>(s.direct_up_to_tokens);
+  const double direct_n = std::min(n, static_cast<double>(s.direct_up_to_tokens));
+  const double direct_entries = batch * heads * (4 * direct_n * direct_n + 2 * direct_n * d);
+  const double efficient_entries =
+      e.efficient_at_max_length ? 2 * batch * heads * (6 * n * d + 3 * d * d * d + 2 * d * d) : 0.0;
+  e.attention_bytes =
+      static_cast<std::int64_t>(std::max(direct_entries, efficient_entries) * bytes);
+  e.data_bytes = s.data_bytes;
+  e.runtime_bytes = std::int64_t{256} << 20;  // measured: ~190 MB resident for a tiny job
+  e.total_bytes =
+      e.state_bytes + e.activation_bytes + e.attention_bytes + e.data_bytes + e.runtime_bytes;
+  return e;
+}
+
+std::vector<std::string> DominantMemoryTerms(const TrainingMemoryEstimate& e) {
+  const char* attention = e.efficient_at_max_length
+                              ? "attention (efficient path at max_length, direct below the "
+                                "crossover)"
+                              : "attention (direct path: N×N scores per head)";
+  std::vector<std::pair<std::int64_t, std::string>> terms = {
+      {e.attention_bytes, attention},
+      {e.activation_bytes, "activations kept for backward (batch × max_length × depth)"},
+      {e.state_bytes, "weights, gradients and optimizer moments"},
+      {e.data_bytes, "the data held in memory"},
+      {e.runtime_bytes, "the worker process itself"},
+  };
+  std::stable_sort(terms.begin(), terms.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (const auto& [bytes, what] : terms) {
+    char buffer[48];
+    std::snprintf(buffer, sizeof(buffer), "%.2f GiB ", static_cast<double>(bytes) / (1 << 30));
+    out.push_back(buffer + what);
+  }
+  return out;
+}
+
+}  // namespace ts

@@ -1,0 +1,56 @@
+#include "server/jobs/job_context.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace ts::server {
+namespace pb = taylorshift::v1;
+
+std::string JobKindName(pb::JobKind kind) {
+  return kind == pb::JOB_KIND_EVALUATION ? "evaluation" : "training";
+}
+
+std::string JobStateName(pb::JobState state) {
+  switch (state) {
+    case pb::JOB_STATE_QUEUED:
+      return "queued";
+    case pb::JOB_STATE_RUNNING:
+      return "running";
+    case pb::JOB_STATE_SUCCEEDED:
+      return "succeeded";
+    case pb::JOB_STATE_FAILED:
+      return "failed";
+    case pb::JOB_STATE_CANCELLED:
+      return "cancelled";
+    default:
+      return "unspecified";
+  }
+}
+
+bool IsFinalJobState(pb::JobState state) {
+  return state == pb::JOB_STATE_SUCCEEDED || state == pb::JOB_STATE_FAILED ||
+         state == pb::JOB_STATE_CANCELLED;
+}
+
+void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
+  const std::int64_t seconds = absl::ToUnixSeconds(time);
+  out->set_seconds(seconds);
+  out->set_nanos(
+      static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1)));
+}
+
+void JobContext::Log(const std::string& line) const {
+  if (log) log(line);
+}
+
+bool JobContext::StoreWriteOk(const absl::Status& status, absl::string_view operation,
+                              absl::string_view job_id, absl::string_view what) const {
+  if (status.ok()) return true;
+  Log(absl::StrCat("job ", job_id, ": cannot write ", what, " to the job store (", operation,
+                   "): ", status.message()));
+  if (metrics != nullptr) metrics->RecordJobStoreError(std::string(operation));
+  return false;
+}
+
+}  // namespace ts::server

@@ -1,0 +1,58 @@
+// JobContext: what the parts of the job manager share — the store, the metrics, the clock and the
+// log — and the one place where a failed write to the store is reported (logged with the job id
+// and what was being written, and counted in taylorshift_job_store_errors_total{operation}), so
+// that no store error is dropped unseen. Also the names of job kinds and states as the logs and
+// metrics spell them.
+//
+// The JobManager owns one and hands it to its parts by pointer; it must outlive them. Thread-safe
+// (the store and the metrics are; `log` must be).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "server/jobs/job_store.h"
+#include "server/metrics.h"
+#include "taylorshift/v1/jobs.pb.h"
+
+namespace ts::server {
+
+// "training", "evaluation".
+std::string JobKindName(taylorshift::v1::JobKind kind);
+// "queued", "running", "succeeded", "failed", "cancelled" ("unspecified" otherwise).
+std::string JobStateName(taylorshift::v1::JobState state);
+// SUCCEEDED, FAILED or CANCELLED.
+bool IsFinalJobState(taylorshift::v1::JobState state);
+void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out);
+
+struct JobContext {
+  JobContext(JobStore* store, Metrics* metrics, Clock* clock,
+             std::function<void(const std::string& line)> log)
+      : store(store), metrics(metrics), clock(clock), log(std::move(log)) {}
+
+  JobStore* const store;   // required
+  Metrics* const metrics;  // may be null
+  Clock* const clock;      // required: the only source of time of the job code
+  const std::function<void(const std::string& line)> log;  // may be empty
+
+  // Held while a promotion copies a job's checkpoint or a deletion removes a job's files, so
+  // that neither removes what the other reads.
+  absl::Mutex files_mu;
+
+  void Log(const std::string& line) const;
+
+  // True when `status` is OK. Otherwise logs "job <job_id>: cannot write <what> to the job store
+  // (<operation>): <message>", counts taylorshift_job_store_errors_total{operation}, and returns
+  // false; a caller that must fail passes `status` on.
+  bool StoreWriteOk(const absl::Status& status, absl::string_view operation,
+                    absl::string_view job_id, absl::string_view what) const;
+};
+
+}  // namespace ts::server

@@ -1,0 +1,173 @@
+#include "server/jobs/job_manager.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/serving/model_registry.h"
+
+namespace ts::server {
+namespace pb = taylorshift::v1;
+namespace fs = std::filesystem;
+
+namespace {
+
+absl::Status MakeDirectories(const std::string& dir) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  return absl::OkStatus();
+}
+
+JobQueueOptions QueueOptions(const JobsConfig& jobs) {
+  JobQueueOptions options;
+  options.max_queued = jobs.max_queued;
+  options.memory_budget_bytes = MemoryBudgetBytes(jobs);
+  return options;
+}
+
+}  // namespace
+
+JobManager::JobManager(JobManagerOptions options, std::unique_ptr<JobStore> store,
+                       DataRoot data_root, ModelRegistry* registry, Metrics* metrics, Clock* clock)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      data_root_(std::move(data_root)),
+      context_(store_.get(), metrics, clock, options_.log),
+      queue_(QueueOptions(options_.jobs), &context_),
+      checkpoints_(&data_root_, &queue_),
+      admission_(options_.jobs, options_.num_cores, &data_root_, &checkpoints_, registry),
+      recorder_(&queue_, &context_),
+      runner_(JobRunnerOptions{options_.jobs, (fs::path(options_.state_dir) / "jobs").string(),
+                               data_root_.root(), options_.heap_keep_freed_bytes},
+              &queue_, &recorder_, &checkpoints_, registry, &context_),
+      deleter_((fs::path(options_.state_dir) / "jobs").string(), &queue_, &context_),
+      promoter_(
+          CheckpointPromoterOptions{(fs::path(options_.state_dir) / "models").string(),
+                                    options_.promoted_model_defaults, options_.on_model_served},
+          &checkpoints_, registry, &context_) {}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions options,
+                                                               ModelRegistry* registry,
+                                                               Metrics* metrics, Clock* clock) {
+  // threads_per_job 0 (automatic) becomes this machine's number once, before any spec uses it.
+  options.jobs.threads_per_job = ThreadsPerJob(options.jobs, options.num_cores);
+  TS_RETURN_IF_ERROR(MakeDirectories(options.state_dir));
+  TS_RETURN_IF_ERROR(MakeDirectories(options.data_root));
+  TS_ASSIGN_OR_RETURN(auto data_root, DataRoot::Create(options.data_root));
+  TS_ASSIGN_OR_RETURN(auto store,
+                      JobStore::Open((fs::path(options.state_dir) / "jobs.db").string(), clock));
+  TS_ASSIGN_OR_RETURN(auto unfinished, store->UnfinishedJobs());
+
+  std::unique_ptr<JobManager> manager(new JobManager(
+      std::move(options), std::move(store), std::move(data_root), registry, metrics, clock));
+  // The dashboard shows recent jobs' states from the start.
+  if (metrics != nullptr) {
+    pb::ListJobsRequest recent;
+    recent.set_page_size(200);
+    if (auto listed = manager->store_->ListJobs(recent); listed.ok()) {
+      for (const auto& job : listed->jobs()) {
+        metrics->SetJobState(job.id(), JobKindName(job.kind()), JobStateName(job.state()));
+      }
+    }
+  }
+  for (auto& job : unfinished) {
+    TS_RETURN_IF_ERROR(manager->queue_.Restore(std::move(job)));
+  }
+  if (metrics != nullptr) {
+    // Scrapes read the running workers' memory and CPU (Shutdown unsets this).
+    metrics->SetWorkerSource([m = manager.get()] {
+      std::vector<Metrics::WorkerProcess> workers;
+      for (const auto& [id, pids] : m->queue_.RunningWorkers()) {
+        for (std::size_t rank = 0; rank < pids.size(); ++rank) {
+          workers.push_back({id, static_cast<int>(rank), pids[rank]});
+        }
+      }
+      return workers;
+    });
+  }
+  const JobsConfig& jobs = manager->options_.jobs;
+  if (jobs.retention > absl::ZeroDuration()) {
+    manager->workers_.emplace_back([m = manager.get(), &jobs] {
+      m->deleter_.RunRetention(jobs.retention, jobs.retention_sweep_interval);
+    });
+  }
+  manager->workers_.emplace_back([m = manager.get()] { m->queue_.RunFinalStateRetries(); });
+  const int workers = std::max(1, jobs.max_concurrent);
+  for (int i = 0; i < workers; ++i) {
+    manager->workers_.emplace_back([m = manager.get()] { m->WorkerLoop(); });
+  }
+  return manager;
+}
+
+JobManager::~JobManager() { Shutdown(); }
+
+void JobManager::Shutdown() {
+  if (context_.metrics != nullptr) context_.metrics->SetWorkerSource(nullptr);
+  queue_.Stop();
+  deleter_.StopRetention();
+  for (auto& worker : workers_) {
+    if (worker.joinable()) worker.join();
+  }
+  workers_.clear();
+  // The last chance to write a final state the store refused: unwritten, the job is queued
+  // again on the next start (and counted as a resume).
+  if (const int unwritten = queue_.WriteUnwrittenFinalStates(); unwritten > 0) {
+    context_.Log(absl::StrCat(unwritten,
+                              " finished job(s) whose final state the job store refused "
+                              "are still RUNNING in it: they are queued again and "
+                              "resume on the next start"));
+  }
+}
+
+void JobManager::WorkerLoop() {
+  while (const std::shared_ptr<ActiveJob> active = queue_.Next()) {
+    runner_.Run(*active);
+    queue_.Release(*active);
+  }
+}
+
+void JobManager::RestorePromotions() { promoter_.RestorePromotions(); }
+
+absl::StatusOr<pb::Job> JobManager::SubmitTraining(pb::TrainingSpec spec) {
+  TS_ASSIGN_OR_RETURN(auto job, admission_.Training(std::move(spec)));
+  return queue_.Enqueue(std::move(job));
+}
+
+absl::StatusOr<pb::Job> JobManager::SubmitEvaluation(pb::EvaluationSpec spec) {
+  TS_ASSIGN_OR_RETURN(auto job, admission_.Evaluation(std::move(spec)));
+  return queue_.Enqueue(std::move(job));
+}
+
+absl::StatusOr<pb::Job> JobManager::GetJob(const std::string& id) const { return queue_.Get(id); }
+
+absl::StatusOr<pb::ListJobsResponse> JobManager::ListJobs(
+    const pb::ListJobsRequest& request) const {
+  return queue_.List(request);
+}
+
+absl::StatusOr<pb::GetJobHistoryResponse> JobManager::GetJobHistory(
+    const pb::GetJobHistoryRequest& request) const {
+  return store_->History(request);
+}
+
+absl::StatusOr<pb::Job> JobManager::CancelJob(const std::string& id) { return queue_.Cancel(id); }
+
+absl::StatusOr<pb::DeleteJobResponse> JobManager::DeleteJob(const std::string& id,
+                                                            const std::string& reason) {
+  return deleter_.Delete(id, reason);
+}
+
+absl::StatusOr<std::int64_t> JobManager::Watch(const std::string& id, Listener listener) {
+  return queue_.Watch(id, std::move(listener));
+}
+
+void JobManager::Unwatch(std::int64_t handle) { queue_.Unwatch(handle); }
+
+absl::StatusOr<Promotion> JobManager::Promote(const pb::PromoteCheckpointRequest& request) {
+  return promoter_.Promote(request);
+}
+
+}  // namespace ts::server

@@ -1,0 +1,157 @@
+// JobManager: training and evaluation jobs in the background, and promotion of their
+// checkpoints to serving.
+//
+// Jobs go QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED (the reason is kept). At most
+// jobs.max_concurrent run at once (and only while their memory estimates fit
+// jobs.memory_budget_bytes), each in its own tsworker processes (server/jobs/job_process.h; one per
+// data-parallel rank) with the spec's `threads`: a job that crashes, hangs or runs out of memory
+// fails alone (retried up to the spec's max_retries), never the server. Every job, its progress,
+// metrics, validation reports and checkpoints are persisted in a SQLite store (JobStore) under the
+// state dir; a training job also keeps its training state (weights, optimizer, schedule, data
+// position) in `<state_dir>/jobs/<id>/training_state.pt`, rewritten atomically at each
+// checkpoint. After a crash or a restart, jobs that were QUEUED or RUNNING are queued again and
+// continue from that state: the step count, the optimizer and the data order carry on.
+//
+// Files under the state dir:
+//   jobs.db                          the store (WAL mode)
+//   jobs/<id>/step-<N>.tsckpt        the last jobs.keep_checkpoints checkpoints of a training job
+//   jobs/<id>/best.tsckpt            the checkpoint with the best validation accuracy
+//   jobs/<id>/training_state.pt      the resumable state (removed when the job succeeds)
+//   jobs/<id>/task.pb                the WorkerTask its workers were started with
+// A finished job's directory and record go with DeleteJob, or after jobs.retention.
+//   models/<name>/<version>.tsckpt   promoted checkpoints (what the registry serves)
+//
+// The jobs themselves are worker/jobs.h, run by tsworker; this class admits, schedules,
+// supervises, persists, reports and promotes, as a facade over one part per concept:
+//   job_admission.h    the checks a submitted spec passes, the memory estimate
+//   job_queue.h        queued and running jobs: max_queued, the memory budget, states, watches
+//   job_runner.h       the run of one job in worker processes, retries
+//   job_recorder.h     worker messages → the job, the store, the metrics, the watchers
+//   job_checkpoints.h  choosing, resolving and keeping checkpoints
+//   job_promotion.h    serving a checkpoint, and again after a restart
+//   job_deletion.h     DeleteJob and the retention sweep
+//   job_context.h      what they share; failed store writes logged and counted
+// It knows nothing of gRPC. Time comes only from the injected clock. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/data_root.h"
+#include "server/config.h"
+#include "server/jobs/job_admission.h"
+#include "server/jobs/job_checkpoints.h"
+#include "server/jobs/job_context.h"
+#include "server/jobs/job_deletion.h"
+#include "server/jobs/job_promotion.h"
+#include "server/jobs/job_queue.h"
+#include "server/jobs/job_recorder.h"
+#include "server/jobs/job_runner.h"
+#include "server/jobs/job_store.h"
+#include "server/metrics.h"
+#include "taylorshift/v1/jobs.pb.h"
+
+namespace ts::server {
+
+class ModelRegistry;
+
+struct JobManagerOptions {
+  JobsConfig jobs;
+  std::string state_dir;  // created when missing
+  std::string data_root;  // created when missing; every data path of a spec resolves inside it
+  int num_cores = 1;      // what `threads: 0` and jobs.limits.max_threads = 0 mean
+  std::int64_t heap_keep_freed_bytes = 0;  // passed to the workers (model/heap_policy.h)
+  // Settings of a model first served by a promotion (a name not in the configuration).
+  ModelConfig promoted_model_defaults;
+  // Called after a promotion serves a model (health status, logs). May be empty.
+  std::function<void(const std::string& model)> on_model_served;
+  // Log lines (job state changes, restores, failed store writes). May be empty.
+  std::function<void(const std::string& line)> log;
+};
+
+class JobManager {
+ public:
+  // Opens the store, queues the jobs a previous run left QUEUED or RUNNING, and starts the
+  // workers. `registry`, `metrics` and `clock` must outlive the manager (metrics may be null).
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(JobManagerOptions options,
+                                                            ModelRegistry* registry,
+                                                            Metrics* metrics, Clock* clock);
+  ~JobManager();  // Shutdown()
+
+  // Serves the latest promotion of each model name again (call once, after the configured
+  // models are loaded). A promotion whose checkpoint cannot be loaded is logged and skipped.
+  void RestorePromotions();
+
+  // Validate the spec (INVALID_ARGUMENT naming the key; PERMISSION_DENIED / INVALID_ARGUMENT
+  // for paths outside the data root; NOT_FOUND for missing files), store and queue the job.
+  // RESOURCE_EXHAUSTED when jobs.max_queued jobs are waiting; FAILED_PRECONDITION when jobs are
+  // disabled.
+  absl::StatusOr<taylorshift::v1::Job> SubmitTraining(taylorshift::v1::TrainingSpec spec);
+  absl::StatusOr<taylorshift::v1::Job> SubmitEvaluation(taylorshift::v1::EvaluationSpec spec);
+
+  absl::StatusOr<taylorshift::v1::Job> GetJob(const std::string& id) const;
+  absl::StatusOr<taylorshift::v1::ListJobsResponse> ListJobs(
+      const taylorshift::v1::ListJobsRequest& request) const;
+  // One page of the job's loss curve and validation runs (JobStore::History).
+  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> GetJobHistory(
+      const taylorshift::v1::GetJobHistoryRequest& request) const;
+  // A queued job is cancelled at once; a running one gets SIGTERM (training stops at its next
+  // step boundary, evaluation at once; SIGKILL after jobs.stop_grace); a finished one is
+  // FAILED_PRECONDITION.
+  absl::StatusOr<taylorshift::v1::Job> CancelJob(const std::string& id);
+  // Deletes a finished job's directory and then its record (loss curve, validation runs,
+  // checkpoint records); promoted copies under models/ stay served. NOT_FOUND for an unknown
+  // id; FAILED_PRECONDITION for a queued or running job, and for one whose checkpoint a queued
+  // or running job uses (init_from "job:<id>", an evaluation's job_id). `reason` labels the
+  // metric: "request" or "retention".
+  absl::StatusOr<taylorshift::v1::DeleteJobResponse> DeleteJob(
+      const std::string& id, const std::string& reason = "request");
+
+  // Calls `listener` with a SNAPSHOT of the job now and then with each of its events, from the
+  // job's worker thread (so it must not block), until the job is final — the final STATE event
+  // is the last call — or Unwatch. Shutdown() ends every watch with one last call whose event
+  // type is TYPE_UNSPECIFIED. Returns a handle for Unwatch (0 when the job was already final).
+  using Listener = JobQueue::Listener;
+  absl::StatusOr<std::int64_t> Watch(const std::string& id, Listener listener);
+  void Unwatch(std::int64_t handle);
+
+  // Serves a checkpoint (a training job's best or last one, or a file in the data root) under
+  // request.model(): copied to models/<name>/<version>.tsckpt, loaded, hot-swapped into the
+  // registry, and recorded so that it is served again after a restart.
+  absl::StatusOr<Promotion> Promote(const taylorshift::v1::PromoteCheckpointRequest& request);
+
+  // Stops the workers: a running training job saves its state at the next step boundary and
+  // stays RUNNING in the store (it resumes on the next start); queued jobs stay queued; watches
+  // end; later submissions are UNAVAILABLE. Idempotent.
+  void Shutdown();
+
+ private:
+  JobManager(JobManagerOptions options, std::unique_ptr<JobStore> store, DataRoot data_root,
+             ModelRegistry* registry, Metrics* metrics, Clock* clock);
+
+  // Runs the queue's jobs one after another until Shutdown().
+  void WorkerLoop();
+
+  const JobManagerOptions options_;
+  const std::unique_ptr<JobStore> store_;
+  const DataRoot data_root_;
+  JobContext context_;
+  JobQueue queue_;
+  CheckpointResolver checkpoints_;
+  JobAdmission admission_;
+  JobRecorder recorder_;
+  JobRunner runner_;
+  JobDeleter deleter_;
+  CheckpointPromoter promoter_;
+
+  std::vector<std::thread> workers_;  // the job runners, the retention sweep, final-state retries
+};
+
+}  // namespace ts::server

@@ -1,0 +1,103 @@
+// JobProcess: the tsworker processes of one job (one per data-parallel rank), started and
+// supervised by tsserver. Each rank gets the task file, its rank in the environment (MASTER_ADDR
+// 127.0.0.1, a free MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK), an events pipe and a pipe for
+// its stderr, an address-space limit (RLIMIT_AS), and dies with the server (PR_SET_PDEATHSIG,
+// and the worker exits when its pipe breaks or it is re-parented). Supervision ends the job when:
+//   - every rank exited: the rank-0 result says finished / stopped / failed;
+//   - a rank died (signal or non-zero exit without a result), or sent nothing for the heartbeat
+//     timeout: every other rank is killed at once (they would wait in their next all-reduce);
+//   - Stop(): SIGTERM to every rank, SIGKILL to those still alive after the grace period. Ranks
+//     start with SIGTERM blocked (tsworker takes it on a thread of its own, never on a thread
+//     that computes; one sent before it is ready waits).
+// Torch-free and gRPC-free; the job manager turns the outcome into the job's state.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "taylorshift/v1/worker.pb.h"
+
+namespace ts::server {
+
+struct JobProcessOptions {
+  std::string binary;     // tsworker
+  std::string task_file;  // a serialized WorkerTask
+  int world_size = 1;
+  int threads = 1;                          // OMP_NUM_THREADS of each rank
+  int onednn_primitive_cache_capacity = 0;  // ONEDNN_PRIMITIVE_CACHE_CAPACITY of each rank
+  std::uint64_t address_space_bytes = 0;    // RLIMIT_AS of each rank; 0 = unlimited
+  absl::Duration heartbeat_timeout = absl::Seconds(60);
+  absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM → SIGKILL
+  std::size_t log_lines_kept = 20;                // of each rank's stderr, for failure reasons
+  // What the heartbeat timeout and the stop grace are measured on (the job manager's clock); the
+  // pipes are still polled in real time.
+  Clock* clock = RealClock();
+};
+
+struct JobProcessOutcome {
+  // OK: finished; ABORTED with stopped = true: stopped on Stop() with the state saved;
+  // otherwise why the job failed (the worker's own error, or the signal / exit code, the hang).
+  absl::Status status;
+  bool stopped = false;
+  std::vector<std::string> last_log_lines;  // rank 0's (or the failing rank's) last stderr lines
+  // Set when a rank reported its result and then did not exit cleanly (a crash while exiting:
+  // "worker rank 0 (pid N) reported its result, then was killed by signal 6 (SIGABRT)"). The
+  // result still decides `status`; this makes the crash visible.
+  std::string exit_problem;
+};
+
+class JobProcess {
+ public:
+  using MessageHandler = std::function<void(const taylorshift::v1::WorkerMessage& message)>;
+  using LogHandler = std::function<void(int rank, const std::string& line)>;
+
+  // Starts every rank. `on_message` gets each rank's messages but heartbeats, `on_log` each
+  // stderr line, both on the thread that calls Wait().
+  static absl::StatusOr<std::unique_ptr<JobProcess>> Start(const JobProcessOptions& options,
+                                                           MessageHandler on_message,
+                                                           LogHandler on_log);
+  ~JobProcess();  // kills and reaps whatever still runs
+
+  // Thread-safe: asks the ranks to stop (SIGTERM now, SIGKILL after options.stop_grace).
+  void Stop();
+  // Supervises until every rank has exited (call once).
+  JobProcessOutcome Wait();
+
+  std::vector<pid_t> pids() const;
+
+ private:
+  struct Rank;
+  // Ends the job: the first call's reason (from `rank`) becomes the failure; kills every rank.
+  using EndAll = std::function<void(int rank, const std::string& reason)>;
+
+  explicit JobProcess(const JobProcessOptions& options);
+  void KillAll(int signal);
+  // Reads what `fd` (the rank's events pipe, or its stderr) holds now: messages go to
+  // on_message_, lines to on_log_ and the rank's log tail; a protocol error ends the job.
+  void ReadPipe(Rank& rank, int fd, bool events, const EndAll& end_all);
+  // Once every rank has exited: rank 0's result decides unless the supervisor ended the job
+  // (`failure`, from `failing_rank`; empty and -1 when it did not).
+  JobProcessOutcome Outcome(const std::string& failure, int failing_rank) const;
+
+  const JobProcessOptions options_;
+  MessageHandler on_message_;
+  LogHandler on_log_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::atomic<bool> stop_requested_{false};
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT).
+absl::StatusOr<int> PickFreeLoopbackPort();
+
+}  // namespace ts::server

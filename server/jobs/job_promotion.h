@@ -1,0 +1,70 @@
+// CheckpointPromoter: serves a checkpoint — a training job's best or last one, or a file in the
+// data root — as a model version, and serves the promoted versions again after a restart.
+//
+// Promote copies the checkpoint to models/<name>/<version>.tsckpt (version = the CRC-32 of its
+// bytes, written atomically), loads it with the settings of the model it replaces (or
+// promoted_model_defaults for a new name), records the promotion in the store and hot-swaps it
+// into the registry (requests holding the old version finish on it). With
+// require_at_least_current_accuracy, a candidate whose recorded validation accuracy is below the
+// served version's (or unknown) is FAILED_PRECONDITION. Promotions are serialised with job
+// deletions (JobContext::files_mu). Thread-safe; what it points to must outlive it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/config.h"
+#include "server/jobs/job_checkpoints.h"
+#include "server/jobs/job_context.h"
+#include "taylorshift/v1/jobs.pb.h"
+
+namespace ts::server {
+
+class ModelRegistry;
+class ServedModel;
+
+// What a promotion did.
+struct Promotion {
+  std::shared_ptr<ServedModel> model;  // the version now served
+  std::string previous_version;        // empty for a new name
+  std::optional<double> validation_accuracy;
+  std::optional<double> previous_validation_accuracy;
+};
+
+struct CheckpointPromoterOptions {
+  std::string models_dir;  // <state_dir>/models
+  // Settings of a model first served by a promotion (a name not in the configuration).
+  ModelConfig promoted_model_defaults;
+  // Called after a promotion serves a model (health status, logs). May be empty.
+  std::function<void(const std::string& model)> on_model_served;
+};
+
+class CheckpointPromoter {
+ public:
+  CheckpointPromoter(CheckpointPromoterOptions options, const CheckpointResolver* checkpoints,
+                     ModelRegistry* registry, JobContext* context)
+      : options_(std::move(options)),
+        checkpoints_(checkpoints),
+        registry_(registry),
+        context_(context) {}
+
+  // INVALID_ARGUMENT for a bad model name or no source; the resolver's errors for the source
+  // ("job_id: ...", "checkpoint: ..."); the store's error when the promotion cannot be recorded
+  // (then nothing is served).
+  absl::StatusOr<Promotion> Promote(const taylorshift::v1::PromoteCheckpointRequest& request);
+
+  // Serves the latest promotion of each model name again (call once, after the configured models
+  // are loaded). A promotion whose checkpoint cannot be loaded is logged and skipped.
+  void RestorePromotions();
+
+ private:
+  const CheckpointPromoterOptions options_;
+  const CheckpointResolver* const checkpoints_;
+  ModelRegistry* const registry_;
+  JobContext* const context_;
+};
+
+}  // namespace ts::server

@@ -1,0 +1,32 @@
+// JobRecorder: puts what a job's workers report (job_contract/event_pipe.h's WorkerMessages) into
+// the job, the store, the metrics and the job's watchers:
+//   started     → labels, totals, the spec with epochs as steps; a resumed job drops the history
+//                 after its resume step (it trains those steps again)          → PROGRESS event
+//   progress    → the job's progress, a loss-curve row, the job's gauges        → PROGRESS event
+//   validation  → the latest and best validation, a validation row, the gauge   → VALIDATION
+//   checkpoint  → the checkpoint list and records (job_checkpoints.h)           → CHECKPOINT
+//   report      → an evaluation job's report and its row (no event; the final STATE carries it)
+//   log         → a log line
+// A failed store write is logged and counted (JobContext::StoreWriteOk); the job goes on.
+// Thread-safe; calls for one job come from its runner's thread, in order.
+#pragma once
+
+#include "server/jobs/job_context.h"
+#include "server/jobs/job_queue.h"
+#include "taylorshift/v1/worker.pb.h"
+
+namespace ts::server {
+
+class JobRecorder {
+ public:
+  // `queue` and `context` must outlive the recorder.
+  JobRecorder(JobQueue* queue, const JobContext* context) : queue_(queue), context_(context) {}
+
+  void Apply(ActiveJob& active, const taylorshift::v1::WorkerMessage& message);
+
+ private:
+  JobQueue* const queue_;
+  const JobContext* const context_;
+};
+
+}  // namespace ts::server

@@ -1,0 +1,228 @@
+#include "server/jobs/jobs_service.h"
+
+#include <deque>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "server/serving/grpc_status.h"
+#include "server/serving/inference_core.h"
+
+namespace ts::server {
+namespace pb = taylorshift::v1;
+namespace {
+
+constexpr char kAdminRole[] = "admin";
+// Events a slow watcher may have pending; beyond it the oldest PROGRESS events are dropped
+// (state, validation and checkpoint events are always delivered).
+constexpr std::size_t kMaxPendingEvents = 256;
+
+// Runs `body` (returning absl::Status or StatusOr<T> assigned into the response) after the
+// admin check and finishes the unary call.
+template <typename Body>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const Authorizer* authorizer,
+                                Body&& body) {
+  auto* reactor = context->DefaultReactor();
+  absl::Status status = authorizer->Check(*context, kAdminRole);
+  if (status.ok()) status = body();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+class WatchReactor final : public grpc::ServerWriteReactor<pb::JobEvent> {
+ public:
+  WatchReactor(JobManager* manager, const Authorizer* authorizer,
+               grpc::CallbackServerContext* context, const std::string& id)
+      : manager_(manager) {
+    if (auto auth = authorizer->Check(*context, kAdminRole); !auth.ok()) {
+      FinishOnce(ToGrpcStatus(auth));
+      return;
+    }
+    auto handle = manager_->Watch(id, [this](const pb::JobEvent& event) { Enqueue(event); });
+    if (!handle.ok()) {
+      FinishOnce(ToGrpcStatus(handle.status()));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    handle_ = *handle;
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
+      return;
+    }
+    WriteNextLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+  }
+
+  void OnDone() override {
+    std::int64_t handle = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      handle = handle_;
+    }
+    // After Unwatch returns the manager never calls Enqueue again.
+    if (handle != 0) manager_->Unwatch(handle);
+    delete this;
+  }
+
+ private:
+  void Enqueue(const pb::JobEvent& event) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (event.type() == pb::JobEvent::TYPE_UNSPECIFIED) {
+      // The manager is shutting down: end after what is already queued.
+      closing_ = true;
+      if (!writing_) WriteNextLocked();
+      return;
+    }
+    if (pending_.size() >= kMaxPendingEvents) {
+      for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+        if (it->type() == pb::JobEvent::PROGRESS) {
+          pending_.erase(it);
+          break;
+        }
+      }
+    }
+    pending_.push_back(event);
+    const pb::JobState state = event.job().state();
+    if (state == pb::JOB_STATE_SUCCEEDED || state == pb::JOB_STATE_FAILED ||
+        state == pb::JOB_STATE_CANCELLED) {
+      final_ = true;
+    }
+    if (!writing_) WriteNextLocked();
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    if (pending_.empty()) {
+      if (final_) {
+        FinishLocked(grpc::Status::OK);
+      } else if (closing_) {
+        FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                  "the server is shutting down; the job resumes after restart"));
+      }
+      return;
+    }
+    current_ = std::move(pending_.front());
+    pending_.pop_front();
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  void FinishOnce(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(status);
+  }
+
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  JobManager* const manager_;
+  absl::Mutex mu_;
+  std::deque<pb::JobEvent> pending_ ABSL_GUARDED_BY(mu_);
+  pb::JobEvent current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool final_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::int64_t handle_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* JobsService::SubmitTraining(grpc::CallbackServerContext* context,
+                                                      const pb::SubmitTrainingRequest* request,
+                                                      pb::Job* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    TS_ASSIGN_OR_RETURN(*response, manager_->SubmitTraining(request->spec()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(grpc::CallbackServerContext* context,
+                                                        const pb::SubmitEvaluationRequest* request,
+                                                        pb::Job* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    TS_ASSIGN_OR_RETURN(*response, manager_->SubmitEvaluation(request->spec()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
+                                              const pb::GetJobRequest* request, pb::Job* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    TS_ASSIGN_OR_RETURN(*response, manager_->GetJob(request->id()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* context,
+                                                const pb::ListJobsRequest* request,
+                                                pb::ListJobsResponse* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    TS_ASSIGN_OR_RETURN(*response, manager_->ListJobs(*request));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* JobsService::GetJobHistory(grpc::CallbackServerContext* context,
+                                                     const pb::GetJobHistoryRequest* request,
+                                                     pb::GetJobHistoryResponse* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    TS_ASSIGN_OR_RETURN(*response, manager_->GetJobHistory(*request));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* context,
+                                                 const pb::CancelJobRequest* request,
+                                                 pb::Job* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    TS_ASSIGN_OR_RETURN(*response, manager_->CancelJob(request->id()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* JobsService::DeleteJob(grpc::CallbackServerContext* context,
+                                                 const pb::DeleteJobRequest* request,
+                                                 pb::DeleteJobResponse* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    TS_ASSIGN_OR_RETURN(*response, manager_->DeleteJob(request->id()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(grpc::CallbackServerContext* context,
+                                                              const pb::WatchJobRequest* request) {
+  return new WatchReactor(manager_, authorizer_, context, request->id());
+}
+
+grpc::ServerUnaryReactor* JobsService::PromoteCheckpoint(
+    grpc::CallbackServerContext* context, const pb::PromoteCheckpointRequest* request,
+    pb::PromoteCheckpointResponse* response) {
+  return Unary(context, authorizer_, [&]() -> absl::Status {
+    TS_ASSIGN_OR_RETURN(auto promotion, manager_->Promote(*request));
+    FillModelInfo(*promotion.model, response->mutable_model());
+    response->set_previous_version(promotion.previous_version);
+    if (promotion.validation_accuracy) {
+      response->set_validation_accuracy(*promotion.validation_accuracy);
+    }
+    if (promotion.previous_validation_accuracy) {
+      response->set_previous_validation_accuracy(*promotion.previous_validation_accuracy);
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace ts::server

@@ -1,0 +1,20 @@
+#include "server/serving/grpc_call.h"
+
+#include "absl/time/clock.h"
+
+namespace ts::server {
+
+CallContext CallFrom(grpc::CallbackServerContext& context) {
+  CallContext call;
+  const auto& metadata = context.client_metadata();
+  if (const auto it = metadata.find("authorization"); it != metadata.end()) {
+    call.authorization.assign(it->second.data(), it->second.size());
+  }
+  if (context.deadline() != std::chrono::system_clock::time_point::max()) {
+    call.deadline = absl::FromChrono(context.deadline());
+  }
+  call.cancelled = [&context] { return context.IsCancelled(); };
+  return call;
+}
+
+}  // namespace ts::server

@@ -1,0 +1,597 @@
+#include "server/serving/http_frontend.h"
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "api/api_json.h"
+#include "api/proto_names.h"
+#include "common/status_macros.h"
+#include "server/serving/grpc_status.h"
+#include "server/serving/kserve_v2.h"
+
+namespace ts::server {
+namespace {
+
+namespace pb = taylorshift::v1;
+namespace v2 = ::inference;
+using Json = nlohmann::json;
+
+HttpAnswer JsonAnswer(int status, const Json& body) {
+  HttpAnswer answer;
+  answer.status = status;
+  // A name or message with bytes that are not UTF-8 must not make dump() throw.
+  answer.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return answer;
+}
+
+HttpAnswer ErrorAnswer(const absl::Status& status) {
+  HttpAnswer answer = JsonAnswer(
+      HttpStatusFor(status.code()),
+      Json{{"error", std::string(status.message())}, {"code", StatusCodeName(status.code())}});
+  if (status.code() == absl::StatusCode::kResourceExhausted ||
+      status.code() == absl::StatusCode::kUnavailable) {
+    answer.headers["Retry-After"] = "1";
+  }
+  if (status.code() == absl::StatusCode::kUnauthenticated) {
+    answer.headers["WWW-Authenticate"] = "Bearer";
+  }
+  return answer;
+}
+
+absl::Status Invalid(const std::string& field, const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+}
+
+std::string Header(const HttpExchange& request, const std::string& name) {
+  const auto it = request.headers.find(name);
+  return it == request.headers.end() ? "" : it->second;
+}
+
+absl::StatusOr<CallContext> CallFromHttp(const HttpExchange& request,
+                                         absl::Duration default_timeout) {
+  CallContext call;
+  call.authorization = Header(request, "authorization");
+  const std::string timeout = Header(request, "x-timeout-ms");
+  if (!timeout.empty()) {
+    std::int64_t ms = 0;
+    if (!absl::SimpleAtoi(timeout, &ms) || ms < 0) {
+      return Invalid("X-Timeout-Ms", absl::StrCat("must be a whole number of milliseconds ≥ 0, "
+                                                  "got \"",
+                                                  timeout, "\""));
+    }
+    call.deadline = absl::Now() + absl::Milliseconds(ms);
+  } else if (default_timeout > absl::ZeroDuration()) {
+    call.deadline = absl::Now() + default_timeout;
+  }
+  return call;
+}
+
+// A client's value in an error message, cut to `kShownChars` characters: a message never
+// grows with the request.
+constexpr std::size_t kShownChars = 64;
+std::string Cut(std::string text, std::size_t max_chars) {
+  if (text.size() > max_chars) text = absl::StrCat(text.substr(0, max_chars), "…");
+  return text;
+}
+std::string Shown(const Json& value) {
+  if (value.is_structured()) return value.is_array() ? "an array" : "an object";
+  return Cut(value.dump(-1, ' ', false, Json::error_handler_t::replace), kShownChars);
+}
+
+// The JSON path of what the parser was reading ("inputs[0].data"), from the keys and array
+// positions the parse callback saw.
+class ParsePosition {
+ public:
+  void Open(bool array) { frames_.push_back({array, "", 0}); }
+  void Close() {
+    if (!frames_.empty()) frames_.pop_back();
+  }
+  void Key(const Json& key) {
+    if (frames_.empty()) return;
+    frames_.back().key = Cut(key.is_string() ? key.get<std::string>() : "", kShownChars);
+  }
+  void Value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+  std::string Path() const {
+    std::string path;
+    for (const Frame& f : frames_) {
+      if (f.array) {
+        absl::StrAppend(&path, "[", f.index, "]");
+      } else if (!f.key.empty()) {
+        absl::StrAppend(&path, path.empty() ? "" : ".", f.key);
+      }
+    }
+    return path.empty() ? "body" : path;
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    std::string key;
+    std::size_t index;
+  };
+  std::vector<Frame> frames_;
+};
+
+struct TooDeep {};
+
+// Parses a request body into a JSON object. Nesting deeper than `max_depth` stops the parser at
+// that depth (no value of the body is recursed into beyond it); a number out of double's range
+// is an error naming its field, as a syntax error is: INVALID_ARGUMENT, never a 5xx.
+absl::StatusOr<Json> ParseBody(const HttpExchange& request, int max_depth) {
+  ParsePosition position;
+  const auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        if (depth >= max_depth) throw TooDeep{};
+        position.Open(event == Json::parse_event_t::array_start);
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        position.Close();
+        position.Value();
+        break;
+      case Json::parse_event_t::key:
+        position.Key(parsed);
+        break;
+      case Json::parse_event_t::value:
+        position.Value();
+        break;
+    }
+    return true;
+  };
+  try {
+    Json body = Json::parse(request.body, callback);
+    if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
+    return body;
+  } catch (const TooDeep&) {
+    return Invalid(position.Path(),
+                   absl::StrCat("JSON nested deeper than http.max_json_depth ", max_depth));
+  } catch (const Json::out_of_range& e) {
+    // nlohmann reports a number beyond double's range (1e400, a 5,000-digit integer) this way.
+    return Invalid(position.Path(), absl::StrCat("number out of range: ", Cut(e.what(), 160)));
+  } catch (const Json::exception& e) {
+    return Invalid(position.Path(), absl::StrCat("invalid JSON: ", Cut(e.what(), 160)));
+  }
+}
+
+std::string TypeName(const Json& value) { return value.type_name(); }
+
+// --- KServe v2 JSON ↔ messages -------------------------------------------------------------
+
+absl::Status ReadParameters(const Json& value, const std::string& field,
+                            google::protobuf::Map<std::string, v2::InferParameter>* out) {
+  if (!value.is_object())
+    return Invalid(field, absl::StrCat("must be an object, got ", TypeName(value)));
+  for (const auto& [name, v] : value.items()) {
+    v2::InferParameter& parameter = (*out)[name];
+    if (v.is_boolean()) {
+      parameter.set_bool_param(v.get<bool>());
+    } else if (v.is_number_integer()) {
+      parameter.set_int64_param(v.get<std::int64_t>());
+    } else if (v.is_string()) {
+      parameter.set_string_param(v.get<std::string>());
+    } else {
+      return Invalid(absl::StrCat(field, ".", name),
+                     absl::StrCat("must be a boolean, an integer or a string, got ", TypeName(v)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Flattens (possibly nested) JSON `data` into the contents field of its datatype.
+absl::Status ReadData(const Json& data, const std::string& field, const std::string& datatype,
+                      v2::InferTensorContents* contents) {
+  if (data.is_array()) {
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      TS_RETURN_IF_ERROR(ReadData(data[i], absl::StrCat(field, "[", i, "]"), datatype, contents));
+    }
+    return absl::OkStatus();
+  }
+  if (datatype == "BYTES") {
+    if (!data.is_string()) {
+      return Invalid(field, absl::StrCat("BYTES elements are JSON strings, got ", TypeName(data)));
+    }
+    contents->add_bytes_contents(data.get<std::string>());
+  } else if (datatype == "UINT8" || datatype == "UINT16" || datatype == "UINT32") {
+    if (!data.is_number_unsigned() || data.get<std::uint64_t>() > 0xffffffffu) {
+      return Invalid(field,
+                     absl::StrCat(datatype, " elements are integers ≥ 0, got ", Shown(data)));
+    }
+    contents->add_uint_contents(static_cast<std::uint32_t>(data.get<std::uint64_t>()));
+  }
+  // Other datatypes: the model takes none of them; kserve::Plan names the datatype.
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body) {
+  v2::ModelInferRequest request;
+  for (const auto& [key, value] : body.items()) {
+    if (key == "id") {
+      if (!value.is_string()) return Invalid("id", "must be a string");
+      request.set_id(value.get<std::string>());
+    } else if (key == "parameters") {
+      TS_RETURN_IF_ERROR(ReadParameters(value, "parameters", request.mutable_parameters()));
+    } else if (key == "inputs") {
+      if (!value.is_array()) return Invalid("inputs", "must be an array");
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        const Json& in = value[i];
+        const std::string at = absl::StrCat("inputs[", i, "]");
+        if (!in.is_object()) return Invalid(at, "must be an object");
+        auto* tensor = request.add_inputs();
+        for (const char* required : {"name", "datatype", "shape", "data"}) {
+          if (!in.contains(required)) return Invalid(absl::StrCat(at, ".", required), "required");
+        }
+        for (const auto& [k, v] : in.items()) {
+          const std::string field = absl::StrCat(at, ".", k);
+          if (k == "name" || k == "datatype") {
+            if (!v.is_string()) return Invalid(field, "must be a string");
+            if (k == "name") tensor->set_name(v.get<std::string>());
+            if (k == "datatype") tensor->set_datatype(v.get<std::string>());
+          } else if (k == "shape") {
+            if (!v.is_array()) return Invalid(field, "must be an array of integers");
+            for (const Json& d : v) {
+              if (!d.is_number_integer()) return Invalid(field, "must be an array of integers");
+              tensor->add_shape(d.get<std::int64_t>());
+            }
+          } else if (k == "parameters") {
+            TS_RETURN_IF_ERROR(ReadParameters(v, field, tensor->mutable_parameters()));
+          } else if (k != "data") {
+            return Invalid(field, "unknown key (known: name, datatype, shape, parameters, data)");
+          }
+        }
+        TS_RETURN_IF_ERROR(
+            ReadData(in["data"], at + ".data", tensor->datatype(), tensor->mutable_contents()));
+      }
+    } else if (key == "outputs") {
+      if (!value.is_array()) return Invalid("outputs", "must be an array");
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        const Json& out = value[i];
+        const std::string at = absl::StrCat("outputs[", i, "]");
+        if (!out.is_object() || !out.contains("name") || !out["name"].is_string()) {
+          return Invalid(at, "must be an object with a string \"name\"");
+        }
+        auto* requested = request.add_outputs();
+        requested->set_name(out["name"].get<std::string>());
+        if (out.contains("parameters")) {
+          TS_RETURN_IF_ERROR(ReadParameters(out["parameters"], at + ".parameters",
+                                            requested->mutable_parameters()));
+        }
+      }
+    } else {
+      return Invalid(key, "unknown key (known: id, parameters, inputs, outputs)");
+    }
+  }
+  return request;
+}
+
+Json InferResultJson(const kserve::InferResult& result) {
+  Json outputs = Json::array();
+  for (const kserve::OutputTensor& out : result.outputs) {
+    Json data = Json::array();
+    if (out.datatype == "FP32") {
+      for (const float v : out.fp32) data.push_back(v);  // the double of the float: exact
+    } else {
+      for (const std::string& v : out.bytes) data.push_back(v);
+    }
+    outputs.push_back(
+        {{"name", out.name}, {"datatype", out.datatype}, {"shape", out.shape}, {"data", data}});
+  }
+  Json body = {{"model_name", result.model_name}, {"model_version", result.model_version}};
+  if (!result.id.empty()) body["id"] = result.id;
+  body["outputs"] = outputs;
+  return body;
+}
+
+Json TensorMetadataJson(
+    const google::protobuf::RepeatedPtrField<v2::ModelMetadataResponse::TensorMetadata>& tensors) {
+  Json list = Json::array();
+  for (const auto& t : tensors) {
+    list.push_back({{"name", t.name()},
+                    {"datatype", t.datatype()},
+                    {"shape", std::vector<std::int64_t>(t.shape().begin(), t.shape().end())}});
+  }
+  return list;
+}
+
+// --- the plain route ----------------------------------------------------------------------
+
+absl::StatusOr<pb::ClassifyRequest> ClassifyRequestFromJson(const Json& body,
+                                                            const std::string& model) {
+  pb::ClassifyRequest request;
+  request.set_model(model);
+  int inputs = 0;
+  for (const auto& [key, value] : body.items()) {
+    if (key == "text") {
+      if (!value.is_string()) return Invalid(key, "must be a string");
+      request.set_document(value.get<std::string>());
+      ++inputs;
+    } else if (key == "document_base64") {
+      std::string bytes;
+      if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), &bytes)) {
+        return Invalid(key, "must be a base64 string");
+      }
+      request.set_document(std::move(bytes));
+      ++inputs;
+    } else if (key == "image") {
+      if (!value.is_object()) return Invalid(key, "must be an object");
+      auto* image = request.mutable_image();
+      bool has_pixels = false;
+      for (const auto& [k, v] : value.items()) {
+        const std::string field = absl::StrCat("image.", k);
+        if (k == "width" || k == "height" || k == "channels") {
+          if (!v.is_number_unsigned() || v.get<std::uint64_t>() > (1u << 20)) {
+            return Invalid(field, "must be an integer from 0 to 2^20");
+          }
+          const auto n = static_cast<std::uint32_t>(v.get<std::uint64_t>());
+          if (k == "width") image->set_width(n);
+          if (k == "height") image->set_height(n);
+          if (k == "channels") image->set_channels(n);
+        } else if (k == "pixels") {
+          if (!v.is_array()) return Invalid(field, "must be an array of integers 0 to 255");
+          std::string pixels;
+          pixels.reserve(v.size());
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            if (!v[i].is_number_unsigned() || v[i].get<std::uint64_t>() > 255) {
+              return Invalid(absl::StrCat(field, "[", i, "]"), "must be an integer 0 to 255");
+            }
+            pixels.push_back(static_cast<char>(v[i].get<std::uint64_t>()));
+          }
+          image->set_pixels(std::move(pixels));
+          has_pixels = true;
+        } else if (k == "pixels_base64") {
+          std::string pixels;
+          if (!v.is_string() || !absl::Base64Unescape(v.get<std::string>(), &pixels)) {
+            return Invalid(field, "must be a base64 string");
+          }
+          image->set_pixels(std::move(pixels));
+          has_pixels = true;
+        } else {
+          return Invalid(field,
+                         "unknown key (known: width, height, channels, pixels, pixels_base64)");
+        }
+      }
+      if (image->channels() == 0) image->set_channels(1);
+      if (!has_pixels) return Invalid("image", "needs pixels or pixels_base64");
+      ++inputs;
+    } else if (key == "top_k") {
+      if (!value.is_number_unsigned() || value.get<std::uint64_t>() > (1u << 30)) {
+        return Invalid(key, absl::StrCat("must be an integer ≥ 0, got ", Shown(value)));
+      }
+      request.set_top_k(static_cast<std::uint32_t>(value.get<std::uint64_t>()));
+    } else if (key == "path") {
+      if (!value.is_string()) return Invalid(key, "must be a string");
+      auto path = ParsePath(value.get<std::string>());
+      if (!path.ok()) return Invalid(key, std::string(path.status().message()));
+      request.set_path(*path);
+    } else if (key == "over_length" || key == "request_id") {
+      if (!value.is_string()) return Invalid(key, "must be a string");
+      if (key == "over_length") request.set_over_length(value.get<std::string>());
+      if (key == "request_id") request.set_request_id(value.get<std::string>());
+    } else {
+      return Invalid(key,
+                     "unknown key (known: text, document_base64, image, top_k, path, "
+                     "over_length, request_id)");
+    }
+  }
+  if (inputs != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "body: give exactly one of text, document_base64 or image (got ", inputs, ")"));
+  }
+  return request;
+}
+
+// --- routing ------------------------------------------------------------------------------
+
+const std::regex& ModelRoute() {
+  // /v2/models/NAME[/versions/VERSION][/ready|/infer]
+  static const std::regex route(R"(^/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/infer)?$)");
+  return route;
+}
+
+const std::regex& V1Route() {
+  static const std::regex route(R"(^/v1/models(?:/([^/:]+))?(:classify)?$)");
+  return route;
+}
+
+HttpAnswer MethodNotAllowed(const std::string& allowed, const HttpExchange& request) {
+  HttpAnswer answer = JsonAnswer(
+      405, Json{{"error", absl::StrCat(request.method, " ", request.path, ": use ", allowed)},
+                {"code", "UNIMPLEMENTED"}});
+  answer.headers["Allow"] = allowed;
+  return answer;
+}
+
+// The batcher drops requests whose deadline passes while they wait; one whose deadline passes
+// while its batch runs is answered 504 too, as gRPC answers a call past its deadline.
+HttpAnswer LateIsDeadlineExceeded(const CallContext& call, HttpAnswer answer) {
+  if (answer.status == 200 && call.deadline < absl::Now()) {
+    return ErrorAnswer(absl::DeadlineExceededError(
+        "X-Timeout-Ms: the deadline passed while the request was computed"));
+  }
+  return answer;
+}
+
+HttpAnswer Infer(Inference* inference, std::int64_t max_batch, const CallContext& call,
+                 const v2::ModelInferRequest& request) {
+  absl::Notification done;
+  HttpAnswer answer;
+  kserve::Infer(
+      inference, call, request, max_batch,
+      [&](const absl::Status& status, const kserve::InferResult& result) {
+        if (status.ok()) {
+          answer = JsonAnswer(200, InferResultJson(result));
+        } else {
+          // The messages name the gRPC fields; REST bodies carry them as "data".
+          std::string message(status.message());
+          for (const std::string field : {".contents.bytes_contents", ".contents.uint_contents"}) {
+            message = absl::StrReplaceAll(message, {{field, ".data"}});
+          }
+          answer = ErrorAnswer(absl::Status(status.code(), message));
+        }
+        done.Notify();
+      });
+  done.WaitForNotification();
+  return LateIsDeadlineExceeded(call, std::move(answer));
+}
+
+HttpAnswer Classify(Inference* inference, const CallContext& call,
+                    const pb::ClassifyRequest& request) {
+  const absl::Time started = absl::Now();
+  absl::Notification done;
+  HttpAnswer answer;
+  inference->Classify(
+      call, request, [&](const absl::Status& status, const pb::ClassifyResponse& r) {
+        if (status.ok()) {
+          ts::Json body = ts::Json::object();
+          AddClassifyFields(body, r, absl::ToDoubleMilliseconds(absl::Now() - started));
+          answer.body = DumpJson(body);
+        } else {
+          answer = ErrorAnswer(status);
+        }
+        done.Notify();
+      });
+  done.WaitForNotification();
+  return LateIsDeadlineExceeded(call, std::move(answer));
+}
+
+}  // namespace
+
+HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpExchange& request) {
+  auto call = CallFromHttp(request, options.default_timeout);
+  if (!call.ok()) return ErrorAnswer(call.status());
+  const std::string& path = request.path;
+  const bool get = request.method == "GET", post = request.method == "POST";
+
+  // Server metadata is GET v2 in the specification's table and /v2/ in its OpenAPI file: both.
+  if (path == "/v2/health/live" || path == "/v2/health/ready" || path == "/v2" || path == "/v2/") {
+    if (!get) return MethodNotAllowed("GET", request);
+    if (path == "/v2/health/live") return JsonAnswer(200, Json{{"live", true}});
+    if (path == "/v2/health/ready") {
+      // The specification's $ready_server_response names its field "live" (a slip for
+      // "ready", which KServe's servers send): both, so a client of either reading works.
+      const bool ready = inference->Ready();
+      return JsonAnswer(ready ? 200 : 503, Json{{"ready", ready}, {"live", true}});
+    }
+    const auto metadata = kserve::ServerMetadata();
+    return JsonAnswer(200,
+                      Json{{"name", metadata.name()},
+                           {"version", metadata.version()},
+                           {"extensions", std::vector<std::string>(metadata.extensions().begin(),
+                                                                   metadata.extensions().end())}});
+  }
+  std::smatch match;
+  if (std::regex_match(path, match, ModelRoute())) {
+    const std::string name = match[1], version = match[2], action = match[3];
+    if (action == "/infer" ? !post : !get) {
+      return MethodNotAllowed(action == "/infer" ? "POST" : "GET", request);
+    }
+    if (action == "/infer") {
+      auto body = ParseBody(request, options.max_json_depth);
+      if (!body.ok()) return ErrorAnswer(body.status());
+      auto infer = InferRequestFromJson(*body);
+      if (!infer.ok()) return ErrorAnswer(infer.status());
+      infer->set_model_name(name);
+      infer->set_model_version(version);
+      call->protocol = CallContext::kProtocolV2Rest;
+      return Infer(inference, options.max_infer_batch, *call, *infer);
+    }
+    auto model = inference->GetModel(*call, name);
+    if (!model.ok()) return ErrorAnswer(model.status());
+    if (auto s = kserve::CheckVersion(*model, version); !s.ok()) return ErrorAnswer(s);
+    if (action == "/ready") {
+      const bool ready = inference->Ready();
+      return JsonAnswer(ready ? 200 : 503, Json{{"name", name}, {"ready", ready}});
+    }
+    const auto metadata = kserve::ModelMetadata(*model);
+    return JsonAnswer(200, Json{{"name", metadata.name()},
+                                {"versions", std::vector<std::string>(metadata.versions().begin(),
+                                                                      metadata.versions().end())},
+                                {"platform", metadata.platform()},
+                                {"inputs", TensorMetadataJson(metadata.inputs())},
+                                {"outputs", TensorMetadataJson(metadata.outputs())}});
+  }
+  if (std::regex_match(path, match, V1Route())) {
+    const std::string name = match[1];
+    const bool classify = match[2].matched;
+    if (classify) {
+      if (!post) return MethodNotAllowed("POST", request);
+      if (name.empty()) return ErrorAnswer(absl::NotFoundError("use /v1/models/NAME:classify"));
+      auto body = ParseBody(request, options.max_json_depth);
+      if (!body.ok()) return ErrorAnswer(body.status());
+      auto classify_request = ClassifyRequestFromJson(*body, name);
+      if (!classify_request.ok()) return ErrorAnswer(classify_request.status());
+      call->protocol = CallContext::kProtocolRest;
+      return Classify(inference, *call, *classify_request);
+    }
+    if (!get) return MethodNotAllowed("GET", request);
+    HttpAnswer answer;
+    if (name.empty()) {
+      auto models = inference->ListModels(*call);
+      if (!models.ok()) return ErrorAnswer(models.status());
+      ts::Json list = ts::Json::array();
+      for (const auto& model : *models) list.push_back(ModelInfoJson(model));
+      answer.body = DumpJson(ts::Json{{"models", std::move(list)}});
+    } else {
+      auto model = inference->GetModel(*call, name);
+      if (!model.ok()) return ErrorAnswer(model.status());
+      answer.body = DumpJson(ModelInfoJson(*model));
+    }
+    return answer;
+  }
+  return ErrorAnswer(absl::NotFoundError(absl::StrCat(
+      "no route ", request.method, " ", path,
+      " (routes: /v2, /v2/health/{live,ready}, /v2/models/NAME[/ready|/infer], /v1/models, "
+      "/v1/models/NAME, /v1/models/NAME:classify)")));
+}
+
+// --- the listener -------------------------------------------------------------------------
+
+HttpFrontend::HttpFrontend(std::unique_ptr<HttpListener> listener)
+    : listener_(std::move(listener)) {}
+
+HttpFrontend::~HttpFrontend() { Stop(); }
+
+void HttpFrontend::Stop() { listener_->Stop(); }
+
+const std::string& HttpFrontend::address() const { return listener_->address(); }
+
+absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
+    const HttpFrontendOptions& options, Inference* inference) {
+  HttpListenerOptions listener;
+  listener.name = "http";
+  listener.listen = options.http.listen;
+  listener.cert_file = options.tls.cert_file;
+  listener.key_file = options.tls.key_file;
+  listener.client_ca_file = options.tls.client_ca_file;
+  listener.threads = options.http.threads;
+  listener.max_connections = options.http.max_connections;
+  listener.read_timeout = options.http.read_timeout;
+  listener.max_body_bytes =
+      options.http.max_body_bytes > 0 ? options.http.max_body_bytes : options.max_message_bytes;
+  listener.keep_alive = options.http.keep_alive;
+  listener.keep_alive_max_requests = options.http.keep_alive_max_requests;
+  listener.on_response = options.on_response;
+  RouteOptions route;
+  route.max_infer_batch = options.max_infer_batch;
+  route.default_timeout = options.http.default_timeout;
+  route.max_json_depth = options.http.max_json_depth;
+  TS_ASSIGN_OR_RETURN(
+      auto started, HttpListener::Start(listener, [inference, route](const HttpExchange& exchange) {
+        return Route(inference, route, exchange);
+      }));
+  return std::unique_ptr<HttpFrontend>(new HttpFrontend(std::move(started)));
+}
+
+}  // namespace ts::server

@@ -1,0 +1,76 @@
+// An HTTP(S) listener on cpp-httplib (Debian's libcpp-httplib): binds host:port (port 0: any
+// free port), answers every request through one handler on a pool of ordinary threads, stops
+// on request. Both HTTP endpoints use it: the HTTP/JSON front end (server/serving/http_frontend.h)
+// and the Prometheus /metrics endpoint (server/metrics.h). Torch-free; httplib stays out of this
+// header.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace ts::server {
+
+// One HTTP exchange without the socket.
+struct HttpExchange {
+  std::string method;                          // GET, HEAD, POST, …
+  std::string path;                            // without the query string
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+struct HttpAnswer {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::map<std::string, std::string> headers;  // extra headers (Retry-After, WWW-Authenticate)
+  std::string body;
+};
+
+using HttpHandler = std::function<HttpAnswer(const HttpExchange&)>;
+
+struct HttpListenerOptions {
+  std::string name = "http";  // prefixes start-up errors ("http: cannot listen on …")
+  std::string listen;         // host:port, [v6]:port
+  std::string cert_file;      // set: HTTPS with this certificate chain and key_file
+  std::string key_file;
+  std::string client_ca_file;  // set: clients must present a certificate signed by it
+  int threads = 1;             // threads kept ready for connections
+  int max_connections = 64;    // connections served at once (the pool grows to it)
+  absl::Duration read_timeout = absl::Seconds(5);  // silence while reading a request → closed
+  std::int64_t max_body_bytes = 1 << 20;           // larger → 413
+  absl::Duration keep_alive = absl::Seconds(5);
+  int keep_alive_max_requests = 1000;
+  // Called with the status of every answer sent, httplib's own (400, 413) included; set: must be
+  // thread-safe.
+  std::function<void(int status)> on_response;
+};
+
+class HttpListener {
+ public:
+  // `handler` is called from the pool's threads and must be thread-safe. An address in use is
+  // UNAVAILABLE (SO_REUSEPORT is not set, so two servers cannot share a port).
+  static absl::StatusOr<std::unique_ptr<HttpListener>> Start(const HttpListenerOptions& options,
+                                                             HttpHandler handler);
+  ~HttpListener();  // Stop()
+  HttpListener(const HttpListener&) = delete;
+  HttpListener& operator=(const HttpListener&) = delete;
+
+  const std::string& address() const { return address_; }  // host:port bound
+  int port() const { return port_; }
+  // Stops accepting connections and waits for the requests being answered. Idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  HttpListener(std::unique_ptr<Impl> impl, std::string address, int port);
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+  int port_;
+};
+
+}  // namespace ts::server

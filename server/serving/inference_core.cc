@@ -1,0 +1,248 @@
+#include "server/serving/inference_core.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "api/proto_convert.h"
+#include "common/quoted.h"
+#include "common/status_macros.h"
+#include "model/networks/cost_model.h"
+#include "server/serving/grpc_status.h"
+
+namespace ts::server {
+namespace {
+
+namespace pb = taylorshift::v1;
+
+constexpr char kClassifyRole[] = "classify";
+
+std::string RejectReason(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kResourceExhausted:
+      return "queue_full";
+    case absl::StatusCode::kDeadlineExceeded:
+      return "deadline_exceeded";
+    case absl::StatusCode::kCancelled:
+      return "cancelled";
+    case absl::StatusCode::kNotFound:
+      return "unknown_model";
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return "unauthorized";
+    case absl::StatusCode::kUnavailable:
+      return "shutting_down";
+    default:
+      return "invalid_argument";
+  }
+}
+
+// The request's input as tokens: a document's bytes, or an image's pixels for a model that
+// takes them.
+absl::StatusOr<std::string> InputTokens(const pb::ClassifyRequest& request,
+                                        const ServedModel& model) {
+  switch (request.input_case()) {
+    case pb::ClassifyRequest::kDocument:
+      return request.document();
+    case pb::ClassifyRequest::kImage: {
+      if (model.metadata().modality != "pixels") {
+        return absl::InvalidArgumentError(absl::StrCat("image: model ", Quoted(model.name()),
+                                                       " takes documents (modality ",
+                                                       model.metadata().modality, ")"));
+      }
+      const auto& image = request.image();
+      auto pixels = ImageToTokens(image.width(), image.height(), image.channels(), image.pixels());
+      if (!pixels.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("image: ", pixels.status().message()));
+      }
+      return pixels;
+    }
+    default:
+      return absl::InvalidArgumentError("input: set either document or image");
+  }
+}
+
+// The input cut to the model's limits by its over-length policy, or by the request's own.
+absl::StatusOr<PreparedInput> PrepareInput(const pb::ClassifyRequest& request,
+                                           const ServedModel& model) {
+  TS_ASSIGN_OR_RETURN(const std::string tokens, InputTokens(request, model));
+  LengthPolicy over_length = model.config().over_length;
+  if (!request.over_length().empty()) {
+    auto parsed = ParseLengthPolicy(request.over_length());
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("over_length: ", parsed.status().message()));
+    }
+    over_length = *parsed;
+  }
+  auto prepared = PrepareTokens(tokens, model.length_policy(over_length));
+  if (!prepared.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", Quoted(model.name()), ": ", prepared.status().message()));
+  }
+  return prepared;
+}
+
+// A classified request's answer: the best label, the top_k classes by probability (all of them,
+// in class order, when top_k is 0) and how its batch ran.
+void FillResponse(const ServedModel& model, const ClassifyWork& work, std::uint32_t top_k,
+                  bool truncated, pb::ClassifyResponse* response) {
+  const auto& labels = model.metadata().labels;
+  std::vector<std::uint32_t> order(work.probabilities.size());
+  std::iota(order.begin(), order.end(), 0u);
+  const auto best = std::max_element(work.probabilities.begin(), work.probabilities.end()) -
+                    work.probabilities.begin();
+  response->set_label(labels[best]);
+  if (top_k > 0) {
+    std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return work.probabilities[a] > work.probabilities[b];
+    });
+    order.resize(top_k);
+  }
+  for (const auto c : order) {
+    auto* p = response->add_probabilities();
+    p->set_label(labels[c]);
+    p->set_index(c);
+    p->set_probability(work.probabilities[c]);
+  }
+  response->set_path(ToProtoPath(work.path));
+  std::int64_t longest_window = 0;
+  for (const auto& w : work.windows) {
+    longest_window = std::max<std::int64_t>(longest_window, w.size());
+  }
+  response->set_tokens(static_cast<std::uint32_t>(longest_window + 1));
+  response->set_truncated(truncated);
+  response->set_windows(static_cast<std::uint32_t>(work.windows.size()));
+  response->set_model_version(model.version());
+  auto* timing = response->mutable_timing();
+  timing->set_queue_seconds(work.queue_seconds);
+  timing->set_compute_seconds(work.compute_seconds);
+  timing->set_batch_size(static_cast<std::uint32_t>(work.batch_size));
+  timing->set_batch_tokens(static_cast<std::uint32_t>(work.batch_tokens));
+}
+
+}  // namespace
+
+void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest& request,
+                             ClassifyDone done) {
+  const absl::Time received = clock_->Now();
+  const std::string& model_name = request.model();
+  // The metrics' model label: a name that is not served is "(unknown)", so that clients cannot
+  // create a series per name they send.
+  const std::string label = model_name.empty()                       ? "-"
+                            : registry_->Find(model_name) != nullptr ? model_name
+                                                                     : "(unknown)";
+  // Every exit goes through here: metrics, then the caller's callback.
+  auto finish = [this, label, protocol = std::string(call.protocol), received, done](
+                    const absl::Status& status, pb::ClassifyResponse response) {
+    if (metrics_ != nullptr) {
+      metrics_->RecordRequest(label, protocol, StatusCodeName(status.code()),
+                              absl::ToDoubleSeconds(clock_->Now() - received));
+      if (!status.ok()) metrics_->RecordRejected(label, RejectReason(status.code()));
+    }
+    done(status, std::move(response));
+  };
+  if (auto auth = authorizer_->Check(call.authorization, kClassifyRole); !auth.ok()) {
+    return finish(auth, {});
+  }
+  if (model_name.empty()) {
+    return finish(absl::InvalidArgumentError("model: required (see ListModels)"), {});
+  }
+  const auto model = registry_->Find(model_name);
+  if (model == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& m : registry_->List()) names.push_back(m->name());
+    return finish(absl::NotFoundError(
+                      absl::StrCat("model ", Quoted(model_name), " is not served (",
+                                   names.empty() ? "none are" : absl::StrJoin(names, ", "), ")")),
+                  {});
+  }
+  auto path = FromProtoPath(request.path());
+  if (!path.ok()) return finish(path.status(), {});
+  auto prepared = PrepareInput(request, *model);
+  if (!prepared.ok()) return finish(prepared.status(), {});
+  const std::uint32_t classes = static_cast<std::uint32_t>(model->metadata().labels.size());
+  if (request.top_k() > classes) {
+    return finish(absl::InvalidArgumentError(absl::StrCat(
+                      "top_k: ", request.top_k(), " exceeds the model's ", classes, " classes")),
+                  {});
+  }
+  if (metrics_ != nullptr) metrics_->RecordSequenceLength(model_name, prepared->input_tokens + 1);
+
+  auto task = std::make_unique<BatchTask<ClassifyWork>>();
+  task->payload.windows = std::move(prepared->windows);
+  task->payload.requested = *path;
+  std::int64_t longest = 0;
+  for (const auto& w : task->payload.windows) longest = std::max<std::int64_t>(longest, w.size());
+  task->tokens = longest + 1;
+  task->path = static_cast<int>(*path);
+  // The caller's deadline is wall-clock time; the batcher runs on the injected clock.
+  task->deadline = call.deadline == absl::InfiniteFuture()
+                       ? absl::InfiniteFuture()
+                       : clock_->Now() + (call.deadline - absl::Now());
+  if (task->deadline <= clock_->Now()) {
+    return finish(absl::DeadlineExceededError("deadline expired before the request was queued"),
+                  {});
+  }
+  task->cancelled = call.cancelled;
+  task->done = [metrics = metrics_, model, truncated = prepared->truncated,
+                request_id = request.request_id(), top_k = request.top_k(),
+                finish](const absl::Status& status, ClassifyWork& work) {
+    pb::ClassifyResponse response;
+    response.set_request_id(request_id);
+    if (!status.ok()) return finish(status, std::move(response));
+    if (metrics != nullptr) metrics->RecordQueue(model->name(), work.queue_seconds);
+    FillResponse(*model, work, top_k, truncated, &response);
+    finish(absl::OkStatus(), std::move(response));
+  };
+  if (auto scheduled = model->batcher().Schedule(task); !scheduled.ok()) {
+    return finish(scheduled, {});
+  }
+}
+
+void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
+  info->set_name(model.name());
+  info->set_version(model.version());
+  info->set_modality(model.metadata().modality);
+  for (const auto& label : model.metadata().labels) info->add_labels(label);
+  info->set_max_length(static_cast<std::uint32_t>(model.max_length()));
+  info->set_embed_dim(static_cast<std::uint32_t>(model.options().embed_dim()));
+  info->set_depth(static_cast<std::uint32_t>(model.options().depth()));
+  info->set_heads(static_cast<std::uint32_t>(model.options().heads()));
+  info->set_head_dim(
+      static_cast<std::uint32_t>(model.options().embed_dim() / model.options().heads()));
+  info->set_crossover_tokens(static_cast<std::uint32_t>(model.crossover_tokens()));
+  info->set_crossover_source(model.crossover_source());
+  info->set_over_length_policy(std::string(LengthPolicyName(model.config().over_length)));
+  info->set_device(model.device().str());
+  info->set_precision(PrecisionName(model.config().precision));
+  for (const auto& [batch, tokens] : model.crossover_table().entries()) {
+    auto* crossover = info->add_crossovers();
+    crossover->set_batch(static_cast<std::uint32_t>(batch));
+    crossover->set_tokens(static_cast<std::uint32_t>(tokens));
+  }
+}
+
+absl::StatusOr<std::vector<pb::ModelInfo>> InferenceCore::ListModels(const CallContext& call) {
+  TS_RETURN_IF_ERROR(authorizer_->Check(call.authorization, kClassifyRole));
+  std::vector<pb::ModelInfo> models;
+  for (const auto& model : registry_->List()) FillModelInfo(*model, &models.emplace_back());
+  return models;
+}
+
+absl::StatusOr<pb::ModelInfo> InferenceCore::GetModel(const CallContext& call,
+                                                      const std::string& name) {
+  TS_RETURN_IF_ERROR(authorizer_->Check(call.authorization, kClassifyRole));
+  const auto model = registry_->Find(name);
+  if (model == nullptr) {
+    return absl::NotFoundError(absl::StrCat("model ", Quoted(name), " is not served"));
+  }
+  pb::ModelInfo info;
+  FillModelInfo(*model, &info);
+  return info;
+}
+
+bool InferenceCore::Ready() const { return !draining_ && !registry_->List().empty(); }
+
+}  // namespace ts::server

@@ -1,0 +1,44 @@
+// The one implementation of Inference (server/serving/inference.h): authorises the call, validates
+// the request against the served model (input kind, length policy, top_k), hands it to the model's
+// batcher and records the request metrics. Thread-safe; every front end shares one.
+#pragma once
+
+#include <atomic>
+
+#include "common/clock.h"
+#include "server/metrics.h"
+#include "server/serving/auth.h"
+#include "server/serving/inference.h"
+#include "server/serving/model_registry.h"
+
+namespace ts::server {
+
+// The served model as the API describes it (ListModels, GetModel, PromoteCheckpoint).
+void FillModelInfo(const ServedModel& model, taylorshift::v1::ModelInfo* info);
+
+class InferenceCore final : public Inference {
+ public:
+  InferenceCore(ModelRegistry* registry, const Authorizer* authorizer, Metrics* metrics,
+                Clock* clock)
+      : registry_(registry), authorizer_(authorizer), metrics_(metrics), clock_(clock) {}
+
+  void Classify(const CallContext& call, const taylorshift::v1::ClassifyRequest& request,
+                ClassifyDone done) override;
+  absl::StatusOr<std::vector<taylorshift::v1::ModelInfo>> ListModels(
+      const CallContext& call) override;
+  absl::StatusOr<taylorshift::v1::ModelInfo> GetModel(const CallContext& call,
+                                                      const std::string& name) override;
+  bool Ready() const override;
+
+  // Shutdown has begun: Ready() turns false (Classify keeps answering until the front ends stop).
+  void SetDraining() { draining_ = true; }
+
+ private:
+  ModelRegistry* registry_;
+  const Authorizer* authorizer_;
+  Metrics* metrics_;
+  Clock* clock_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace ts::server
