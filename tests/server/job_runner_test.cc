@@ -60,8 +60,8 @@ class JobRunnerTest : public ::testing::Test {
   }
 
   ts::testing::JobTestContext env_;
-  JobQueue queue_{JobQueueOptions{10, 0}, env_.context()};
-  JobRecorder recorder_{&queue_, env_.context()};
+  JobQueue queue_{JobQueueOptions{10, 0}, &env_.jobs(), env_.context()};
+  JobRecorder recorder_{&queue_, &env_.history(), env_.context()};
   std::unique_ptr<DataRoot> root_;
   std::unique_ptr<CheckpointResolver> resolver_;
   std::unique_ptr<JobRunner> runner_;
@@ -74,7 +74,7 @@ TEST_F(JobRunnerTest, ATrainingTaskCarriesTheJobItsDirectoryLimitsAndResolvedIni
   auto* best = source.add_checkpoints();
   best->set_kind("best");
   best->set_path("/state/jobs/job-1/best.tsckpt");
-  ASSERT_TRUE(env_.store().CreateJob(source).ok());
+  ASSERT_TRUE(env_.jobs().CreateJob(source).ok());
 
   pb::Job job;
   job.set_kind(pb::JOB_KIND_TRAINING);
