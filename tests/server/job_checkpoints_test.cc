@@ -27,10 +27,10 @@ pb::CheckpointInfo Info(const std::string& kind, std::uint64_t step, const std::
 }
 
 pb::WorkerCheckpoint Message(const pb::CheckpointInfo& info,
-                             std::vector<std::string> removed = {}) {
+                             const std::vector<std::string>& removed = {}) {
   pb::WorkerCheckpoint message;
   *message.mutable_checkpoint() = info;
-  for (auto& r : removed) message.add_removed_paths(r);
+  for (const auto& r : removed) message.add_removed_paths(r);
   return message;
 }
 

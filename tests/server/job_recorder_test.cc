@@ -36,13 +36,13 @@ pb::WorkerMessage Validation(std::uint64_t step, double accuracy) {
 }
 
 pb::WorkerMessage Checkpoint(const std::string& kind, std::uint64_t step, const std::string& path,
-                             std::vector<std::string> removed = {}) {
+                             const std::vector<std::string>& removed = {}) {
   pb::WorkerMessage message;
   auto* info = message.mutable_checkpoint()->mutable_checkpoint();
   info->set_kind(kind);
   info->set_step(step);
   info->set_path(path);
-  for (auto& r : removed) message.mutable_checkpoint()->add_removed_paths(r);
+  for (const auto& r : removed) message.mutable_checkpoint()->add_removed_paths(r);
   return message;
 }
 
