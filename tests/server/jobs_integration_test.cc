@@ -663,7 +663,8 @@ TEST_F(JobsIntegrationTest, LossCurveOverGrpcPagesAndThroughTsctl) {
   EXPECT_EQ(Count(history, "\"learning_rate\":"), 12u) << history;
   EXPECT_EQ(Count(history, "\"accuracy\":"), 3u) << history;
 
-  // tsctl jobs plot: an SVG with 12 loss vertices and 3 accuracy points; only .svg.
+  // tsctl jobs plot: an SVG with 12 loss vertices and 3 accuracy points, a CSV with a row per
+  // step; only .svg and .csv.
   const std::string svg_path = dir_ + "/curve.svg";
   const auto plot = RunCommand(tsctl + "jobs plot " + job.id() + " --out " + svg_path + server);
   ASSERT_EQ(plot.exit_code, 0) << plot.text;
@@ -679,10 +680,22 @@ TEST_F(JobsIntegrationTest, LossCurveOverGrpcPagesAndThroughTsctl) {
   EXPECT_EQ(Count(svg.substr(points, svg.find('"', points) - points), ","), 12u);
   EXPECT_EQ(Count(svg, "<circle "), 3u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  const std::string csv_path = dir_ + "/curve.csv";
+  const auto csv = RunCommand(tsctl + "jobs plot " + job.id() + " --out " + csv_path + server);
+  ASSERT_EQ(csv.exit_code, 0) << csv.text;
+  std::ifstream csv_file(csv_path);
+  std::string header;
+  std::getline(csv_file, header);
+  EXPECT_EQ(header,
+            "step,loss,learning_rate,examples_per_second,validation_loss,validation_accuracy,"
+            "validation_macro_f1");
+  int rows = 0;
+  for (std::string line; std::getline(csv_file, line);) ++rows;
+  EXPECT_GE(rows, 12);  // the 12 loss points' steps, and any validation step between them
   const auto png =
       RunCommand(tsctl + "jobs plot " + job.id() + " --out " + dir_ + "/c.png" + server);
   EXPECT_EQ(png.exit_code, 2) << png.text;
-  EXPECT_NE(png.text.find("only SVG output is supported"), std::string::npos) << png.text;
+  EXPECT_NE(png.text.find("jobs plot writes CSV or SVG"), std::string::npos) << png.text;
   EXPECT_NE(png.text.find("'.png'"), std::string::npos) << png.text;
 }
 
