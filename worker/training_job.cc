@@ -19,6 +19,7 @@
 #include "model/training.h"
 #include "server/job_spec.h"
 #include "server/proto_convert.h"
+#include "worker/checkpoint_retention.h"
 #include "worker/job_data.h"
 #include "worker/jobs.h"
 
@@ -107,6 +108,106 @@ absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
   return options;
 }
 
+// A training job's examples, as its spec names them.
+struct TrainingData {
+  std::vector<std::string> labels;  // the spec's, else the training data's
+  Dataset train;
+  std::vector<Example> validation;
+  std::int64_t skipped = 0;  // malformed records dropped (skip_malformed)
+};
+
+absl::StatusOr<TrainingData> LoadTrainingData(const DataRoot& root, const pb::TrainingSpec& spec) {
+  TrainingData data;
+  data.labels.assign(spec.labels().begin(), spec.labels().end());
+  TS_ASSIGN_OR_RETURN(data.train, LoadSource(root, spec.data().train(), data.labels, "data.train"));
+  if (data.labels.empty()) data.labels = data.train.label_names;
+  TS_RETURN_IF_ERROR(CheckLabelsAgainstData(data.labels, data.train));
+  data.skipped = data.train.skipped;
+  if (spec.data().validation().split() > 0) {
+    auto split =
+        SplitDataset(std::move(data.train.examples), spec.data().validation().split(), spec.seed());
+    if (!split.ok()) return Prefixed(split.status(), "data.validation.split: ");
+    data.train.examples = std::move(split->train);
+    data.validation = std::move(split->validation);
+  } else if (spec.data().has_validation() && !spec.data().validation().format().empty()) {
+    TS_ASSIGN_OR_RETURN(Dataset loaded,
+                        LoadSource(root, spec.data().validation(), data.labels, "data.validation"));
+    data.skipped += loaded.skipped;
+    data.validation = std::move(loaded.examples);
+  }
+  return data;
+}
+
+// The job's trainer, built one of three ways: resumed from its training state (a restart or a
+// retry), from init_from's checkpoint, or new from the spec's model. Takes the examples.
+absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(
+    const pb::WorkerTask& task, const pb::TrainingSpec& spec, const TrainingOptions& options,
+    const std::string& state_path, TrainingData& data, CheckpointMetadata& metadata) {
+  std::error_code exists_error;
+  if (fs::exists(state_path, exists_error)) {
+    auto resumed = Trainer::Resume(state_path, options, std::move(data.train.examples),
+                                   std::move(data.validation));
+    if (!resumed.ok()) return Prefixed(resumed.status(), "resuming from the training state: ");
+    return std::move(*resumed);
+  }
+  const std::int64_t num_classes = static_cast<std::int64_t>(data.labels.size());
+  if (!task.init_from_path().empty()) {
+    auto loaded = LoadCheckpoint(task.init_from_path());
+    if (!loaded.ok()) return Prefixed(loaded.status(), "init_from: ");
+    if (loaded->options.num_classes() != num_classes) {
+      return absl::FailedPreconditionError(absl::StrCat("init_from: the checkpoint has ",
+                                                        loaded->options.num_classes(),
+                                                        " classes, the data has ", num_classes));
+    }
+    metadata.provenance["init_from"] = spec.init_from();
+    return Trainer::Create(std::move(loaded->model), loaded->options, options,
+                           std::move(data.train.examples), std::move(data.validation));
+  }
+  const auto& m = spec.model();
+  TaylorShiftEncoderOptions encoder(m.embed_dim(), m.depth(), m.heads(), m.max_length(),
+                                    num_classes);
+  encoder.mlp_hidden(static_cast<std::int64_t>(std::llround(m.embed_dim() * m.mlp_ratio())));
+  encoder.conv_embed(m.conv_embed());
+  encoder.drop_rate(m.drop_rate());
+  encoder.drop_path(m.drop_path());
+  encoder.attn_drop(m.attn_drop());
+  if (auto s = ValidateEncoderOptions(encoder); !s.ok()) return Prefixed(s, "model: ");
+  return Trainer::Create(encoder, options, std::move(data.train.examples),
+                         std::move(data.validation));
+}
+
+// A PROGRESS message: `step`'s number and learning rate, the global batch's mean loss, the
+// examples per second since the last one, the epoch.
+pb::WorkerMessage ProgressMessage(const TrainingStepResult& step, double loss, double rate,
+                                  double epoch) {
+  pb::WorkerMessage message;
+  auto* progress = message.mutable_progress();
+  progress->set_step(static_cast<std::uint64_t>(step.step));
+  progress->set_loss(loss);
+  progress->set_learning_rate(step.lr);
+  progress->set_examples_per_second(rate);
+  progress->set_epoch(epoch);
+  progress->set_time_ms(absl::ToUnixMillis(absl::Now()));
+  return message;
+}
+
+// The STARTED message rank 0 sends once the trainer is built.
+pb::WorkerMessage StartedMessage(const pb::TrainingSpec& spec, const TrainingData& data,
+                                 std::int64_t train_size, std::int64_t validation_size,
+                                 std::uint64_t resumed_step, int world_size) {
+  pb::WorkerMessage message;
+  auto* started = message.mutable_started();
+  started->set_total_steps(spec.steps());
+  started->set_train_examples(static_cast<std::uint64_t>(train_size));
+  started->set_validation_examples(static_cast<std::uint64_t>(validation_size));
+  started->set_skipped_examples(static_cast<std::uint64_t>(data.skipped));
+  for (const auto& label : data.labels) started->add_labels(label);
+  started->set_resumed_step(resumed_step);
+  *started->mutable_spec() = spec;
+  started->set_world_size(world_size);
+  return message;
+}
+
 }  // namespace
 
 absl::Status RunTrainingJob(const JobContext& context) {
@@ -128,78 +229,32 @@ absl::Status RunTrainingJob(const JobContext& context) {
   }
   TS_ASSIGN_OR_RETURN(const DataRoot root, DataRoot::Create(task.data_root()));
 
-  // Data.
-  std::vector<std::string> labels(spec.labels().begin(), spec.labels().end());
-  TS_ASSIGN_OR_RETURN(Dataset train, LoadSource(root, spec.data().train(), labels, "data.train"));
-  if (labels.empty()) labels = train.label_names;
-  TS_RETURN_IF_ERROR(CheckLabelsAgainstData(labels, train));
-  std::vector<Example> validation;
-  std::int64_t skipped = train.skipped;
-  if (spec.data().validation().split() > 0) {
-    auto split =
-        SplitDataset(std::move(train.examples), spec.data().validation().split(), spec.seed());
-    if (!split.ok()) return Prefixed(split.status(), "data.validation.split: ");
-    train.examples = std::move(split->train);
-    validation = std::move(split->validation);
-  } else if (spec.data().has_validation() && !spec.data().validation().format().empty()) {
-    TS_ASSIGN_OR_RETURN(Dataset loaded,
-                        LoadSource(root, spec.data().validation(), labels, "data.validation"));
-    skipped += loaded.skipped;
-    validation = std::move(loaded.examples);
-  }
+  TS_ASSIGN_OR_RETURN(TrainingData data, LoadTrainingData(root, spec));
+  const std::vector<std::string>& labels = data.labels;
+  const std::int64_t skipped = data.skipped;
   server::JobsConfig jobs;
   if (task.max_steps() > 0) jobs.limits.max_steps = static_cast<std::int64_t>(task.max_steps());
-  TS_RETURN_IF_ERROR(
-      server::FinalizeTrainingSpec(&spec, static_cast<std::int64_t>(train.examples.size()), jobs));
+  TS_RETURN_IF_ERROR(server::FinalizeTrainingSpec(
+      &spec, static_cast<std::int64_t>(data.train.examples.size()), jobs));
   if (skipped > 0 && reporter) {
     emit_log(absl::StrCat("skipped ", skipped, " malformed records, first: ",
-                          train.skip_reasons.empty() ? "" : train.skip_reasons.front()));
+                          data.train.skip_reasons.empty() ? "" : data.train.skip_reasons.front()));
   }
-  const std::int64_t train_size = static_cast<std::int64_t>(train.examples.size());
-  const std::int64_t validation_size = static_cast<std::int64_t>(validation.size());
+  const std::int64_t train_size = static_cast<std::int64_t>(data.train.examples.size());
+  const std::int64_t validation_size = static_cast<std::int64_t>(data.validation.size());
 
   TS_ASSIGN_OR_RETURN(const TrainingOptions options, OptionsFromSpec(spec));
-  const std::int64_t num_classes = static_cast<std::int64_t>(labels.size());
   const std::string state_path = (fs::path(dir) / kTrainingStateFile).string();
-  std::unique_ptr<Trainer> trainer;
   CheckpointMetadata metadata;
   metadata.modality = spec.modality();
   metadata.labels = labels;
   metadata.provenance["created_by"] = "tsserver training job";
   metadata.provenance["job_id"] = id;
   metadata.provenance["job_name"] = spec.name();
-  std::uint64_t resumed_step = 0;
-  std::error_code exists_error;
-  if (fs::exists(state_path, exists_error)) {
-    auto resumed =
-        Trainer::Resume(state_path, options, std::move(train.examples), std::move(validation));
-    if (!resumed.ok()) return Prefixed(resumed.status(), "resuming from the training state: ");
-    trainer = std::move(*resumed);
-    resumed_step = static_cast<std::uint64_t>(trainer->step());
-  } else if (!task.init_from_path().empty()) {
-    auto loaded = LoadCheckpoint(task.init_from_path());
-    if (!loaded.ok()) return Prefixed(loaded.status(), "init_from: ");
-    if (loaded->options.num_classes() != num_classes) {
-      return absl::FailedPreconditionError(absl::StrCat("init_from: the checkpoint has ",
-                                                        loaded->options.num_classes(),
-                                                        " classes, the data has ", num_classes));
-    }
-    metadata.provenance["init_from"] = spec.init_from();
-    TS_ASSIGN_OR_RETURN(trainer, Trainer::Create(std::move(loaded->model), loaded->options, options,
-                                                 std::move(train.examples), std::move(validation)));
-  } else {
-    const auto& m = spec.model();
-    TaylorShiftEncoderOptions encoder(m.embed_dim(), m.depth(), m.heads(), m.max_length(),
-                                      num_classes);
-    encoder.mlp_hidden(static_cast<std::int64_t>(std::llround(m.embed_dim() * m.mlp_ratio())));
-    encoder.conv_embed(m.conv_embed());
-    encoder.drop_rate(m.drop_rate());
-    encoder.drop_path(m.drop_path());
-    encoder.attn_drop(m.attn_drop());
-    if (auto s = ValidateEncoderOptions(encoder); !s.ok()) return Prefixed(s, "model: ");
-    TS_ASSIGN_OR_RETURN(trainer, Trainer::Create(encoder, options, std::move(train.examples),
-                                                 std::move(validation)));
-  }
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                      MakeTrainer(task, spec, options, state_path, data, metadata));
+  // A trainer resumed from its state is past step 0; a new one is at 0.
+  const auto resumed_step = static_cast<std::uint64_t>(trainer->step());
   TS_RETURN_IF_ERROR(trainer->SetDataParallel(&group));
   // `auto` switches paths at the crossover measured for training steps: backward costs the
   // paths differently than serving's forward does. Checkpoints keep the model's own setting.
@@ -208,17 +263,8 @@ absl::Status RunTrainingJob(const JobContext& context) {
     trainer->model()->set_crossover_tokens(TrainingCrossoverTokens(e.embed_dim() / e.heads()));
   }
   if (reporter) {
-    pb::WorkerMessage message;
-    auto* started = message.mutable_started();
-    started->set_total_steps(spec.steps());
-    started->set_train_examples(static_cast<std::uint64_t>(train_size));
-    started->set_validation_examples(static_cast<std::uint64_t>(validation_size));
-    started->set_skipped_examples(static_cast<std::uint64_t>(skipped));
-    for (const auto& label : labels) started->add_labels(label);
-    started->set_resumed_step(resumed_step);
-    *started->mutable_spec() = spec;
-    started->set_world_size(group.world_size());
-    context.emit(std::move(message));
+    context.emit(
+        StartedMessage(spec, data, train_size, validation_size, resumed_step, group.world_size()));
   }
   const bool has_validation =
       spec.data().validation().split() > 0 ||
@@ -227,8 +273,8 @@ absl::Status RunTrainingJob(const JobContext& context) {
   std::optional<double> best_accuracy;
   if (task.job().has_best_validation()) best_accuracy = task.job().best_validation().accuracy();
   std::optional<double> last_accuracy;
-  std::vector<pb::CheckpointInfo> checkpoints(task.job().checkpoints().begin(),
-                                              task.job().checkpoints().end());
+  CheckpointRetention retention(spec.keep_checkpoints(),
+                                {task.job().checkpoints().begin(), task.job().checkpoints().end()});
 
   const auto save_checkpoint = [&](const std::string& path, const std::string& kind,
                                    std::int64_t step) -> absl::Status {
@@ -246,29 +292,10 @@ absl::Status RunTrainingJob(const JobContext& context) {
       info->set_has_validation_accuracy(true);
     }
     SetTimestamp(absl::Now(), info->mutable_time());
-    if (kind == "best") {
-      for (auto it = checkpoints.begin(); it != checkpoints.end(); ++it) {
-        if (it->kind() == "best") {
-          checkpoints.erase(it);
-          break;
-        }
-      }
-    }
-    checkpoints.push_back(*info);
-    // Keep the last K "last" checkpoints.
-    int lasts = 0;
-    for (const auto& c : checkpoints) lasts += c.kind() == "last" ? 1 : 0;
-    const int keep = static_cast<int>(std::max<std::uint32_t>(spec.keep_checkpoints(), 1));
-    for (auto it = checkpoints.begin(); it != checkpoints.end() && lasts > keep;) {
-      if (it->kind() == "last") {
-        std::error_code error;
-        fs::remove(it->path(), error);
-        message.mutable_checkpoint()->add_removed_paths(it->path());
-        it = checkpoints.erase(it);
-        --lasts;
-      } else {
-        ++it;
-      }
+    for (const pb::CheckpointInfo& removed : retention.Add(*info)) {
+      std::error_code error;
+      fs::remove(removed.path(), error);
+      message.mutable_checkpoint()->add_removed_paths(removed.path());
     }
     context.emit(std::move(message));
     return absl::OkStatus();
@@ -316,18 +343,11 @@ absl::Status RunTrainingJob(const JobContext& context) {
       examples_since_log = 0;
       step_time_since_log = absl::ZeroDuration();
       if (reporter) {
-        pb::WorkerMessage message;
-        auto* progress = message.mutable_progress();
-        progress->set_step(static_cast<std::uint64_t>(s));
-        progress->set_loss(losses[0] / world);
-        progress->set_learning_rate(step.lr);
-        progress->set_examples_per_second(rate);
-        progress->set_epoch(train_size > 0
-                                ? static_cast<double>(s) * static_cast<double>(options.batch_size) /
-                                      static_cast<double>(train_size)
-                                : 0.0);
-        progress->set_time_ms(absl::ToUnixMillis(absl::Now()));
-        context.emit(std::move(message));
+        context.emit(ProgressMessage(step, losses[0] / world, rate,
+                                     train_size > 0 ? static_cast<double>(s) *
+                                                          static_cast<double>(options.batch_size) /
+                                                          static_cast<double>(train_size)
+                                                    : 0.0));
       }
     }
     if (!reporter) continue;
