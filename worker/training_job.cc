@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -208,6 +209,162 @@ pb::WorkerMessage StartedMessage(const pb::TrainingSpec& spec, const TrainingDat
   return message;
 }
 
+// The loop of a training job once its trainer is built: steps until done or stopped, and on rank
+// 0 the PROGRESS messages, validation runs, checkpoints (kept as CheckpointRetention says) and the
+// training state, each reported through the context's `emit`.
+class TrainingLoop {
+ public:
+  TrainingLoop(const JobContext& context, const pb::TrainingSpec& spec,
+               const TrainingOptions& options, std::unique_ptr<Trainer> trainer,
+               CheckpointMetadata metadata, std::vector<std::string> labels,
+               std::int64_t train_size)
+      : context_(context),
+        task_(*context.task),
+        spec_(spec),
+        options_(options),
+        group_(*context.group),
+        reporter_(context.group->rank() == 0),
+        dir_(task_.job_dir()),
+        state_path_((fs::path(dir_) / kTrainingStateFile).string()),
+        trainer_(std::move(trainer)),
+        metadata_(std::move(metadata)),
+        labels_(std::move(labels)),
+        train_size_(train_size),
+        has_validation_(
+            spec.data().validation().split() > 0 ||
+            (spec.data().has_validation() && !spec.data().validation().format().empty())),
+        retention_(spec.keep_checkpoints(),
+                   {task_.job().checkpoints().begin(), task_.job().checkpoints().end()}) {
+    if (task_.job().has_best_validation()) {
+      best_accuracy_ = task_.job().best_validation().accuracy();
+    }
+  }
+
+  // OK when done (the training state is removed); ABORTED "stopped at step N" on a stop.
+  absl::Status Run();
+
+ private:
+  // One step's reports and files on rank 0 after step `s`.
+  absl::Status AfterStep(std::int64_t s, bool last_step);
+  absl::Status SaveCheckpoint(const std::string& path, const std::string& kind, std::int64_t step);
+  absl::Status Validate(std::int64_t step);
+
+  const JobContext& context_;
+  const pb::WorkerTask& task_;
+  const pb::TrainingSpec& spec_;
+  const TrainingOptions& options_;
+  DataParallelGroup& group_;
+  const bool reporter_;
+  const std::string dir_;
+  const std::string state_path_;
+  const std::unique_ptr<Trainer> trainer_;
+  const CheckpointMetadata metadata_;
+  const std::vector<std::string> labels_;
+  const std::int64_t train_size_;
+  const bool has_validation_;
+  CheckpointRetention retention_;
+  std::optional<double> best_accuracy_;
+  std::optional<double> last_accuracy_;
+};
+
+absl::Status TrainingLoop::SaveCheckpoint(const std::string& path, const std::string& kind,
+                                          std::int64_t step) {
+  CheckpointMetadata m = metadata_;
+  m.provenance["step"] = absl::StrCat(step);
+  if (last_accuracy_) m.provenance[kAccuracyKey] = absl::StrFormat("%.17g", *last_accuracy_);
+  TS_RETURN_IF_ERROR(ts::SaveCheckpoint(path, trainer_->encoder_options(), m, trainer_->model()));
+  pb::WorkerMessage message;
+  auto* info = message.mutable_checkpoint()->mutable_checkpoint();
+  info->set_kind(kind);
+  info->set_step(static_cast<std::uint64_t>(step));
+  info->set_path(path);
+  if (last_accuracy_) {
+    info->set_validation_accuracy(*last_accuracy_);
+    info->set_has_validation_accuracy(true);
+  }
+  SetTimestamp(absl::Now(), info->mutable_time());
+  for (const pb::CheckpointInfo& removed : retention_.Add(*info)) {
+    std::error_code error;
+    fs::remove(removed.path(), error);
+    message.mutable_checkpoint()->add_removed_paths(removed.path());
+  }
+  context_.emit(std::move(message));
+  return absl::OkStatus();
+}
+
+absl::Status TrainingLoop::Validate(std::int64_t step) {
+  TS_ASSIGN_OR_RETURN(const EvaluationResult result, trainer_->EvaluateValidation());
+  pb::WorkerMessage message;
+  *message.mutable_validation() = ToReport(result, labels_, step);
+  last_accuracy_ = result.metrics.accuracy;
+  const bool improved = !best_accuracy_ || *last_accuracy_ > *best_accuracy_;
+  context_.emit(std::move(message));
+  if (improved) {
+    best_accuracy_ = last_accuracy_;
+    return SaveCheckpoint((fs::path(dir_) / kBestCheckpointFile).string(), "best", step);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingLoop::AfterStep(std::int64_t s, bool last_step) {
+  if (has_validation_ && (s % options_.eval_interval == 0 || last_step)) {
+    TS_RETURN_IF_ERROR(Validate(s));
+  }
+  if (s % options_.checkpoint_interval == 0 || last_step) {
+    const std::string path = (fs::path(dir_) / absl::StrCat("step-", s, ".tsckpt")).string();
+    TS_RETURN_IF_ERROR(SaveCheckpoint(path, "last", s));
+    // The training state goes after the checkpoint: a resume never starts behind it.
+    if (!last_step) TS_RETURN_IF_ERROR(trainer_->SaveState(state_path_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingLoop::Run() {
+  // Throughput counts the optimizer steps only: validation runs and checkpoints in between
+  // would otherwise make a job look slower than its training is.
+  std::int64_t examples_since_log = 0;
+  absl::Duration step_time_since_log = absl::ZeroDuration();
+  const double world = group_.world_size();
+  while (!trainer_->done()) {
+    // Every rank stops at the same step boundary: a rank that went on alone would wait for
+    // the others in its next all-reduce.
+    TS_ASSIGN_OR_RETURN(
+        const auto stop,
+        group_.Sum({context_.stop != nullptr && context_.stop->load() ? 1.0 : 0.0}));
+    if (stop[0] > 0) {
+      if (reporter_) TS_RETURN_IF_ERROR(trainer_->SaveState(state_path_));
+      return absl::AbortedError(absl::StrCat("stopped at step ", trainer_->step()));
+    }
+    const absl::Time step_start = absl::Now();
+    TS_ASSIGN_OR_RETURN(const TrainingStepResult step, trainer_->Step());
+    step_time_since_log += absl::Now() - step_start;
+    examples_since_log += options_.batch_size;
+    const std::int64_t s = step.step;
+    const bool last_step = trainer_->done();
+    if (s % options_.log_interval == 0 || last_step) {
+      // The loss of the whole global batch: the mean of the ranks' slice means.
+      TS_ASSIGN_OR_RETURN(const auto losses, group_.Sum({step.loss}));
+      const double seconds = absl::ToDoubleSeconds(step_time_since_log);
+      const double rate = seconds > 0 ? static_cast<double>(examples_since_log) / seconds : 0;
+      examples_since_log = 0;
+      step_time_since_log = absl::ZeroDuration();
+      if (reporter_) {
+        context_.emit(ProgressMessage(
+            step, losses[0] / world, rate,
+            train_size_ > 0 ? static_cast<double>(s) * static_cast<double>(options_.batch_size) /
+                                  static_cast<double>(train_size_)
+                            : 0.0));
+      }
+    }
+    if (reporter_) TS_RETURN_IF_ERROR(AfterStep(s, last_step));
+  }
+  if (reporter_) {
+    std::error_code error;
+    fs::remove(state_path_, error);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunTrainingJob(const JobContext& context) {
@@ -266,106 +423,9 @@ absl::Status RunTrainingJob(const JobContext& context) {
     context.emit(
         StartedMessage(spec, data, train_size, validation_size, resumed_step, group.world_size()));
   }
-  const bool has_validation =
-      spec.data().validation().split() > 0 ||
-      (spec.data().has_validation() && !spec.data().validation().format().empty());
-
-  std::optional<double> best_accuracy;
-  if (task.job().has_best_validation()) best_accuracy = task.job().best_validation().accuracy();
-  std::optional<double> last_accuracy;
-  CheckpointRetention retention(spec.keep_checkpoints(),
-                                {task.job().checkpoints().begin(), task.job().checkpoints().end()});
-
-  const auto save_checkpoint = [&](const std::string& path, const std::string& kind,
-                                   std::int64_t step) -> absl::Status {
-    CheckpointMetadata m = metadata;
-    m.provenance["step"] = absl::StrCat(step);
-    if (last_accuracy) m.provenance[kAccuracyKey] = absl::StrFormat("%.17g", *last_accuracy);
-    TS_RETURN_IF_ERROR(SaveCheckpoint(path, trainer->encoder_options(), m, trainer->model()));
-    pb::WorkerMessage message;
-    auto* info = message.mutable_checkpoint()->mutable_checkpoint();
-    info->set_kind(kind);
-    info->set_step(static_cast<std::uint64_t>(step));
-    info->set_path(path);
-    if (last_accuracy) {
-      info->set_validation_accuracy(*last_accuracy);
-      info->set_has_validation_accuracy(true);
-    }
-    SetTimestamp(absl::Now(), info->mutable_time());
-    for (const pb::CheckpointInfo& removed : retention.Add(*info)) {
-      std::error_code error;
-      fs::remove(removed.path(), error);
-      message.mutable_checkpoint()->add_removed_paths(removed.path());
-    }
-    context.emit(std::move(message));
-    return absl::OkStatus();
-  };
-
-  const auto validate = [&](std::int64_t step) -> absl::Status {
-    TS_ASSIGN_OR_RETURN(const EvaluationResult result, trainer->EvaluateValidation());
-    pb::WorkerMessage message;
-    *message.mutable_validation() = ToReport(result, labels, step);
-    last_accuracy = result.metrics.accuracy;
-    const bool improved = !best_accuracy || *last_accuracy > *best_accuracy;
-    context.emit(std::move(message));
-    if (improved) {
-      best_accuracy = last_accuracy;
-      return save_checkpoint((fs::path(dir) / kBestCheckpointFile).string(), "best", step);
-    }
-    return absl::OkStatus();
-  };
-
-  // Throughput counts the optimizer steps only: validation runs and checkpoints in between
-  // would otherwise make a job look slower than its training is.
-  std::int64_t examples_since_log = 0;
-  absl::Duration step_time_since_log = absl::ZeroDuration();
-  const double world = group.world_size();
-  while (!trainer->done()) {
-    // Every rank stops at the same step boundary: a rank that went on alone would wait for
-    // the others in its next all-reduce.
-    TS_ASSIGN_OR_RETURN(const auto stop,
-                        group.Sum({context.stop != nullptr && context.stop->load() ? 1.0 : 0.0}));
-    if (stop[0] > 0) {
-      if (reporter) TS_RETURN_IF_ERROR(trainer->SaveState(state_path));
-      return absl::AbortedError(absl::StrCat("stopped at step ", trainer->step()));
-    }
-    const absl::Time step_start = absl::Now();
-    TS_ASSIGN_OR_RETURN(const TrainingStepResult step, trainer->Step());
-    step_time_since_log += absl::Now() - step_start;
-    examples_since_log += options.batch_size;
-    const std::int64_t s = step.step;
-    const bool last_step = trainer->done();
-    if (s % options.log_interval == 0 || last_step) {
-      // The loss of the whole global batch: the mean of the ranks' slice means.
-      TS_ASSIGN_OR_RETURN(const auto losses, group.Sum({step.loss}));
-      const double seconds = absl::ToDoubleSeconds(step_time_since_log);
-      const double rate = seconds > 0 ? static_cast<double>(examples_since_log) / seconds : 0;
-      examples_since_log = 0;
-      step_time_since_log = absl::ZeroDuration();
-      if (reporter) {
-        context.emit(ProgressMessage(step, losses[0] / world, rate,
-                                     train_size > 0 ? static_cast<double>(s) *
-                                                          static_cast<double>(options.batch_size) /
-                                                          static_cast<double>(train_size)
-                                                    : 0.0));
-      }
-    }
-    if (!reporter) continue;
-    if (has_validation && (s % options.eval_interval == 0 || last_step)) {
-      TS_RETURN_IF_ERROR(validate(s));
-    }
-    if (s % options.checkpoint_interval == 0 || last_step) {
-      const std::string path = (fs::path(dir) / absl::StrCat("step-", s, ".tsckpt")).string();
-      TS_RETURN_IF_ERROR(save_checkpoint(path, "last", s));
-      // The training state goes after the checkpoint: a resume never starts behind it.
-      if (!last_step) TS_RETURN_IF_ERROR(trainer->SaveState(state_path));
-    }
-  }
-  if (reporter) {
-    std::error_code error;
-    fs::remove(state_path, error);
-  }
-  return absl::OkStatus();
+  TrainingLoop loop(context, spec, options, std::move(trainer), std::move(metadata), labels,
+                    train_size);
+  return loop.Run();
 }
 
 }  // namespace ts::worker
