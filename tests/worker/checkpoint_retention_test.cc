@@ -25,6 +25,7 @@ pb::CheckpointInfo Checkpoint(const std::string& kind, std::uint64_t step) {
 // "kind@step" of each checkpoint, in order.
 std::vector<std::string> Names(const std::vector<pb::CheckpointInfo>& checkpoints) {
   std::vector<std::string> names;
+  names.reserve(checkpoints.size());
   for (const auto& c : checkpoints) names.push_back(c.kind() + "@" + std::to_string(c.step()));
   return names;
 }
