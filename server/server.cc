@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
+#include "common/gpu_telemetry.h"
 #include "common/status_macros.h"
 #include "model/api/precision.h"
 #include "model/kernels/cpu_features.h"
@@ -85,6 +86,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   auto metrics = Metrics::Create(config.metrics_listen);
   if (!metrics.ok()) return Prefixed("metrics: ", metrics.status());
   p.metrics = std::move(*metrics);
+  if (!config.nvml_library.empty()) {
+    auto gpus = GpuTelemetry::Open(config.nvml_library);
+    if (gpus.ok()) {
+      p.log(absl::StrCat("GPU telemetry: NVML, ", (*gpus)->device_count(), " GPU(s)"));
+      std::shared_ptr<GpuTelemetry> telemetry = std::move(*gpus);
+      p.metrics->SetGpuSource([telemetry] { return telemetry->Read(); });
+    } else {
+      p.log(absl::StrCat("GPU telemetry: none (", gpus.status().message(), ")"));
+    }
+  }
   auto authorizer = Authorizer::Create(config.auth);
   if (!authorizer.ok()) return Prefixed("auth: ", authorizer.status());
   p.authorizer = std::move(*authorizer);
