@@ -46,6 +46,20 @@ absl::Status Prefixed(const std::string& prefix, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
 }
 
+// The GPU gauges from NVML, when `library` is set and loads; says in the log what it found.
+void ReadGpusInto(const std::string& library, Metrics& metrics,
+                  const std::function<void(const std::string&)>& log) {
+  if (library.empty()) return;
+  auto gpus = GpuTelemetry::Open(library);
+  if (!gpus.ok()) {
+    log(absl::StrCat("GPU telemetry: none (", gpus.status().message(), ")"));
+    return;
+  }
+  log(absl::StrCat("GPU telemetry: NVML, ", (*gpus)->device_count(), " GPU(s)"));
+  std::shared_ptr<GpuTelemetry> telemetry = std::move(*gpus);
+  metrics.SetGpuSource([telemetry] { return telemetry->Read(); });
+}
+
 }  // namespace
 
 // Declared in the order they are built; destroyed in reverse (front ends before what they use).
@@ -86,16 +100,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   auto metrics = Metrics::Create(config.metrics_listen);
   if (!metrics.ok()) return Prefixed("metrics: ", metrics.status());
   p.metrics = std::move(*metrics);
-  if (!config.nvml_library.empty()) {
-    auto gpus = GpuTelemetry::Open(config.nvml_library);
-    if (gpus.ok()) {
-      p.log(absl::StrCat("GPU telemetry: NVML, ", (*gpus)->device_count(), " GPU(s)"));
-      std::shared_ptr<GpuTelemetry> telemetry = std::move(*gpus);
-      p.metrics->SetGpuSource([telemetry] { return telemetry->Read(); });
-    } else {
-      p.log(absl::StrCat("GPU telemetry: none (", gpus.status().message(), ")"));
-    }
-  }
+  ReadGpusInto(config.nvml_library, *p.metrics, p.log);
   auto authorizer = Authorizer::Create(config.auth);
   if (!authorizer.ok()) return Prefixed("auth: ", authorizer.status());
   p.authorizer = std::move(*authorizer);
