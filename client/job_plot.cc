@@ -1,13 +1,17 @@
 #include "client/job_plot.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 
 namespace ts::client {
@@ -45,78 +49,33 @@ std::string RightTrimmed(std::string line) {
   return line;
 }
 
-// ---------------------------------------------------------------------------------------------
-// SVG
-
-// A linear axis: [lo, hi] widened to whole multiples of a 1, 2 or 5 x 10^k tick spacing.
-struct Axis {
-  double lo = 0;
-  double hi = 1;
-  std::vector<double> ticks;
-};
-
-// About `target` ticks covering [lo, hi]; `integral` keeps the spacing at 1 or more (steps).
-Axis NiceAxis(double lo, double hi, int target, bool integral) {
-  if (!(hi > lo)) {  // one value (or none): a unit-wide range around it
-    const double pad = lo == 0 ? 1 : std::abs(lo) * 0.1;
-    lo -= pad;
-    hi += pad;
-    if (integral) lo = std::max(lo, 0.0);
-  }
-  const double raw = (hi - lo) / target;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  const double normalized = raw / magnitude;
-  double spacing = (normalized < 1.5 ? 1
-                    : normalized < 3 ? 2
-                    : normalized < 7 ? 5
-                                     : 10) *
-                   magnitude;
-  if (integral) spacing = std::max(spacing, 1.0);
-  Axis axis;
-  axis.lo = std::floor(lo / spacing) * spacing;
-  axis.hi = std::ceil(hi / spacing) * spacing;
-  const auto count = static_cast<std::int64_t>(std::llround((axis.hi - axis.lo) / spacing));
-  for (std::int64_t i = 0; i <= count; ++i) {
-    axis.ticks.push_back(axis.lo + static_cast<double>(i) * spacing);
-  }
-  return axis;
-}
-
-std::string TickLabel(double value) {
-  // Spacing error (0.30000000000000004) and a negative zero must not show.
-  if (std::abs(value) < 1e-12) return "0";
-  return Significant(value, 6);
+// A number with the fewest digits that read back to the same double (CSV cells).
+std::string Exact(double value) {
+  char buffer[32];
+  return std::string(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
 }
 
 std::string XmlEscaped(absl::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        // Control characters other than tab and newline are not allowed in XML 1.0.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') {
-          out += ' ';
-        } else {
-          out += c;
-        }
-    }
+  std::string out = absl::StrReplaceAll(
+      text, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&quot;"}, {"'", "&apos;"}});
+  // Control characters other than tab and newline are not allowed in XML 1.0.
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') c = ' ';
   }
   return out;
+}
+
+// The values an axis spans; one value (or none) widened around it, not below `floor`.
+struct Range {
+  double lo = 0;
+  double hi = 1;
+};
+Range Span(const std::vector<double>& values, double floor) {
+  if (values.empty()) return {};
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  if (*hi > *lo) return {*lo, *hi};
+  const double pad = *lo == 0 ? 1 : std::abs(*lo) * 0.1;
+  return {std::max(*lo - pad, floor), *hi + pad};
 }
 
 // The canvas and the plot area inside it, in SVG user units.
@@ -125,9 +84,15 @@ constexpr int kSvgHeight = 450;
 constexpr double kPlotLeft = 80;
 constexpr double kPlotRight = 720;
 constexpr double kPlotTop = 56;
-constexpr double kPlotBottom = 380;
+constexpr double kPlotBottom = 390;
 constexpr char kLossColor[] = "#1f77b4";
 constexpr char kAccuracyColor[] = "#d62728";
+
+void AddText(std::string* svg, double x, double y, absl::string_view attributes,
+             absl::string_view text) {
+  absl::StrAppendFormat(svg, "<text x=\"%.2f\" y=\"%.2f\" %s>%s</text>\n", x, y, attributes,
+                        XmlEscaped(text));
+}
 
 }  // namespace
 
@@ -250,164 +215,107 @@ std::string HistoryText(const GetJobHistoryResponse& history) {
   return out;
 }
 
+std::string HistoryCsv(const GetJobHistoryResponse& history) {
+  struct Row {
+    const LossPoint* loss = nullptr;
+    const EvaluationReport* validation = nullptr;
+  };
+  std::map<std::uint64_t, Row> rows;
+  for (const LossPoint& point : history.loss_curve()) rows[point.step()].loss = &point;
+  for (const EvaluationReport& run : history.validations()) rows[run.step()].validation = &run;
+  std::string csv =
+      "step,loss,learning_rate,examples_per_second,validation_loss,validation_accuracy,"
+      "validation_macro_f1\n";
+  for (const auto& [step, row] : rows) {
+    absl::StrAppend(&csv, step);
+    if (row.loss == nullptr) {
+      csv += ",,,";
+    } else {
+      absl::StrAppend(&csv, ",", Exact(row.loss->loss()), ",", Exact(row.loss->learning_rate()),
+                      ",", Exact(row.loss->examples_per_second()));
+    }
+    if (row.validation == nullptr) {
+      csv += ",,,";
+    } else {
+      absl::StrAppend(&csv, ",", Exact(row.validation->loss()), ",",
+                      Exact(row.validation->accuracy()), ",", Exact(row.validation->macro_f1()));
+    }
+    csv += "\n";
+  }
+  return csv;
+}
+
 std::string HistorySvg(const GetJobHistoryResponse& history, const std::string& title) {
   const std::vector<ChartPoint> losses = LossPoints(history);
   const std::vector<ChartPoint> accuracies = AccuracyPoints(history);
-
-  // The step axis spans both series; the loss axis the finite losses; accuracy is 0 to 1.
-  bool any_step = false;
-  double step_min = 0, step_max = 0;
-  for (const std::vector<ChartPoint>* series : {&losses, &accuracies}) {
-    for (const ChartPoint& point : *series) {
-      step_min = any_step ? std::min(step_min, point.x) : point.x;
-      step_max = any_step ? std::max(step_max, point.x) : point.x;
-      any_step = true;
-    }
+  // One step axis for both series, the finite losses on the left axis, accuracy 0 to 1 on the
+  // right one.
+  std::vector<double> step_values, loss_values;
+  for (const ChartPoint& point : losses) {
+    step_values.push_back(point.x);
+    loss_values.push_back(point.y);
   }
-  const Axis steps = any_step ? NiceAxis(step_min, step_max, 8, true) : NiceAxis(0, 1, 5, true);
-  double loss_min = 0, loss_max = 1;
-  if (!losses.empty()) {
-    loss_min = loss_max = losses[0].y;
-    for (const ChartPoint& point : losses) {
-      loss_min = std::min(loss_min, point.y);
-      loss_max = std::max(loss_max, point.y);
-    }
-  }
-  const Axis loss = NiceAxis(loss_min, loss_max, 6, false);
-  Axis accuracy;
-  for (int i = 0; i <= 5; ++i) accuracy.ticks.push_back(0.2 * i);
-
-  const auto x_of = [&](double step) {
+  for (const ChartPoint& point : accuracies) step_values.push_back(point.x);
+  const Range steps = Span(step_values, 0),
+              loss = Span(loss_values, -std::numeric_limits<double>::infinity()), accuracy;
+  const auto x = [&](double step) {
     return kPlotLeft + (step - steps.lo) / (steps.hi - steps.lo) * (kPlotRight - kPlotLeft);
   };
-  const auto y_in = [](const Axis& axis, double value) {
+  const auto y = [](double value, const Range& axis) {
     return kPlotBottom - (value - axis.lo) / (axis.hi - axis.lo) * (kPlotBottom - kPlotTop);
   };
-  const auto coordinate = [](double value) { return absl::StrFormat("%.2f", value); };
 
-  std::string svg;
-  absl::StrAppend(&svg, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  absl::StrAppendFormat(&svg,
-                        "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" "
-                        "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" "
-                        "font-size=\"12\">\n",
-                        kSvgWidth, kSvgHeight, kSvgWidth, kSvgHeight);
-  const std::string escaped_title = XmlEscaped(title);
-  absl::StrAppend(&svg, "<title>", escaped_title, "</title>\n");
-  absl::StrAppendFormat(&svg, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", kSvgWidth,
-                        kSvgHeight);
-  absl::StrAppendFormat(&svg,
-                        "<text class=\"title\" x=\"%d\" y=\"28\" text-anchor=\"middle\" "
-                        "font-size=\"16\">%s</text>\n",
-                        kSvgWidth / 2, escaped_title);
+  std::string svg = absl::StrFormat(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" height=\"%d\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n<title>%s</title>\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<rect class=\"frame\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"none\" "
+      "stroke=\"black\"/>\n",
+      kSvgWidth, kSvgHeight, XmlEscaped(title), kPlotLeft, kPlotTop, kPlotRight - kPlotLeft,
+      kPlotBottom - kPlotTop);
+  AddText(&svg, kSvgWidth / 2.0, 24, "class=\"title\" text-anchor=\"middle\" font-size=\"16\"",
+          title);
+  // Each axis: its name and the values at its ends (the step axis below, the loss axis left,
+  // accuracy right, each in its series' colour).
+  const std::string loss_style = absl::StrCat(" fill=\"", kLossColor, "\"");
+  const std::string accuracy_style = absl::StrCat(" fill=\"", kAccuracyColor, "\"");
+  AddText(&svg, (kPlotLeft + kPlotRight) / 2, kPlotBottom + 18,
+          "class=\"axis-name\" text-anchor=\"middle\"", "step");
+  AddText(&svg, kPlotLeft, kPlotTop - 8, "class=\"axis-name\"" + loss_style, "training loss");
+  AddText(&svg, kPlotRight, kPlotTop - 8,
+          "class=\"axis-name\" text-anchor=\"end\"" + accuracy_style, "validation accuracy");
+  const std::string label = "class=\"label\"", end = "class=\"label\" text-anchor=\"end\"";
+  AddText(&svg, kPlotLeft, kPlotBottom + 18, label, Significant(steps.lo, 10));
+  AddText(&svg, kPlotRight, kPlotBottom + 18, end, Significant(steps.hi, 10));
+  AddText(&svg, kPlotLeft - 6, kPlotTop + 4, end + loss_style, Significant(loss.hi, 4));
+  AddText(&svg, kPlotLeft - 6, kPlotBottom, end + loss_style, Significant(loss.lo, 4));
+  AddText(&svg, kPlotRight + 6, kPlotTop + 4, label + accuracy_style, "1");
+  AddText(&svg, kPlotRight + 6, kPlotBottom, label + accuracy_style, "0");
 
-  // Grid lines at the loss ticks, then the frame.
-  svg += "<g class=\"grid\" stroke=\"#e6e6e6\" stroke-width=\"1\">\n";
-  for (const double tick : loss.ticks) {
-    const std::string y = coordinate(y_in(loss, tick));
-    absl::StrAppend(&svg, "<line x1=\"", coordinate(kPlotLeft), "\" y1=\"", y, "\" x2=\"",
-                    coordinate(kPlotRight), "\" y2=\"", y, "\"/>\n");
+  const auto polyline = [&](const char* css_class, const char* color, const char* dashes,
+                            const std::vector<ChartPoint>& points, const Range& axis) {
+    absl::StrAppendFormat(&svg,
+                          "<polyline class=\"%s\" fill=\"none\" stroke=\"%s\" "
+                          "stroke-width=\"1.5\" stroke-dasharray=\"%s\" points=\"",
+                          css_class, color, dashes);
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      absl::StrAppendFormat(&svg, "%s%.2f,%.2f", i == 0 ? "" : " ", x(points[i].x),
+                            y(points[i].y, axis));
+    }
+    svg += "\"/>\n";
+  };
+  if (!losses.empty()) polyline("loss", kLossColor, "none", losses, loss);
+  if (!accuracies.empty()) polyline("accuracy", kAccuracyColor, "5 3", accuracies, accuracy);
+  for (const ChartPoint& point : accuracies) {
+    absl::StrAppendFormat(&svg, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3.5\" fill=\"%s\"/>\n",
+                          x(point.x), y(point.y, accuracy), kAccuracyColor);
   }
-  svg += "</g>\n";
-  absl::StrAppendFormat(&svg,
-                        "<rect class=\"frame\" x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" "
-                        "fill=\"none\" stroke=\"black\"/>\n",
-                        coordinate(kPlotLeft), coordinate(kPlotTop),
-                        coordinate(kPlotRight - kPlotLeft), coordinate(kPlotBottom - kPlotTop));
-
-  // Ticks and their labels: steps below, loss on the left, accuracy on the right.
-  svg += "<g class=\"step-ticks\" stroke=\"black\">\n";
-  for (const double tick : steps.ticks) {
-    const std::string x = coordinate(x_of(tick));
-    absl::StrAppend(&svg, "<line x1=\"", x, "\" y1=\"", coordinate(kPlotBottom), "\" x2=\"", x,
-                    "\" y2=\"", coordinate(kPlotBottom + 5), "\"/>\n");
-    absl::StrAppend(&svg, "<text x=\"", x, "\" y=\"", coordinate(kPlotBottom + 19),
-                    "\" text-anchor=\"middle\" stroke=\"none\">", TickLabel(tick), "</text>\n");
-  }
-  svg += "</g>\n";
-  absl::StrAppend(&svg, "<g class=\"loss-ticks\" stroke=\"", kLossColor, "\" fill=\"", kLossColor,
-                  "\">\n");
-  for (const double tick : loss.ticks) {
-    const std::string y = coordinate(y_in(loss, tick));
-    absl::StrAppend(&svg, "<line x1=\"", coordinate(kPlotLeft - 5), "\" y1=\"", y, "\" x2=\"",
-                    coordinate(kPlotLeft), "\" y2=\"", y, "\"/>\n");
-    absl::StrAppend(&svg, "<text x=\"", coordinate(kPlotLeft - 8), "\" y=\"",
-                    coordinate(y_in(loss, tick) + 4), "\" text-anchor=\"end\" stroke=\"none\">",
-                    TickLabel(tick), "</text>\n");
-  }
-  svg += "</g>\n";
-  absl::StrAppend(&svg, "<g class=\"accuracy-ticks\" stroke=\"", kAccuracyColor, "\" fill=\"",
-                  kAccuracyColor, "\">\n");
-  for (const double tick : accuracy.ticks) {
-    const std::string y = coordinate(y_in(accuracy, tick));
-    absl::StrAppend(&svg, "<line x1=\"", coordinate(kPlotRight), "\" y1=\"", y, "\" x2=\"",
-                    coordinate(kPlotRight + 5), "\" y2=\"", y, "\"/>\n");
-    absl::StrAppend(&svg, "<text x=\"", coordinate(kPlotRight + 8), "\" y=\"",
-                    coordinate(y_in(accuracy, tick) + 4),
-                    "\" text-anchor=\"start\" stroke=\"none\">", TickLabel(tick), "</text>\n");
-  }
-  svg += "</g>\n";
-
-  // Axis names.
-  const double middle_y = (kPlotTop + kPlotBottom) / 2;
-  absl::StrAppend(&svg, "<text class=\"axis-name\" x=\"", coordinate((kPlotLeft + kPlotRight) / 2),
-                  "\" y=\"", coordinate(kPlotBottom + 40),
-                  "\" text-anchor=\"middle\">step</text>\n");
-  absl::StrAppend(&svg, "<text class=\"axis-name\" x=\"24\" y=\"", coordinate(middle_y),
-                  "\" text-anchor=\"middle\" fill=\"", kLossColor, "\" transform=\"rotate(-90 24 ",
-                  coordinate(middle_y), ")\">training loss</text>\n");
-  absl::StrAppend(&svg, "<text class=\"axis-name\" x=\"", kSvgWidth - 24, "\" y=\"",
-                  coordinate(middle_y), "\" text-anchor=\"middle\" fill=\"", kAccuracyColor,
-                  "\" transform=\"rotate(90 ", kSvgWidth - 24, " ", coordinate(middle_y),
-                  ")\">validation accuracy</text>\n");
-
-  // The series.
   if (losses.empty() && accuracies.empty()) {
-    absl::StrAppend(&svg, "<text class=\"empty\" x=\"", coordinate((kPlotLeft + kPlotRight) / 2),
-                    "\" y=\"", coordinate(middle_y),
-                    "\" text-anchor=\"middle\" fill=\"#888888\">no history yet</text>\n");
+    AddText(&svg, (kPlotLeft + kPlotRight) / 2, (kPlotTop + kPlotBottom) / 2,
+            "class=\"empty\" text-anchor=\"middle\" fill=\"#888888\"", "no history yet");
   }
-  if (!losses.empty()) {
-    absl::StrAppend(&svg, "<polyline class=\"loss\" fill=\"none\" stroke=\"", kLossColor,
-                    "\" stroke-width=\"1.5\" points=\"");
-    for (std::size_t i = 0; i < losses.size(); ++i) {
-      absl::StrAppend(&svg, i == 0 ? "" : " ", coordinate(x_of(losses[i].x)), ",",
-                      coordinate(y_in(loss, losses[i].y)));
-    }
-    svg += "\"/>\n";
-  }
-  if (!accuracies.empty()) {
-    absl::StrAppend(&svg, "<polyline class=\"accuracy\" fill=\"none\" stroke=\"", kAccuracyColor,
-                    "\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\" points=\"");
-    for (std::size_t i = 0; i < accuracies.size(); ++i) {
-      absl::StrAppend(&svg, i == 0 ? "" : " ", coordinate(x_of(accuracies[i].x)), ",",
-                      coordinate(y_in(accuracy, accuracies[i].y)));
-    }
-    svg += "\"/>\n";
-    absl::StrAppend(&svg, "<g class=\"accuracy-points\" fill=\"", kAccuracyColor, "\">\n");
-    for (const ChartPoint& point : accuracies) {
-      absl::StrAppend(&svg, "<circle cx=\"", coordinate(x_of(point.x)), "\" cy=\"",
-                      coordinate(y_in(accuracy, point.y)), "\" r=\"3.5\"/>\n");
-    }
-    svg += "</g>\n";
-  }
-
-  // Legend, above the plot's top right corner.
-  const double legend_y = kPlotTop - 12;
-  absl::StrAppend(&svg, "<g class=\"legend\">\n");
-  absl::StrAppend(&svg, "<line x1=\"", coordinate(kPlotRight - 250), "\" y1=\"",
-                  coordinate(legend_y), "\" x2=\"", coordinate(kPlotRight - 226), "\" y2=\"",
-                  coordinate(legend_y), "\" stroke=\"", kLossColor, "\" stroke-width=\"1.5\"/>\n");
-  absl::StrAppend(&svg, "<text x=\"", coordinate(kPlotRight - 220), "\" y=\"",
-                  coordinate(legend_y + 4), "\">training loss</text>\n");
-  absl::StrAppend(&svg, "<line x1=\"", coordinate(kPlotRight - 125), "\" y1=\"",
-                  coordinate(legend_y), "\" x2=\"", coordinate(kPlotRight - 101), "\" y2=\"",
-                  coordinate(legend_y), "\" stroke=\"", kAccuracyColor,
-                  "\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"/>\n");
-  absl::StrAppend(&svg, "<text x=\"", coordinate(kPlotRight - 95), "\" y=\"",
-                  coordinate(legend_y + 4), "\">validation accuracy</text>\n");
-  svg += "</g>\n</svg>\n";
-  return svg;
+  return svg + "</svg>\n";
 }
 
 }  // namespace ts::client

@@ -1,7 +1,8 @@
-// Pictures of a training job's history (GetJobHistory: the loss curve and the validation runs):
-// a fixed-size text chart for the terminal (tsctl jobs get --curve) and a standalone SVG file
-// (tsctl jobs plot). Pure functions of their inputs, deterministic and thread-safe; they
-// accept any history (empty, one point, non-finite losses) and never fail.
+// A training job's history (GetJobHistory: the loss curve and the validation runs) for people
+// and plotting tools: a fixed-size text chart for the terminal (tsctl jobs get --curve), and for
+// tsctl jobs plot the data as CSV or a standalone SVG picture. Pure functions of their inputs,
+// deterministic and thread-safe; they accept any history (empty, one point, non-finite losses)
+// and never fail.
 #pragma once
 
 #include <string>
@@ -43,11 +44,17 @@ std::string TextChart(const std::vector<ChartPoint>& points, const TextChartOpti
 // chart of their accuracy. Says so when there is no loss curve or no validation run.
 std::string HistoryText(const taylorshift::v1::GetJobHistoryResponse& history);
 
-// The history as an SVG 1.1 document (UTF-8, no external references): the loss curve (a
-// polyline, one vertex per finite loss point, scaled on the left axis) and the validation
-// accuracy (one circle per run, joined by a dashed line, on the right axis, 0 to 1) over a
-// shared step axis; ticks with labels on all three axes, a legend, and `title` (XML-escaped)
-// at the top.
+// The history as CSV (RFC 4180) for any plotting tool: the header
+//   step,loss,learning_rate,examples_per_second,validation_loss,validation_accuracy,validation_macro_f1
+// then one row per step that has a loss point, a validation run or both, in step order; the
+// cells of what a step lacks are empty. Numbers have the fewest digits that read back to the
+// same double ("nan" and "inf" as such).
+std::string HistoryCsv(const taylorshift::v1::GetJobHistoryResponse& history);
+
+// The history as an SVG 1.1 picture (UTF-8, no external references): the loss curve (a
+// polyline, one vertex per finite loss point, on the left axis) and the validation accuracy
+// (one circle per run, joined by a dashed line, on the right axis, 0 to 1) over a shared step
+// axis; each axis labelled with its ends' values, and `title` (XML-escaped) at the top.
 std::string HistorySvg(const taylorshift::v1::GetJobHistoryResponse& history,
                        const std::string& title);
 

@@ -97,7 +97,7 @@ struct SubmitFlags {
   bool json = false;
 };
 
-// jobs get|cancel|delete|watch ID (--curve: get only) and jobs plot ID --out FILE.svg.
+// jobs get|cancel|delete|watch ID (--curve: get only) and jobs plot ID --out FILE.csv|FILE.svg.
 struct JobFlags {
   ConnectionFlags common;
   std::string id;
@@ -271,15 +271,18 @@ std::string Extension(const std::string& path) {
   return path.substr(dot);
 }
 
-// jobs plot's --out: an .svg file name.
-std::string CheckSvgName(const std::string& out) {
+// jobs plot's --out: a .csv or .svg file name.
+std::string CheckPlotName(const std::string& out) {
   const std::string extension = Extension(out);
-  if (absl::EqualsIgnoreCase(extension, ".svg")) return "";
-  return absl::StrCat("only SVG output is supported (a file name ending in .svg); got ",
+  if (absl::EqualsIgnoreCase(extension, ".csv") || absl::EqualsIgnoreCase(extension, ".svg")) {
+    return "";
+  }
+  return absl::StrCat("jobs plot writes CSV or SVG (a file name ending in .csv or .svg); got ",
                       extension.empty() ? "no extension" : "'" + extension + "'", " in ", out);
 }
 
-// jobs plot ID --out F.svg: the job's loss curve and validation accuracy as an SVG file.
+// jobs plot ID --out F.csv|F.svg: the job's loss curve and validation runs as CSV data or an
+// SVG picture.
 int RunJobsPlot(const JobFlags& flags) {
   const std::string& id = flags.id;
   const std::string& out = flags.out;
@@ -312,7 +315,10 @@ int RunJobsPlot(const JobFlags& flags) {
   }
   const std::string title =
       absl::StrCat(job.id(), " ", job.name(), ": training loss and validation accuracy");
-  if (absl::Status written = WriteFileBytes(out, HistorySvg(history, title)); !written.ok()) {
+  const bool csv = absl::EqualsIgnoreCase(Extension(out), ".csv");
+  if (absl::Status written =
+          WriteFileBytes(out, csv ? HistoryCsv(history) : HistorySvg(history, title));
+      !written.ok()) {
     return LocalError(written);
   }
   std::cout << "wrote " << out << " (" << history.loss_curve_size() << " loss points, "
@@ -531,10 +537,10 @@ void AddJobCommands(Commands& commands) {
                  "\"history\")");
   auto plot = std::make_shared<JobFlags>();
   AddJobCommand(commands, *jobs, "plot",
-                "write the loss curve and validation accuracy as an SVG chart", plot)
-      ->add_option("--out", plot->out, "the SVG file")
+                "write the loss curve and validation runs as CSV data or an SVG chart", plot)
+      ->add_option("--out", plot->out, "the file: .csv (data) or .svg (a picture)")
       ->required()
-      ->check(CLI::Validator(CheckSvgName, "FILE.svg"));
+      ->check(CLI::Validator(CheckPlotName, "FILE.csv|FILE.svg"));
   AddJobCommand(commands, *jobs, "cancel", "cancel a queued or running job",
                 std::make_shared<JobFlags>());
   AddJobCommand(commands, *jobs, "delete",

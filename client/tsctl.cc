@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -337,7 +338,7 @@ int RunHealth(const HealthFlags& flags) {
   if (channel == nullptr) return kExitError;
   grpc::ClientContext context;
   PrepareContext(connection, timeout_ms, &context);
-  ServingStatus status = ServingStatus::kUnknown;
+  ServingStatus status = grpc::health::v1::HealthCheckResponse::UNKNOWN;
   const grpc::Status call = CheckHealth(channel, service, &context, &status);
   if (!call.ok()) {
     return RpcFailed(service.empty() ? std::string("Health/Check")
@@ -351,7 +352,7 @@ int RunHealth(const HealthFlags& flags) {
     std::cout << ServingStatusName(status) << "\n";
   }
   std::cout.flush();
-  return status == ServingStatus::kServing ? kExitOk : kExitError;
+  return status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitError;
 }
 
 // The request's over_length: the policies the server knows (ClassifyRequest.over_length).
@@ -499,7 +500,14 @@ void AddCommands(Commands& commands) {
 }  // namespace ts::client
 
 int main(int argc, char** argv) {
-  ts::client::Commands commands;
-  ts::client::AddCommands(commands);
-  return commands.Run(std::vector<std::string>(argv + 1, argv + argc));
+  try {
+    ts::client::Commands commands;
+    ts::client::AddCommands(commands);
+    return commands.Run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::exception& e) {
+    std::cerr << "tsctl: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "tsctl: an unknown exception\n";
+  }
+  return ts::client::kExitError;
 }

@@ -575,6 +575,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
         {
             {"listen", String(&config.listen)},
             {"metrics_listen", String(&config.metrics_listen)},
+            {"nvml_library", String(&config.nvml_library)},
             {"intra_op_threads", Int(&config.intra_op_threads)},
             {"grpc_threads", Int(&config.grpc_threads)},
             {"heap_keep_freed_bytes", Int64(&config.heap_keep_freed_bytes)},

@@ -124,8 +124,11 @@ struct HttpConfig {
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // empty = no metrics endpoint
-  int intra_op_threads = 0;                       // 0 = number of cores
-  int grpc_threads = 0;  // callback executor threads hint; 0 = gRPC default
+  // NVIDIA's management library, read for the GPU gauges (common/gpu_telemetry.h); empty = none.
+  // A machine without it (no NVIDIA driver) serves the other metrics and logs why.
+  std::string nvml_library = "libnvidia-ml.so.1";
+  int intra_op_threads = 0;  // 0 = number of cores
+  int grpc_threads = 0;      // callback executor threads hint; 0 = gRPC default
   // Freed memory kept in the heap for the next batch or training step (model/heap_policy.h);
   // 0 = the C library's defaults.
   std::int64_t heap_keep_freed_bytes = std::int64_t{1} << 30;

@@ -243,7 +243,19 @@ struct Metrics::Impl {
                                "per job_id and rank, in bytes.")),
         worker_cpu(AddGauge(*registry, "taylorshift_job_worker_cpu_seconds",
                             "User and system CPU time a running job's worker process (tsworker) "
-                            "has used since it started, per job_id and rank, in seconds.")) {
+                            "has used since it started, per job_id and rank, in seconds.")),
+        gpu_utilization(AddGauge(*registry, "taylorshift_gpu_utilization_ratio",
+                                 "Share of NVML's last sample period in which a kernel ran on the "
+                                 "GPU (0..1), per gpu (NVML's index) and uuid; all processes.")),
+        gpu_memory_utilization(
+            AddGauge(*registry, "taylorshift_gpu_memory_utilization_ratio",
+                     "Share of NVML's last sample period in which the GPU's memory was read or "
+                     "written (0..1), per gpu and uuid.")),
+        gpu_memory_used(AddGauge(*registry, "taylorshift_gpu_memory_used_bytes",
+                                 "GPU memory in use by every process on the GPU (NVML), per gpu "
+                                 "and uuid, in bytes.")),
+        gpu_memory_total(AddGauge(*registry, "taylorshift_gpu_memory_total_bytes",
+                                  "GPU memory in all (NVML), per gpu and uuid, in bytes.")) {
     // Every operation has a series from the start: a panel shows 0, not "no data".
     for (const char* operation :
          {"create_job", "update_job", "delete_job", "append_metric", "append_evaluation",
@@ -306,6 +318,30 @@ struct Metrics::Impl {
     worker_series = std::move(now);
   }
 
+  // GPU gauges for the GPUs NVML answers for now; series of GPUs that stopped answering are
+  // removed.
+  void UpdateGpus() {
+    absl::MutexLock lock(&gpus_mu);
+    if (!gpu_source) return;
+    std::set<prometheus::Labels> now;
+    for (const GpuTelemetry::Sample& gpu : gpu_source()) {
+      const prometheus::Labels labels = {{"gpu", absl::StrCat(gpu.index)}, {"uuid", gpu.uuid}};
+      gpu_utilization.Add(labels).Set(gpu.utilization);
+      gpu_memory_utilization.Add(labels).Set(gpu.memory_utilization);
+      gpu_memory_used.Add(labels).Set(static_cast<double>(gpu.memory_used_bytes));
+      gpu_memory_total.Add(labels).Set(static_cast<double>(gpu.memory_total_bytes));
+      now.insert(labels);
+    }
+    for (const prometheus::Labels& labels : gpu_series) {
+      if (now.count(labels) != 0) continue;
+      for (Family<Gauge>* family :
+           {&gpu_utilization, &gpu_memory_utilization, &gpu_memory_used, &gpu_memory_total}) {
+        if (family->Has(labels)) family->Remove(&family->Add(labels));
+      }
+    }
+    gpu_series = std::move(now);
+  }
+
   void UpdateMemory() {
     // /proc/self/statm: total program size and resident set size, in pages.
     std::ifstream statm("/proc/self/statm");
@@ -318,6 +354,7 @@ struct Metrics::Impl {
     }
     UpdateCpu();
     UpdateWorkers();
+    UpdateGpus();
     if (!torch::cuda::is_available()) return;
     const int devices = static_cast<int>(torch::cuda::device_count());
     for (int i = 0; i < devices; ++i) {
@@ -362,12 +399,19 @@ struct Metrics::Impl {
   Family<Gauge>& build_info;
   Family<Gauge>& worker_memory;
   Family<Gauge>& worker_cpu;
+  Family<Gauge>& gpu_utilization;
+  Family<Gauge>& gpu_memory_utilization;
+  Family<Gauge>& gpu_memory_used;
+  Family<Gauge>& gpu_memory_total;
 
   absl::Mutex cpu_mu;
   double last_cpu_seconds ABSL_GUARDED_BY(cpu_mu) = 0;
   absl::Mutex workers_mu;
   std::function<std::vector<Metrics::WorkerProcess>()> worker_source ABSL_GUARDED_BY(workers_mu);
   std::set<prometheus::Labels> worker_series ABSL_GUARDED_BY(workers_mu);
+  absl::Mutex gpus_mu;
+  std::function<std::vector<GpuTelemetry::Sample>()> gpu_source ABSL_GUARDED_BY(gpus_mu);
+  std::set<prometheus::Labels> gpu_series ABSL_GUARDED_BY(gpus_mu);
 
   absl::Mutex model_info_mu;
   // (model, version) → its taylorshift_model_info sample, so RemoveModelInfo can find it.
@@ -532,6 +576,11 @@ void Metrics::AddBatchesInFlight(const std::string& model, int delta) {
 void Metrics::SetWorkerSource(std::function<std::vector<WorkerProcess>()> source) {
   absl::MutexLock lock(&impl_->workers_mu);
   impl_->worker_source = std::move(source);
+}
+
+void Metrics::SetGpuSource(std::function<std::vector<GpuTelemetry::Sample>()> source) {
+  absl::MutexLock lock(&impl_->gpus_mu);
+  impl_->gpu_source = std::move(source);
 }
 
 void Metrics::RemoveModelInfo(const std::string& model, const std::string& version) {

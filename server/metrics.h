@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/gpu_telemetry.h"
 
 namespace prometheus {
 class Registry;
@@ -72,8 +73,11 @@ class Metrics {
     int pid = 0;
   };
   void SetWorkerSource(std::function<std::vector<WorkerProcess>()> source);
-  // Reads /proc/self/statm and stat, the job workers' (SetWorkerSource) and (on CUDA) the device
-  // allocator; called before each scrape.
+  // The GPUs' utilisation and memory (common/gpu_telemetry.h, NVML), read at each scrape;
+  // `source` must be thread-safe. Without one (no NVML), the GPU gauges have no series.
+  void SetGpuSource(std::function<std::vector<GpuTelemetry::Sample>()> source);
+  // Reads /proc/self/statm and stat, the job workers' (SetWorkerSource), the GPUs'
+  // (SetGpuSource) and (on CUDA) the device allocator; called before each scrape.
   void UpdateMemory();
 
   prometheus::Registry& registry();

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
+#include "common/gpu_telemetry.h"
 #include "common/status_macros.h"
 #include "model/api/precision.h"
 #include "model/kernels/cpu_features.h"
@@ -43,6 +44,20 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsCo
 
 absl::Status Prefixed(const std::string& prefix, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+// The GPU gauges from NVML, when `library` is set and loads; says in the log what it found.
+void ReadGpusInto(const std::string& library, Metrics& metrics,
+                  const std::function<void(const std::string&)>& log) {
+  if (library.empty()) return;
+  auto gpus = GpuTelemetry::Open(library);
+  if (!gpus.ok()) {
+    log(absl::StrCat("GPU telemetry: none (", gpus.status().message(), ")"));
+    return;
+  }
+  log(absl::StrCat("GPU telemetry: NVML, ", (*gpus)->device_count(), " GPU(s)"));
+  std::shared_ptr<GpuTelemetry> telemetry = std::move(*gpus);
+  metrics.SetGpuSource([telemetry] { return telemetry->Read(); });
 }
 
 }  // namespace
@@ -85,6 +100,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   auto metrics = Metrics::Create(config.metrics_listen);
   if (!metrics.ok()) return Prefixed("metrics: ", metrics.status());
   p.metrics = std::move(*metrics);
+  ReadGpusInto(config.nvml_library, *p.metrics, p.log);
   auto authorizer = Authorizer::Create(config.auth);
   if (!authorizer.ok()) return Prefixed("auth: ", authorizer.status());
   p.authorizer = std::move(*authorizer);

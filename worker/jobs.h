@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "model/training/data_parallel.h"
 #include "taylorshift/v1/worker.pb.h"
 
@@ -22,6 +23,8 @@ struct JobContext {
   // and rank 0 saves the training state.
   const std::atomic<bool>* stop = nullptr;
   DataParallelGroup* group = nullptr;  // never null: a world of one rank when alone
+  // The time of reports, checkpoints and step timings (tests inject a fake one).
+  Clock* clock = RealClock();
 };
 
 // OK when the job finished; ABORTED "stopped" when it stopped on request with its state saved.

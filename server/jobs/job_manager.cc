@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/jobs/process_worker_launcher.h"
 #include "server/serving/model_registry.h"
 
 namespace ts::server {
@@ -43,9 +44,12 @@ JobManager::JobManager(JobManagerOptions options, std::unique_ptr<StoreDatabase>
       checkpoints_(&data_root_, &queue_),
       admission_(options_.jobs, options_.num_cores, &data_root_, &checkpoints_, registry),
       recorder_(&queue_, &history_, &context_),
+      own_launcher_(options_.worker_launcher == nullptr ? std::make_unique<ProcessWorkerLauncher>()
+                                                        : nullptr),
       runner_(JobRunnerOptions{options_.jobs, (fs::path(options_.state_dir) / "jobs").string(),
                                data_root_.root(), options_.heap_keep_freed_bytes},
-              &queue_, &recorder_, &checkpoints_, registry, &context_),
+              &queue_, &recorder_, &checkpoints_, registry, &context_,
+              own_launcher_ != nullptr ? own_launcher_.get() : options_.worker_launcher),
       deleter_((fs::path(options_.state_dir) / "jobs").string(), &queue_, &jobs_, &context_),
       promoter_(
           CheckpointPromoterOptions{(fs::path(options_.state_dir) / "models").string(),

@@ -61,6 +61,7 @@
 #include "server/jobs/job_store.h"
 #include "server/jobs/promotion_store.h"
 #include "server/jobs/store_database.h"
+#include "server/jobs/worker_launcher.h"
 #include "server/metrics.h"
 #include "taylorshift/v1/jobs.pb.h"
 
@@ -80,6 +81,9 @@ struct JobManagerOptions {
   std::function<void(const std::string& model)> on_model_served;
   // Log lines (job state changes, restores, failed store writes). May be empty.
   std::function<void(const std::string& line)> log;
+  // Starts the jobs' workers; null = tsworker processes (ProcessWorkerLauncher). Tests pass an
+  // in-process fake. Must outlive the manager.
+  WorkerLauncher* worker_launcher = nullptr;
 };
 
 class JobManager {
@@ -156,6 +160,7 @@ class JobManager {
   CheckpointResolver checkpoints_;
   JobAdmission admission_;
   JobRecorder recorder_;
+  const std::unique_ptr<WorkerLauncher> own_launcher_;  // when options.worker_launcher is null
   JobRunner runner_;
   JobDeleter deleter_;
   CheckpointPromoter promoter_;

@@ -1,28 +1,15 @@
 #include "server/jobs/job_process.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <string.h>
 
-#include <cerrno>
-#include <cstring>
+#include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "job_contract/event_pipe.h"
-
-extern char** environ;
 
 namespace ts::server {
 namespace pb = taylorshift::v1;
@@ -34,230 +21,104 @@ std::string SignalName(int signal) {
   return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", signal);
 }
 
-void CloseFd(int& fd) {
-  if (fd >= 0) close(fd);
-  fd = -1;
+std::string ExitDescription(const WorkerExit& exit) {
+  if (exit.signal != 0) {
+    return absl::StrCat("was killed by signal ", exit.signal, " (", SignalName(exit.signal), ")");
+  }
+  return absl::StrCat("exited with code ", exit.code);
 }
+
+// After every rank exited, a grandchild holding a pipe open must not keep the job alive longer
+// than this after the ranks were last heard from.
+constexpr absl::Duration kDrain = absl::Seconds(2);
 
 }  // namespace
 
 struct JobProcess::Rank {
   int index = 0;
   pid_t pid = -1;
-  int events_fd = -1;  // read ends
-  int log_fd = -1;
-  job::EventDecoder decoder;
-  std::string log_partial;
+  bool events_open = true;
+  bool log_open = true;
   std::deque<std::string> log_tail;
   absl::Time last_heard;
   bool exited = false;
-  int wait_status = 0;
+  WorkerExit exit;
   bool have_result = false;
   pb::WorkerResult result;
-  std::string protocol_error;
 };
-
-absl::StatusOr<int> PickFreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    const std::string error = std::strerror(errno);
-    close(fd);
-    return absl::InternalError(absl::StrCat("picking a free port: ", error));
-  }
-  close(fd);
-  return static_cast<int>(ntohs(address.sin_port));
-}
 
 JobProcess::JobProcess(const JobProcessOptions& options) : options_(options) {}
 
-JobProcess::~JobProcess() {
-  KillAll(SIGKILL);
-  for (auto& rank : ranks_) {
-    if (!rank->exited && rank->pid > 0) waitpid(rank->pid, &rank->wait_status, 0);
-    CloseFd(rank->events_fd);
-    CloseFd(rank->log_fd);
-  }
-}
+JobProcess::~JobProcess() = default;
 
-std::vector<pid_t> JobProcess::pids() const {
-  std::vector<pid_t> pids;
-  for (const auto& rank : ranks_) pids.push_back(rank->pid);
-  return pids;
-}
+std::vector<pid_t> JobProcess::pids() const { return workers_->pids(); }
 
 absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Start(const JobProcessOptions& options,
+                                                              WorkerLauncher& launcher,
                                                               MessageHandler on_message,
                                                               LogHandler on_log) {
-  if (access(options.binary.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the worker binary ", options.binary,
-                     " is not executable (jobs.worker_binary): ", std::strerror(errno)));
-  }
   std::unique_ptr<JobProcess> process(new JobProcess(options));
   process->on_message_ = std::move(on_message);
   process->on_log_ = std::move(on_log);
-  int port = 0;
-  if (options.world_size > 1) {
-    TS_ASSIGN_OR_RETURN(port, PickFreeLoopbackPort());
-  }
-  const pid_t parent = getpid();
-  for (int r = 0; r < options.world_size; ++r) {
+  TS_ASSIGN_OR_RETURN(process->workers_, launcher.Launch(options.launch));
+  const absl::Time now = options.clock->Now();
+  const std::vector<pid_t> pids = process->workers_->pids();
+  for (std::size_t r = 0; r < pids.size(); ++r) {
     auto rank = std::make_unique<Rank>();
-    rank->index = r;
-    int events[2], logs[2];
-    if (pipe2(events, O_CLOEXEC) != 0) {
-      return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-    }
-    if (pipe2(logs, O_CLOEXEC) != 0) {
-      close(events[0]);
-      close(events[1]);
-      return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-    }
-    const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    // Everything the child needs is built before fork: after it, only async-signal-safe calls.
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry = *e;
-      const bool ours = entry.rfind("MASTER_ADDR=", 0) == 0 ||
-                        entry.rfind("MASTER_PORT=", 0) == 0 || entry.rfind("WORLD_SIZE=", 0) == 0 ||
-                        entry.rfind("RANK=", 0) == 0 || entry.rfind("LOCAL_RANK=", 0) == 0 ||
-                        entry.rfind("OMP_NUM_THREADS=", 0) == 0 ||
-                        entry.rfind("ONEDNN_PRIMITIVE_CACHE_CAPACITY=", 0) == 0 ||
-                        entry.rfind("DNNL_PRIMITIVE_CACHE_CAPACITY=", 0) == 0;
-      if (!ours) env_strings.push_back(entry);
-    }
-    env_strings.push_back(absl::StrCat("OMP_NUM_THREADS=", std::max(options.threads, 1)));
-    for (const char* name :
-         {"ONEDNN_PRIMITIVE_CACHE_CAPACITY=", "DNNL_PRIMITIVE_CACHE_CAPACITY="}) {
-      env_strings.push_back(
-          absl::StrCat(name, std::max(options.onednn_primitive_cache_capacity, 0)));
-    }
-    if (options.world_size > 1) {
-      env_strings.push_back("MASTER_ADDR=127.0.0.1");
-      env_strings.push_back(absl::StrCat("MASTER_PORT=", port));
-      env_strings.push_back(absl::StrCat("WORLD_SIZE=", options.world_size));
-      env_strings.push_back(absl::StrCat("RANK=", r));
-      env_strings.push_back(absl::StrCat("LOCAL_RANK=", r));
-    }
-    std::vector<char*> envp;
-    envp.reserve(env_strings.size() + 1);
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> arg_strings = {
-        options.binary, absl::StrCat("--task=", options.task_file), "--events-fd=3"};
-    std::vector<char*> argv;
-    argv.reserve(arg_strings.size() + 1);
-    for (auto& s : arg_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    rlimit limit{};
-    limit.rlim_cur = limit.rlim_max =
-        options.address_space_bytes > 0 ? options.address_space_bytes : RLIM_INFINITY;
-    // SIGTERM stays blocked from fork to exec and across it: tsworker keeps it blocked in every
-    // thread and takes it on a thread of its own (sigtimedwait), so a Stop() while it starts (its
-    // libraries load for up to a second) waits instead of killing it before it can save its
-    // state. Blocked in this thread across fork too (tsserver's threads have it blocked already).
-    sigset_t term_only, previous;
-    sigemptyset(&term_only);
-    sigaddset(&term_only, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &term_only, &previous);
-    const pid_t pid = fork();
-    if (pid != 0) pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-    if (pid < 0) {
-      const std::string error = std::strerror(errno);
-      for (int fd : {events[0], events[1], logs[0], logs[1], null_fd}) close(fd);
-      return absl::InternalError(absl::StrCat("fork: ", error));
-    }
-    if (pid == 0) {
-      // The child: dies with the server, its own process group, limits, fds 0-3, exec.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      setpgid(0, 0);
-      setrlimit(RLIMIT_AS, &limit);
-      if (null_fd >= 0) dup2(null_fd, 0);
-      dup2(logs[1], 1);
-      dup2(logs[1], 2);
-      dup2(events[1], 3);
-      syscall(SYS_close_range, 4u, ~0u, 0u);
-      sigprocmask(SIG_SETMASK, &term_only, nullptr);
-      execve(argv[0], argv.data(), envp.data());
-      _exit(127);
-    }
-    close(events[1]);
-    close(logs[1]);
-    if (null_fd >= 0) close(null_fd);
-    rank->pid = pid;
-    rank->events_fd = events[0];
-    rank->log_fd = logs[0];
-    rank->last_heard = options.clock->Now();
+    rank->index = static_cast<int>(r);
+    rank->pid = pids[r];
+    rank->last_heard = now;
     process->ranks_.push_back(std::move(rank));
   }
   return process;
 }
 
-void JobProcess::KillAll(int signal) {
-  for (auto& rank : ranks_) {
-    if (!rank->exited && rank->pid > 0) kill(rank->pid, signal);
-  }
-}
-
 void JobProcess::Stop() {
   if (stop_requested_.exchange(true)) return;
-  KillAll(SIGTERM);
+  workers_->SignalAll(WorkerSignal::kTerminate);
 }
 
-void JobProcess::ReadPipe(Rank& rank, int fd, bool events, const EndAll& end_all) {
-  char buffer[65536];
-  const ssize_t n = read(fd, buffer, sizeof(buffer));
-  if (n < 0 && errno == EINTR) return;
-  if (n <= 0) {
-    if (events) {
-      CloseFd(rank.events_fd);
-    } else {
-      if (!rank.log_partial.empty()) {
-        rank.log_tail.push_back(std::move(rank.log_partial));
-        rank.log_partial.clear();
-      }
-      CloseFd(rank.log_fd);
-    }
-    return;
+void JobProcess::Apply(const WorkerEvent& event, const EndAll& end_all) {
+  Rank& rank = *ranks_[static_cast<std::size_t>(event.rank)];
+  using Kind = WorkerEvent::Kind;
+  switch (event.kind) {
+    case Kind::kEventsClosed:
+      rank.events_open = false;
+      return;
+    case Kind::kLogClosed:
+      if (!event.text.empty()) rank.log_tail.push_back(event.text);
+      rank.log_open = false;
+      return;
+    case Kind::kExited:
+      rank.exited = true;
+      rank.exit = event.exit;
+      return;
+    default:
+      break;
   }
   rank.last_heard = options_.clock->Now();
-  if (!events) {
-    rank.log_partial.append(buffer, static_cast<std::size_t>(n));
-    std::size_t eol;
-    while ((eol = rank.log_partial.find('\n')) != std::string::npos) {
-      std::string line = rank.log_partial.substr(0, eol);
-      rank.log_partial.erase(0, eol + 1);
-      if (on_log_) on_log_(rank.index, line);
-      rank.log_tail.push_back(std::move(line));
+  switch (event.kind) {
+    case Kind::kLogLine:
+      if (on_log_) on_log_(rank.index, event.text);
+      rank.log_tail.push_back(event.text);
       while (rank.log_tail.size() > options_.log_lines_kept) rank.log_tail.pop_front();
+      return;
+    case Kind::kProtocolError:
+      rank.events_open = false;
+      end_all(rank.index, absl::StrCat("rank ", rank.index, ": ", event.text));
+      return;
+    case Kind::kMessage: {
+      const pb::WorkerMessage& m = event.message;
+      if (m.kind_case() == pb::WorkerMessage::kHeartbeat) return;
+      if (m.kind_case() == pb::WorkerMessage::kResult) {
+        rank.have_result = true;
+        rank.result = m.result();
+      }
+      if (on_message_) on_message_(m);
+      return;
     }
-    return;
-  }
-  rank.decoder.Append(buffer, static_cast<std::size_t>(n));
-  for (;;) {
-    auto message = rank.decoder.Next();
-    if (!message.ok()) {
-      rank.protocol_error = std::string(message.status().message());
-      CloseFd(rank.events_fd);
-      end_all(rank.index, absl::StrCat("rank ", rank.index, ": ", rank.protocol_error));
-      break;
-    }
-    if (!message->has_value()) break;
-    const pb::WorkerMessage& m = **message;
-    if (m.kind_case() == pb::WorkerMessage::kHeartbeat) continue;
-    if (m.kind_case() == pb::WorkerMessage::kResult) {
-      rank.have_result = true;
-      rank.result = m.result();
-    }
-    if (on_message_) on_message_(m);
+    default:
+      return;
   }
 }
 
@@ -267,14 +128,6 @@ JobProcessOutcome JobProcess::Outcome(const std::string& failure, int failing_ra
   const Rank* reported =
       failing_rank >= 0 ? ranks_[static_cast<std::size_t>(failing_rank)].get() : &zero;
   outcome.last_log_lines.assign(reported->log_tail.begin(), reported->log_tail.end());
-  const auto exit_description = [](const Rank& rank) {
-    const int ws = rank.wait_status;
-    if (WIFSIGNALED(ws)) {
-      return absl::StrCat("was killed by signal ", WTERMSIG(ws), " (", SignalName(WTERMSIG(ws)),
-                          ")");
-    }
-    return absl::StrCat("exited with code ", WEXITSTATUS(ws));
-  };
   if (!failure.empty()) {
     outcome.status = absl::InternalError(failure);
   } else if (stop_requested_) {
@@ -285,7 +138,7 @@ JobProcessOutcome JobProcess::Outcome(const std::string& failure, int failing_ra
       outcome.stopped = true;
       outcome.status =
           absl::AbortedError(saved ? zero.result.message()
-                                   : absl::StrCat("worker rank 0 ", exit_description(zero),
+                                   : absl::StrCat("worker rank 0 ", ExitDescription(zero.exit),
                                                   " before saving its state"));
     }
   } else if (zero.have_result) {
@@ -302,17 +155,17 @@ JobProcessOutcome JobProcess::Outcome(const std::string& failure, int failing_ra
       }
     }
   } else {
-    outcome.status =
-        absl::InternalError(absl::StrCat("worker rank 0 (pid ", zero.pid, ") ",
-                                         exit_description(zero), " without reporting a result"));
+    outcome.status = absl::InternalError(absl::StrCat("worker rank 0 (pid ", zero.pid, ") ",
+                                                      ExitDescription(zero.exit),
+                                                      " without reporting a result"));
   }
   for (const auto& rank : ranks_) {
-    const int ws = rank->wait_status;
-    if (!rank->have_result || !rank->exited || (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)) continue;
+    if (!rank->have_result || !rank->exited || rank->exit.clean()) continue;
     // Exit code 1 after a failed result is the worker's own way to say it failed.
-    if (WIFEXITED(ws) && rank->result.code() != 0 && !rank->result.stopped()) continue;
-    outcome.exit_problem = absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
-                                        ") reported its result, then ", exit_description(*rank));
+    if (rank->exit.signal == 0 && rank->result.code() != 0 && !rank->result.stopped()) continue;
+    outcome.exit_problem =
+        absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
+                     ") reported its result, then ", ExitDescription(rank->exit));
     break;
   }
   if (!outcome.status.ok() && !outcome.stopped && !outcome.last_log_lines.empty()) {
@@ -324,6 +177,22 @@ JobProcessOutcome JobProcess::Outcome(const std::string& failure, int failing_ra
         absl::StrCat(outcome.status.message(), "; last log lines: ", absl::StrJoin(tail, " | ")));
   }
   return outcome;
+}
+
+absl::Time JobProcess::NextDeadline(absl::Time stop_sent, bool killed) const {
+  absl::Time deadline = absl::InfiniteFuture();
+  if (!killed) deadline = std::min(deadline, stop_sent + options_.stop_grace);
+  bool all_exited = true;
+  absl::Time last_heard = absl::InfinitePast();
+  for (const auto& rank : ranks_) {
+    all_exited = all_exited && rank->exited;
+    last_heard = std::max(last_heard, rank->last_heard);
+    if (!rank->exited && !killed) {
+      deadline = std::min(deadline, rank->last_heard + options_.heartbeat_timeout);
+    }
+  }
+  if (all_exited) deadline = std::min(deadline, last_heard + kDrain);
+  return deadline;
 }
 
 JobProcessOutcome JobProcess::Wait() {
@@ -338,82 +207,54 @@ JobProcessOutcome JobProcess::Wait() {
     }
     if (!killed) {
       killed = true;
-      KillAll(SIGKILL);
+      workers_->SignalAll(WorkerSignal::kKill);
     }
   };
 
   for (;;) {
     if (stop_requested_ && stop_sent == absl::InfiniteFuture()) stop_sent = options_.clock->Now();
     if (stop_sent != absl::InfiniteFuture() && !killed &&
-        options_.clock->Now() - stop_sent > options_.stop_grace) {
+        options_.clock->Now() - stop_sent >= options_.stop_grace) {
       killed = true;
-      KillAll(SIGKILL);
+      workers_->SignalAll(WorkerSignal::kKill);
     }
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Rank*, bool>> owners;  // (rank, is events fd)
-    for (auto& rank : ranks_) {
-      if (rank->events_fd >= 0) {
-        fds.push_back({rank->events_fd, POLLIN, 0});
-        owners.emplace_back(rank.get(), true);
-      }
-      if (rank->log_fd >= 0) {
-        fds.push_back({rank->log_fd, POLLIN, 0});
-        owners.emplace_back(rank.get(), false);
-      }
+    for (const WorkerEvent& event : workers_->Next(NextDeadline(stop_sent, killed))) {
+      Apply(event, end_all);
     }
-    if (!fds.empty()) {
-      poll(fds.data(), fds.size(), 100);
-    } else {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      ReadPipe(*owners[i].first, fds[i].fd, owners[i].second, end_all);
-    }
-    // Exits.
     bool all_exited = true;
     for (auto& rank : ranks_) {
-      if (!rank->exited) {
-        const pid_t done = waitpid(rank->pid, &rank->wait_status, WNOHANG);
-        if (done == rank->pid) {
-          rank->exited = true;
-          // Whatever the pipes still hold is read on the next rounds.
-        }
-      }
       all_exited = all_exited && rank->exited;
       if (rank->exited && !killed && !stop_requested_) {
-        const int ws = rank->wait_status;
-        const bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
         // A rank that failed on its own ends the others (they would wait for it).
-        if (WIFSIGNALED(ws)) {
+        if (rank->exit.signal != 0) {
           end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
-                                            ") was killed by signal ", WTERMSIG(ws), " (",
-                                            SignalName(WTERMSIG(ws)), ")",
-                                            WTERMSIG(ws) == SIGKILL
+                                            ") was killed by signal ", rank->exit.signal, " (",
+                                            SignalName(rank->exit.signal), ")",
+                                            rank->exit.signal == SIGKILL
                                                 ? "; out of memory (the kernel's OOM killer) or "
                                                   "killed from outside"
                                                 : ""));
-        } else if (!clean && ranks_.size() > 1) {
+        } else if (!rank->exit.clean() && ranks_.size() > 1) {
           end_all(rank->index, "");
         }
       }
       if (!rank->exited && !killed &&
-          options_.clock->Now() - rank->last_heard > options_.heartbeat_timeout) {
+          options_.clock->Now() - rank->last_heard >= options_.heartbeat_timeout) {
         end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
                                           ") sent no heartbeat for ",
                                           absl::FormatDuration(options_.heartbeat_timeout),
                                           " (hung or stopped); killed"));
       }
     }
-    bool pipes_open = false;
-    for (auto& rank : ranks_) pipes_open = pipes_open || rank->events_fd >= 0 || rank->log_fd >= 0;
-    if (all_exited && !pipes_open) break;
+    bool outputs_open = false;
+    for (auto& rank : ranks_) outputs_open = outputs_open || rank->events_open || rank->log_open;
+    if (all_exited && !outputs_open) break;
     // A grandchild holding a pipe open must not keep the job alive once every rank is gone.
     if (all_exited) {
-      static constexpr absl::Duration kDrain = absl::Seconds(2);
       bool any_heard_recently = false;
-      for (auto& rank : ranks_)
+      for (auto& rank : ranks_) {
         any_heard_recently |= options_.clock->Now() - rank->last_heard < kDrain;
+      }
       if (!any_heard_recently) break;
     }
   }

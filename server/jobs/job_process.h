@@ -1,22 +1,18 @@
-// JobProcess: the tsworker processes of one job (one per data-parallel rank), started and
-// supervised by tsserver. Each rank gets the task file, its rank in the environment (MASTER_ADDR
-// 127.0.0.1, a free MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK), an events pipe and a pipe for
-// its stderr, an address-space limit (RLIMIT_AS), and dies with the server (PR_SET_PDEATHSIG,
-// and the worker exits when its pipe breaks or it is re-parented). Supervision ends the job when:
+// JobProcess: supervises the workers of one attempt of a job (one per data-parallel rank),
+// started by a WorkerLauncher (server/jobs/worker_launcher.h: tsworker processes in tsserver, an
+// in-process fake in unit tests). Supervision ends the attempt when:
 //   - every rank exited: the rank-0 result says finished / stopped / failed;
 //   - a rank died (signal or non-zero exit without a result), or sent nothing for the heartbeat
 //     timeout: every other rank is killed at once (they would wait in their next all-reduce);
-//   - Stop(): SIGTERM to every rank, SIGKILL to those still alive after the grace period. Ranks
-//     start with SIGTERM blocked (tsworker takes it on a thread of its own, never on a thread
-//     that computes; one sent before it is ready waits).
-// Torch-free and gRPC-free; the job manager turns the outcome into the job's state.
+//   - Stop(): SIGTERM to every rank, SIGKILL to those still alive after the grace period.
+// The heartbeat timeout and the grace are measured on the injected clock. Torch-free and
+// gRPC-free; the job runner turns the outcome into the job's state.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,22 +22,17 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/jobs/worker_launcher.h"
 #include "taylorshift/v1/worker.pb.h"
 
 namespace ts::server {
 
 struct JobProcessOptions {
-  std::string binary;     // tsworker
-  std::string task_file;  // a serialized WorkerTask
-  int world_size = 1;
-  int threads = 1;                          // OMP_NUM_THREADS of each rank
-  int onednn_primitive_cache_capacity = 0;  // ONEDNN_PRIMITIVE_CACHE_CAPACITY of each rank
-  std::uint64_t address_space_bytes = 0;    // RLIMIT_AS of each rank; 0 = unlimited
+  WorkerLaunchOptions launch;  // what the launcher starts
   absl::Duration heartbeat_timeout = absl::Seconds(60);
   absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM → SIGKILL
   std::size_t log_lines_kept = 20;                // of each rank's stderr, for failure reasons
-  // What the heartbeat timeout and the stop grace are measured on (the job manager's clock); the
-  // pipes are still polled in real time.
+  // What the heartbeat timeout and the stop grace are measured on (the job manager's clock).
   Clock* clock = RealClock();
 };
 
@@ -62,12 +53,14 @@ class JobProcess {
   using MessageHandler = std::function<void(const taylorshift::v1::WorkerMessage& message)>;
   using LogHandler = std::function<void(int rank, const std::string& line)>;
 
-  // Starts every rank. `on_message` gets each rank's messages but heartbeats, `on_log` each
-  // stderr line, both on the thread that calls Wait().
+  // Starts every rank through `launcher` (which must outlive the call only). `on_message` gets
+  // each rank's messages but heartbeats, `on_log` each stderr line, both on the thread that
+  // calls Wait().
   static absl::StatusOr<std::unique_ptr<JobProcess>> Start(const JobProcessOptions& options,
+                                                           WorkerLauncher& launcher,
                                                            MessageHandler on_message,
                                                            LogHandler on_log);
-  ~JobProcess();  // kills and reaps whatever still runs
+  ~JobProcess();  // kills and reaps whatever still runs (the handle's destructor)
 
   // Thread-safe: asks the ranks to stop (SIGTERM now, SIGKILL after options.stop_grace).
   void Stop();
@@ -82,10 +75,12 @@ class JobProcess {
   using EndAll = std::function<void(int rank, const std::string& reason)>;
 
   explicit JobProcess(const JobProcessOptions& options);
-  void KillAll(int signal);
-  // Reads what `fd` (the rank's events pipe, or its stderr) holds now: messages go to
-  // on_message_, lines to on_log_ and the rank's log tail; a protocol error ends the job.
-  void ReadPipe(Rank& rank, int fd, bool events, const EndAll& end_all);
+  // Takes one event of a rank: messages go to on_message_, lines to on_log_ and the rank's log
+  // tail; a protocol error ends the job.
+  void Apply(const WorkerEvent& event, const EndAll& end_all);
+  // When Wait() must look again even if no rank does anything: the stop grace's end, the
+  // heartbeat timeouts, the drain once every rank exited (InfiniteFuture when none applies).
+  absl::Time NextDeadline(absl::Time stop_sent, bool killed) const;
   // Once every rank has exited: rank 0's result decides unless the supervisor ended the job
   // (`failure`, from `failing_rank`; empty and -1 when it did not).
   JobProcessOutcome Outcome(const std::string& failure, int failing_rank) const;
@@ -93,11 +88,9 @@ class JobProcess {
   const JobProcessOptions options_;
   MessageHandler on_message_;
   LogHandler on_log_;
+  std::unique_ptr<WorkerHandle> workers_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::atomic<bool> stop_requested_{false};
 };
-
-// A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT).
-absl::StatusOr<int> PickFreeLoopbackPort();
 
 }  // namespace ts::server

@@ -57,8 +57,9 @@ AttemptVerdict JudgeAttempt(const absl::Status& status, bool stopped, bool cance
 
 JobRunner::JobRunner(JobRunnerOptions options, JobQueue* queue, JobRecorder* recorder,
                      const CheckpointResolver* checkpoints, const ModelRegistry* registry,
-                     const JobContext* context)
+                     const JobContext* context, WorkerLauncher* launcher)
     : options_(std::move(options)),
+      launcher_(launcher),
       queue_(queue),
       recorder_(recorder),
       checkpoints_(checkpoints),
@@ -164,11 +165,12 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
           ? static_cast<int>(std::max<std::uint32_t>(task.job().training().workers(), 1))
           : 1;
   JobProcessOptions process_options;
-  process_options.binary = WorkerBinary();
-  process_options.task_file = task_file;
-  process_options.world_size = world;
-  process_options.threads = static_cast<int>(std::max<std::uint32_t>(task.threads(), 1));
-  process_options.onednn_primitive_cache_capacity = options_.jobs.onednn_primitive_cache_capacity;
+  WorkerLaunchOptions& launch = process_options.launch;
+  launch.binary = WorkerBinary();
+  launch.task_file = task_file;
+  launch.world_size = world;
+  launch.threads = static_cast<int>(std::max<std::uint32_t>(task.threads(), 1));
+  launch.onednn_primitive_cache_capacity = options_.jobs.onednn_primitive_cache_capacity;
   // The worker maps the same LibTorch (and a subset of the other libraries) as this process: a
   // CUDA LibTorch alone maps about 2.5 GiB, before the worker allocates anything.
   static const std::int64_t libraries = MappedLibraryBytes();
@@ -177,7 +179,7 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   // its device memory is admitted against the GPU instead (JobAdmission::Training). Nor does a
   // worker built with a sanitizer (scripts/sanitize): its shadow memory is terabytes of address
   // space, reserved before main, so any limit kills it at start.
-  process_options.address_space_bytes =
+  launch.address_space_bytes =
       job::JobDevice(task.job()) != "cpu" || kAddressSanitizer || kThreadSanitizer
           ? 0
           : static_cast<std::uint64_t>(MemoryBudgetBytes(options_.jobs) / world +
@@ -189,7 +191,7 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   TS_ASSIGN_OR_RETURN(
       auto process,
       JobProcess::Start(
-          process_options,
+          process_options, *launcher_,
           [this, &active](const pb::WorkerMessage& message) { recorder_->Apply(active, message); },
           [this, id](int rank, const std::string& line) {
             context_->Log(absl::StrCat("job ", id, " rank ", rank, ": ", line));
@@ -199,7 +201,7 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   context_->Log(absl::StrCat("job ", id, ": worker process", world > 1 ? "es " : " ",
                              absl::StrJoin(pids, ", "), " started (", world, " rank",
                              world > 1 ? "s" : "", ", address space limit ",
-                             process_options.address_space_bytes, " bytes each)"));
+                             launch.address_space_bytes, " bytes each)"));
   active.SetProcess(process.get());
   // A cancel or a shutdown that came before the process existed.
   if (active.cancel || queue_->stopping()) process->Stop();

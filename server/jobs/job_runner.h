@@ -1,10 +1,12 @@
-// JobRunner: runs one job in tsworker processes (server/jobs/job_process.h) until it is final:
-// writes the WorkerTask to jobs/<id>/task.pb, starts one worker per rank under the memory limit,
-// hands their messages to the JobRecorder, and turns each attempt's outcome into the job's next
-// state (JudgeAttempt): a cancel → CANCELLED; a shutdown leaves it RUNNING in the store (it
-// resumes on the next start); a worker that died, hung or ran out of memory is retried from its
-// last saved state up to the spec's max_retries; otherwise SUCCEEDED or FAILED with the reason.
-// Thread-safe: one Run per job, on the calling thread; what it points to must outlive it.
+// JobRunner: runs one job in workers until it is final: writes the WorkerTask to
+// jobs/<id>/task.pb, starts one worker per rank under the memory limit through the
+// WorkerLauncher (server/jobs/worker_launcher.h: tsworker processes, or a test's fake) and
+// supervises them (server/jobs/job_process.h), hands their messages to the JobRecorder, and turns
+// each attempt's outcome into the job's next state (JudgeAttempt): a cancel → CANCELLED; a shutdown
+// leaves it RUNNING in the store (it resumes on the next start); a worker that died, hung or ran
+// out of memory is retried from its last saved state up to the spec's max_retries; otherwise
+// SUCCEEDED or FAILED with the reason. Time comes from the context's clock (heartbeat timeout, stop
+// grace). Thread-safe: one Run per job, on the calling thread; what it points to must outlive it.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "server/jobs/job_context.h"
 #include "server/jobs/job_queue.h"
 #include "server/jobs/job_recorder.h"
+#include "server/jobs/worker_launcher.h"
 #include "taylorshift/v1/worker.pb.h"
 
 namespace ts::server {
@@ -46,7 +49,7 @@ class JobRunner {
  public:
   JobRunner(JobRunnerOptions options, JobQueue* queue, JobRecorder* recorder,
             const CheckpointResolver* checkpoints, const ModelRegistry* registry,
-            const JobContext* context);
+            const JobContext* context, WorkerLauncher* launcher);
 
   // RUNNING, then attempts until the job is final or a shutdown interrupts it.
   void Run(ActiveJob& active);
@@ -61,6 +64,7 @@ class JobRunner {
   std::string WorkerBinary() const;
 
   const JobRunnerOptions options_;
+  WorkerLauncher* const launcher_;
   JobQueue* const queue_;
   JobRecorder* const recorder_;
   const CheckpointResolver* const checkpoints_;

@@ -1,15 +1,19 @@
 #include "server/serving/http_frontend.h"
 
+#include <google/protobuf/util/json_util.h>
+
+#include <functional>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "api/api_json.h"
@@ -17,6 +21,7 @@
 #include "common/status_macros.h"
 #include "server/serving/grpc_status.h"
 #include "server/serving/kserve_v2.h"
+#include "taylorshift/v1/rest.pb.h"
 
 namespace ts::server {
 namespace {
@@ -307,103 +312,90 @@ Json TensorMetadataJson(
 
 // --- the plain route ----------------------------------------------------------------------
 
-absl::StatusOr<pb::ClassifyRequest> ClassifyRequestFromJson(const Json& body,
+constexpr char kOneInput[] = "body: give exactly one of text, document_base64 or image";
+
+// protobuf's JSON parser names the field three ways ("(image.width): invalid value -2 for type
+// TYPE_UINT32", "(image) pixls: Cannot find field.", "top_k: Proto field is not repeating, …"):
+// the front end's form is "image.width: …", an unknown key with the keys its object knows.
+absl::Status ProtoJsonError(absl::string_view message) {
+  std::string path;
+  if (absl::ConsumePrefix(&message, "(")) {
+    const std::size_t close = message.find(')');
+    path = std::string(message.substr(0, close));
+    message =
+        close == message.npos ? "" : absl::StripLeadingAsciiWhitespace(message.substr(close + 1));
+  }
+  if (absl::ConsumeSuffix(&message, ": Cannot find field.")) {
+    // The key's object: the body or its image.
+    const google::protobuf::Descriptor* object = path.empty()
+                                                     ? pb::RestClassifyRequest::descriptor()
+                                                     : pb::RestClassifyRequest::Image::descriptor();
+    std::vector<std::string> known(static_cast<std::size_t>(object->field_count()));
+    for (int i = 0; i < object->field_count(); ++i) known[i] = object->field(i)->name();
+    return Invalid(Cut(absl::StrCat(path, path.empty() ? "" : ".", message), kShownChars),
+                   absl::StrCat("unknown key (known: ", absl::StrJoin(known, ", "), ")"));
+  }
+  if (absl::StrContains(message, "oneof field 'input' is already set")) {
+    return absl::InvalidArgumentError(kOneInput);
+  }
+  const std::size_t colon = message.find(": ");
+  if (colon != message.npos && message.substr(0, colon).find(' ') == message.npos) {
+    if (colon > 0) absl::StrAppend(&path, path.empty() ? "" : ".", message.substr(0, colon));
+    message.remove_prefix(colon + 2);
+  }
+  return Invalid(path.empty() ? "body" : path, Cut(std::string(message), 2 * kShownChars));
+}
+
+// The plain route's body (proto3 JSON of taylorshift.v1.RestClassifyRequest) as the request.
+absl::StatusOr<pb::ClassifyRequest> ClassifyRequestFromJson(const std::string& body,
                                                             const std::string& model) {
+  pb::RestClassifyRequest rest;
+  if (auto parsed = google::protobuf::util::JsonStringToMessage(body, &rest); !parsed.ok()) {
+    return ProtoJsonError(parsed.message().as_string());
+  }
   pb::ClassifyRequest request;
   request.set_model(model);
-  int inputs = 0;
-  for (const auto& [key, value] : body.items()) {
-    if (key == "text") {
-      if (!value.is_string()) return Invalid(key, "must be a string");
-      request.set_document(value.get<std::string>());
-      ++inputs;
-    } else if (key == "document_base64") {
-      std::string bytes;
-      if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), &bytes)) {
-        return Invalid(key, "must be a base64 string");
+  switch (rest.input_case()) {
+    case pb::RestClassifyRequest::kText:
+      request.set_document(rest.text());
+      break;
+    case pb::RestClassifyRequest::kDocumentBase64:
+      request.set_document(rest.document_base64());
+      break;
+    case pb::RestClassifyRequest::kImage: {
+      const auto& in = rest.image();
+      if (in.pixels().empty() == in.pixels_base64().empty()) {
+        return Invalid("image", "needs pixels or pixels_base64 (one of them)");
       }
-      request.set_document(std::move(bytes));
-      ++inputs;
-    } else if (key == "image") {
-      if (!value.is_object()) return Invalid(key, "must be an object");
-      auto* image = request.mutable_image();
-      bool has_pixels = false;
-      for (const auto& [k, v] : value.items()) {
-        const std::string field = absl::StrCat("image.", k);
-        if (k == "width" || k == "height" || k == "channels") {
-          if (!v.is_number_unsigned() || v.get<std::uint64_t>() > (1u << 20)) {
-            return Invalid(field, "must be an integer from 0 to 2^20");
-          }
-          const auto n = static_cast<std::uint32_t>(v.get<std::uint64_t>());
-          if (k == "width") image->set_width(n);
-          if (k == "height") image->set_height(n);
-          if (k == "channels") image->set_channels(n);
-        } else if (k == "pixels") {
-          if (!v.is_array()) return Invalid(field, "must be an array of integers 0 to 255");
-          std::string pixels;
-          pixels.reserve(v.size());
-          for (std::size_t i = 0; i < v.size(); ++i) {
-            if (!v[i].is_number_unsigned() || v[i].get<std::uint64_t>() > 255) {
-              return Invalid(absl::StrCat(field, "[", i, "]"), "must be an integer 0 to 255");
-            }
-            pixels.push_back(static_cast<char>(v[i].get<std::uint64_t>()));
-          }
-          image->set_pixels(std::move(pixels));
-          has_pixels = true;
-        } else if (k == "pixels_base64") {
-          std::string pixels;
-          if (!v.is_string() || !absl::Base64Unescape(v.get<std::string>(), &pixels)) {
-            return Invalid(field, "must be a base64 string");
-          }
-          image->set_pixels(std::move(pixels));
-          has_pixels = true;
-        } else {
-          return Invalid(field,
-                         "unknown key (known: width, height, channels, pixels, pixels_base64)");
+      std::string pixels = in.pixels_base64();
+      for (int i = 0; i < in.pixels_size(); ++i) {
+        if (in.pixels(i) > 255) {
+          return Invalid(absl::StrCat("image.pixels[", i, "]"), "must be an integer 0 to 255");
         }
+        pixels.push_back(static_cast<char>(in.pixels(i)));
       }
-      if (image->channels() == 0) image->set_channels(1);
-      if (!has_pixels) return Invalid("image", "needs pixels or pixels_base64");
-      ++inputs;
-    } else if (key == "top_k") {
-      if (!value.is_number_unsigned() || value.get<std::uint64_t>() > (1u << 30)) {
-        return Invalid(key, absl::StrCat("must be an integer ≥ 0, got ", Shown(value)));
-      }
-      request.set_top_k(static_cast<std::uint32_t>(value.get<std::uint64_t>()));
-    } else if (key == "path") {
-      if (!value.is_string()) return Invalid(key, "must be a string");
-      auto path = ParsePath(value.get<std::string>());
-      if (!path.ok()) return Invalid(key, std::string(path.status().message()));
-      request.set_path(*path);
-    } else if (key == "over_length" || key == "request_id") {
-      if (!value.is_string()) return Invalid(key, "must be a string");
-      if (key == "over_length") request.set_over_length(value.get<std::string>());
-      if (key == "request_id") request.set_request_id(value.get<std::string>());
-    } else {
-      return Invalid(key,
-                     "unknown key (known: text, document_base64, image, top_k, path, "
-                     "over_length, request_id)");
+      auto* image = request.mutable_image();
+      image->set_width(in.width());
+      image->set_height(in.height());
+      image->set_channels(in.channels() == 0 ? 1 : in.channels());
+      image->set_pixels(std::move(pixels));
+      break;
     }
+    case pb::RestClassifyRequest::INPUT_NOT_SET:
+      return absl::InvalidArgumentError(kOneInput);
   }
-  if (inputs != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "body: give exactly one of text, document_base64 or image (got ", inputs, ")"));
+  request.set_top_k(rest.top_k());
+  if (!rest.path().empty()) {
+    auto path = ParsePath(rest.path());
+    if (!path.ok()) return Invalid("path", std::string(path.status().message()));
+    request.set_path(*path);
   }
+  request.set_over_length(rest.over_length());
+  request.set_request_id(rest.request_id());
   return request;
 }
 
-// --- routing ------------------------------------------------------------------------------
-
-const std::regex& ModelRoute() {
-  // /v2/models/NAME[/versions/VERSION][/ready|/infer]
-  static const std::regex route(R"(^/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/infer)?$)");
-  return route;
-}
-
-const std::regex& V1Route() {
-  static const std::regex route(R"(^/v1/models(?:/([^/:]+))?(:classify)?$)");
-  return route;
-}
+// --- routes -------------------------------------------------------------------------------
 
 HttpAnswer MethodNotAllowed(const std::string& allowed, const HttpExchange& request) {
   HttpAnswer answer = JsonAnswer(
@@ -466,94 +458,134 @@ HttpAnswer Classify(Inference* inference, const CallContext& call,
   return LateIsDeadlineExceeded(call, std::move(answer));
 }
 
-}  // namespace
+// The methods the listener routes (HEAD takes GET's routes).
+constexpr const char* kMethods[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
 
-HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpExchange& request) {
-  auto call = CallFromHttp(request, options.default_timeout);
-  if (!call.ok()) return ErrorAnswer(call.status());
-  const std::string& path = request.path;
-  const bool get = request.method == "GET", post = request.method == "POST";
+// A route's handler, given the call (token, deadline) read from the request's headers.
+using RouteHandler = std::function<HttpAnswer(CallContext call, const HttpExchange& request)>;
 
-  // Server metadata is GET v2 in the specification's table and /v2/ in its OpenAPI file: both.
-  if (path == "/v2/health/live" || path == "/v2/health/ready" || path == "/v2" || path == "/v2/") {
-    if (!get) return MethodNotAllowed("GET", request);
-    if (path == "/v2/health/live") return JsonAnswer(200, Json{{"live", true}});
-    if (path == "/v2/health/ready") {
-      // The specification's $ready_server_response names its field "live" (a slip for
-      // "ready", which KServe's servers send): both, so a client of either reading works.
-      const bool ready = inference->Ready();
-      return JsonAnswer(ready ? 200 : 503, Json{{"ready", ready}, {"live", true}});
+// /v2/models/NAME[/versions/VERSION]: groups 1 and 2.
+constexpr char kV2Model[] = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
+
+std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options) {
+  std::vector<HttpRoute> routes;
+  // Every handler reads the call first: a bad X-Timeout-Ms is 400 on any path.
+  const auto add = [&](const std::string& method, const std::string& pattern,
+                       RouteHandler handler) {
+    routes.push_back(
+        {method, pattern, [handler = std::move(handler), options](const HttpExchange& request) {
+           auto call = CallFromHttp(request, options.default_timeout);
+           if (!call.ok()) return ErrorAnswer(call.status());
+           return handler(*std::move(call), request);
+         }});
+  };
+  // `pattern` answers `method`; every other method is 405 naming it.
+  const auto route = [&](const std::string& method, const std::string& pattern,
+                         RouteHandler handler) {
+    add(method, pattern, std::move(handler));
+    for (const char* other : kMethods) {
+      if (method == other) continue;
+      add(other, pattern, [method](const CallContext& /*call*/, const HttpExchange& request) {
+        return MethodNotAllowed(method, request);
+      });
     }
+  };
+
+  route("GET", "/v2/health/live", [](const CallContext& /*call*/, const HttpExchange&) {
+    return JsonAnswer(200, Json{{"live", true}});
+  });
+  route("GET", "/v2/health/ready", [inference](const CallContext& /*call*/, const HttpExchange&) {
+    // The specification's $ready_server_response names its field "live" (a slip for "ready",
+    // which KServe's servers send): both, so a client of either reading works.
+    const bool ready = inference->Ready();
+    return JsonAnswer(ready ? 200 : 503, Json{{"ready", ready}, {"live", true}});
+  });
+  // Server metadata is GET v2 in the specification's table and /v2/ in its OpenAPI file: both.
+  route("GET", "/v2/?", [](const CallContext& /*call*/, const HttpExchange&) {
     const auto metadata = kserve::ServerMetadata();
     return JsonAnswer(200,
                       Json{{"name", metadata.name()},
                            {"version", metadata.version()},
                            {"extensions", std::vector<std::string>(metadata.extensions().begin(),
                                                                    metadata.extensions().end())}});
-  }
-  std::smatch match;
-  if (std::regex_match(path, match, ModelRoute())) {
-    const std::string name = match[1], version = match[2], action = match[3];
-    if (action == "/infer" ? !post : !get) {
-      return MethodNotAllowed(action == "/infer" ? "POST" : "GET", request);
-    }
-    if (action == "/infer") {
-      auto body = ParseBody(request, options.max_json_depth);
-      if (!body.ok()) return ErrorAnswer(body.status());
-      auto infer = InferRequestFromJson(*body);
-      if (!infer.ok()) return ErrorAnswer(infer.status());
-      infer->set_model_name(name);
-      infer->set_model_version(version);
-      call->protocol = CallContext::kProtocolV2Rest;
-      return Infer(inference, options.max_infer_batch, *call, *infer);
-    }
-    auto model = inference->GetModel(*call, name);
-    if (!model.ok()) return ErrorAnswer(model.status());
-    if (auto s = kserve::CheckVersion(*model, version); !s.ok()) return ErrorAnswer(s);
-    if (action == "/ready") {
-      const bool ready = inference->Ready();
-      return JsonAnswer(ready ? 200 : 503, Json{{"name", name}, {"ready", ready}});
-    }
-    const auto metadata = kserve::ModelMetadata(*model);
-    return JsonAnswer(200, Json{{"name", metadata.name()},
-                                {"versions", std::vector<std::string>(metadata.versions().begin(),
-                                                                      metadata.versions().end())},
-                                {"platform", metadata.platform()},
-                                {"inputs", TensorMetadataJson(metadata.inputs())},
-                                {"outputs", TensorMetadataJson(metadata.outputs())}});
-  }
-  if (std::regex_match(path, match, V1Route())) {
-    const std::string name = match[1];
-    const bool classify = match[2].matched;
-    if (classify) {
-      if (!post) return MethodNotAllowed("POST", request);
-      if (name.empty()) return ErrorAnswer(absl::NotFoundError("use /v1/models/NAME:classify"));
-      auto body = ParseBody(request, options.max_json_depth);
-      if (!body.ok()) return ErrorAnswer(body.status());
-      auto classify_request = ClassifyRequestFromJson(*body, name);
-      if (!classify_request.ok()) return ErrorAnswer(classify_request.status());
-      call->protocol = CallContext::kProtocolRest;
-      return Classify(inference, *call, *classify_request);
-    }
-    if (!get) return MethodNotAllowed("GET", request);
+  });
+  route("GET", absl::StrCat(kV2Model, "(/ready)?"),
+        [inference](const CallContext& call, const HttpExchange& request) {
+          const std::string& name = request.path_groups[0];
+          auto model = inference->GetModel(call, name);
+          if (!model.ok()) return ErrorAnswer(model.status());
+          if (auto s = kserve::CheckVersion(*model, request.path_groups[1]); !s.ok()) {
+            return ErrorAnswer(s);
+          }
+          if (!request.path_groups[2].empty()) {
+            const bool ready = inference->Ready();
+            return JsonAnswer(ready ? 200 : 503, Json{{"name", name}, {"ready", ready}});
+          }
+          const auto metadata = kserve::ModelMetadata(*model);
+          return JsonAnswer(200,
+                            Json{{"name", metadata.name()},
+                                 {"versions", std::vector<std::string>(metadata.versions().begin(),
+                                                                       metadata.versions().end())},
+                                 {"platform", metadata.platform()},
+                                 {"inputs", TensorMetadataJson(metadata.inputs())},
+                                 {"outputs", TensorMetadataJson(metadata.outputs())}});
+        });
+  route("POST", absl::StrCat(kV2Model, "/infer"),
+        [inference, options](CallContext call, const HttpExchange& request) {
+          auto body = ParseBody(request, options.max_json_depth);
+          if (!body.ok()) return ErrorAnswer(body.status());
+          auto infer = InferRequestFromJson(*body);
+          if (!infer.ok()) return ErrorAnswer(infer.status());
+          infer->set_model_name(request.path_groups[0]);
+          infer->set_model_version(request.path_groups[1]);
+          call.protocol = CallContext::kProtocolV2Rest;
+          return Infer(inference, options.max_infer_batch, call, *infer);
+        });
+  route("GET", "/v1/models", [inference](const CallContext& call, const HttpExchange&) {
+    auto models = inference->ListModels(call);
+    if (!models.ok()) return ErrorAnswer(models.status());
+    ts::Json list = ts::Json::array();
+    for (const auto& model : *models) list.push_back(ModelInfoJson(model));
     HttpAnswer answer;
-    if (name.empty()) {
-      auto models = inference->ListModels(*call);
-      if (!models.ok()) return ErrorAnswer(models.status());
-      ts::Json list = ts::Json::array();
-      for (const auto& model : *models) list.push_back(ModelInfoJson(model));
-      answer.body = DumpJson(ts::Json{{"models", std::move(list)}});
-    } else {
-      auto model = inference->GetModel(*call, name);
-      if (!model.ok()) return ErrorAnswer(model.status());
-      answer.body = DumpJson(ModelInfoJson(*model));
-    }
+    answer.body = DumpJson(ts::Json{{"models", std::move(list)}});
     return answer;
+  });
+  route("GET", "/v1/models/([^/:]+)",
+        [inference](const CallContext& call, const HttpExchange& request) {
+          auto model = inference->GetModel(call, request.path_groups[0]);
+          if (!model.ok()) return ErrorAnswer(model.status());
+          HttpAnswer answer;
+          answer.body = DumpJson(ModelInfoJson(*model));
+          return answer;
+        });
+  route("POST", "/v1/models(?:/([^/:]+))?:classify",
+        [inference, options](CallContext call, const HttpExchange& request) {
+          const std::string& name = request.path_groups[0];
+          if (name.empty()) return ErrorAnswer(absl::NotFoundError("use /v1/models/NAME:classify"));
+          // The JSON reader's depth and range limits first, then protobuf's (proto3 JSON).
+          if (auto body = ParseBody(request, options.max_json_depth); !body.ok()) {
+            return ErrorAnswer(body.status());
+          }
+          auto classify = ClassifyRequestFromJson(request.body, name);
+          if (!classify.ok()) return ErrorAnswer(classify.status());
+          call.protocol = CallContext::kProtocolRest;
+          return Classify(inference, call, *classify);
+        });
+  for (const char* method : kMethods) {
+    add(method, ".*", [](const CallContext& /*call*/, const HttpExchange& request) {
+      return ErrorAnswer(absl::NotFoundError(absl::StrCat(
+          "no route ", request.method, " ", request.path,
+          " (routes: /v2, /v2/health/{live,ready}, /v2/models/NAME[/ready|/infer], /v1/models, "
+          "/v1/models/NAME, /v1/models/NAME:classify)")));
+    });
   }
-  return ErrorAnswer(absl::NotFoundError(absl::StrCat(
-      "no route ", request.method, " ", path,
-      " (routes: /v2, /v2/health/{live,ready}, /v2/models/NAME[/ready|/infer], /v1/models, "
-      "/v1/models/NAME, /v1/models/NAME:classify)")));
+  return routes;
+}
+
+}  // namespace
+
+HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpExchange& request) {
+  return AnswerInProcess(Routes(inference, options), request);
 }
 
 // --- the listener -------------------------------------------------------------------------
@@ -587,10 +619,7 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   route.max_infer_batch = options.max_infer_batch;
   route.default_timeout = options.http.default_timeout;
   route.max_json_depth = options.http.max_json_depth;
-  TS_ASSIGN_OR_RETURN(
-      auto started, HttpListener::Start(listener, [inference, route](const HttpExchange& exchange) {
-        return Route(inference, route, exchange);
-      }));
+  TS_ASSIGN_OR_RETURN(auto started, HttpListener::Start(listener, Routes(inference, route)));
   return std::unique_ptr<HttpFrontend>(new HttpFrontend(std::move(started)));
 }
 

@@ -25,8 +25,9 @@ struct RouteOptions {
   int max_json_depth = 32;  // deeper JSON bodies → 400 before anything recurses
 };
 
-// Answers one request: routing, JSON decoding, the call through `inference`, JSON encoding.
-// Blocks until the classification (if any) is done.
+// Answers one request as the listener does, without a socket (tests, fuzzers): its route (the
+// routes the listener registers on cpp-httplib's router), JSON decoding, the call through
+// `inference`, JSON encoding. Blocks until the classification (if any) is done.
 HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpExchange& request);
 
 struct HttpFrontendOptions {

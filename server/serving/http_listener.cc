@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -82,7 +84,43 @@ class GrowingThreadPool : public httplib::TaskQueue {
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);  // joined by shutdown()
 };
 
+// httplib's router, by method (HEAD goes to GET's routes).
+using AddRoute = httplib::Server& (httplib::Server::*)(const std::string&,
+                                                       httplib::Server::Handler);
+const std::map<std::string, AddRoute>& Router() {
+  static const auto* router = new std::map<std::string, AddRoute>{
+      {"GET", &httplib::Server::Get},       {"POST", &httplib::Server::Post},
+      {"PUT", &httplib::Server::Put},       {"PATCH", &httplib::Server::Patch},
+      {"DELETE", &httplib::Server::Delete}, {"OPTIONS", &httplib::Server::Options}};
+  return *router;
+}
+
+// `pattern` compiled once (as the listener compiles its routes once); never freed.
+const std::regex& Compiled(const std::string& pattern) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* compiled = new std::map<std::string, std::regex>();
+  absl::MutexLock lock(&mu);
+  return compiled->try_emplace(pattern, pattern).first->second;
+}
+
 }  // namespace
+
+HttpAnswer AnswerInProcess(const std::vector<HttpRoute>& routes, const HttpExchange& request) {
+  const std::string method = request.method == "HEAD" ? "GET" : request.method;
+  for (const HttpRoute& route : routes) {
+    std::smatch match;
+    if (route.method != method || !std::regex_match(request.path, match, Compiled(route.pattern))) {
+      continue;
+    }
+    HttpExchange routed = request;
+    routed.path_groups.clear();
+    for (std::size_t i = 1; i < match.size(); ++i) routed.path_groups.push_back(match[i].str());
+    return route.handler(routed);
+  }
+  HttpAnswer none;
+  none.status = 404;
+  return none;
+}
 
 struct HttpListener::Impl {
   std::unique_ptr<httplib::Server> server;
@@ -101,7 +139,14 @@ void HttpListener::Stop() {
 }
 
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
-    const HttpListenerOptions& options, HttpHandler handler) {
+    const HttpListenerOptions& options, const HttpHandler& handler) {
+  std::vector<HttpRoute> routes;
+  for (const auto& [method, add] : Router()) routes.push_back({method, ".*", handler});
+  return Start(options, std::move(routes));
+}
+
+absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
+    const HttpListenerOptions& options, std::vector<HttpRoute> routes) {
   const std::string& listen = options.listen;
   const auto colon = listen.rfind(':');
   std::string host = listen.substr(0, colon);
@@ -149,28 +194,31 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     *listening = sock;
   });
-  const auto serve = [handler = std::move(handler)](const httplib::Request& req,
-                                                    httplib::Response& res) {
-    HttpExchange exchange;
-    exchange.method = req.method;
-    exchange.path = req.path;
-    for (const auto& [name, value] : req.headers) {
-      exchange.headers[absl::AsciiStrToLower(name)] = value;
+  for (HttpRoute& route : routes) {
+    auto serve = [handler = std::move(route.handler)](const httplib::Request& req,
+                                                      httplib::Response& res) {
+      HttpExchange exchange;
+      exchange.method = req.method;
+      exchange.path = req.path;
+      for (const auto& [name, value] : req.headers) {
+        exchange.headers[absl::AsciiStrToLower(name)] = value;
+      }
+      exchange.body = req.body;
+      for (std::size_t i = 1; i < req.matches.size(); ++i) {
+        exchange.path_groups.push_back(req.matches[i].str());
+      }
+      HttpAnswer answer = handler(exchange);
+      res.status = answer.status;
+      for (const auto& [name, value] : answer.headers) res.set_header(name, value);
+      res.set_content(answer.body, answer.content_type.c_str());
+    };
+    const auto add = Router().find(route.method);
+    if (add == Router().end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(options.name, ": no route can take the method ", route.method));
     }
-    exchange.body = req.body;
-    HttpAnswer answer = handler(exchange);
-    res.status = answer.status;
-    for (const auto& [name, value] : answer.headers) res.set_header(name, value);
-    res.set_content(answer.body, answer.content_type.c_str());
-  };
-  // Every method and path reaches the handler, which answers 404 and 405 itself. (GET routes
-  // take HEAD too; httplib drops the body.)
-  server.Get(".*", serve);
-  server.Post(".*", serve);
-  server.Put(".*", serve);
-  server.Patch(".*", serve);
-  server.Delete(".*", serve);
-  server.Options(".*", serve);
+    (server.*add->second)(route.pattern, std::move(serve));
+  }
   if (options.on_response) {
     server.set_logger([on_response = options.on_response](const httplib::Request& /*req*/,
                                                           const httplib::Response& res) {

@@ -1,8 +1,8 @@
 // An HTTP(S) listener on cpp-httplib (Debian's libcpp-httplib): binds host:port (port 0: any
-// free port), answers every request through one handler on a pool of ordinary threads, stops
-// on request. Both HTTP endpoints use it: the HTTP/JSON front end (server/serving/http_frontend.h)
-// and the Prometheus /metrics endpoint (server/metrics.h). Torch-free; httplib stays out of this
-// header.
+// free port), answers requests through routes registered on httplib's router (or one handler
+// for every request) on a pool of ordinary threads, stops on request. Both HTTP endpoints use
+// it: the HTTP/JSON front end (server/serving/http_frontend.h) and the Prometheus /metrics
+// endpoint (server/metrics.h). Torch-free; httplib stays out of this header.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -22,6 +23,7 @@ struct HttpExchange {
   std::string path;                            // without the query string
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
+  std::vector<std::string> path_groups = {};  // the route pattern's capture groups, from 1
 };
 
 struct HttpAnswer {
@@ -32,6 +34,21 @@ struct HttpAnswer {
 };
 
 using HttpHandler = std::function<HttpAnswer(const HttpExchange&)>;
+
+// Requests with `method` whose whole path matches `pattern` (a std::regex, as httplib's router
+// takes it) go to `handler`, with the pattern's groups in HttpExchange::path_groups ("" for a
+// group that took no part). Routes are tried in order; a GET route answers HEAD too (httplib
+// sends no body).
+struct HttpRoute {
+  std::string method;  // GET, POST, PUT, PATCH, DELETE or OPTIONS
+  std::string pattern;
+  HttpHandler handler;
+};
+
+// Answers `request` as a listener serving `routes` does, without a socket (for tests and
+// fuzzers): the first route of its method (HEAD: GET) whose pattern matches the whole path;
+// none → 404 with an empty body (the listener's error handler fills it).
+HttpAnswer AnswerInProcess(const std::vector<HttpRoute>& routes, const HttpExchange& request);
 
 struct HttpListenerOptions {
   std::string name = "http";  // prefixes start-up errors ("http: cannot listen on …")
@@ -52,10 +69,15 @@ struct HttpListenerOptions {
 
 class HttpListener {
  public:
-  // `handler` is called from the pool's threads and must be thread-safe. An address in use is
-  // UNAVAILABLE (SO_REUSEPORT is not set, so two servers cannot share a port).
+  // Registers `routes` on httplib's router; a request no route takes is answered 404, one with
+  // a method httplib does not route 400. Handlers are called from the pool's threads and must
+  // be thread-safe. An unknown method is INVALID_ARGUMENT; an address in use is UNAVAILABLE
+  // (SO_REUSEPORT is not set, so two servers cannot share a port).
   static absl::StatusOr<std::unique_ptr<HttpListener>> Start(const HttpListenerOptions& options,
-                                                             HttpHandler handler);
+                                                             std::vector<HttpRoute> routes);
+  // Every method and path to `handler`, which answers 404 and 405 itself.
+  static absl::StatusOr<std::unique_ptr<HttpListener>> Start(const HttpListenerOptions& options,
+                                                             const HttpHandler& handler);
   ~HttpListener();  // Stop()
   HttpListener(const HttpListener&) = delete;
   HttpListener& operator=(const HttpListener&) = delete;

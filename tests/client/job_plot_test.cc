@@ -1,8 +1,9 @@
-// The loss-curve pictures: the text chart puts the highest loss in its top row and the lowest
-// in its bottom row, the first step in its first column and the last in its last, with the
-// extremes as labels; the SVG is well-formed XML (checked by a small structural parser here)
-// with one polyline vertex per loss point, one circle per validation run, ticks covering the
-// data on all three axes and the escaped title.
+// The loss-curve pictures and data: the text chart puts the highest loss in its top row and the
+// lowest in its bottom row, the first step in its first column and the last in its last, with
+// the extremes as labels; the CSV has one row per step with the cells it lacks empty; the SVG
+// is well-formed XML (checked by a small structural parser here) with one polyline vertex per
+// loss point, one circle per validation run, the data's extremes on all three axes and the
+// escaped title.
 #include "client/job_plot.h"
 
 #include <cmath>
@@ -307,17 +308,37 @@ std::vector<std::pair<double, double>> Points(const std::string& attribute) {
   return out;
 }
 
-// The numeric labels of a tick group.
-std::vector<double> TickValues(const Element& svg, const std::string& group) {
+// The numeric labels, left to right (then top to bottom), in `color`.
+std::vector<double> Labels(const Element& svg, const std::string& color) {
   std::vector<double> values;
-  for (const Element* g : svg.All("g", group)) {
-    for (const Element* text : g->All("text")) {
-      double value = 0;
-      EXPECT_TRUE(absl::SimpleAtod(text->text, &value)) << text->text;
-      values.push_back(value);
+  for (const Element* text : svg.All("text", "label")) {
+    if (text->attributes.count("fill") ? text->attributes.at("fill") != color : !color.empty()) {
+      continue;
     }
+    double value = 0;
+    EXPECT_TRUE(absl::SimpleAtod(text->text, &value)) << text->text;
+    values.push_back(value);
   }
   return values;
+}
+
+TEST(HistoryCsvTest, OneRowPerStepWithWhatTheStepHas) {
+  GetJobHistoryResponse history =
+      History({{10, 2.5}, {20, 0.1}, {30, std::numeric_limits<double>::quiet_NaN()}},
+              {{20, 0.875}, {25, 0.5}});
+  history.mutable_loss_curve(0)->set_examples_per_second(600);
+  history.mutable_validations(0)->set_loss(0.25);
+  history.mutable_validations(0)->set_macro_f1(0.8);
+  EXPECT_EQ(HistoryCsv(history),
+            "step,loss,learning_rate,examples_per_second,validation_loss,validation_accuracy,"
+            "validation_macro_f1\n"
+            "10,2.5,0.001,600,,,\n"
+            "20,0.1,0.001,0,0.25,0.875,0.8\n"
+            "25,,,,0,0.5,0\n"
+            "30,nan,0.001,0,,,\n");
+  EXPECT_EQ(HistoryCsv(GetJobHistoryResponse()),
+            "step,loss,learning_rate,examples_per_second,validation_loss,validation_accuracy,"
+            "validation_macro_f1\n");
 }
 
 TEST(HistorySvgTest, IsWellFormedWithOneMarkPerPointAndAxesCoveringTheData) {
@@ -376,17 +397,17 @@ TEST(HistorySvgTest, IsWellFormedWithOneMarkPerPointAndAxesCoveringTheData) {
   EXPECT_LT(y_best, y_first);
   EXPECT_EQ(Points(root->All("polyline", "accuracy").at(0)->attributes.at("points")).size(), 3u);
 
-  // Ticks with labels that cover the data: steps 10..300, losses 0.1..2.5, accuracy 0..1.
-  const std::vector<double> steps = TickValues(*root, "step-ticks");
-  ASSERT_GE(steps.size(), 3u);
-  EXPECT_LE(steps.front(), 10);
-  EXPECT_GE(steps.back(), 300);
-  const std::vector<double> loss_ticks = TickValues(*root, "loss-ticks");
-  ASSERT_GE(loss_ticks.size(), 3u);
-  EXPECT_LE(loss_ticks.front(), 2.0 * std::exp(-3.0) + 0.1);
-  EXPECT_GE(loss_ticks.back(), 2.5);
-  EXPECT_THAT(TickValues(*root, "accuracy-ticks"),
-              ::testing::ElementsAre(0, 0.2, 0.4, 0.6, 0.8, 1));
+  // Each axis labelled with the data's extremes: steps 10..300, losses 0.1..2.5 (in the loss
+  // colour), accuracy 0..1 (in the accuracy colour).
+  const std::string loss_color = loss_lines[0]->attributes.at("stroke");
+  const std::string accuracy_color =
+      root->All("polyline", "accuracy").at(0)->attributes.at("stroke");
+  EXPECT_THAT(Labels(*root, ""), ::testing::ElementsAre(10, 300));
+  const std::vector<double> loss_labels = Labels(*root, loss_color);
+  ASSERT_EQ(loss_labels.size(), 2u);
+  EXPECT_EQ(loss_labels[0], 2.5);
+  EXPECT_NEAR(loss_labels[1], 2.0 * std::exp(-3.0) + 0.1, 1e-3);
+  EXPECT_THAT(Labels(*root, accuracy_color), ::testing::ElementsAre(1, 0));
   std::vector<std::string> axis_names;
   for (const Element* name : root->All("text", "axis-name")) axis_names.push_back(name->text);
   EXPECT_THAT(axis_names, ::testing::ElementsAre("step", "training loss", "validation accuracy"));
@@ -399,12 +420,15 @@ TEST(HistorySvgTest, EmptyAndSinglePointHistoriesStillMakeADocument) {
   ASSERT_EQ(empty->All("text", "empty").size(), 1u);
   EXPECT_EQ(empty->All("text", "empty")[0]->text, "no history yet");
 
-  // An evaluation job: one run at step 0, on an axis that still has ticks.
+  // One run at step 0: inside the frame, on a step axis that does not go below 0.
   absl::StatusOr<Element> one = ParseXml(HistorySvg(History({}, {{0, 0.5}}), "job-2 e"));
   ASSERT_TRUE(one.ok()) << one.status();
-  EXPECT_EQ(one->All("circle").size(), 1u);
-  EXPECT_GE(TickValues(*one, "step-ticks").size(), 2u);
-  for (const double tick : TickValues(*one, "step-ticks")) EXPECT_GE(tick, 0);
+  ASSERT_EQ(one->All("circle").size(), 1u);
+  double cx = 0;
+  ASSERT_TRUE(absl::SimpleAtod(one->All("circle")[0]->attributes.at("cx"), &cx));
+  EXPECT_GE(cx, 80);
+  EXPECT_LE(cx, 720);
+  EXPECT_THAT(Labels(*one, ""), ::testing::ElementsAre(0, 1));
 }
 
 }  // namespace

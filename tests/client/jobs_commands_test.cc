@@ -227,12 +227,12 @@ TEST(JobsCommandsTest, RefusalsBeforeConnecting) {
   EXPECT_EQ(RunCommand("jobs", with_server({"cancel", "j-1", "--curve"})), kExitUsage);
   EXPECT_EQ(RunCommand("jobs", with_server({"plot", "j-1"})), kExitUsage);  // no --out
 
-  // jobs plot writes SVG only, and says so before connecting.
-  for (const char* out : {"curve.png", "curve", "dir.svg/curve", "curve.svg.pdf"}) {
+  // jobs plot writes CSV or SVG only, and says so before connecting.
+  for (const char* out : {"curve.png", "curve", "dir.svg/curve", "curve.svg.pdf", "curve.json"}) {
     ::testing::internal::CaptureStderr();
     EXPECT_EQ(RunCommand("jobs", with_server({"plot", "j-1", "--out", out})), kExitUsage) << out;
     EXPECT_THAT(::testing::internal::GetCapturedStderr(),
-                HasSubstr("only SVG output is supported (a file name ending in .svg)"));
+                HasSubstr("jobs plot writes CSV or SVG (a file name ending in .csv or .svg)"));
   }
 
   // A spec that does not parse is an error (1) named with the file and the key, sent nowhere.
@@ -708,6 +708,19 @@ TEST_F(JobsCommandsServiceTest, PlotWritesTheWholeHistoryAsSvg) {
   EXPECT_THAT(svg, HasSubstr("<title>j-4 tiny: training loss and validation accuracy</title>"));
   EXPECT_THAT(svg, HasSubstr("<polyline class=\"loss\""));
   std::remove(path.c_str());
+
+  // .csv: the same history as data, a row per step.
+  const std::string csv_path = ::testing::TempDir() + "jobs_commands_test_curve.csv";
+  const Output csv_out = Capture([&] {
+    return RunCommand("jobs", Args({"plot", "j-4", "--out", csv_path}));
+  });
+  EXPECT_EQ(csv_out.status, kExitOk) << csv_out.err;
+  std::ifstream csv_file(csv_path);
+  const std::string csv((std::istreambuf_iterator<char>(csv_file)),
+                        std::istreambuf_iterator<char>());
+  EXPECT_THAT(csv, StartsWith("step,loss,learning_rate,"));
+  EXPECT_THAT(csv, HasSubstr("\n30,1,0,0,0,0.5,0\n40,0.5,0,0,0,0.75,0\n"));
+  std::remove(csv_path.c_str());
 
   // A file that cannot be written is an error naming it.
   const std::string unwritable = ::testing::TempDir() + "no-such-dir/curve.svg";

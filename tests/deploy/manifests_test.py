@@ -1382,6 +1382,12 @@ def setup_packages():
     return sorted(body.split())
 
 
+def setup_torch_version():
+    """The torch wheel version scripts/setup --cuda installs."""
+    with open(os.path.join(lib.ROOT, "scripts", "setup")) as f:
+        return re.search(r"^torch_version=(\S+)$", f.read(), re.M).group(1)
+
+
 def needed_packages(binaries):
     """Debian packages that provide the libraries the binaries link directly."""
     packages = set()
@@ -1399,7 +1405,7 @@ def needed_packages(binaries):
             path = os.path.realpath(resolved[library])
             if "/site-packages/" in path or path.startswith("/usr/local/cuda"):
                 # The CUDA build's LibTorch (PyPI's torch), its CUDA libraries and the CUDA
-                # toolkit's: the CUDA image takes them from its LibTorch and CUDA distributions,
+                # toolkit's: the CUDA image takes them from the torch wheel and its nvidia-* wheels,
                 # not from Debian.
                 continue
             owner = None
@@ -1416,8 +1422,8 @@ def needed_packages(binaries):
 
 # Always present in debian:12-slim.
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6"}
-# What the CUDA image takes from the LibTorch zip instead of Debian (the zip's c10d brings its
-# own gloo headers and library, and its own oneDNN, so model/cpu_gemm keeps at::mm there).
+# What the CUDA image takes from the torch wheel instead of Debian (the wheel's c10d brings its
+# own gloo headers and library, and its own oneDNN, so model/kernels/cpu_gemm keeps at::mm there).
 DEBIAN_TORCH = {"libtorch-dev", "libopenblas0-openmp", "libgloo-dev", "libdnnl-dev"}
 
 
@@ -1446,8 +1452,11 @@ class DockerfileTest(unittest.TestCase):
             # curl is in scripts/setup for the tests; the Dockerfiles' own curl is a download tool.
             expected = [p for p in setup_packages() if p != "curl"]
             if name.endswith(".cuda"):
-                expected = sorted(set(expected) - DEBIAN_TORCH)
-                self.assertIn("LIBTORCH_URL", " ".join(a for _, i, a in steps if i == "ARG"))
+                # scripts/setup --cuda: the wheel's LibTorch instead of Debian's, from a venv.
+                expected = sorted((set(expected) - DEBIAN_TORCH) | {"python3-venv"})
+                args = [a for _, i, a in steps if i == "ARG"]
+                self.assertIn(f"TORCH_VERSION={setup_torch_version()}", args,
+                              f"{name}: the torch wheel scripts/setup --cuda pins")
             self.assertEqual(build_packages, expected, f"{name}: build stage vs scripts/setup")
             runtime_packages = {p for i, a in runtime if i == "RUN" for p in apt_packages(a)}
             missing = needed - runtime_packages

@@ -135,6 +135,10 @@ class Stack:
         # A second model with a 2-request queue, so that queue_full rejections happen.
         config["models"].append({"name": "tiny-queue", "checkpoint": checkpoint,
                                  "batching": {"max_queue_size": 2, "max_batch_size": 1}})
+        # The GPU gauges through the stand-in NVML library (tests/testing/fake_nvml.cc, two
+        # GPUs), so that the GPU panel's queries have data on a machine without a GPU.
+        if ARGS.fake_nvml:
+            config["nvml_library"] = ARGS.fake_nvml
         config_path = os.path.join(self.dir, "tsserver.yaml")
         with open(config_path, "w") as f:
             yaml.safe_dump(config, f)
@@ -533,5 +537,6 @@ if __name__ == "__main__":
     parser.add_argument("--tsserver", required=True)
     parser.add_argument("--tsctl", required=True)
     parser.add_argument("--tsmodel", required=True)
+    parser.add_argument("--fake-nvml", help="a stand-in libnvidia-ml for the GPU gauges")
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

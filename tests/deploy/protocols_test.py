@@ -803,7 +803,7 @@ class ProtocolsTest(unittest.TestCase):
 
         # The plain route: its own fields.
         plain_cases = [("wrong datatype", {"text": 5}, "text"),
-                       ("bad parameter type", {"text": text, "top_k": "3"}, "top_k"),
+                       ("bad parameter type", {"text": text, "top_k": "three"}, "top_k"),
                        ("unknown parameter", {"text": text, "colour": "red"}, "colour"),
                        ("top_k above the class count", {"text": text, "top_k": 11}, "top_k"),
                        ("bad path", {"text": text, "path": "fastest"}, "path"),

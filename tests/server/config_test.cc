@@ -560,6 +560,7 @@ TEST_F(ShippedConfigTest, DefaultYamlServesTheTwoDemoModels) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->listen, "127.0.0.1:50051");
   EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
+  EXPECT_EQ(config->nvml_library, "libnvidia-ml.so.1");
   EXPECT_TRUE(config->tls.cert_file.empty());
   EXPECT_TRUE(config->auth.tokens.empty());
   ASSERT_EQ(config->models.size(), 2u);

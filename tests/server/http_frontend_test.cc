@@ -151,6 +151,84 @@ TEST(HttpFrontendTest, ErrorsCarryTheirStatusFieldAndHeaders) {
   expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a"})"), 504, "late");
 }
 
+// The plain route's body is proto3 JSON of taylorshift.v1.RestClassifyRequest: the field names
+// or their lowerCamelCase, integers as numbers or strings, null as absent; errors name the field
+// as the hand-written reader did.
+TEST(HttpFrontendTest, PlainRouteBodyIsProto3Json) {
+  FakeInference fake;
+  const auto classify = [&](const std::string& body) {
+    return Call(fake, "POST", "/v1/models/m:classify", body);
+  };
+  auto camel = classify(R"({"documentBase64": "AAEC", "topK": "2", "requestId": "r",
+                            "overLength": "window", "path": null})");
+  ASSERT_EQ(camel.status, 200) << camel.body;
+  EXPECT_EQ(fake.calls().back().document(), std::string("\0\1\2", 3));
+  EXPECT_EQ(fake.calls().back().top_k(), 2u);
+  EXPECT_EQ(fake.calls().back().request_id(), "r");
+  EXPECT_EQ(fake.calls().back().over_length(), "window");
+  ASSERT_EQ(classify(R"({"image": {"width": 1, "height": 1, "pixelsBase64": "/w=="}})").status,
+            200);
+  EXPECT_EQ(fake.calls().back().image().pixels(), "\xff");
+  EXPECT_EQ(fake.calls().back().image().channels(), 1u);
+  ASSERT_EQ(classify(R"({"text": "a", "path": "ATTENTION_PATH_EFFICIENT"})").status, 200);
+  EXPECT_EQ(fake.calls().back().path(), taylorshift::v1::ATTENTION_PATH_EFFICIENT);
+
+  const auto expect_400 = [&](const std::string& body, const std::string& text) {
+    const auto answer = classify(body);
+    EXPECT_EQ(answer.status, 400) << body;
+    EXPECT_THAT(Json::parse(answer.body)["error"].get<std::string>(), HasSubstr(text)) << body;
+  };
+  expect_400(R"({"image": {"width": 1, "pixls": [1]}})",
+             "image.pixls: unknown key (known: width, height, channels, pixels, pixels_base64)");
+  expect_400(R"({"txt": "a"})",
+             "(known: text, document_base64, image, top_k, path, over_length, "
+             "request_id)");
+  expect_400(R"({"text": "a", "document_base64": "AA=="})", "body: give exactly one of");
+  expect_400(R"({"text": null})", "body: give exactly one of");
+  expect_400(R"({"image": {"width": 2, "height": 1, "pixels": [0, 256]}})",
+             "image.pixels[1]: must be an integer 0 to 255");
+  expect_400(R"({"image": {"width": 2, "height": 1, "pixels": [0, -1]}})", "image.pixels[1]:");
+  expect_400(R"({"image": {"width": 1, "height": 1}})", "image: needs pixels or pixels_base64");
+  expect_400(R"({"document_base64": "!!"})", "document_base64:");
+  expect_400(R"({"text": "a", "top_k": 1.5})", "top_k:");
+  expect_400(R"({"text": "a", "top_k": [1]})", "top_k:");
+}
+
+// Routes are registered on cpp-httplib's router: a GET route answers HEAD without a body, a
+// route with another method 405 naming its own, a path no route takes 404, all as JSON.
+TEST(HttpFrontendTest, ListenerRoutesMethodsAndHead) {
+  FakeInference fake;
+  HttpFrontendOptions options;
+  options.http.listen = "127.0.0.1:0";
+  auto frontend = HttpFrontend::Start(options, &fake);
+  ASSERT_TRUE(frontend.ok()) << frontend.status();
+  const std::string address = (*frontend)->address();
+  httplib::Client client("127.0.0.1", std::stoi(address.substr(address.rfind(':') + 1)));
+  auto head = client.Head("/v2/health/ready");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_TRUE(head->body.empty());
+  auto metadata = client.Get("/v2/models/m/versions/v1");
+  ASSERT_TRUE(metadata);
+  EXPECT_EQ(Json::parse(metadata->body)["name"], "m");
+  auto infer_get = client.Get("/v2/models/m/infer");
+  ASSERT_TRUE(infer_get);
+  EXPECT_EQ(infer_get->status, 405);
+  EXPECT_EQ(infer_get->get_header_value("Allow"), "POST");
+  auto classify_put = client.Put("/v1/models/m:classify", "{}", "application/json");
+  ASSERT_TRUE(classify_put);
+  EXPECT_EQ(classify_put->status, 405);
+  EXPECT_THAT(classify_put->body, HasSubstr("PUT /v1/models/m:classify: use POST"));
+  auto models_post = client.Post("/v1/models", "{}", "application/json");
+  ASSERT_TRUE(models_post);
+  EXPECT_EQ(models_post->status, 405);
+  EXPECT_EQ(models_post->get_header_value("Allow"), "GET");
+  auto nowhere = client.Options("/v2/models");
+  ASSERT_TRUE(nowhere);
+  EXPECT_EQ(nowhere->status, 404);
+  EXPECT_EQ(Json::parse(nowhere->body)["code"], "NOT_FOUND");
+}
+
 std::string Nested(char open, char close, int depth, const std::string& inner) {
   return std::string(depth, open) + inner + std::string(depth, close);
 }

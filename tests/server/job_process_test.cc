@@ -1,7 +1,7 @@
-// JobProcess with scripted workers (a shell script in place of tsworker, writing prepared frames
-// to fd 3): a worker stopped by a shutdown that saves its state and then dies of a signal is
-// reported as such (exit_problem), its result still deciding the outcome; one that exits 0, or
-// exits 1 after reporting a failure, is not.
+// JobProcess over ProcessWorkerLauncher with scripted workers (a shell script in place of
+// tsworker, writing prepared frames to fd 3): a worker stopped by a shutdown that saves its state
+// and then dies of a signal is reported as such (exit_problem), its result still deciding the
+// outcome; one that exits 0, or exits 1 after reporting a failure, is not.
 #include "server/jobs/job_process.h"
 
 #include <fcntl.h>
@@ -16,6 +16,7 @@
 #include <string>
 
 #include "job_contract/event_pipe.h"
+#include "server/jobs/process_worker_launcher.h"
 
 namespace ts::server {
 namespace {
@@ -58,9 +59,10 @@ class JobProcessTest : public ::testing::Test {
   // Runs `binary` as a job's only rank; `stop`: Stop() first, as a shutdown does.
   JobProcessOutcome Run(const std::string& binary, bool stop = false) {
     JobProcessOptions options;
-    options.binary = binary;
-    options.task_file = dir_ + "/task.pb";
-    auto process = JobProcess::Start(options, nullptr, nullptr);
+    options.launch.binary = binary;
+    options.launch.task_file = dir_ + "/task.pb";
+    ProcessWorkerLauncher launcher;
+    auto process = JobProcess::Start(options, launcher, nullptr, nullptr);
     EXPECT_TRUE(process.ok()) << process.status();
     if (!process.ok()) return JobProcessOutcome{};
     if (stop) (*process)->Stop();

@@ -1,12 +1,18 @@
-// JobRunner without processes: what follows an attempt (JudgeAttempt), and the WorkerTask a job
-// starts with.
+// JobRunner without processes: what follows an attempt (JudgeAttempt), the WorkerTask a job
+// starts with, and the supervision of its workers (cancel, the stop grace, retries, the heartbeat
+// timeout, a crash after the result) with in-process fake workers on the fake clock.
 #include "server/jobs/job_runner.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <atomic>
 #include <filesystem>
+#include <memory>
+#include <thread>
 
+#include "tests/testing/fake_worker_launcher.h"
 #include "tests/testing/job_testing.h"
 
 namespace ts::server {
@@ -55,8 +61,49 @@ class JobRunnerTest : public ::testing::Test {
     options.jobs_dir = env_.dir() + "/jobs";
     options.data_root = root_->root();
     options.heap_keep_freed_bytes = 1 << 20;
+    options.jobs.heartbeat_timeout = kHeartbeatTimeout;
+    options.jobs.stop_grace = kStopGrace;
     runner_ = std::make_unique<JobRunner>(options, &queue_, &recorder_, resolver_.get(),
-                                          /*registry=*/nullptr, env_.context());
+                                          /*registry=*/nullptr, env_.context(), &launcher_);
+  }
+  void TearDown() override {
+    if (!run_.joinable()) return;
+    // A test that failed half-way: stop the job, and move the clock until its workers are killed.
+    queue_.Stop();
+    while (!finished_) env_.clock().Advance(absl::Hours(1));
+    run_.join();
+  }
+
+  static constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(60);
+  static constexpr absl::Duration kStopGrace = absl::Seconds(30);
+
+  // Queues a training job and runs it on a thread of its own (as a JobManager worker does).
+  void StartTraining(std::uint32_t max_retries = 0) {
+    pb::Job job;
+    job.set_kind(pb::JOB_KIND_TRAINING);
+    job.set_name("puppet");
+    job.mutable_training()->set_threads(1);
+    job.mutable_training()->set_max_retries(max_retries);
+    ASSERT_TRUE(queue_.Enqueue(job).ok());
+    active_ = queue_.Next();
+    ASSERT_NE(active_, nullptr);
+    StartRun();
+  }
+  void StartRun() {
+    run_ = std::thread([this] {
+      runner_->Run(*active_);
+      finished_ = true;
+    });
+  }
+  // Waits for Run to return; the job as it ended.
+  pb::Job Finish() {
+    run_.join();
+    return queue_.Snapshot(*active_);
+  }
+  // Waits until the supervisor waits for `deadline` on the fake clock (nothing else to do).
+  void AwaitSupervisorWaitingUntil(absl::Time deadline) {
+    ASSERT_TRUE(env_.clock().BlockUntilWaiting(deadline))
+        << "the supervisor does not wait for " << deadline;
   }
 
   ts::testing::JobTestContext env_;
@@ -64,7 +111,11 @@ class JobRunnerTest : public ::testing::Test {
   JobRecorder recorder_{&queue_, &env_.history(), env_.context()};
   std::unique_ptr<DataRoot> root_;
   std::unique_ptr<CheckpointResolver> resolver_;
+  ts::testing::FakeWorkerLauncher launcher_{&env_.clock()};
   std::unique_ptr<JobRunner> runner_;
+  std::shared_ptr<ActiveJob> active_;
+  std::atomic<bool> finished_{false};
+  std::thread run_;
 };
 
 TEST_F(JobRunnerTest, ATrainingTaskCarriesTheJobItsDirectoryLimitsAndResolvedInitFrom) {
@@ -108,6 +159,208 @@ TEST_F(JobRunnerTest, AnEvaluationTaskNamesTheCheckpointOfItsTarget) {
   auto not_a_file = runner_->MakeTask(*active);
   EXPECT_THAT(std::string(not_a_file.status().message()),
               HasSubstr("checkpoint: \"m.tsckpt\" is not a file in the data root"));
+}
+
+using ts::testing::FakeWorker;
+using Signal = WorkerSignal;
+
+TEST_F(JobRunnerTest, ACancelledJobsWorkerStopsOnSigtermAndTheJobIsCancelled) {
+  StartTraining();
+  FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  worker->Progress(10, 0.5);
+  ASSERT_TRUE(queue_.Cancel(active_->id).ok());
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_CANCELLED);
+  EXPECT_EQ(done.reason(), "cancelled by request");
+  EXPECT_EQ(done.progress().step(), 10u);
+  EXPECT_EQ(worker->terminations(), 1);
+  EXPECT_EQ(worker->kills(), 0);
+  EXPECT_EQ(launcher_.launches(), 1);
+  EXPECT_EQ(env_.jobs().GetJob(active_->id)->state(), pb::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobRunnerTest, ACancelledWorkerThatIgnoresSigtermIsKilledWhenTheGraceEnds) {
+  launcher_.set_ignore_sigterm(true);
+  StartTraining(/*max_retries=*/3);
+  FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  const absl::Time cancelled_at = env_.clock().Now();
+  ASSERT_TRUE(queue_.Cancel(active_->id).ok());
+  ASSERT_TRUE(worker->AwaitSignal(Signal::kTerminate));
+  // The supervisor waits for the end of the grace, and nothing kills the worker before it.
+  AwaitSupervisorWaitingUntil(cancelled_at + kStopGrace);
+  env_.clock().Advance(kStopGrace - absl::Seconds(1));
+  AwaitSupervisorWaitingUntil(cancelled_at + kStopGrace);
+  EXPECT_EQ(worker->kills(), 0);
+  EXPECT_FALSE(worker->exited());
+  env_.clock().Advance(absl::Seconds(1));
+  ASSERT_TRUE(worker->AwaitSignal(Signal::kKill));
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_CANCELLED);
+  EXPECT_EQ(worker->terminations(), 1);
+  EXPECT_EQ(worker->kills(), 1);
+  // A cancelled job is not retried, whatever its max_retries.
+  EXPECT_EQ(launcher_.launches(), 1);
+  EXPECT_EQ(done.progress().retries(), 0u);
+}
+
+TEST_F(JobRunnerTest, ACrashedWorkerIsRetriedUpToMaxRetriesAndThenTheJobFails) {
+  StartTraining(/*max_retries=*/2);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    FakeWorker* worker = launcher_.AwaitWorker(attempt);
+    ASSERT_NE(worker, nullptr) << attempt;
+    worker->Progress(10 * (attempt + 1), 1.0);
+    worker->Log("about to crash");
+    worker->Die(SIGSEGV);
+  }
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_FAILED);
+  EXPECT_THAT(done.reason(), HasSubstr("was killed by signal 11 (SIGSEGV)"));
+  EXPECT_THAT(done.reason(), HasSubstr("last log lines: about to crash"));
+  EXPECT_EQ(done.progress().retries(), 2u);
+  EXPECT_EQ(launcher_.launches(), 3);
+  EXPECT_TRUE(env_.Logged("retrying from its last saved state (1 of max_retries 2)"));
+  EXPECT_TRUE(env_.Logged("retrying from its last saved state (2 of max_retries 2)"));
+  // Every attempt starts from the same task file, rewritten with the job's retries so far.
+  EXPECT_EQ(launcher_.launch_options(2).task_file, env_.dir() + "/jobs/job-1/task.pb");
+}
+
+TEST_F(JobRunnerTest, ARetriedJobThatThenFinishesSucceeds) {
+  StartTraining(/*max_retries=*/1);
+  FakeWorker* first = launcher_.AwaitWorker(0);
+  ASSERT_NE(first, nullptr);
+  first->Die(SIGKILL);
+  FakeWorker* second = launcher_.AwaitWorker(1);
+  ASSERT_NE(second, nullptr);
+  second->Progress(20, 0.25);
+  second->Result(absl::OkStatus());
+  second->Exit(0);
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.progress().retries(), 1u);
+  EXPECT_EQ(done.progress().step(), 20u);
+  EXPECT_TRUE(env_.Logged("out of memory (the kernel's OOM killer) or killed from outside"));
+}
+
+TEST_F(JobRunnerTest, AWorkerSilentForTheHeartbeatTimeoutIsKilledRetriedAndThenFails) {
+  StartTraining(/*max_retries=*/1);
+  FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  const absl::Time started = env_.clock().Now();
+  AwaitSupervisorWaitingUntil(started + kHeartbeatTimeout);
+  // A heartbeat before the timeout moves it on.
+  env_.clock().Advance(absl::Seconds(50));
+  worker->Heartbeat();
+  AwaitSupervisorWaitingUntil(started + absl::Seconds(50) + kHeartbeatTimeout);
+  env_.clock().Advance(absl::Seconds(59));  // 109 s after the start, 59 s after the heartbeat
+  AwaitSupervisorWaitingUntil(started + absl::Seconds(50) + kHeartbeatTimeout);
+  EXPECT_EQ(worker->kills(), 0);
+  env_.clock().Advance(absl::Seconds(1));
+  ASSERT_TRUE(worker->AwaitSignal(Signal::kKill));
+  EXPECT_EQ(worker->terminations(), 0);  // a hung worker is killed at once, not asked to stop
+
+  // Retried once; the second attempt hangs too, and the job fails.
+  FakeWorker* second = launcher_.AwaitWorker(1);
+  ASSERT_NE(second, nullptr);
+  const absl::Time restarted = env_.clock().Now();
+  AwaitSupervisorWaitingUntil(restarted + kHeartbeatTimeout);
+  env_.clock().Advance(kHeartbeatTimeout);
+  ASSERT_TRUE(second->AwaitSignal(Signal::kKill));
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_FAILED);
+  EXPECT_THAT(done.reason(),
+              HasSubstr("worker rank 0 (pid 90010) sent no heartbeat for 1m (hung or stopped); "
+                        "killed"));
+  EXPECT_EQ(done.progress().retries(), 1u);
+  EXPECT_EQ(launcher_.launches(), 2);
+}
+
+TEST_F(JobRunnerTest, OneRankSilentForTheHeartbeatTimeoutEndsEveryRank) {
+  pb::Job job;
+  job.set_kind(pb::JOB_KIND_TRAINING);
+  job.mutable_training()->set_threads(1);
+  job.mutable_training()->set_workers(2);
+  ASSERT_TRUE(queue_.Enqueue(job).ok());
+  active_ = queue_.Next();
+  StartRun();
+  FakeWorker* zero = launcher_.AwaitWorker(0, 0);
+  FakeWorker* one = launcher_.AwaitWorker(0, 1);
+  ASSERT_NE(zero, nullptr);
+  ASSERT_NE(one, nullptr);
+  EXPECT_EQ(launcher_.launch_options(0).world_size, 2);
+  const absl::Time started = env_.clock().Now();
+  AwaitSupervisorWaitingUntil(started + kHeartbeatTimeout);
+  env_.clock().Advance(absl::Seconds(30));
+  zero->Heartbeat();  // rank 0 is alive; rank 1 is not
+  AwaitSupervisorWaitingUntil(started + kHeartbeatTimeout);
+  env_.clock().Advance(absl::Seconds(30));
+  ASSERT_TRUE(zero->AwaitSignal(Signal::kKill));
+  ASSERT_TRUE(one->AwaitSignal(Signal::kKill));
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_FAILED);
+  EXPECT_THAT(done.reason(), HasSubstr("worker rank 1 (pid 90001) sent no heartbeat for 1m"));
+}
+
+TEST_F(JobRunnerTest, AResultFollowedByANonZeroExitSucceedsAndTheExitIsLogged) {
+  StartTraining();
+  FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  worker->Progress(40, 0.1);
+  worker->Result(absl::OkStatus());
+  worker->Exit(3);
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason();
+  EXPECT_TRUE(env_.Logged(
+      "job job-1: worker rank 0 (pid 90000) reported its result, then exited with code 3"));
+}
+
+TEST_F(JobRunnerTest, AResultFollowedByACrashIsTheCrashOfTheAttempt) {
+  StartTraining(/*max_retries=*/1);
+  FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  worker->Result(absl::OkStatus());
+  worker->Die(SIGABRT);
+  // The crash decides (the result may not be whole: the worker died writing it), so the job is
+  // retried, and the log says that it had reported a result.
+  FakeWorker* second = launcher_.AwaitWorker(1);
+  ASSERT_NE(second, nullptr);
+  EXPECT_TRUE(env_.Logged("reported its result, then was killed by signal 6 (SIGABRT)"));
+  EXPECT_TRUE(env_.Logged("attempt 1 failed (worker rank 0 (pid 90000) was killed by signal 6"));
+  second->Result(absl::OkStatus());
+  second->Exit(0);
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.progress().retries(), 1u);
+}
+
+TEST_F(JobRunnerTest, AFailureTheWorkerReportsIsNotRetried) {
+  StartTraining(/*max_retries=*/3);
+  FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  worker->Result(absl::InvalidArgumentError("data.train: task/bad.jsonl:2: not JSON"));
+  worker->Exit(1);
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(done.reason(), "data.train: task/bad.jsonl:2: not JSON");
+  EXPECT_EQ(launcher_.launches(), 1);
+  EXPECT_FALSE(env_.Logged("reported its result, then"));
+}
+
+TEST_F(JobRunnerTest, AShutdownLeavesTheJobRunningInTheStoreToResume) {
+  StartTraining(/*max_retries=*/3);
+  FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  worker->Progress(30, 0.2);
+  queue_.Stop();
+  const pb::Job done = Finish();
+  EXPECT_EQ(worker->terminations(), 1);
+  EXPECT_EQ(done.state(), pb::JOB_STATE_RUNNING);
+  EXPECT_EQ(env_.jobs().GetJob(active_->id)->state(), pb::JOB_STATE_RUNNING);
+  EXPECT_EQ(launcher_.launches(), 1);
+  EXPECT_TRUE(
+      env_.Logged("interrupted by shutdown (stopped; its state is saved); it resumes on "
+                  "the next start"));
 }
 
 }  // namespace

@@ -414,6 +414,40 @@ TEST(MetricsTest, ProcessBuildHttpBatchAndWorkerSeries) {
   metrics->SetWorkerSource(nullptr);
 }
 
+TEST(MetricsTest, GpuGaugesFollowTheGpusTheSourceReports) {
+  std::unique_ptr<Metrics> metrics = RegistryOnly();
+  ASSERT_NE(metrics, nullptr);
+  EXPECT_THAT(metrics->Serialize(),
+              ::testing::Not(HasSubstr("taylorshift_gpu_utilization_ratio{")));
+  GpuTelemetry::Sample first;
+  first.index = 0;
+  first.uuid = "GPU-a";
+  first.utilization = 0.25;
+  first.memory_utilization = 0.5;
+  first.memory_used_bytes = 3 << 20;
+  first.memory_total_bytes = 80ULL << 30;
+  GpuTelemetry::Sample second = first;
+  second.index = 1;
+  second.uuid = "GPU-b";
+  second.utilization = 1;
+  std::vector<GpuTelemetry::Sample> gpus = {first, second};
+  metrics->SetGpuSource([&gpus] { return gpus; });
+  std::string text = metrics->Serialize();
+  const Labels a = {{"gpu", "0"}, {"uuid", "GPU-a"}};
+  const Labels b = {{"gpu", "1"}, {"uuid", "GPU-b"}};
+  EXPECT_EQ(Value(text, "taylorshift_gpu_utilization_ratio", a), 0.25);
+  EXPECT_EQ(Value(text, "taylorshift_gpu_memory_utilization_ratio", a), 0.5);
+  EXPECT_EQ(Value(text, "taylorshift_gpu_memory_used_bytes", a), 3 << 20);
+  EXPECT_EQ(Value(text, "taylorshift_gpu_memory_total_bytes", a), static_cast<double>(80ULL << 30));
+  EXPECT_EQ(Value(text, "taylorshift_gpu_utilization_ratio", b), 1);
+  gpus.pop_back();  // the second GPU stopped answering: its series go, none is left stale
+  text = metrics->Serialize();
+  EXPECT_TRUE(Value(text, "taylorshift_gpu_utilization_ratio", a).has_value());
+  EXPECT_FALSE(Value(text, "taylorshift_gpu_utilization_ratio", b).has_value());
+  EXPECT_FALSE(Value(text, "taylorshift_gpu_memory_total_bytes", b).has_value());
+  metrics->SetGpuSource(nullptr);
+}
+
 TEST(MetricsTest, DeviceMemoryGaugesCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   std::unique_ptr<Metrics> metrics = RegistryOnly();

@@ -4,7 +4,6 @@
 // server keeps serving, an expired deadline skips compute, a full queue says which limit, metrics
 // pass promtool, health, auth, TLS, message limits, calibration and windows behave. What only a
 // process shows (signals, the ready file, exit codes) is tests/server/tsserver_process_test.cc.
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +17,7 @@
 #include <thread>
 
 #include "common/file_io.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "model/checkpoints/checkpoint.h"
 #include "model/kernels/mixed_linear.h"
 #include "model/networks/batch_classifier.h"
@@ -373,31 +373,19 @@ TEST_F(ServerIntegrationTest, ListModelsAndGetModelDescribeWhatIsServed) {
   EXPECT_EQ(info.labels_size(), 3);
 }
 
-// grpc.health.v1.Health/Check through a generic stub (HealthCheckRequest{service} →
-// HealthCheckResponse{status}; SERVING = 1), so no health proto has to be compiled here.
+// grpc.health.v1.Health/Check with the stub compiled from proto/grpc/health/v1/health.proto, in
+// the process that serves gRPC's own health service: the status (SERVING = 1), or minus the
+// call's error code.
 int HealthStatus(const std::string& address, const std::string& service) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  std::string request;
-  if (!service.empty()) {
-    request.push_back('\x0a');
-    request.push_back(static_cast<char>(service.size()));
-    request += service;
-  }
-  grpc::Slice slice(request);
-  grpc::ByteBuffer send(&slice, 1), receive;
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &send, &receive,
-                 [&](const grpc::Status& s) { done.set_value(s); });
-  const auto status = done.get_future().get();
-  if (!status.ok()) return -static_cast<int>(status.error_code());
-  std::vector<grpc::Slice> slices;
-  receive.Dump(&slices);
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return bytes.size() >= 2 && bytes[0] == '\x08' ? bytes[1] : 0;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  return status.ok() ? response.status() : -static_cast<int>(status.error_code());
 }
 
 TEST_F(ServerIntegrationTest, HealthIsServingOverallAndPerModel) {
