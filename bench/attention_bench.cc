@@ -9,6 +9,7 @@
 //                   [--paths=softmax,direct,...] [--sdpa_backends=auto,flash,efficient,cudnn]
 //                   [--max_reference_tokens=N] [--efficient_chunk_tokens=N]
 //                   [--direct_block_elements=N] [--direct_tiles=true|false]
+//                   [--efficient_tiles=true|false]
 //                   [--implementations=auto,aten,cuda]
 //                   [benchmark flags, e.g. --benchmark_out=FILE --benchmark_out_format=json]
 // bf16: the Taylor paths' products in bfloat16 with float32 sums (bf16_products, inputs float32 as
@@ -161,6 +162,9 @@ void AddFlags(CLI::App& app, Flags* flags) {
       ->check(IntegerIn(1, INT64_MAX));
   app.add_option("--direct_tiles", flags->kernel.direct_tiles,
                  "direct path, d <= 16 on AVX-512: register tiles (false: the GEMM form)")
+      ->capture_default_str();
+  app.add_option("--efficient_tiles", flags->kernel.efficient_tiles,
+                 "efficient path, fp32 at the AVX2 level: register tiles (false: GEMMs)")
       ->capture_default_str();
   app.add_option("--implementations", flags->implementations,
                  "Taylor paths' implementations: auto (the dispatcher's), aten, cuda (fused)")

@@ -12,6 +12,7 @@
 #include "model/kernels/bf16_feature_products.h"
 #include "model/kernels/cpu_dispatch.h"
 #include "model/kernels/cpu_gemm.h"
+#include "model/kernels/feature_products_avx2.h"
 #include "model/kernels/parallel.h"
 #include "model/kernels/taylor_features.h"
 
@@ -49,7 +50,7 @@ TS_CPU_VARIANTS(FeatureRows, FeatureRowsLoop,
                 (x, stride, scale, rows, d, scaled, out))
 
 // One thread's buffers for one chunk of rows; the features, nominators and KV only for the
-// float32 kernel (the bf16 one keeps its own in Bf16FeatureProducts).
+// GEMM kernel (the register-tile ones keep theirs in Bf16FeatureProducts or Avx2FeatureProducts).
 struct Buffers {
   Buffers(std::int64_t rows, std::int64_t d, bool float_products) {
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
@@ -71,7 +72,9 @@ struct Problem : InferenceProblem {
   explicit Problem(InferenceProblem base) : InferenceProblem(std::move(base)) {}
   std::int64_t chunk = 0;
   std::vector<float> coefficients;  // [F]
-  bool output_normalize = true, bf16 = false;
+  bool output_normalize = true;
+  // Which kernel runs the two feature products: GEMMs (cpu_gemm.h), or our own register tiles.
+  enum class Products { kGemm, kBf16, kAvx2 } products = Products::kGemm;
 };
 
 // v'_j = [c₀ | v_j] / count for real keys and 0 for padded ones, c₀ = √(d/count) with output
@@ -93,7 +96,7 @@ void FillValues(const Problem& p, std::int64_t b, const float* v, std::int64_t s
   }
 }
 
-// The float32 kernel. KV = coef ⊙ Σ_j ψ(k̂_j) v'_jᵀ chunk by chunk in buf.kv, then
+// The float32 kernel through GEMMs. KV = coef ⊙ Σ_j ψ(k̂_j) v'_jᵀ chunk by chunk in buf.kv, then
 // y_i = nom_i[1:] / nom_i[0] with nom_i = φ(q̂_i)·KV, written to y[b, i, h, :].
 void HeadFloat(const Problem& p, Buffers& buf, const InferenceHead& head) {
   const std::int64_t width = p.d + 1;
@@ -130,9 +133,10 @@ void HeadFloat(const Problem& p, Buffers& buf, const InferenceHead& head) {
   }
 }
 
-// The bfloat16 kernel: the same steps with the two products in Bf16FeatureProducts.
-void HeadBf16(const Problem& p, Buffers& buf, Bf16FeatureProducts& products,
-              const InferenceHead& head) {
+// The same steps with the two products in register tiles: Bf16FeatureProducts (bfloat16) or
+// Avx2FeatureProducts (float32), which share one interface.
+template <typename Products>
+void HeadTiles(const Problem& p, Buffers& buf, Products& products, const InferenceHead& head) {
   products.ClearSums();
   for (std::int64_t start = 0; start < p.tokens; start += p.chunk) {
     const std::int64_t n = std::min(p.chunk, p.tokens - start);
@@ -169,17 +173,25 @@ torch::Tensor EfficientInference(const torch::Tensor& q, const torch::Tensor& k,
   p.coefficients.assign(coefficients.data_ptr<float>(),
                         coefficients.data_ptr<float>() + coefficients.numel());
   p.output_normalize = options.output_normalize;
-  p.bf16 = options.bf16_products && HaveAvx512Bf16();
+  if (options.bf16_products && HaveAvx512Bf16()) {
+    p.products = Problem::Products::kBf16;
+  } else if (options.efficient_tiles && UseAvx2FeatureProducts()) {
+    p.products = Problem::Products::kAvx2;
+  }
   if (p.tokens > 0) {
     const std::int64_t work = p.batch * p.heads * p.tokens * FeatureCount(p.d) * (p.d + 1);
     ParallelFor(0, p.batch * p.heads, 1, work, [&](std::int64_t begin, std::int64_t end) {
-      Buffers buf(p.chunk, p.d, !p.bf16);
-      std::optional<Bf16FeatureProducts> products;
-      if (p.bf16) products.emplace(p.chunk, p.d);
+      Buffers buf(p.chunk, p.d, p.products == Problem::Products::kGemm);
+      std::optional<Bf16FeatureProducts> bf16;
+      std::optional<Avx2FeatureProducts> avx2;
+      if (p.products == Problem::Products::kBf16) bf16.emplace(p.chunk, p.d);
+      if (p.products == Problem::Products::kAvx2) avx2.emplace(p.chunk, p.d);
       for (std::int64_t index = begin; index < end; ++index) {
         const InferenceHead head(p, index / p.heads, index % p.heads);
-        if (products) {
-          HeadBf16(p, buf, *products, head);
+        if (bf16) {
+          HeadTiles(p, buf, *bf16, head);
+        } else if (avx2) {
+          HeadTiles(p, buf, *avx2, head);
         } else {
           HeadFloat(p, buf, head);
         }

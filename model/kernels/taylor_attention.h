@@ -73,6 +73,10 @@ struct KernelChoice {
   // the scores live in registers, 16 query rows at a time (model/kernels/direct_tile.h), instead of
   // two GEMMs through a block of scores. Off runs the GEMM form (for comparison).
   bool direct_tiles = true;
+  // Efficient path, float32 on the CPU without autograd, where the CPU level is AVX2 without
+  // AVX-512: the two feature products in our own register tiles
+  // (model/kernels/feature_products_avx2.h) instead of GEMMs. Off runs the GEMMs (for comparison).
+  bool efficient_tiles = true;
 };
 
 // Both, as every attention function takes them (options.a, options.implementation, ...).

@@ -16,6 +16,7 @@
 #include "model/kernels/direct_inference.h"
 #include "model/kernels/direct_tile.h"
 #include "model/kernels/efficient_inference.h"
+#include "model/kernels/feature_products_avx2.h"
 #include "model/kernels/inference_ops.h"
 #include "model/networks/attention.h"
 
@@ -289,6 +290,31 @@ TEST(FusedInferenceVariantsTest, EveryCpuLevelMatchesFloat64) {
                                 options, 1e-5);
   }
   EXPECT_GE(variants, 1);
+}
+
+// The AVX2 register tiles (model/kernels/feature_products_avx2.h) at their edges: head widths
+// whose features (F) and output columns (d + 1) fill no whole tile (d = 1: F = 3, two columns;
+// d = 13: F = 105), key chunks longer than one packed piece of 256 rows, query blocks of 16 only
+// partly used, and padding; against float64 and against the GEMMs they replace.
+TEST(EfficientInferenceAvx2TilesTest, EveryHeadWidthMatchesFloat64AndTheGemms) {
+  if (DetectedCpuCapability() < CpuCapability::kAvx2) GTEST_SKIP() << "this CPU has no AVX2";
+  const ScopedCpuCapability avx2(CpuCapability::kAvx2);
+  ASSERT_TRUE(UseAvx2FeatureProducts());
+  torch::NoGradGuard no_grad;
+  for (const std::int64_t d : {1, 5, 8, 13, 16, 32, 64}) {
+    SCOPED_TRACE("d = " + std::to_string(d));
+    torch::manual_seed(d);
+    const std::int64_t tokens = 301, real = 170;
+    const auto in = MakePaddedInputs(tokens, real, 2, d, true);
+    const auto& [q, k, v] = in.qkv;
+    TaylorKernelOptions options;
+    options.efficient_chunk_tokens = 290;  // chunks of 290 (a piece of 256 and one of 34) and 11
+    const auto tiles = EfficientInference(q, k, v, in.mask, options, in.scaling);
+    ExpectSequencesMatchFloat64(tiles, in, real, options, 1e-4);
+    options.efficient_tiles = false;
+    const auto gemms = EfficientInference(q, k, v, in.mask, options, in.scaling);
+    EXPECT_LE(RelativeError(tiles, gemms), 1e-5);
+  }
 }
 
 // The kernels run their heads on LibTorch's OpenMP threads; under InferenceMode (as the server

@@ -1,0 +1,257 @@
+#include "model/kernels/feature_products_avx2.h"
+
+#include <stdexcept>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+
+#include "model/kernels/cpu_dispatch.h"
+#include "model/kernels/cpu_features.h"
+#include "model/kernels/taylor_features.h"
+
+namespace ts {
+namespace {
+
+constexpr std::int64_t kLanes = 8;       // floats per ymm register
+constexpr std::int64_t kTile = 16;       // tile rows: two ymm registers
+constexpr std::int64_t kColumns = 6;     // tile columns: 2 × 6 accumulators
+constexpr std::int64_t kKeyRows = 256;   // key rows per packed piece (their features stay in L2)
+
+// Two accumulators (16 lanes) per tile column, as named variables: GCC keeps an array of
+// __m256 in registers but also stores it to the stack on every step.
+struct Column {
+  __m256 low, high;
+};
+
+// acc += x · b[g] for column g < G (a no-op for the others, removed at compile time).
+template <int G, int g>
+TS_ALWAYS_INLINE TS_TARGET_AVX2 void Accumulate(Column& acc, __m256 x0, __m256 x1,
+                                                const float* b) {
+  if constexpr (g < G) {
+    const __m256 y = _mm256_broadcast_ss(b + g);
+    acc.low = _mm256_fmadd_ps(x0, y, acc.low);
+    acc.high = _mm256_fmadd_ps(x1, y, acc.high);
+  }
+}
+
+template <int G, int g, bool kAdd>
+TS_ALWAYS_INLINE TS_TARGET_AVX2 void Store(Column acc, float* out, std::int64_t stride) {
+  if constexpr (g < G) {
+    float* o = out + g * stride;
+    if (kAdd) {
+      acc.low = _mm256_add_ps(acc.low, _mm256_loadu_ps(o));
+      acc.high = _mm256_add_ps(acc.high, _mm256_loadu_ps(o + kLanes));
+    }
+    _mm256_storeu_ps(o, acc.low);
+    _mm256_storeu_ps(o + kLanes, acc.high);
+  }
+}
+
+// out[g] (16 floats at out + g·stride) = or += Σ_s a[s] · b[s, g] for g < G ≤ 6: a holds
+// `steps` rows of 16 floats, a_stride floats apart, b `steps` rows of kColumns floats. The 2·G accumulators stay in
+// registers for the whole reduction, the a rows are loaded once per step and each b value
+// broadcast once.
+template <int G, bool kAdd>
+TS_TARGET_AVX2 void Tile(const float* __restrict a, std::int64_t a_stride, std::int64_t steps,
+                         const float* __restrict b, float* __restrict out, std::int64_t stride) {
+  static_assert(G >= 1 && G <= kColumns);
+  const __m256 zero = _mm256_setzero_ps();
+  Column c0{zero, zero}, c1{zero, zero}, c2{zero, zero}, c3{zero, zero}, c4{zero, zero},
+      c5{zero, zero};
+  for (std::int64_t s = 0; s < steps; ++s) {
+    const __m256 x0 = _mm256_loadu_ps(a + s * a_stride);
+    const __m256 x1 = _mm256_loadu_ps(a + s * a_stride + kLanes);
+    const float* row = b + s * kColumns;
+    Accumulate<G, 0>(c0, x0, x1, row);
+    Accumulate<G, 1>(c1, x0, x1, row);
+    Accumulate<G, 2>(c2, x0, x1, row);
+    Accumulate<G, 3>(c3, x0, x1, row);
+    Accumulate<G, 4>(c4, x0, x1, row);
+    Accumulate<G, 5>(c5, x0, x1, row);
+  }
+  Store<G, 0, kAdd>(c0, out, stride);
+  Store<G, 1, kAdd>(c1, out, stride);
+  Store<G, 2, kAdd>(c2, out, stride);
+  Store<G, 3, kAdd>(c3, out, stride);
+  Store<G, 4, kAdd>(c4, out, stride);
+  Store<G, 5, kAdd>(c5, out, stride);
+}
+
+using TileFn = void (*)(const float*, std::int64_t, std::int64_t, const float*, float*,
+                        std::int64_t);
+
+template <bool kAdd>
+TileFn TileFor(std::int64_t columns) {
+  static constexpr std::array<TileFn, kColumns + 1> kTiles = {
+      nullptr,        Tile<1, kAdd>, Tile<2, kAdd>, Tile<3, kAdd>,
+      Tile<4, kAdd>,  Tile<5, kAdd>, Tile<6, kAdd>};
+  return kTiles[static_cast<std::size_t>(columns)];
+}
+
+// φ(s·x) of one row into out (F floats, then zeros up to `padded`; model/kernels/taylor_features.h).
+// `scaled` has d + 8 floats, zero past d. Each run x_i·x_{i..d-1} is written in whole vectors: what
+// a vector writes past its run is overwritten by the runs after it, and up to 7 floats past
+// `padded` may be written (the next row's, written after this one, or slack).
+TS_TARGET_AVX2 void RowFeatures(const float* __restrict x, float s, std::int64_t d,
+                                std::int64_t padded, float* __restrict scaled,
+                                float* __restrict out) {
+  for (std::int64_t i = 0; i < d; ++i) scaled[i] = s * x[i];
+  float* o = out;
+  for (std::int64_t i = 0; i < d; ++i) {
+    const __m256 xi = _mm256_broadcast_ss(scaled + i);
+    for (std::int64_t j = i; j < d; j += kLanes) {
+      _mm256_storeu_ps(o + (j - i), _mm256_mul_ps(xi, _mm256_loadu_ps(scaled + j)));
+    }
+    o += d - i;
+  }
+  for (std::int64_t j = 0; j < d; j += kLanes) _mm256_storeu_ps(o + j, _mm256_loadu_ps(scaled + j));
+  o[d] = 1.0f;
+  std::fill(o + d + 1, out + padded, 0.0f);
+}
+
+}  // namespace
+
+bool UseAvx2FeatureProducts() { return ActiveCpuCapability() == CpuCapability::kAvx2; }
+
+Avx2FeatureProducts::Avx2FeatureProducts(std::int64_t chunk, std::int64_t d)
+    : d_(d),
+      features_(FeatureCount(d)),
+      padded_features_((FeatureCount(d) + kTile - 1) / kTile * kTile),
+      width_(d + 1),
+      groups_((d + 1 + kColumns - 1) / kColumns),
+      // An odd number of 64-byte lines per row: a tile's column of 16 features over 256 rows then
+      // spreads over every set of the L1 cache instead of a few.
+      key_stride_(padded_features_ / kTile % 2 == 0 ? padded_features_ + kTile : padded_features_) {
+  const std::int64_t key_rows = std::min(chunk, kKeyRows);
+  scaled_.assign(static_cast<std::size_t>(d + kLanes), 0.0f);
+  packed_.resize(static_cast<std::size_t>(key_stride_ * key_rows + kLanes));
+  values_.resize(static_cast<std::size_t>(groups_ * key_rows * kColumns));
+  sums_.resize(static_cast<std::size_t>(width_ * padded_features_));
+  kv_.resize(static_cast<std::size_t>(groups_ * features_ * kColumns));
+  columns_.resize(static_cast<std::size_t>(d * kTile));
+  query_.resize(static_cast<std::size_t>(features_ * kTile));
+  nom_.resize(static_cast<std::size_t>(groups_ * kColumns * kTile));
+}
+
+void Avx2FeatureProducts::ClearSums() { std::fill(sums_.begin(), sums_.end(), 0.0f); }
+
+TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t stride,
+                                                 const float* scale, const float* values,
+                                                 std::int64_t n) {
+  const std::int64_t blocks = padded_features_ / kTile;
+  for (std::int64_t first = 0; first < n; first += kKeyRows) {
+    const std::int64_t rows = std::min(kKeyRows, n - first);
+    // Features as rows of key_stride_ floats, v' as [group of 6 columns][row][6] (zero past
+    // width_). The features are written once and read only by the tiles below, long after.
+    for (std::int64_t r = 0; r < rows; ++r) {
+      RowFeatures(k + (first + r) * stride, scale[first + r], d_, padded_features_,
+                  scaled_.data(), packed_.data() + r * key_stride_);
+      const float* v = values + (first + r) * width_;
+      for (std::int64_t group = 0; group < groups_; ++group) {
+        float* out = values_.data() + (group * rows + r) * kColumns;
+        for (std::int64_t c = 0; c < kColumns; ++c) {
+          const std::int64_t w = group * kColumns + c;
+          out[c] = w < width_ ? v[w] : 0.0f;
+        }
+      }
+    }
+    for (std::int64_t block = 0; block < blocks; ++block) {
+      for (std::int64_t group = 0; group < groups_; ++group) {
+        const std::int64_t w0 = group * kColumns;
+        TileFor<true>(std::min(kColumns, width_ - w0))(
+            packed_.data() + block * kTile, key_stride_, rows,
+            values_.data() + group * rows * kColumns,
+            sums_.data() + w0 * padded_features_ + block * kTile, padded_features_);
+      }
+    }
+  }
+}
+
+void Avx2FeatureProducts::FinishSums(const float* coefficients) {
+  for (std::int64_t group = 0; group < groups_; ++group) {
+    for (std::int64_t f = 0; f < features_; ++f) {
+      float* out = kv_.data() + (group * features_ + f) * kColumns;
+      for (std::int64_t c = 0; c < kColumns; ++c) {
+        const std::int64_t w = group * kColumns + c;
+        out[c] = w < width_ ? coefficients[f] * sums_[static_cast<std::size_t>(
+                                                     w * padded_features_ + f)]
+                            : 0.0f;
+      }
+    }
+  }
+}
+
+TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t stride,
+                                                 const float* scale, std::int64_t n, float* y,
+                                                 std::int64_t y_stride) {
+  for (std::int64_t first = 0; first < n; first += kTile) {
+    const std::int64_t rows = std::min(kTile, n - first);
+    // The scaled rows as columns of 16 lanes (rows past n are zero), then the features of the
+    // 16 rows feature by feature: x_i·x_j for i ≤ j, x_i, 1.
+    for (std::int64_t i = 0; i < d_; ++i) {
+      float* column = columns_.data() + i * kTile;
+      for (std::int64_t r = 0; r < kTile; ++r) {
+        column[r] = r < rows ? scale[first + r] * q[(first + r) * stride + i] : 0.0f;
+      }
+    }
+    float* out = query_.data();
+    const float* c = columns_.data();
+    for (std::int64_t i = 0; i < d_; ++i) {
+      const __m256 low = _mm256_loadu_ps(c + i * kTile);
+      const __m256 high = _mm256_loadu_ps(c + i * kTile + kLanes);
+      for (std::int64_t j = i; j < d_; ++j) {
+        _mm256_storeu_ps(out, _mm256_mul_ps(low, _mm256_loadu_ps(c + j * kTile)));
+        _mm256_storeu_ps(out + kLanes, _mm256_mul_ps(high, _mm256_loadu_ps(c + j * kTile + kLanes)));
+        out += kTile;
+      }
+    }
+    std::copy(c, c + d_ * kTile, out);
+    std::fill(out + d_ * kTile, out + (d_ + 1) * kTile, 1.0f);
+    for (std::int64_t group = 0; group < groups_; ++group) {
+      const std::int64_t w0 = group * kColumns;
+      TileFor<false>(std::min(kColumns, width_ - w0))(
+          query_.data(), kTile, features_, kv_.data() + group * features_ * kColumns,
+          nom_.data() + w0 * kTile, kTile);
+    }
+    // nom[1:] / nom[0], 16 rows per division, then written row by row.
+    const __m256 den_low = _mm256_loadu_ps(nom_.data());
+    const __m256 den_high = _mm256_loadu_ps(nom_.data() + kLanes);
+    for (std::int64_t i = 1; i < width_; ++i) {
+      float* column = nom_.data() + i * kTile;
+      _mm256_storeu_ps(column, _mm256_div_ps(_mm256_loadu_ps(column), den_low));
+      _mm256_storeu_ps(column + kLanes, _mm256_div_ps(_mm256_loadu_ps(column + kLanes), den_high));
+    }
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* row = y + (first + r) * y_stride;
+      for (std::int64_t i = 0; i < d_; ++i) {
+        row[i] = nom_[static_cast<std::size_t>((i + 1) * kTile + r)];
+      }
+    }
+  }
+}
+
+}  // namespace ts
+
+#else  // not x86-64: no AVX2, and EfficientInference keeps its GEMMs.
+
+namespace ts {
+
+bool UseAvx2FeatureProducts() { return false; }
+
+Avx2FeatureProducts::Avx2FeatureProducts(std::int64_t, std::int64_t)
+    : d_(0), features_(0), padded_features_(0), width_(0), groups_(0), key_stride_(0) {
+  throw std::logic_error("Avx2FeatureProducts needs an x86-64 CPU with AVX2 and FMA");
+}
+void Avx2FeatureProducts::ClearSums() {}
+void Avx2FeatureProducts::AddKeys(const float*, std::int64_t, const float*, const float*,
+                                  std::int64_t) {}
+void Avx2FeatureProducts::FinishSums(const float*) {}
+void Avx2FeatureProducts::Queries(const float*, std::int64_t, const float*, std::int64_t, float*,
+                                  std::int64_t) {}
+
+}  // namespace ts
+
+#endif

@@ -1,0 +1,55 @@
+// The efficient path's two feature products in float32 on CPUs whose best level is AVX2 + FMA,
+// without a GEMM library: KV = Σ_j ψ(k̂_j) v'_jᵀ and nom_i = φ(q̂_i)·KV in register tiles of
+// 16 lanes × 6 columns (12 ymm accumulators, the shape of the classic Haswell sgemm kernel),
+// with the features built straight into the layouts the tiles read: blocks of 16 features per
+// key row, 16 query rows per lane vector. Everything is float32, as the float32 kernel's GEMMs;
+// only the order of the sums differs. Used by EfficientInference
+// (model/kernels/efficient_inference.cc) where ActiveCpuCapability() is exactly kAvx2: there
+// oneDNN's sgemm, capped at AVX2, runs these skinny shapes ([n × F]ᵀ·[n × (d + 1)] and back) well
+// below its rate on square products (docs/PERFORMANCE.md, "Efficient attention on AVX2"), while
+// with AVX-512 it runs them at that rate. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ts {
+
+// Whether EfficientInference's float32 kernel takes Avx2FeatureProducts: the active CPU level
+// (model/kernels/cpu_features.h) is AVX2 + FMA without AVX-512. Always false on other
+// architectures, where the class below throws std::logic_error on construction.
+bool UseAvx2FeatureProducts();
+
+// One head at a time, one thread per object. Feature order is model/kernels/taylor_features.h's:
+// x_i·x_j for i ≤ j (row-major), then x_i, then 1.
+class Avx2FeatureProducts {
+ public:
+  // `chunk`: the most rows passed to one AddKeys or Queries call; `d`: the head dimension.
+  Avx2FeatureProducts(std::int64_t chunk, std::int64_t d);
+
+  // Starts a head's key sums at zero.
+  void ClearSums();
+  // Adds Σ_r ψ(scale_r · k_r) v'_rᵀ over n ≤ chunk rows: k_r at k + r·stride (d floats),
+  // v'_r at values + r·(d + 1).
+  void AddKeys(const float* k, std::int64_t stride, const float* scale, const float* values,
+               std::int64_t n);
+  // KV = coefficients ⊙ the sums (coefficients: one per feature), laid out for Queries.
+  void FinishSums(const float* coefficients);
+  // y_r = nom_r[1:] / nom_r[0] with nom_r = φ(scale_r · q_r)·KV for n ≤ chunk rows: q_r at
+  // q + r·stride, y_r (d floats) at y + r·y_stride.
+  void Queries(const float* q, std::int64_t stride, const float* scale, std::int64_t n, float* y,
+               std::int64_t y_stride);
+
+ private:
+  std::int64_t d_, features_, padded_features_, width_, groups_, key_stride_;
+  std::vector<float> scaled_;       // d_ + 8 floats: one scaled row, zero past d_
+  std::vector<float> packed_;       // key features [row][key_stride_] (+ 8 floats of slack)
+  std::vector<float> values_;       // v' [group of 6 columns][row][6]
+  std::vector<float> sums_;         // [width_, padded_features_]: KVᵀ
+  std::vector<float> kv_;           // KV [group of 6 columns][feature][6]
+  std::vector<float> columns_;      // [d_, 16] scaled query rows, transposed
+  std::vector<float> query_;        // [features_, 16] the features of 16 query rows
+  std::vector<float> nom_;          // [groups_ · 6, 16] their nominators, transposed
+};
+
+}  // namespace ts
