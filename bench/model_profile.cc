@@ -4,7 +4,7 @@
 //
 //   model_profile [--preset paper|demo|pixel] [--embed-dim C --depth L --heads H --mlp-ratio R]
 //                 [--length N] [--batch B] [--precision fp32|bf16] [--path auto|direct|efficient]
-//                 [--cpu-gemm onednn|libtorch]
+//                 [--cpu-gemm onednn|libtorch] [--efficient-tiles on|off]
 //                 [--threads T] [--repeats R] [--json]
 //
 // Each part runs alone on inputs of the shape it sees in the model ([B, N+1, C]), in inference
@@ -53,6 +53,7 @@ struct Config {
   Precision precision = Precision::kFp32;
   AttentionPath path = AttentionPath::kAuto;
   bool json = false;
+  bool efficient_tiles = true;
   std::string preset = "paper";
 };
 
@@ -92,6 +93,7 @@ int Run(const Config& config) {
   options.mlp_hidden(L);
   TaylorShiftEncoder model(options);
   model->eval();
+  model->set_efficient_tiles(config.efficient_tiles);
   if (auto status = CheckPrecisionSupported(config.precision, torch::kCPU); !status.ok()) {
     std::cerr << "model_profile: " << status.message() << "\n";
     return 1;
@@ -211,6 +213,7 @@ int Run(const Config& config) {
                                {"precision", PrecisionName(config.precision)},
                                {"path", std::string(AttentionPathName(path))},
                                {"cpu_gemm", CpuGemmBackend()},
+                               {"efficient_tiles", config.efficient_tiles},
                                {"fp32_gemm_gflops", JsonNumber(fp32_rate / 1e9)},
                                {"bf16_gemm_gflops", JsonNumber(bf16_rate / 1e9)},
                                {"fp32_fma_peak_gflops", JsonNumber(peak.fp32_fma / 1e9)},
@@ -227,12 +230,12 @@ int Run(const Config& config) {
   }
   std::cout << absl::StrFormat(
       "%s: C %d, depth %d, H %d (d %d), MLP %d, N %d, batch %d, %d threads, %s, path %s, "
-      "kernel GEMMs %s\n"
+      "kernel GEMMs %s, efficient tiles %s\n"
       "GEMM rate: fp32 %.0f GFLOP/s%s\n"
       "Register-only peak: fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s (%.2fx)\n\n",
       config.preset, C, config.depth, H, d, L, config.length, B, config.threads,
       PrecisionName(config.precision), std::string(AttentionPathName(path)), CpuGemmBackend(),
-      fp32_rate / 1e9, bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "",
+      config.efficient_tiles ? "on" : "off", fp32_rate / 1e9, bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "",
       peak.fp32_fma / 1e9, peak.bf16_dot / 1e9,
       peak.fp32_fma > 0 ? peak.bf16_dot / peak.fp32_fma : 0.0);
   std::cout << "| part | ms | GFLOP | GFLOP/s | roofline ms | ms / roofline |\n"
@@ -295,6 +298,11 @@ int main(int argc, char** argv) try {
          [](const std::string& backend) { ts::SetCpuGemmUseOneDnn(backend == "onednn"); },
          "the float products: onednn (default where built with it) or libtorch")
       ->check(CLI::IsMember({"onednn", "libtorch"}));
+  app.add_option_function<std::string>(
+         "--efficient-tiles",
+         [&config](const std::string& value) { config.efficient_tiles = value == "on"; },
+         "efficient path, fp32 at the AVX2 level: on (default), our register tiles; off, GEMMs")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_flag("--json", config.json, "one JSON object instead of the table");
   if (std::optional<int> exit = ts::ParseCommandLine(app, argc, argv)) return *exit;
   if (config.preset == "demo") {

@@ -1,5 +1,6 @@
 #include "model/kernels/feature_products_avx2.h"
 
+#include <cstdint>
 #include <stdexcept>
 
 #if defined(__x86_64__)
@@ -112,6 +113,26 @@ TS_TARGET_AVX2 void RowFeatures(const float* __restrict x, float s, std::int64_t
   std::fill(o + d + 1, out + padded, 0.0f);
 }
 
+// Rows r[0..7] of an 8 × 8 block become its columns.
+TS_ALWAYS_INLINE TS_TARGET_AVX2 void Transpose8x8(__m256* r) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
 }  // namespace
 
 bool UseAvx2FeatureProducts() { return ActiveCpuCapability() == CpuCapability::kAvx2; }
@@ -127,16 +148,18 @@ Avx2FeatureProducts::Avx2FeatureProducts(std::int64_t chunk, std::int64_t d)
       key_stride_(padded_features_ / kTile % 2 == 0 ? padded_features_ + kTile : padded_features_) {
   const std::int64_t key_rows = std::min(chunk, kKeyRows);
   scaled_.assign(static_cast<std::size_t>(d + kLanes), 0.0f);
-  packed_.resize(static_cast<std::size_t>(key_stride_ * key_rows + kLanes));
+  packed_.Resize(static_cast<std::size_t>(key_stride_ * key_rows + kLanes));
   values_.resize(static_cast<std::size_t>(groups_ * key_rows * kColumns));
-  sums_.resize(static_cast<std::size_t>(width_ * padded_features_));
+  sums_.Resize(static_cast<std::size_t>(width_ * padded_features_));
   kv_.resize(static_cast<std::size_t>(groups_ * features_ * kColumns));
-  columns_.resize(static_cast<std::size_t>(d * kTile));
-  query_.resize(static_cast<std::size_t>(features_ * kTile));
-  nom_.resize(static_cast<std::size_t>(groups_ * kColumns * kTile));
+  columns_.Resize(static_cast<std::size_t>(d * kTile));
+  query_.Resize(static_cast<std::size_t>(features_ * kTile));
+  nom_.Resize(static_cast<std::size_t>(groups_ * kColumns * kTile));
 }
 
-void Avx2FeatureProducts::ClearSums() { std::fill(sums_.begin(), sums_.end(), 0.0f); }
+void Avx2FeatureProducts::ClearSums() {
+  std::fill(sums_.data(), sums_.data() + width_ * padded_features_, 0.0f);
+}
 
 TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t stride,
                                                  const float* scale, const float* values,
@@ -152,16 +175,14 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t st
       const float* v = values + (first + r) * width_;
       for (std::int64_t group = 0; group < groups_; ++group) {
         float* out = values_.data() + (group * rows + r) * kColumns;
-        for (std::int64_t c = 0; c < kColumns; ++c) {
-          const std::int64_t w = group * kColumns + c;
-          out[c] = w < width_ ? v[w] : 0.0f;
-        }
+        const std::int64_t w0 = GroupStart(group), columns = GroupColumns(group);
+        for (std::int64_t c = 0; c < kColumns; ++c) out[c] = c < columns ? v[w0 + c] : 0.0f;
       }
     }
     for (std::int64_t block = 0; block < blocks; ++block) {
       for (std::int64_t group = 0; group < groups_; ++group) {
-        const std::int64_t w0 = group * kColumns;
-        TileFor<true>(std::min(kColumns, width_ - w0))(
+        const std::int64_t w0 = GroupStart(group);
+        TileFor<true>(GroupColumns(group))(
             packed_.data() + block * kTile, key_stride_, rows,
             values_.data() + group * rows * kColumns,
             sums_.data() + w0 * padded_features_ + block * kTile, padded_features_);
@@ -174,11 +195,9 @@ void Avx2FeatureProducts::FinishSums(const float* coefficients) {
   for (std::int64_t group = 0; group < groups_; ++group) {
     for (std::int64_t f = 0; f < features_; ++f) {
       float* out = kv_.data() + (group * features_ + f) * kColumns;
+      const std::int64_t w0 = GroupStart(group), columns = GroupColumns(group);
       for (std::int64_t c = 0; c < kColumns; ++c) {
-        const std::int64_t w = group * kColumns + c;
-        out[c] = w < width_ ? coefficients[f] * sums_[static_cast<std::size_t>(
-                                                     w * padded_features_ + f)]
-                            : 0.0f;
+        out[c] = c < columns ? coefficients[f] * sums_.data()[(w0 + c) * padded_features_ + f] : 0.0f;
       }
     }
   }
@@ -191,10 +210,30 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t st
     const std::int64_t rows = std::min(kTile, n - first);
     // The scaled rows as columns of 16 lanes (rows past n are zero), then the features of the
     // 16 rows feature by feature: x_i·x_j for i ≤ j, x_i, 1.
-    for (std::int64_t i = 0; i < d_; ++i) {
-      float* column = columns_.data() + i * kTile;
-      for (std::int64_t r = 0; r < kTile; ++r) {
-        column[r] = r < rows ? scale[first + r] * q[(first + r) * stride + i] : 0.0f;
+    // Eight rows × eight columns at a time by a transposition; the last d % 8 columns one by one.
+    const std::int64_t full = d_ / kLanes * kLanes;
+    for (std::int64_t half = 0; half < kTile; half += kLanes) {
+      __m256 block[kLanes];  // NOLINT(modernize-avoid-c-arrays): registers, not memory
+      std::array<float, kLanes> row_scale{};
+      std::array<const float*, kLanes> row_start{};
+      for (std::int64_t r = 0; r < kLanes; ++r) {
+        const bool real = half + r < rows;
+        row_scale[r] = real ? scale[first + half + r] : 0.0f;
+        // Rows past n read row 0 again, times 0.
+        row_start[r] = q + (real ? first + half + r : first) * stride;
+      }
+      const __m256 scales = _mm256_loadu_ps(row_scale.data());
+      for (std::int64_t i = 0; i < full; i += kLanes) {
+        for (std::int64_t r = 0; r < kLanes; ++r) block[r] = _mm256_loadu_ps(row_start[r] + i);
+        Transpose8x8(block);
+        for (std::int64_t c = 0; c < kLanes; ++c) {
+          _mm256_storeu_ps(columns_.data() + (i + c) * kTile + half, _mm256_mul_ps(block[c], scales));
+        }
+      }
+      for (std::int64_t i = full; i < d_; ++i) {
+        for (std::int64_t r = 0; r < kLanes; ++r) {
+          columns_.data()[i * kTile + half + r] = row_scale[r] * row_start[r][i];
+        }
       }
     }
     float* out = query_.data();
@@ -211,23 +250,30 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t st
     std::copy(c, c + d_ * kTile, out);
     std::fill(out + d_ * kTile, out + (d_ + 1) * kTile, 1.0f);
     for (std::int64_t group = 0; group < groups_; ++group) {
-      const std::int64_t w0 = group * kColumns;
-      TileFor<false>(std::min(kColumns, width_ - w0))(
+      const std::int64_t w0 = GroupStart(group);
+      TileFor<false>(GroupColumns(group))(
           query_.data(), kTile, features_, kv_.data() + group * features_ * kColumns,
           nom_.data() + w0 * kTile, kTile);
     }
-    // nom[1:] / nom[0], 16 rows per division, then written row by row.
-    const __m256 den_low = _mm256_loadu_ps(nom_.data());
-    const __m256 den_high = _mm256_loadu_ps(nom_.data() + kLanes);
-    for (std::int64_t i = 1; i < width_; ++i) {
-      float* column = nom_.data() + i * kTile;
-      _mm256_storeu_ps(column, _mm256_div_ps(_mm256_loadu_ps(column), den_low));
-      _mm256_storeu_ps(column + kLanes, _mm256_div_ps(_mm256_loadu_ps(column + kLanes), den_high));
-    }
-    for (std::int64_t r = 0; r < rows; ++r) {
-      float* row = y + (first + r) * y_stride;
-      for (std::int64_t i = 0; i < d_; ++i) {
-        row[i] = nom_[static_cast<std::size_t>((i + 1) * kTile + r)];
+    // y = nom[1:] / nom[0]: eight rows × eight columns at a time, divided and transposed back
+    // into rows; the last d % 8 columns one by one.
+    const float* nom = nom_.data();
+    for (std::int64_t half = 0; half < rows; half += kLanes) {
+      const std::int64_t count = std::min(kLanes, rows - half);
+      const __m256 den = _mm256_loadu_ps(nom + half);
+      for (std::int64_t i = 0; i < full; i += kLanes) {
+        __m256 block[kLanes];  // NOLINT(modernize-avoid-c-arrays): registers, not memory
+        for (std::int64_t c = 0; c < kLanes; ++c) {
+          block[c] = _mm256_div_ps(_mm256_loadu_ps(nom + (i + c + 1) * kTile + half), den);
+        }
+        Transpose8x8(block);
+        for (std::int64_t r = 0; r < count; ++r) {
+          _mm256_storeu_ps(y + (first + half + r) * y_stride + i, block[r]);
+        }
+      }
+      for (std::int64_t r = 0; r < count; ++r) {
+        float* row = y + (first + half + r) * y_stride;
+        for (std::int64_t i = full; i < d_; ++i) row[i] = nom[(i + 1) * kTile + half + r] / nom[half + r];
       }
     }
   }
@@ -255,3 +301,14 @@ void Avx2FeatureProducts::Queries(const float*, std::int64_t, const float*, std:
 }  // namespace ts
 
 #endif
+
+namespace ts {
+
+void LineAlignedFloats::Resize(std::size_t size) {
+  constexpr std::size_t kLine = 64 / sizeof(float);
+  storage_.assign(size + kLine, 0.0f);
+  const auto address = reinterpret_cast<std::uintptr_t>(storage_.data());
+  offset_ = (kLine - address / sizeof(float) % kLine) % kLine;
+}
+
+}  // namespace ts

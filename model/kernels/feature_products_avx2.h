@@ -10,6 +10,8 @@
 // with AVX-512 it runs them at that rate. Torch-free.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +21,18 @@ namespace ts {
 // (model/kernels/cpu_features.h) is AVX2 + FMA without AVX-512. Always false on other
 // architectures, where the class below throws std::logic_error on construction.
 bool UseAvx2FeatureProducts();
+
+// `size` floats starting on a 64-byte line, so that a row of 16 is one cache line.
+class LineAlignedFloats {
+ public:
+  void Resize(std::size_t size);
+  float* data() { return storage_.data() + offset_; }
+  const float* data() const { return storage_.data() + offset_; }
+
+ private:
+  std::vector<float> storage_;
+  std::size_t offset_ = 0;
+};
 
 // One head at a time, one thread per object. Feature order is model/kernels/taylor_features.h's:
 // x_i·x_j for i ≤ j (row-major), then x_i, then 1.
@@ -41,15 +55,24 @@ class Avx2FeatureProducts {
                std::int64_t y_stride);
 
  private:
+  // The output columns in groups_ tiles of at most 6, their widths at most one apart (33 columns:
+  // 6, 6, 6, 5, 5, 5): where group g starts, and its width.
+  std::int64_t GroupStart(std::int64_t g) const {
+    return g * (width_ / groups_) + std::min(g, width_ % groups_);
+  }
+  std::int64_t GroupColumns(std::int64_t g) const {
+    return width_ / groups_ + (g < width_ % groups_ ? 1 : 0);
+  }
+
   std::int64_t d_, features_, padded_features_, width_, groups_, key_stride_;
-  std::vector<float> scaled_;       // d_ + 8 floats: one scaled row, zero past d_
-  std::vector<float> packed_;       // key features [row][key_stride_] (+ 8 floats of slack)
-  std::vector<float> values_;       // v' [group of 6 columns][row][6]
-  std::vector<float> sums_;         // [width_, padded_features_]: KVᵀ
-  std::vector<float> kv_;           // KV [group of 6 columns][feature][6]
-  std::vector<float> columns_;      // [d_, 16] scaled query rows, transposed
-  std::vector<float> query_;        // [features_, 16] the features of 16 query rows
-  std::vector<float> nom_;          // [groups_ · 6, 16] their nominators, transposed
+  std::vector<float> scaled_;   // d_ + 8 floats: one scaled row, zero past d_
+  LineAlignedFloats packed_;    // key features [row][key_stride_] (+ 8 floats of slack)
+  std::vector<float> values_;   // v' [group of 6 columns][row][6]
+  LineAlignedFloats sums_;      // [width_, padded_features_]: KVᵀ
+  std::vector<float> kv_;       // KV [group of 6 columns][feature][6]
+  LineAlignedFloats columns_;   // [d_, 16] scaled query rows, transposed
+  LineAlignedFloats query_;     // [features_, 16] the features of 16 query rows
+  LineAlignedFloats nom_;       // [groups_ · 6, 16] their nominators, transposed
 };
 
 }  // namespace ts

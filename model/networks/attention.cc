@@ -65,6 +65,11 @@ void TaylorShiftAttentionImpl::set_kernel_implementation(KernelImplementation im
   low_kernel_options_.implementation = implementation;
 }
 
+void TaylorShiftAttentionImpl::set_efficient_tiles(bool on) {
+  kernel_options_.efficient_tiles = on;
+  low_kernel_options_.efficient_tiles = on;
+}
+
 AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path, std::int64_t tokens) const {
   return ResolveAuto(path, tokens, crossover_tokens());
 }

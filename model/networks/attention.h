@@ -56,6 +56,9 @@ class TaylorShiftAttentionImpl : public torch::nn::Module {
   // Which implementation runs the Taylor paths (default kAuto: the dispatcher's choice); for
   // benchmarks and tests that compare implementations on a whole model.
   void set_kernel_implementation(KernelImplementation implementation);
+  // KernelChoice::efficient_tiles (default on), for benchmarks that compare the AVX2 level's
+  // register tiles with the GEMMs on a whole model.
+  void set_efficient_tiles(bool on);
 
   torch::nn::Linear qkv{nullptr};
   torch::nn::Linear proj{nullptr};

@@ -561,6 +561,10 @@ void TaylorShiftEncoderImpl::set_kernel_implementation(KernelImplementation impl
   for (auto& block : block_list_) block->attn->set_kernel_implementation(implementation);
 }
 
+void TaylorShiftEncoderImpl::set_efficient_tiles(bool on) {
+  for (auto& block : block_list_) block->attn->set_efficient_tiles(on);
+}
+
 std::int64_t TaylorShiftEncoderImpl::CountParameters() const {
   std::int64_t count = 0;
   for (const auto& parameter : parameters()) count += parameter.numel();

@@ -195,6 +195,8 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   Precision precision() const { return precision_; }
   // Every block's TaylorShiftAttentionImpl::set_kernel_implementation.
   void set_kernel_implementation(KernelImplementation implementation);
+  // Every block's TaylorShiftAttentionImpl::set_efficient_tiles.
+  void set_efficient_tiles(bool on);
 
   // Number of trainable scalars (parameters only; `pe` is a buffer).
   std::int64_t CountParameters() const;
