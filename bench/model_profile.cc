@@ -235,9 +235,9 @@ int Run(const Config& config) {
       "Register-only peak: fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s (%.2fx)\n\n",
       config.preset, C, config.depth, H, d, L, config.length, B, config.threads,
       PrecisionName(config.precision), std::string(AttentionPathName(path)), CpuGemmBackend(),
-      config.efficient_tiles ? "on" : "off", fp32_rate / 1e9, bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "",
-      peak.fp32_fma / 1e9, peak.bf16_dot / 1e9,
-      peak.fp32_fma > 0 ? peak.bf16_dot / peak.fp32_fma : 0.0);
+      config.efficient_tiles ? "on" : "off", fp32_rate / 1e9,
+      bf16 ? absl::StrFormat(", bf16 %.0f GFLOP/s", bf16_rate / 1e9) : "", peak.fp32_fma / 1e9,
+      peak.bf16_dot / 1e9, peak.fp32_fma > 0 ? peak.bf16_dot / peak.fp32_fma : 0.0);
   std::cout << "| part | ms | GFLOP | GFLOP/s | roofline ms | ms / roofline |\n"
                "|---|---:|---:|---:|---:|---:|\n";
   for (const Part& part : parts) {

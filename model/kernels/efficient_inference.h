@@ -18,7 +18,10 @@ namespace ts {
 // stride in d (any other strides, e.g. slices of the qkv projection's output). Returns y
 // [B, H, N, d] as a view of a contiguous [B, N, H, d] tensor, so y.transpose(1, 2) is the
 // output projection's input without a copy. options.bf16_products runs the two feature products
-// in bfloat16 with float32 sums (model/kernels/bf16_feature_products.h, where HaveAvx512Bf16()).
+// in bfloat16 with float32 sums (model/kernels/bf16_feature_products.h, where HaveAvx512Bf16());
+// otherwise they run in float32, in AVX2 register tiles where the CPU level is AVX2 without
+// AVX-512 and options.efficient_tiles is on (model/kernels/feature_products_avx2.h), else as
+// GEMMs (model/kernels/cpu_gemm.h).
 // Throws c10::Error on bad shapes or when CanRunFusedInference is false.
 torch::Tensor EfficientInference(const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& v, const torch::Tensor& key_padding_mask,

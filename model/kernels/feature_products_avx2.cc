@@ -16,10 +16,10 @@
 namespace ts {
 namespace {
 
-constexpr std::int64_t kLanes = 8;       // floats per ymm register
-constexpr std::int64_t kTile = 16;       // tile rows: two ymm registers
-constexpr std::int64_t kColumns = 6;     // tile columns: 2 × 6 accumulators
-constexpr std::int64_t kKeyRows = 256;   // key rows per packed piece (their features stay in L2)
+constexpr std::int64_t kLanes = 8;      // floats per ymm register
+constexpr std::int64_t kTile = 16;      // tile rows: two ymm registers
+constexpr std::int64_t kColumns = 6;    // tile columns: 2 × 6 accumulators
+constexpr std::int64_t kKeyRows = 256;  // key rows per packed piece (their features stay in L2)
 
 // Two accumulators (16 lanes) per tile column, as named variables: GCC keeps an array of
 // __m256 in registers but also stores it to the stack on every step.
@@ -29,8 +29,7 @@ struct Column {
 
 // acc += x · b[g] for column g < G (a no-op for the others, removed at compile time).
 template <int G, int g>
-TS_ALWAYS_INLINE TS_TARGET_AVX2 void Accumulate(Column& acc, __m256 x0, __m256 x1,
-                                                const float* b) {
+TS_ALWAYS_INLINE TS_TARGET_AVX2 void Accumulate(Column& acc, __m256 x0, __m256 x1, const float* b) {
   if constexpr (g < G) {
     const __m256 y = _mm256_broadcast_ss(b + g);
     acc.low = _mm256_fmadd_ps(x0, y, acc.low);
@@ -52,9 +51,9 @@ TS_ALWAYS_INLINE TS_TARGET_AVX2 void Store(Column acc, float* out, std::int64_t 
 }
 
 // out[g] (16 floats at out + g·stride) = or += Σ_s a[s] · b[s, g] for g < G ≤ 6: a holds
-// `steps` rows of 16 floats, a_stride floats apart, b `steps` rows of kColumns floats. The 2·G accumulators stay in
-// registers for the whole reduction, the a rows are loaded once per step and each b value
-// broadcast once.
+// `steps` rows of 16 floats, a_stride floats apart, b `steps` rows of kColumns floats. The 2·G
+// accumulators stay in registers for the whole reduction, the a rows are loaded once per step and
+// each b value broadcast once.
 template <int G, bool kAdd>
 TS_TARGET_AVX2 void Tile(const float* __restrict a, std::int64_t a_stride, std::int64_t steps,
                          const float* __restrict b, float* __restrict out, std::int64_t stride) {
@@ -87,15 +86,16 @@ using TileFn = void (*)(const float*, std::int64_t, std::int64_t, const float*, 
 template <bool kAdd>
 TileFn TileFor(std::int64_t columns) {
   static constexpr std::array<TileFn, kColumns + 1> kTiles = {
-      nullptr,        Tile<1, kAdd>, Tile<2, kAdd>, Tile<3, kAdd>,
-      Tile<4, kAdd>,  Tile<5, kAdd>, Tile<6, kAdd>};
+      nullptr,       Tile<1, kAdd>, Tile<2, kAdd>, Tile<3, kAdd>,
+      Tile<4, kAdd>, Tile<5, kAdd>, Tile<6, kAdd>};
   return kTiles[static_cast<std::size_t>(columns)];
 }
 
-// φ(s·x) of one row into out (F floats, then zeros up to `padded`; model/kernels/taylor_features.h).
-// `scaled` has d + 8 floats, zero past d. Each run x_i·x_{i..d-1} is written in whole vectors: what
-// a vector writes past its run is overwritten by the runs after it, and up to 7 floats past
-// `padded` may be written (the next row's, written after this one, or slack).
+// φ(s·x) of one row into out (F floats, then zeros up to `padded`;
+// model/kernels/taylor_features.h). `scaled` has d + 8 floats, zero past d. Each run x_i·x_{i..d-1}
+// is written in whole vectors: what a vector writes past its run is overwritten by the runs after
+// it, and up to 7 floats past `padded` may be written (the next row's, written after this one, or
+// slack).
 TS_TARGET_AVX2 void RowFeatures(const float* __restrict x, float s, std::int64_t d,
                                 std::int64_t padded, float* __restrict scaled,
                                 float* __restrict out) {
@@ -170,8 +170,8 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t st
     // Features as rows of key_stride_ floats, v' as [group of 6 columns][row][6] (zero past
     // width_). The features are written once and read only by the tiles below, long after.
     for (std::int64_t r = 0; r < rows; ++r) {
-      RowFeatures(k + (first + r) * stride, scale[first + r], d_, padded_features_,
-                  scaled_.data(), packed_.data() + r * key_stride_);
+      RowFeatures(k + (first + r) * stride, scale[first + r], d_, padded_features_, scaled_.data(),
+                  packed_.data() + r * key_stride_);
       const float* v = values + (first + r) * width_;
       for (std::int64_t group = 0; group < groups_; ++group) {
         float* out = values_.data() + (group * rows + r) * kColumns;
@@ -182,10 +182,10 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t st
     for (std::int64_t block = 0; block < blocks; ++block) {
       for (std::int64_t group = 0; group < groups_; ++group) {
         const std::int64_t w0 = GroupStart(group);
-        TileFor<true>(GroupColumns(group))(
-            packed_.data() + block * kTile, key_stride_, rows,
-            values_.data() + group * rows * kColumns,
-            sums_.data() + w0 * padded_features_ + block * kTile, padded_features_);
+        TileFor<true>(GroupColumns(group))(packed_.data() + block * kTile, key_stride_, rows,
+                                           values_.data() + group * rows * kColumns,
+                                           sums_.data() + w0 * padded_features_ + block * kTile,
+                                           padded_features_);
       }
     }
   }
@@ -197,7 +197,8 @@ void Avx2FeatureProducts::FinishSums(const float* coefficients) {
       float* out = kv_.data() + (group * features_ + f) * kColumns;
       const std::int64_t w0 = GroupStart(group), columns = GroupColumns(group);
       for (std::int64_t c = 0; c < kColumns; ++c) {
-        out[c] = c < columns ? coefficients[f] * sums_.data()[(w0 + c) * padded_features_ + f] : 0.0f;
+        out[c] =
+            c < columns ? coefficients[f] * sums_.data()[(w0 + c) * padded_features_ + f] : 0.0f;
       }
     }
   }
@@ -227,7 +228,8 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t st
         for (std::int64_t r = 0; r < kLanes; ++r) block[r] = _mm256_loadu_ps(row_start[r] + i);
         Transpose8x8(block);
         for (std::int64_t c = 0; c < kLanes; ++c) {
-          _mm256_storeu_ps(columns_.data() + (i + c) * kTile + half, _mm256_mul_ps(block[c], scales));
+          _mm256_storeu_ps(columns_.data() + (i + c) * kTile + half,
+                           _mm256_mul_ps(block[c], scales));
         }
       }
       for (std::int64_t i = full; i < d_; ++i) {
@@ -243,7 +245,8 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t st
       const __m256 high = _mm256_loadu_ps(c + i * kTile + kLanes);
       for (std::int64_t j = i; j < d_; ++j) {
         _mm256_storeu_ps(out, _mm256_mul_ps(low, _mm256_loadu_ps(c + j * kTile)));
-        _mm256_storeu_ps(out + kLanes, _mm256_mul_ps(high, _mm256_loadu_ps(c + j * kTile + kLanes)));
+        _mm256_storeu_ps(out + kLanes,
+                         _mm256_mul_ps(high, _mm256_loadu_ps(c + j * kTile + kLanes)));
         out += kTile;
       }
     }
@@ -251,9 +254,9 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t st
     std::fill(out + d_ * kTile, out + (d_ + 1) * kTile, 1.0f);
     for (std::int64_t group = 0; group < groups_; ++group) {
       const std::int64_t w0 = GroupStart(group);
-      TileFor<false>(GroupColumns(group))(
-          query_.data(), kTile, features_, kv_.data() + group * features_ * kColumns,
-          nom_.data() + w0 * kTile, kTile);
+      TileFor<false>(GroupColumns(group))(query_.data(), kTile, features_,
+                                          kv_.data() + group * features_ * kColumns,
+                                          nom_.data() + w0 * kTile, kTile);
     }
     // y = nom[1:] / nom[0]: eight rows × eight columns at a time, divided and transposed back
     // into rows; the last d % 8 columns one by one.
@@ -273,7 +276,8 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t st
       }
       for (std::int64_t r = 0; r < count; ++r) {
         float* row = y + (first + half + r) * y_stride;
-        for (std::int64_t i = full; i < d_; ++i) row[i] = nom[(i + 1) * kTile + half + r] / nom[half + r];
+        for (std::int64_t i = full; i < d_; ++i)
+          row[i] = nom[(i + 1) * kTile + half + r] / nom[half + r];
       }
     }
   }

@@ -65,14 +65,14 @@ class Avx2FeatureProducts {
   }
 
   std::int64_t d_, features_, padded_features_, width_, groups_, key_stride_;
-  std::vector<float> scaled_;   // d_ + 8 floats: one scaled row, zero past d_
-  LineAlignedFloats packed_;    // key features [row][key_stride_] (+ 8 floats of slack)
-  std::vector<float> values_;   // v' [group of 6 columns][row][6]
-  LineAlignedFloats sums_;      // [width_, padded_features_]: KVᵀ
-  std::vector<float> kv_;       // KV [group of 6 columns][feature][6]
-  LineAlignedFloats columns_;   // [d_, 16] scaled query rows, transposed
-  LineAlignedFloats query_;     // [features_, 16] the features of 16 query rows
-  LineAlignedFloats nom_;       // [groups_ · 6, 16] their nominators, transposed
+  std::vector<float> scaled_;  // d_ + 8 floats: one scaled row, zero past d_
+  LineAlignedFloats packed_;   // key features [row][key_stride_] (+ 8 floats of slack)
+  std::vector<float> values_;  // v' [group of 6 columns][row][6]
+  LineAlignedFloats sums_;     // [width_, padded_features_]: KVᵀ
+  std::vector<float> kv_;      // KV [group of 6 columns][feature][6]
+  LineAlignedFloats columns_;  // [d_, 16] scaled query rows, transposed
+  LineAlignedFloats query_;    // [features_, 16] the features of 16 query rows
+  LineAlignedFloats nom_;      // [groups_ · 6, 16] their nominators, transposed
 };
 
 }  // namespace ts
