@@ -312,47 +312,52 @@ absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOpt
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::Device device) {
   TS_ASSIGN_OR_RETURN(const std::string file, ReadFile(path, "checkpoint"));
+  return ParseCheckpoint(file, path, device);
+}
+
+absl::StatusOr<LoadedCheckpoint> ParseCheckpoint(std::string_view file, const std::string& name,
+                                                 torch::Device device) {
   if (file.size() < kMagic.size() || !std::equal(kMagic.begin(), kMagic.end(), file.begin())) {
-    return absl::DataLossError(absl::StrCat(path, " is not a TaylorShift checkpoint (bad magic)"));
+    return absl::DataLossError(absl::StrCat(name, " is not a TaylorShift checkpoint (bad magic)"));
   }
   if (file.size() < kHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(path, " is truncated: ", file.size(),
+    return absl::DataLossError(absl::StrCat(name, " is truncated: ", file.size(),
                                             " bytes, shorter than the ", kHeaderBytes,
                                             "-byte header"));
   }
   const auto version = static_cast<std::uint32_t>(ReadLittleEndian(file.data() + 8, 4));
   if (version != kCheckpointFormatVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " has checkpoint format version ", version,
+    return absl::InvalidArgumentError(absl::StrCat(name, " has checkpoint format version ", version,
                                                    "; this build reads version ",
                                                    kCheckpointFormatVersion));
   }
   const std::uint64_t payload_bytes = ReadLittleEndian(file.data() + 12, 8);
   const std::uint64_t available = file.size() - kHeaderBytes;
   if (available < kTrailerBytes || payload_bytes > available - kTrailerBytes) {
-    return absl::DataLossError(absl::StrCat(path, " is truncated: header promises ", payload_bytes,
+    return absl::DataLossError(absl::StrCat(name, " is truncated: header promises ", payload_bytes,
                                             " payload bytes + 4 CRC bytes, ", available,
                                             " bytes follow the header"));
   }
   if (payload_bytes != available - kTrailerBytes) {
     return absl::DataLossError(absl::StrCat(
-        path, " has ", available - kTrailerBytes - payload_bytes, " unexpected trailing bytes"));
+        name, " has ", available - kTrailerBytes - payload_bytes, " unexpected trailing bytes"));
   }
   const char* payload = file.data() + kHeaderBytes;
   const auto stored_crc = static_cast<std::uint32_t>(ReadLittleEndian(payload + payload_bytes, 4));
   const std::uint32_t actual_crc = Crc32(payload, payload_bytes);
   if (stored_crc != actual_crc) {
     return absl::DataLossError(
-        absl::StrFormat("%s is corrupted: CRC-32 of the payload is %08x, the file says %08x", path,
+        absl::StrFormat("%s is corrupted: CRC-32 of the payload is %08x, the file says %08x", name,
                         actual_crc, stored_crc));
   }
 
-  auto unpickled = CatchTorch(absl::StrCat("unpickling ", path), [&] {
+  auto unpickled = CatchTorch(absl::StrCat("unpickling ", name), [&] {
     return torch::pickle_load(std::vector<char>(payload, payload + payload_bytes));
   });
   // A payload that matches its CRC but does not unpickle was written corrupt (or crafted): the
   // file's content is lost, as with a failed CRC. Out of memory stays RESOURCE_EXHAUSTED.
   if (!unpickled.ok() && unpickled.status().code() == absl::StatusCode::kInternal) {
-    return absl::DataLossError(absl::StrCat(path, " is corrupted: its payload passed the CRC but ",
+    return absl::DataLossError(absl::StrCat(name, " is corrupted: its payload passed the CRC but ",
                                             unpickled.status().message()));
   }
   TS_ASSIGN_OR_RETURN(const auto root_value, std::move(unpickled));
@@ -371,7 +376,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::
   TS_ASSIGN_OR_RETURN(auto model,
                       CatchTorch("building model", [&] { return TaylorShiftEncoder(options); }));
   if (auto status = LoadStateDict(state, model); !status.ok()) {
-    return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+    return absl::Status(status.code(), absl::StrCat(name, ": ", status.message()));
   }
   auto moved = CatchTorch("moving model to device", [&] {
     model->to(device);
