@@ -178,8 +178,7 @@ class PayloadReadAdapter final : public caffe2::serialize::ReadAdapterInterface 
 // pickle that claimed more elements than its record held gave a tensor over the memory past the
 // record's buffer). Tensors stay on the CPU whatever device the pickle names. What LibTorch
 // throws comes back as INTERNAL, prefixed with `context`.
-absl::StatusOr<c10::IValue> UnpicklePayload(std::string_view payload,
-                                            const std::string& context) {
+absl::StatusOr<c10::IValue> UnpicklePayload(std::string_view payload, const std::string& context) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
   TS_ASSIGN_OR_RETURN(const std::string pickle, CatchTorch(context, [&] {
@@ -191,11 +190,10 @@ absl::StatusOr<c10::IValue> UnpicklePayload(std::string_view payload,
                             continue;
                           }
                           auto [data, bytes] = reader->getRecord(record);
-                          storages->addStorage(
-                              record.substr(kTensorFolder.size()),
-                              c10::Storage(c10::Storage::use_byte_size_t(), bytes,
-                                           std::move(data), /*allocator=*/nullptr,
-                                           /*resizable=*/false));
+                          storages->addStorage(record.substr(kTensorFolder.size()),
+                                               c10::Storage(c10::Storage::use_byte_size_t(), bytes,
+                                                            std::move(data), /*allocator=*/nullptr,
+                                                            /*resizable=*/false));
                         }
                         const auto [data, bytes] = reader->getRecord("data.pkl");
                         return std::string(static_cast<const char*>(data.get()), bytes);

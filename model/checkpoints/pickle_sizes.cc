@@ -84,8 +84,8 @@ absl::Status CheckPickleSizes(std::string_view pickle) {
     const std::size_t start = at;
     const auto opcode = static_cast<unsigned char>(pickle[at++]);
     const auto broken = [&](absl::string_view what) {
-      return absl::DataLossError(absl::StrFormat("pickle opcode 0x%02x at byte %d of %d %s",
-                                                 opcode, start, pickle.size(), what));
+      return absl::DataLossError(absl::StrFormat("pickle opcode 0x%02x at byte %d of %d %s", opcode,
+                                                 start, pickle.size(), what));
     };
     const std::optional<Argument> argument = ArgumentOf(opcode);
     if (!argument) return broken("is not one LibTorch's unpickler reads");
@@ -96,8 +96,8 @@ absl::Status CheckPickleSizes(std::string_view pickle) {
         if (opcode == 'q' || opcode == 'r') {  // BINPUT, LONG_BINPUT
           const std::uint64_t index = ReadLittleEndian(pickle.substr(at, argument->bytes));
           if (index > memo_entries) {
-            return broken(absl::StrCat("stores memo entry ", index, " after ", memo_entries,
-                                       " entries"));
+            return broken(
+                absl::StrCat("stores memo entry ", index, " after ", memo_entries, " entries"));
           }
           ++memo_entries;
         }
@@ -108,8 +108,8 @@ absl::Status CheckPickleSizes(std::string_view pickle) {
         const std::uint64_t length = ReadLittleEndian(pickle.substr(at, argument->bytes));
         at += argument->bytes;
         if (length > left - argument->bytes) {
-          return broken(absl::StrCat("states ", length, " bytes, ", left - argument->bytes,
-                                     " follow"));
+          return broken(
+              absl::StrCat("states ", length, " bytes, ", left - argument->bytes, " follow"));
         }
         at += length;
         break;

@@ -405,7 +405,8 @@ std::string WrapPayload(const std::string& payload) {
 TEST_F(CheckpointTest, TensorsReachingPastTheirRecordsAreDataLoss) {
   for (const std::string name : {"pe_storage_beyond_record", "pe_sizes_beyond_storage"}) {
     SCOPED_TRACE(name);
-    const auto input = ReadFile(testing::SourcePath("tests/fuzz/regressions/checkpoint_fuzz/" + name));
+    const auto input =
+        ReadFile(testing::SourcePath("tests/fuzz/regressions/checkpoint_fuzz/" + name));
     ASSERT_TRUE(input.ok()) << input.status();
     ASSERT_EQ(input->at(0), '\x01');
     WriteAll(path_, WrapPayload(input->substr(1)));
@@ -427,8 +428,9 @@ TEST_F(CheckpointTest, AnArchitectureLargerThanItsWeightsIsRefusedBeforeBuilding
   for (const auto& [name, value] : EncoderOptionsToFields(SmallOptions())) {
     std::visit(
         [&, &field = name](const auto& v) {
-          architecture.insert(c10::IValue(field),
-                              field == "depth" ? c10::IValue(std::int64_t{1} << 20) : c10::IValue(v));
+          architecture.insert(c10::IValue(field), field == "depth"
+                                                      ? c10::IValue(std::int64_t{1} << 20)
+                                                      : c10::IValue(v));
         },
         value);
   }

@@ -143,8 +143,8 @@ TEST(EncoderTest, MinimumStateElementsBoundTheModelFromBelow) {
     EXPECT_EQ(bound, counted) << DescribeEncoderOptions(options);
   }
   // Sizes whose products overflow int64 saturate.
-  EXPECT_EQ(MinimumEncoderStateElements(TaylorShiftEncoderOptions(std::int64_t{1} << 40, 1 << 30,
-                                                                  1, 1, 1)),
+  EXPECT_EQ(MinimumEncoderStateElements(
+                TaylorShiftEncoderOptions(std::int64_t{1} << 40, 1 << 30, 1, 1, 1)),
             std::numeric_limits<std::int64_t>::max());
 }
 

@@ -14,7 +14,9 @@ namespace {
 using std::string_literals::operator""s;
 
 // PROTO 2, EMPTY_DICT, BINPUT 0, MARK, BINUNICODE "ab", BININT1 7, SETITEMS, STOP.
-const std::string kSmallDict = "\x80\x02}q\x00(X\x02\x00\x00\x00" "abK\x07u."s;
+const std::string kSmallDict =
+    "\x80\x02}q\x00(X\x02\x00\x00\x00"
+    "abK\x07u."s;
 
 void ExpectDataLoss(const std::string& pickle, const std::string& says) {
   const absl::Status status = CheckPickleSizes(pickle);
@@ -27,15 +29,26 @@ TEST(PickleSizesTest, APickleWithinItsBytesPasses) {
   // GLOBAL's two names, LONG_BINPUT and LONG_BINGET, BINFLOAT, LONG1; bytes after STOP are not
   // read (the unpickler stops there too).
   const std::string pickle =
-      "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n" "r\x00\x00\x00\x00" "j\x00\x00\x00\x00"
-      "G\x3f\xf0\x00\x00\x00\x00\x00\x00" "\x8a\x08\x01\x02\x03\x04\x05\x06\x07\x08" ".junk"s;
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\n"
+      "r\x00\x00\x00\x00"
+      "j\x00\x00\x00\x00"
+      "G\x3f\xf0\x00\x00\x00\x00\x00\x00"
+      "\x8a\x08\x01\x02\x03\x04\x05\x06\x07\x08"
+      ".junk"s;
   EXPECT_TRUE(CheckPickleSizes(pickle).ok()) << CheckPickleSizes(pickle);
 }
 
 TEST(PickleSizesTest, AStringLongerThanThePickleIsDataLoss) {
   // BINUNICODE stating 4 GiB - 13 bytes: LibTorch 1.13 allocated and zero-filled it first.
-  ExpectDataLoss("\x80\x02X\xf3\xff\xff\xff" "abc."s, "states 4294967283 bytes, 4 follow");
-  ExpectDataLoss("\x80\x02X\x05\x00\x00\x00" "abcd"s, "states 5 bytes, 4 follow");
+  ExpectDataLoss(
+      "\x80\x02X\xf3\xff\xff\xff"
+      "abc."s,
+      "states 4294967283 bytes, 4 follow");
+  ExpectDataLoss(
+      "\x80\x02X\x05\x00\x00\x00"
+      "abcd"s,
+      "states 5 bytes, 4 follow");
   ExpectDataLoss("\x80\x02X\x05\x00"s, "is cut short");
   ExpectDataLoss("\x80\x02\x8a\x09\x00."s, "states 9 bytes, 2 follow");
 }
@@ -53,7 +66,10 @@ TEST(PickleSizesTest, OpcodesTheUnpicklerDoesNotReadAndMissingEndsAreDataLoss) {
                  "is not one LibTorch's unpickler reads");
   ExpectDataLoss("\x80\x02}"s, "ends without its STOP opcode");
   ExpectDataLoss(""s, "ends without its STOP opcode");
-  ExpectDataLoss("\x80\x02" "ctorch\nTensor"s, "has a name without its newline");
+  ExpectDataLoss(
+      "\x80\x02"
+      "ctorch\nTensor"s,
+      "has a name without its newline");
   ExpectDataLoss("\x80\x02J\x01\x02"s, "is cut short");
 }
 
@@ -65,8 +81,7 @@ TEST(PickleSizesTest, TheFuzzTargetsFindingsAreDataLoss) {
         {"memo_index_2_31", "stores memo entry"}}) {
     std::ifstream in(testing::SourcePath("tests/fuzz/regressions/checkpoint_fuzz/" + name),
                      std::ios::binary);
-    const std::string input((std::istreambuf_iterator<char>(in)),
-                            std::istreambuf_iterator<char>());
+    const std::string input((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     ASSERT_GT(input.size(), 1u) << name;
     ASSERT_EQ(input[0], '\x02') << name;
     SCOPED_TRACE(name);
