@@ -24,7 +24,7 @@
 #include "common/atomic_file.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
-#include "model/checkpoints/pickle_sizes.h"
+#include "model/checkpoints/pickle_check.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
 
@@ -172,12 +172,13 @@ class PayloadReadAdapter final : public caffe2::serialize::ReadAdapterInterface 
 };
 
 // What torch::pickle_load does (the archive's data.pkl, its tensors from data/KEY), with two
-// checks LibTorch lacks: the pickle's lengths are checked first (CheckPickleSizes), and every
-// tensor record is read into a storage of the record's own size before the unpickler runs (it
-// sizes a storage by the element count the pickle states, not by the bytes of the record, so a
-// pickle that claimed more elements than its record held gave a tensor over the memory past the
-// record's buffer). Tensors stay on the CPU whatever device the pickle names. What LibTorch
-// throws comes back as INTERNAL, prefixed with `context`.
+// checks LibTorch lacks: the pickle is checked first (CheckPickle: lengths, memo indexes, the
+// values each opcode takes from the stack, nesting), and every tensor record is read into a
+// storage of the record's own size before the unpickler runs (it sizes a storage by the element
+// count the pickle states, not by the bytes of the record, so a pickle that claimed more elements
+// than its record held gave a tensor over the memory past the record's buffer). Tensors stay on
+// the CPU whatever device the pickle names. What LibTorch throws comes back as INTERNAL, prefixed
+// with `context`.
 absl::StatusOr<c10::IValue> UnpicklePayload(std::string_view payload, const std::string& context) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
@@ -198,8 +199,8 @@ absl::StatusOr<c10::IValue> UnpicklePayload(std::string_view payload, const std:
                         const auto [data, bytes] = reader->getRecord("data.pkl");
                         return std::string(static_cast<const char*>(data.get()), bytes);
                       }));
-  if (auto lengths = CheckPickleSizes(pickle); !lengths.ok()) {
-    return absl::InternalError(absl::StrCat(context, ": ", lengths.message()));
+  if (auto checked = CheckPickle(pickle); !checked.ok()) {
+    return absl::InternalError(absl::StrCat(context, ": ", checked.message()));
   }
   return CatchTorch(context, [&] {
     return torch::jit::readArchiveAndTensors(
