@@ -59,11 +59,11 @@ void KeepCheckpoints(const pb::WorkerCheckpoint& message,
   *list->Add() = info;
 }
 
-void RecordCheckpoint(const JobContext& context, const std::string& job_id,
-                      const pb::WorkerCheckpoint& message) {
+void RecordCheckpoint(JobHistoryStore* history, const JobContext& context,
+                      const std::string& job_id, const pb::WorkerCheckpoint& message) {
   const pb::CheckpointInfo& info = message.checkpoint();
   const auto remove = [&](const std::string& path) {
-    const absl::Status status = context.store->RemoveCheckpoint(job_id, path);
+    const absl::Status status = history->RemoveCheckpoint(job_id, path);
     // NOT_FOUND: no record of that path (a first best checkpoint, a file of an earlier attempt).
     if (absl::IsNotFound(status)) return;
     context.StoreWriteOk(status, "remove_checkpoint", job_id,
@@ -71,7 +71,7 @@ void RecordCheckpoint(const JobContext& context, const std::string& job_id,
   };
   // The best checkpoint keeps its path; its record moves to the end, as in KeepCheckpoints.
   if (info.kind() == "best") remove(info.path());
-  context.StoreWriteOk(context.store->RecordCheckpoint(job_id, info), "record_checkpoint", job_id,
+  context.StoreWriteOk(history->RecordCheckpoint(job_id, info), "record_checkpoint", job_id,
                        absl::StrCat("the ", info.kind(), " checkpoint of step ", info.step(), " (",
                                     info.path(), ")"));
   for (const auto& removed : message.removed_paths()) remove(removed);

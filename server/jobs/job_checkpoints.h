@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "common/data_root.h"
 #include "server/jobs/job_context.h"
+#include "server/jobs/job_history_store.h"
 #include "taylorshift/v1/jobs.pb.h"
 #include "taylorshift/v1/worker.pb.h"
 
@@ -34,11 +35,11 @@ absl::StatusOr<std::string> ChooseCheckpoint(const taylorshift::v1::Job& job,
 void KeepCheckpoints(const taylorshift::v1::WorkerCheckpoint& message,
                      google::protobuf::RepeatedPtrField<taylorshift::v1::CheckpointInfo>* list);
 
-// The same change to job `job_id`'s checkpoint records in the store. A record to remove that
+// The same change to job `job_id`'s checkpoint records in `history`. A record to remove that
 // the store does not have is not an error; any other failed write is reported through the
 // context (logged, counted) and the rest still written.
-void RecordCheckpoint(const JobContext& context, const std::string& job_id,
-                      const taylorshift::v1::WorkerCheckpoint& message);
+void RecordCheckpoint(JobHistoryStore* history, const JobContext& context,
+                      const std::string& job_id, const taylorshift::v1::WorkerCheckpoint& message);
 
 // Resolves checkpoint references of specs and promotions. Thread-safe; `data_root` and `jobs`
 // must outlive it.

@@ -1,11 +1,12 @@
-// JobContext: what the parts of the job manager share — the store, the metrics, the clock and the
-// log — and the one place where a failed write to the store is reported (logged with the job id
+// JobContext: what the parts of the job manager share — the metrics, the clock and the log — and
+// the one place where a failed write to a job store is reported (logged with the job id
 // and what was being written, and counted in taylorshift_job_store_errors_total{operation}), so
 // that no store error is dropped unseen. Also the names of job kinds and states as the logs and
 // metrics spell them.
 //
 // The JobManager owns one and hands it to its parts by pointer; it must outlive them. Thread-safe
-// (the store and the metrics are; `log` must be).
+// (the metrics are; `log` must be). Each part takes the store it writes (job_store.h,
+// job_history_store.h, promotion_store.h) on its own.
 #pragma once
 
 #include <functional>
@@ -18,7 +19,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "server/jobs/job_store.h"
 #include "server/metrics.h"
 #include "taylorshift/v1/jobs.pb.h"
 
@@ -33,11 +33,9 @@ bool IsFinalJobState(taylorshift::v1::JobState state);
 void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out);
 
 struct JobContext {
-  JobContext(JobStore* store, Metrics* metrics, Clock* clock,
-             std::function<void(const std::string& line)> log)
-      : store(store), metrics(metrics), clock(clock), log(std::move(log)) {}
+  JobContext(Metrics* metrics, Clock* clock, std::function<void(const std::string& line)> log)
+      : metrics(metrics), clock(clock), log(std::move(log)) {}
 
-  JobStore* const store;   // required
   Metrics* const metrics;  // may be null
   Clock* const clock;      // required: the only source of time of the job code
   const std::function<void(const std::string& line)> log;  // may be empty

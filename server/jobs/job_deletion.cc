@@ -18,7 +18,7 @@ absl::StatusOr<pb::DeleteJobResponse> JobDeleter::Delete(const std::string& id,
   // A final state the store refused before may go in now (else CheckDeletable refuses).
   queue_->WriteUnwrittenFinalStates();
   TS_RETURN_IF_ERROR(queue_->CheckDeletable(id));
-  TS_ASSIGN_OR_RETURN(auto job, context_->store->GetJob(id));
+  TS_ASSIGN_OR_RETURN(auto job, jobs_->GetJob(id));
   if (!IsFinalJobState(job.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " is ", JobStateName(job.state()), "; cancel it first"));
@@ -41,7 +41,7 @@ absl::StatusOr<pb::DeleteJobResponse> JobDeleter::Delete(const std::string& id,
     return absl::InternalError(absl::StrCat("deleting job ", id, ": cannot remove ", dir, ": ",
                                             error.message(), "; the job is kept"));
   }
-  if (absl::Status s = context_->store->DeleteJob(id);
+  if (absl::Status s = jobs_->DeleteJob(id);
       !context_->StoreWriteOk(s, "delete_job", id, "the deletion of its record")) {
     return s;
   }
@@ -55,8 +55,7 @@ absl::StatusOr<pb::DeleteJobResponse> JobDeleter::Delete(const std::string& id,
 }
 
 int JobDeleter::Sweep(absl::Duration retention) {
-  auto expired =
-      context_->store->FinishedJobsBefore(context_->clock->Now() - retention, kMaxPerSweep);
+  auto expired = jobs_->FinishedJobsBefore(context_->clock->Now() - retention, kMaxPerSweep);
   if (!expired.ok()) {
     context_->Log(
         absl::StrCat("retention: listing finished jobs failed: ", expired.status().message()));

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "server/jobs/job_context.h"
 #include "server/jobs/job_queue.h"
+#include "server/jobs/job_store.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 namespace ts::server {
@@ -28,9 +29,9 @@ class JobDeleter {
   // At most this many jobs per sweep, so that a shutdown is not held up for long.
   static constexpr std::int64_t kMaxPerSweep = 1000;
 
-  // `jobs_dir` = <state_dir>/jobs. `queue` and `context` must outlive the deleter.
-  JobDeleter(std::string jobs_dir, JobQueue* queue, JobContext* context)
-      : jobs_dir_(std::move(jobs_dir)), queue_(queue), context_(context) {}
+  // `jobs_dir` = <state_dir>/jobs. `queue`, `jobs` and `context` must outlive the deleter.
+  JobDeleter(std::string jobs_dir, JobQueue* queue, JobStore* jobs, JobContext* context)
+      : jobs_dir_(std::move(jobs_dir)), queue_(queue), jobs_(jobs), context_(context) {}
 
   // `reason` labels taylorshift_jobs_deleted_total: "request" or "retention".
   absl::StatusOr<taylorshift::v1::DeleteJobResponse> Delete(const std::string& id,
@@ -46,6 +47,7 @@ class JobDeleter {
  private:
   const std::string jobs_dir_;
   JobQueue* const queue_;
+  JobStore* const jobs_;
   JobContext* const context_;
 
   absl::Mutex mu_;

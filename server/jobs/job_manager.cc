@@ -31,27 +31,30 @@ JobQueueOptions QueueOptions(const JobsConfig& jobs) {
 
 }  // namespace
 
-JobManager::JobManager(JobManagerOptions options, std::unique_ptr<JobStore> store,
+JobManager::JobManager(JobManagerOptions options, std::unique_ptr<StoreDatabase> database,
                        DataRoot data_root, ModelRegistry* registry, Metrics* metrics, Clock* clock)
     : options_(std::move(options)),
-      store_(std::move(store)),
+      database_(std::move(database)),
+      jobs_(database_.get(), clock),
+      history_(database_.get()),
+      promotions_(database_.get()),
       data_root_(std::move(data_root)),
-      context_(store_.get(), metrics, clock, options_.log),
-      queue_(QueueOptions(options_.jobs), &context_),
+      context_(metrics, clock, options_.log),
+      queue_(QueueOptions(options_.jobs), &jobs_, &context_),
       checkpoints_(&data_root_, &queue_),
       admission_(options_.jobs, options_.num_cores, &data_root_, &checkpoints_, registry),
-      recorder_(&queue_, &context_),
+      recorder_(&queue_, &history_, &context_),
       own_launcher_(options_.worker_launcher == nullptr ? std::make_unique<ProcessWorkerLauncher>()
                                                         : nullptr),
       runner_(JobRunnerOptions{options_.jobs, (fs::path(options_.state_dir) / "jobs").string(),
                                data_root_.root(), options_.heap_keep_freed_bytes},
               &queue_, &recorder_, &checkpoints_, registry, &context_,
               own_launcher_ != nullptr ? own_launcher_.get() : options_.worker_launcher),
-      deleter_((fs::path(options_.state_dir) / "jobs").string(), &queue_, &context_),
+      deleter_((fs::path(options_.state_dir) / "jobs").string(), &queue_, &jobs_, &context_),
       promoter_(
           CheckpointPromoterOptions{(fs::path(options_.state_dir) / "models").string(),
                                     options_.promoted_model_defaults, options_.on_model_served},
-          &checkpoints_, registry, &context_) {}
+          &checkpoints_, registry, &promotions_, &context_) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions options,
                                                                ModelRegistry* registry,
@@ -61,17 +64,16 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
   TS_RETURN_IF_ERROR(MakeDirectories(options.state_dir));
   TS_RETURN_IF_ERROR(MakeDirectories(options.data_root));
   TS_ASSIGN_OR_RETURN(auto data_root, DataRoot::Create(options.data_root));
-  TS_ASSIGN_OR_RETURN(auto store,
-                      JobStore::Open((fs::path(options.state_dir) / "jobs.db").string(), clock));
-  TS_ASSIGN_OR_RETURN(auto unfinished, store->UnfinishedJobs());
-
+  TS_ASSIGN_OR_RETURN(auto database,
+                      StoreDatabase::Open((fs::path(options.state_dir) / "jobs.db").string()));
   std::unique_ptr<JobManager> manager(new JobManager(
-      std::move(options), std::move(store), std::move(data_root), registry, metrics, clock));
+      std::move(options), std::move(database), std::move(data_root), registry, metrics, clock));
+  TS_ASSIGN_OR_RETURN(auto unfinished, manager->jobs_.UnfinishedJobs());
   // The dashboard shows recent jobs' states from the start.
   if (metrics != nullptr) {
     pb::ListJobsRequest recent;
     recent.set_page_size(200);
-    if (auto listed = manager->store_->ListJobs(recent); listed.ok()) {
+    if (auto listed = manager->jobs_.ListJobs(recent); listed.ok()) {
       for (const auto& job : listed->jobs()) {
         metrics->SetJobState(job.id(), JobKindName(job.kind()), JobStateName(job.state()));
       }
@@ -154,7 +156,7 @@ absl::StatusOr<pb::ListJobsResponse> JobManager::ListJobs(
 
 absl::StatusOr<pb::GetJobHistoryResponse> JobManager::GetJobHistory(
     const pb::GetJobHistoryRequest& request) const {
-  return store_->History(request);
+  return history_.History(request);
 }
 
 absl::StatusOr<pb::Job> JobManager::CancelJob(const std::string& id) { return queue_.Cancel(id); }

@@ -6,14 +6,15 @@
 // jobs.memory_budget_bytes), each in its own tsworker processes (server/jobs/job_process.h; one per
 // data-parallel rank) with the spec's `threads`: a job that crashes, hangs or runs out of memory
 // fails alone (retried up to the spec's max_retries), never the server. Every job, its progress,
-// metrics, validation reports and checkpoints are persisted in a SQLite store (JobStore) under the
-// state dir; a training job also keeps its training state (weights, optimizer, schedule, data
-// position) in `<state_dir>/jobs/<id>/training_state.pt`, rewritten atomically at each
-// checkpoint. After a crash or a restart, jobs that were QUEUED or RUNNING are queued again and
-// continue from that state: the step count, the optimizer and the data order carry on.
+// metrics, validation reports and checkpoints are persisted in SQLite (store_database.h: JobStore,
+// JobHistoryStore and PromotionStore over one connection) under the state dir; a training job also
+// keeps its training state (weights, optimizer, schedule, data position) in
+// `<state_dir>/jobs/<id>/training_state.pt`, rewritten atomically at each checkpoint. After a crash
+// or a restart, jobs that were QUEUED or RUNNING are queued again and continue from that state: the
+// step count, the optimizer and the data order carry on.
 //
 // Files under the state dir:
-//   jobs.db                          the store (WAL mode)
+//   jobs.db                          the stores' database (WAL mode)
 //   jobs/<id>/step-<N>.tsckpt        the last jobs.keep_checkpoints checkpoints of a training job
 //   jobs/<id>/best.tsckpt            the checkpoint with the best validation accuracy
 //   jobs/<id>/training_state.pt      the resumable state (removed when the job succeeds)
@@ -31,6 +32,8 @@
 //   job_promotion.h    serving a checkpoint, and again after a restart
 //   job_deletion.h     DeleteJob and the retention sweep
 //   job_context.h      what they share; failed store writes logged and counted
+// Each part takes only the store it uses: the queue and the deleter the JobStore, the recorder the
+// JobHistoryStore, the promoter the PromotionStore.
 // It knows nothing of gRPC. Time comes only from the injected clock. Thread-safe.
 #pragma once
 
@@ -50,11 +53,14 @@
 #include "server/jobs/job_checkpoints.h"
 #include "server/jobs/job_context.h"
 #include "server/jobs/job_deletion.h"
+#include "server/jobs/job_history_store.h"
 #include "server/jobs/job_promotion.h"
 #include "server/jobs/job_queue.h"
 #include "server/jobs/job_recorder.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/job_store.h"
+#include "server/jobs/promotion_store.h"
+#include "server/jobs/store_database.h"
 #include "server/jobs/worker_launcher.h"
 #include "server/metrics.h"
 #include "taylorshift/v1/jobs.pb.h"
@@ -103,7 +109,7 @@ class JobManager {
   absl::StatusOr<taylorshift::v1::Job> GetJob(const std::string& id) const;
   absl::StatusOr<taylorshift::v1::ListJobsResponse> ListJobs(
       const taylorshift::v1::ListJobsRequest& request) const;
-  // One page of the job's loss curve and validation runs (JobStore::History).
+  // One page of the job's loss curve and validation runs (JobHistoryStore::History).
   absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> GetJobHistory(
       const taylorshift::v1::GetJobHistoryRequest& request) const;
   // A queued job is cancelled at once; a running one gets SIGTERM (training stops at its next
@@ -137,14 +143,17 @@ class JobManager {
   void Shutdown();
 
  private:
-  JobManager(JobManagerOptions options, std::unique_ptr<JobStore> store, DataRoot data_root,
+  JobManager(JobManagerOptions options, std::unique_ptr<StoreDatabase> database, DataRoot data_root,
              ModelRegistry* registry, Metrics* metrics, Clock* clock);
 
   // Runs the queue's jobs one after another until Shutdown().
   void WorkerLoop();
 
   const JobManagerOptions options_;
-  const std::unique_ptr<JobStore> store_;
+  const std::unique_ptr<StoreDatabase> database_;
+  JobStore jobs_;
+  JobHistoryStore history_;
+  PromotionStore promotions_;
   const DataRoot data_root_;
   JobContext context_;
   JobQueue queue_;

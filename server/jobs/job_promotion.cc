@@ -101,7 +101,7 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
   record.source = source;
   record.validation_accuracy = promotion.validation_accuracy;
   record.time_ms = absl::ToUnixMillis(context_->clock->Now());
-  if (absl::Status s = context_->store->RecordPromotion(record); !context_->StoreWriteOk(
+  if (absl::Status s = promotions_->RecordPromotion(record); !context_->StoreWriteOk(
           s, "record_promotion", request.job_id().empty() ? "-" : request.job_id(),
           absl::StrCat("the promotion of ", source, " to model '", request.model(), "' version ",
                        version))) {
@@ -123,7 +123,7 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
 }
 
 void CheckpointPromoter::RestorePromotions() {
-  auto promotions = context_->store->CurrentPromotions();
+  auto promotions = promotions_->CurrentPromotions();
   if (!promotions.ok()) {
     context_->Log(absl::StrCat("cannot read promotions: ", promotions.status().message()));
     return;

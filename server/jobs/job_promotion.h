@@ -19,6 +19,7 @@
 #include "server/config.h"
 #include "server/jobs/job_checkpoints.h"
 #include "server/jobs/job_context.h"
+#include "server/jobs/promotion_store.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 namespace ts::server {
@@ -45,10 +46,11 @@ struct CheckpointPromoterOptions {
 class CheckpointPromoter {
  public:
   CheckpointPromoter(CheckpointPromoterOptions options, const CheckpointResolver* checkpoints,
-                     ModelRegistry* registry, JobContext* context)
+                     ModelRegistry* registry, PromotionStore* promotions, JobContext* context)
       : options_(std::move(options)),
         checkpoints_(checkpoints),
         registry_(registry),
+        promotions_(promotions),
         context_(context) {}
 
   // INVALID_ARGUMENT for a bad model name or no source; the resolver's errors for the source
@@ -64,6 +66,7 @@ class CheckpointPromoter {
   const CheckpointPromoterOptions options_;
   const CheckpointResolver* const checkpoints_;
   ModelRegistry* const registry_;
+  PromotionStore* const promotions_;
   JobContext* const context_;
 };
 

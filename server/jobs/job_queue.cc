@@ -49,8 +49,8 @@ std::vector<int> ActiveJob::WorkerPids() {
   return std::vector<int>(pids.begin(), pids.end());
 }
 
-JobQueue::JobQueue(JobQueueOptions options, JobContext* context)
-    : options_(options), context_(context) {}
+JobQueue::JobQueue(JobQueueOptions options, JobStore* jobs, JobContext* context)
+    : options_(options), jobs_(jobs), context_(context) {}
 
 absl::Status JobQueue::Restore(pb::Job job) {
   const bool was_running = job.state() == pb::JOB_STATE_RUNNING;
@@ -60,7 +60,7 @@ absl::Status JobQueue::Restore(pb::Job job) {
   }
   active->job.set_state(pb::JOB_STATE_QUEUED);
   const std::string& id = active->id;
-  if (absl::Status s = context_->store->UpdateJob(active->job);
+  if (absl::Status s = jobs_->UpdateJob(active->job);
       !context_->StoreWriteOk(s, "update_job", id, "its queued state after a restart")) {
     return s;
   }
@@ -91,7 +91,7 @@ absl::StatusOr<pb::Job> JobQueue::Enqueue(pb::Job job) {
   }
   job.set_state(pb::JOB_STATE_QUEUED);
   SetTimestamp(context_->clock->Now(), job.mutable_create_time());
-  auto stored = context_->store->CreateJob(std::move(job));
+  auto stored = jobs_->CreateJob(std::move(job));
   if (!context_->StoreWriteOk(stored.status(), "create_job", "(new)", "a submitted job")) {
     return stored.status();
   }
@@ -147,11 +147,11 @@ absl::StatusOr<pb::Job> JobQueue::Get(const std::string& id) const {
       return it->second.job;
     }
   }
-  return context_->store->GetJob(id);
+  return jobs_->GetJob(id);
 }
 
 absl::StatusOr<pb::ListJobsResponse> JobQueue::List(const pb::ListJobsRequest& request) const {
-  TS_ASSIGN_OR_RETURN(pb::ListJobsResponse page, context_->store->ListJobs(request));
+  TS_ASSIGN_OR_RETURN(pb::ListJobsResponse page, jobs_->ListJobs(request));
   absl::MutexLock lock(&mu_);
   if (unwritten_finals_.empty()) return page;
   auto* jobs = page.mutable_jobs();
@@ -248,7 +248,7 @@ void JobQueue::Publish(ActiveJob& active, pb::JobEvent::Type type,
   *event.mutable_job() = Snapshot(active);
   if (checkpoint != nullptr) *event.mutable_checkpoint() = *checkpoint;
   const bool final = type == pb::JobEvent::STATE && IsFinalJobState(event.job().state());
-  const absl::Status written = context_->store->UpdateJob(event.job());
+  const absl::Status written = jobs_->UpdateJob(event.job());
   const bool retry_unwritten =
       context_->StoreWriteOk(written, "update_job", event.job().id(),
                              absl::StrCat("its ", JobStateName(event.job().state()), " snapshot (",
@@ -287,7 +287,7 @@ int JobQueue::WriteUnwrittenFinalStates() {
   }
   if (pending.empty()) return 0;
   for (const pb::Job& job : pending) {
-    const absl::Status written = context_->store->UpdateJob(job);
+    const absl::Status written = jobs_->UpdateJob(job);
     absl::MutexLock lock(&mu_);
     const auto it = unwritten_finals_.find(job.id());
     if (it == unwritten_finals_.end()) continue;  // another thread wrote it
@@ -370,7 +370,7 @@ absl::StatusOr<std::int64_t> JobQueue::Watch(const std::string& id, Listener lis
              unwritten != unwritten_finals_.end()) {
     *snapshot.mutable_job() = unwritten->second.job;
   } else {
-    TS_ASSIGN_OR_RETURN(*snapshot.mutable_job(), context_->store->GetJob(id));
+    TS_ASSIGN_OR_RETURN(*snapshot.mutable_job(), jobs_->GetJob(id));
   }
   listener(snapshot);
   if (IsFinalJobState(snapshot.job().state())) return 0;

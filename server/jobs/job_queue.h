@@ -39,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/jobs/job_context.h"
+#include "server/jobs/job_store.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 namespace ts::server {
@@ -77,7 +78,8 @@ class JobQueue {
  public:
   using Listener = std::function<void(const taylorshift::v1::JobEvent& event)>;
 
-  JobQueue(JobQueueOptions options, JobContext* context);
+  // `jobs` and `context` must outlive the queue.
+  JobQueue(JobQueueOptions options, JobStore* jobs, JobContext* context);
 
   // Queues again a job a previous run left QUEUED or RUNNING (a RUNNING one counts one more
   // resume), storing it QUEUED; the store's error when that write fails.
@@ -143,6 +145,7 @@ class JobQueue {
   int UpdateUnwrittenGauge() ABSL_LOCKS_EXCLUDED(mu_);
 
   const JobQueueOptions options_;
+  JobStore* const jobs_;
   JobContext* const context_;
 
   mutable absl::Mutex mu_;

@@ -29,7 +29,7 @@ void JobRecorder::Apply(ActiveJob& active, const pb::WorkerMessage& message) {
         context_->Log(absl::StrCat("job ", id, " resumes at step ", started.resumed_step()));
         // The steps after the saved state are trained again: their first records go.
         const auto step = static_cast<std::int64_t>(started.resumed_step());
-        context_->StoreWriteOk(context_->store->TruncateHistory(id, step), "truncate_history", id,
+        context_->StoreWriteOk(history_->TruncateHistory(id, step), "truncate_history", id,
                                absl::StrCat("the removal of its history after step ", step));
       }
       queue_->Publish(active, pb::JobEvent::PROGRESS);
@@ -51,7 +51,7 @@ void JobRecorder::Apply(ActiveJob& active, const pb::WorkerMessage& message) {
       row.learning_rate = p.learning_rate();
       row.examples_per_second = p.examples_per_second();
       row.time_ms = p.time_ms();
-      context_->StoreWriteOk(context_->store->AppendMetric(id, row), "append_metric", id,
+      context_->StoreWriteOk(history_->AppendMetric(id, row), "append_metric", id,
                              absl::StrCat("the loss of step ", row.step));
       if (context_->metrics != nullptr) {
         context_->metrics->SetJobProgress(id, row.step, p.loss(), p.examples_per_second());
@@ -61,7 +61,7 @@ void JobRecorder::Apply(ActiveJob& active, const pb::WorkerMessage& message) {
     }
     case pb::WorkerMessage::kValidation: {
       const pb::EvaluationReport& report = message.validation();
-      context_->StoreWriteOk(context_->store->AppendEvaluation(id, report), "append_evaluation", id,
+      context_->StoreWriteOk(history_->AppendEvaluation(id, report), "append_evaluation", id,
                              absl::StrCat("the validation run of step ", report.step()));
       queue_->Update(active, [&](pb::Job& job) {
         *job.mutable_validation() = report;
@@ -77,7 +77,7 @@ void JobRecorder::Apply(ActiveJob& active, const pb::WorkerMessage& message) {
     }
     case pb::WorkerMessage::kCheckpoint: {
       const pb::WorkerCheckpoint& checkpoint = message.checkpoint();
-      RecordCheckpoint(*context_, id, checkpoint);
+      RecordCheckpoint(history_, *context_, id, checkpoint);
       queue_->Update(active,
                      [&](pb::Job& job) { KeepCheckpoints(checkpoint, job.mutable_checkpoints()); });
       queue_->Publish(active, pb::JobEvent::CHECKPOINT, &checkpoint.checkpoint());
@@ -85,8 +85,8 @@ void JobRecorder::Apply(ActiveJob& active, const pb::WorkerMessage& message) {
     }
     case pb::WorkerMessage::kReport: {
       queue_->Update(active, [&](pb::Job& job) { *job.mutable_report() = message.report(); });
-      context_->StoreWriteOk(context_->store->AppendEvaluation(id, message.report()),
-                             "append_evaluation", id, "its evaluation report");
+      context_->StoreWriteOk(history_->AppendEvaluation(id, message.report()), "append_evaluation",
+                             id, "its evaluation report");
       return;
     }
     case pb::WorkerMessage::kLog:

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "server/jobs/job_context.h"
+#include "server/jobs/job_history_store.h"
 #include "server/jobs/job_queue.h"
 #include "taylorshift/v1/worker.pb.h"
 
@@ -19,13 +20,15 @@ namespace ts::server {
 
 class JobRecorder {
  public:
-  // `queue` and `context` must outlive the recorder.
-  JobRecorder(JobQueue* queue, const JobContext* context) : queue_(queue), context_(context) {}
+  // `queue`, `history` and `context` must outlive the recorder.
+  JobRecorder(JobQueue* queue, JobHistoryStore* history, const JobContext* context)
+      : queue_(queue), history_(history), context_(context) {}
 
   void Apply(ActiveJob& active, const taylorshift::v1::WorkerMessage& message);
 
  private:
   JobQueue* const queue_;
+  JobHistoryStore* const history_;
   const JobContext* const context_;
 };
 

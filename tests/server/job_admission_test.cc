@@ -55,7 +55,7 @@ class JobAdmissionTest : public ::testing::Test {
   }
 
   ts::testing::JobTestContext env_;
-  JobQueue queue_{JobQueueOptions{10, 0}, env_.context()};
+  JobQueue queue_{JobQueueOptions{10, 0}, &env_.jobs(), env_.context()};
   ModelRegistry registry_;
   std::unique_ptr<DataRoot> root_;
   std::unique_ptr<CheckpointResolver> resolver_;

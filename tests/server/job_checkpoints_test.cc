@@ -27,10 +27,10 @@ pb::CheckpointInfo Info(const std::string& kind, std::uint64_t step, const std::
 }
 
 pb::WorkerCheckpoint Message(const pb::CheckpointInfo& info,
-                             std::vector<std::string> removed = {}) {
+                             const std::vector<std::string>& removed = {}) {
   pb::WorkerCheckpoint message;
   *message.mutable_checkpoint() = info;
-  for (auto& r : removed) message.add_removed_paths(r);
+  for (const auto& r : removed) message.add_removed_paths(r);
   return message;
 }
 
@@ -85,12 +85,12 @@ class CheckpointStoreTest : public ::testing::Test {
     pb::Job job;
     job.set_kind(pb::JOB_KIND_TRAINING);
     job.set_state(pb::JOB_STATE_SUCCEEDED);
-    auto stored = env_.store().CreateJob(job);
+    auto stored = env_.jobs().CreateJob(job);
     ASSERT_TRUE(stored.ok());
     id_ = stored->id();
   }
   std::vector<std::string> StoredPaths() {
-    auto stored = env_.store().Checkpoints(id_);
+    auto stored = env_.history().Checkpoints(id_);
     EXPECT_TRUE(stored.ok());
     std::vector<std::string> paths;
     for (const auto& c : *stored) paths.push_back(c.path());
@@ -101,19 +101,21 @@ class CheckpointStoreTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointStoreTest, RecordCheckpointMirrorsKeepCheckpointsInTheStore) {
-  RecordCheckpoint(*env_.context(), id_, Message(Info("last", 10, "step-10")));
-  RecordCheckpoint(*env_.context(), id_, Message(Info("best", 10, "best")));
-  RecordCheckpoint(*env_.context(), id_, Message(Info("last", 20, "step-20"), {"step-10"}));
-  RecordCheckpoint(*env_.context(), id_, Message(Info("best", 20, "best")));
+  RecordCheckpoint(&env_.history(), *env_.context(), id_, Message(Info("last", 10, "step-10")));
+  RecordCheckpoint(&env_.history(), *env_.context(), id_, Message(Info("best", 10, "best")));
+  RecordCheckpoint(&env_.history(), *env_.context(), id_,
+                   Message(Info("last", 20, "step-20"), {"step-10"}));
+  RecordCheckpoint(&env_.history(), *env_.context(), id_, Message(Info("best", 20, "best")));
   EXPECT_THAT(StoredPaths(), ElementsAre("step-20", "best"));
   EXPECT_EQ(env_.StoreErrors("remove_checkpoint"), 0);
   EXPECT_EQ(env_.StoreErrors("record_checkpoint"), 0);
 }
 
 TEST_F(CheckpointStoreTest, AFailedRecordIsLoggedAndCounted) {
-  RecordCheckpoint(*env_.context(), id_, Message(Info("last", 10, "step-10")));
+  RecordCheckpoint(&env_.history(), *env_.context(), id_, Message(Info("last", 10, "step-10")));
   // A job the store does not know: the record fails (NOT_FOUND), is logged and counted.
-  RecordCheckpoint(*env_.context(), "job-404", Message(Info("last", 20, "step-20")));
+  RecordCheckpoint(&env_.history(), *env_.context(), "job-404",
+                   Message(Info("last", 20, "step-20")));
   EXPECT_EQ(env_.StoreErrors("record_checkpoint"), 1);
   EXPECT_TRUE(
       env_.Logged("job job-404: cannot write the last checkpoint of step 20 (step-20) to "
@@ -132,7 +134,7 @@ class CheckpointResolverTest : public ::testing::Test {
     resolver_ = std::make_unique<CheckpointResolver>(root_.get(), &queue_);
   }
   ts::testing::JobTestContext env_;
-  JobQueue queue_{JobQueueOptions{10, 0}, env_.context()};
+  JobQueue queue_{JobQueueOptions{10, 0}, &env_.jobs(), env_.context()};
   std::unique_ptr<DataRoot> root_;
   std::unique_ptr<CheckpointResolver> resolver_;
 };
@@ -141,7 +143,7 @@ TEST_F(CheckpointResolverTest, JobReferencesAndDataRootFiles) {
   pb::Job job;
   job.set_kind(pb::JOB_KIND_TRAINING);
   *job.add_checkpoints() = Info("best", 5, "/state/jobs/job-1/best.tsckpt");
-  ASSERT_TRUE(env_.store().CreateJob(job).ok());
+  ASSERT_TRUE(env_.jobs().CreateJob(job).ok());
   EXPECT_EQ(*resolver_->Resolve("job:job-1", "init_from"), "/state/jobs/job-1/best.tsckpt");
   auto unknown = resolver_->Resolve("job:job-9", "init_from");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);

@@ -26,7 +26,7 @@ class JobDeleterTest : public ::testing::Test {
     job.set_kind(pb::JOB_KIND_TRAINING);
     job.set_name("old");
     job.set_state(state);
-    auto stored = env_.store().CreateJob(job);
+    auto stored = env_.jobs().CreateJob(job);
     EXPECT_TRUE(stored.ok());
     const std::string dir = jobs_dir_ + "/" + stored->id();
     fs::create_directories(dir);
@@ -37,8 +37,8 @@ class JobDeleterTest : public ::testing::Test {
 
   ts::testing::JobTestContext env_;
   const std::string jobs_dir_ = env_.dir() + "/jobs";
-  JobQueue queue_{JobQueueOptions{10, 0}, env_.context()};
-  JobDeleter deleter_{jobs_dir_, &queue_, env_.context()};
+  JobQueue queue_{JobQueueOptions{10, 0}, &env_.jobs(), env_.context()};
+  JobDeleter deleter_{jobs_dir_, &queue_, &env_.jobs(), env_.context()};
 };
 
 TEST_F(JobDeleterTest, DeletesTheFilesThenTheRecordAndCountsTheReason) {
@@ -50,7 +50,7 @@ TEST_F(JobDeleterTest, DeletesTheFilesThenTheRecordAndCountsTheReason) {
   EXPECT_EQ(deleted->files_removed(), 2u);
   EXPECT_EQ(deleted->bytes_freed(), 13u);
   EXPECT_FALSE(fs::exists(jobs_dir_ + "/" + id));
-  EXPECT_EQ(env_.store().GetJob(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(env_.jobs().GetJob(id).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(env_.Sample("taylorshift_jobs_deleted_total{reason=\"request\"}"), 1);
   EXPECT_EQ(deleter_.Delete(id, "request").status().code(), absl::StatusCode::kNotFound);
 }
@@ -98,9 +98,9 @@ TEST_F(JobDeleterTest, TheSweepDeletesFinishedJobsOnceTheRetentionHasPassedOnThe
   EXPECT_EQ(deleter_.Sweep(absl::Hours(1)), 0);
   env_.clock().Advance(absl::Minutes(31));
   EXPECT_EQ(deleter_.Sweep(absl::Hours(1)), 2);
-  EXPECT_EQ(env_.store().GetJob(finished).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(env_.store().GetJob(failed).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(env_.store().GetJob(running).ok());
+  EXPECT_EQ(env_.jobs().GetJob(finished).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(env_.jobs().GetJob(failed).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(env_.jobs().GetJob(running).ok());
   EXPECT_EQ(env_.Sample("taylorshift_jobs_deleted_total{reason=\"retention\"}"), 2);
 }
 
@@ -110,10 +110,10 @@ TEST_F(JobDeleterTest, RetentionSweepsAtStartAndThenEveryIntervalOfTheClock) {
   std::thread sweeper([&] { deleter_.RunRetention(absl::Hours(1), absl::Minutes(10)); });
   // The first sweep ran (nothing is old enough) and it waits for the next one.
   ASSERT_TRUE(env_.clock().BlockUntilWaiting(start + absl::Minutes(10)));
-  EXPECT_TRUE(env_.store().GetJob(id).ok());
+  EXPECT_TRUE(env_.jobs().GetJob(id).ok());
   env_.clock().Advance(absl::Hours(2));
   ASSERT_TRUE(env_.clock().BlockUntilWaiting(start + absl::Hours(2) + absl::Minutes(10)));
-  EXPECT_EQ(env_.store().GetJob(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(env_.jobs().GetJob(id).status().code(), absl::StatusCode::kNotFound);
   deleter_.StopRetention();
   sweeper.join();
 }

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_worker_launcher.h"
+#include "tests/testing/job_stores.h"
 
 namespace ts::server {
 namespace {
@@ -37,7 +38,7 @@ class JobManagerRestartTest : public ::testing::Test {
   // A training job as a server that stopped while it ran left it in the store.
   std::string StoreRunningJob() {
     std::filesystem::create_directories(dir_ + "/state");
-    auto store = JobStore::Open(dir_ + "/state/jobs.db", &clock_);
+    auto store = testing::JobStores::Open(dir_ + "/state/jobs.db", &clock_);
     EXPECT_TRUE(store.ok()) << store.status();
     pb::Job job;
     job.set_kind(pb::JOB_KIND_TRAINING);
@@ -45,7 +46,7 @@ class JobManagerRestartTest : public ::testing::Test {
     job.set_name("interrupted");
     job.mutable_training()->set_threads(1);
     job.mutable_progress()->set_step(40);
-    auto stored = (*store)->CreateJob(job);
+    auto stored = (*store)->jobs.CreateJob(job);
     EXPECT_TRUE(stored.ok()) << stored.status();
     return stored.ok() ? stored->id() : "";
   }

@@ -48,7 +48,8 @@ class CheckpointPromoterTest : public ::testing::Test {
     options.models_dir = env_.dir() + "/models";
     options.promoted_model_defaults.device = "cpu";
     options.on_model_served = [this](const std::string& name) { served_.push_back(name); };
-    return std::make_unique<CheckpointPromoter>(options, resolver_.get(), registry, env_.context());
+    return std::make_unique<CheckpointPromoter>(options, resolver_.get(), registry,
+                                                &env_.promotions(), env_.context());
   }
   // A finished training job whose best checkpoint is `path`.
   std::string JobWithBest(const std::string& path) {
@@ -58,13 +59,13 @@ class CheckpointPromoterTest : public ::testing::Test {
     auto* best = job.add_checkpoints();
     best->set_kind("best");
     best->set_path(path);
-    auto stored = env_.store().CreateJob(job);
+    auto stored = env_.jobs().CreateJob(job);
     EXPECT_TRUE(stored.ok());
     return stored->id();
   }
 
   ts::testing::JobTestContext env_;
-  JobQueue queue_{JobQueueOptions{10, 0}, env_.context()};
+  JobQueue queue_{JobQueueOptions{10, 0}, &env_.jobs(), env_.context()};
   std::unique_ptr<DataRoot> root_;
   std::unique_ptr<CheckpointResolver> resolver_;
   ModelRegistry registry_;
@@ -90,7 +91,7 @@ TEST_F(CheckpointPromoterTest, AJobsBestCheckpointIsCopiedServedRecordedAndResto
   EXPECT_EQ(registry_.Find("news"), promotion->model);
   EXPECT_EQ(served_, std::vector<std::string>{"news"});
 
-  auto history = env_.store().PromotionHistory("news");
+  auto history = env_.promotions().PromotionHistory("news");
   ASSERT_TRUE(history.ok());
   ASSERT_EQ(history->size(), 1u);
   EXPECT_EQ((*history)[0].version, version);
@@ -131,7 +132,7 @@ TEST_F(CheckpointPromoterTest, TheAccuracyGuardKeepsABetterServedVersion) {
   ASSERT_TRUE(replaced.ok()) << replaced.status();
   EXPECT_EQ(replaced->previous_version, first->model->version());
   EXPECT_EQ(replaced->previous_validation_accuracy, 0.8);
-  EXPECT_EQ(env_.store().PromotionHistory("news")->size(), 2u);
+  EXPECT_EQ(env_.promotions().PromotionHistory("news")->size(), 2u);
 }
 
 TEST_F(CheckpointPromoterTest, BadRequestsAreRefusedBeforeAnythingIsServed) {

@@ -53,13 +53,13 @@ class JobQueueTest : public ::testing::Test {
 };
 
 TEST_F(JobQueueTest, EnqueueStoresTheJobQueuedAtTheClocksTimeAndRefusesPastMaxQueued) {
-  JobQueue queue(JobQueueOptions{2, 0}, env_.context());
+  JobQueue queue(JobQueueOptions{2, 0}, &env_.jobs(), env_.context());
   auto first = queue.Enqueue(TrainingJob("a"));
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->id(), "job-1");
   EXPECT_EQ(first->state(), pb::JOB_STATE_QUEUED);
   EXPECT_EQ(first->create_time().seconds(), absl::ToUnixSeconds(env_.clock().Now()));
-  auto stored = env_.store().GetJob("job-1");
+  auto stored = env_.jobs().GetJob("job-1");
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_EQ(stored->state(), pb::JOB_STATE_QUEUED);
   EXPECT_EQ(
@@ -79,18 +79,18 @@ TEST_F(JobQueueTest, EnqueueStoresTheJobQueuedAtTheClocksTimeAndRefusesPastMaxQu
 }
 
 TEST_F(JobQueueTest, AfterStopEnqueueIsUnavailableAndNextReturnsNull) {
-  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  JobQueue queue(JobQueueOptions{10, 0}, &env_.jobs(), env_.context());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
   queue.Stop();
   EXPECT_TRUE(queue.stopping());
   EXPECT_EQ(queue.Enqueue(TrainingJob("b")).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(queue.Next(), nullptr);
   // The queued job stays queued in the store for the next start.
-  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_QUEUED);
+  EXPECT_EQ(env_.jobs().GetJob("job-1")->state(), pb::JOB_STATE_QUEUED);
 }
 
 TEST_F(JobQueueTest, TheHeadStartsOnlyWhenItFitsBesideTheRunningJobsOrNothingRuns) {
-  JobQueue queue(JobQueueOptions{10, 100}, env_.context());
+  JobQueue queue(JobQueueOptions{10, 100}, &env_.jobs(), env_.context());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("big", 150)).ok());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("a", 60)).ok());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("b", 40)).ok());
@@ -123,15 +123,15 @@ TEST_F(JobQueueTest, TheHeadStartsOnlyWhenItFitsBesideTheRunningJobsOrNothingRun
 }
 
 TEST_F(JobQueueTest, RestoreQueuesAgainAndCountsTheResumeOfARunningJob) {
-  auto stored = env_.store().CreateJob(TrainingJob("interrupted"));
+  auto stored = env_.jobs().CreateJob(TrainingJob("interrupted"));
   ASSERT_TRUE(stored.ok());
   stored->set_state(pb::JOB_STATE_RUNNING);
   stored->mutable_progress()->set_resumes(2);
-  ASSERT_TRUE(env_.store().UpdateJob(*stored).ok());
+  ASSERT_TRUE(env_.jobs().UpdateJob(*stored).ok());
 
-  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  JobQueue queue(JobQueueOptions{10, 0}, &env_.jobs(), env_.context());
   ASSERT_TRUE(queue.Restore(*stored).ok());
-  auto job = env_.store().GetJob(stored->id());
+  auto job = env_.jobs().GetJob(stored->id());
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state(), pb::JOB_STATE_QUEUED);
   EXPECT_EQ(job->progress().resumes(), 3u);
@@ -142,7 +142,7 @@ TEST_F(JobQueueTest, RestoreQueuesAgainAndCountsTheResumeOfARunningJob) {
 }
 
 TEST_F(JobQueueTest, StatesCarryTheClocksTimesAndWatchersSeeEveryEventUntilTheFinalOne) {
-  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  JobQueue queue(JobQueueOptions{10, 0}, &env_.jobs(), env_.context());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
   std::vector<pb::JobEvent> events;
   auto handle = queue.Watch("job-1", [&](const pb::JobEvent& e) { events.push_back(e); });
@@ -170,7 +170,7 @@ TEST_F(JobQueueTest, StatesCarryTheClocksTimesAndWatchersSeeEveryEventUntilTheFi
   EXPECT_EQ(done.start_time().seconds(), absl::ToUnixSeconds(start));
   EXPECT_EQ(done.end_time().seconds(), absl::ToUnixSeconds(start + absl::Seconds(90)));
   // Persisted, and counted.
-  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(env_.jobs().GetJob("job-1")->state(), pb::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(env_.Sample("taylorshift_jobs_total{kind=\"training\",state=\"succeeded\"}"), 1);
   // A finished job's watch is only its snapshot.
   std::vector<pb::JobEvent> late;
@@ -184,7 +184,7 @@ TEST_F(JobQueueTest, StatesCarryTheClocksTimesAndWatchersSeeEveryEventUntilTheFi
 }
 
 TEST_F(JobQueueTest, StopEndsOpenWatchesWithAnUnspecifiedEvent) {
-  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  JobQueue queue(JobQueueOptions{10, 0}, &env_.jobs(), env_.context());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
   std::vector<pb::JobEvent> events;
   ASSERT_TRUE(queue.Watch("job-1", [&](const pb::JobEvent& e) { events.push_back(e); }).ok());
@@ -194,14 +194,14 @@ TEST_F(JobQueueTest, StopEndsOpenWatchesWithAnUnspecifiedEvent) {
 }
 
 TEST_F(JobQueueTest, CancelEndsAQueuedJobAtOnceAndRefusesAFinishedOne) {
-  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  JobQueue queue(JobQueueOptions{10, 0}, &env_.jobs(), env_.context());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("b")).ok());
   auto cancelled = queue.Cancel("job-2");
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   EXPECT_EQ(cancelled->state(), pb::JOB_STATE_CANCELLED);
   EXPECT_EQ(cancelled->reason(), "cancelled by request while queued");
-  EXPECT_EQ(env_.store().GetJob("job-2")->state(), pb::JOB_STATE_CANCELLED);
+  EXPECT_EQ(env_.jobs().GetJob("job-2")->state(), pb::JOB_STATE_CANCELLED);
   auto again = queue.Cancel("job-2");
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(again.status().message()), HasSubstr("is already cancelled"));
@@ -222,8 +222,8 @@ TEST_F(JobQueueTest, CancelEndsAQueuedJobAtOnceAndRefusesAFinishedOne) {
 }
 
 TEST_F(JobQueueTest, DeletionIsRefusedForUnfinishedJobsAndCheckpointsTheyRead) {
-  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
-  auto finished = env_.store().CreateJob(TrainingJob("done"));
+  JobQueue queue(JobQueueOptions{10, 0}, &env_.jobs(), env_.context());
+  auto finished = env_.jobs().CreateJob(TrainingJob("done"));
   ASSERT_TRUE(finished.ok());
   EXPECT_TRUE(queue.CheckDeletable(finished->id()).ok());
 
@@ -245,11 +245,11 @@ TEST_F(JobQueueTest, DeletionIsRefusedForUnfinishedJobsAndCheckpointsTheyRead) {
 }
 
 TEST_F(JobQueueTest, AFailedSnapshotWriteIsLoggedAndCountedAndTheJobGoesOn) {
-  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  JobQueue queue(JobQueueOptions{10, 0}, &env_.jobs(), env_.context());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
   auto active = queue.Next();
   // The record is gone underneath the queue: every write of the job now fails (NOT_FOUND).
-  ASSERT_TRUE(env_.store().DeleteJob("job-1").ok());
+  ASSERT_TRUE(env_.jobs().DeleteJob("job-1").ok());
   EXPECT_EQ(env_.StoreErrors("update_job"), 0);
   queue.SetState(*active, pb::JOB_STATE_RUNNING, "");
   EXPECT_EQ(env_.StoreErrors("update_job"), 1);
@@ -260,7 +260,7 @@ TEST_F(JobQueueTest, AFailedSnapshotWriteIsLoggedAndCountedAndTheJobGoesOn) {
 }
 
 TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsAnsweredFromMemoryAndWrittenAtTheNextWrite) {
-  JobQueue queue(JobQueueOptions{10, 0}, env_.context());
+  JobQueue queue(JobQueueOptions{10, 0}, &env_.jobs(), env_.context());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("b")).ok());
   auto active = queue.Next();
@@ -284,7 +284,7 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsAnsweredFromMemoryAndWrittenAtT
   EXPECT_EQ(events.back().job().state(), pb::JOB_STATE_FAILED);
 
   // The store still holds the RUNNING snapshot; nothing answers it.
-  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_RUNNING);
+  EXPECT_EQ(env_.jobs().GetJob("job-1")->state(), pb::JOB_STATE_RUNNING);
   auto got = queue.Get("job-1");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->state(), pb::JOB_STATE_FAILED);
@@ -312,8 +312,8 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsAnsweredFromMemoryAndWrittenAtT
   // The next snapshot the store takes (job-2 starting) is followed by the kept final state.
   auto next = queue.Next();
   queue.SetState(*next, pb::JOB_STATE_RUNNING, "");
-  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_FAILED);
-  EXPECT_EQ(env_.store().GetJob("job-1")->reason(), "cannot write best.tsckpt: no space");
+  EXPECT_EQ(env_.jobs().GetJob("job-1")->state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(env_.jobs().GetJob("job-1")->reason(), "cannot write best.tsckpt: no space");
   EXPECT_TRUE(
       env_.Logged("job job-1: its final state (failed) is written to the job store now, "
                   "after 2 attempts"));
@@ -324,7 +324,7 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsAnsweredFromMemoryAndWrittenAtT
 TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsWrittenAgainOnTheRetryTimer) {
   JobQueueOptions options;
   options.final_state_retry_interval = absl::Seconds(5);
-  JobQueue queue(options, env_.context());
+  JobQueue queue(options, &env_.jobs(), env_.context());
   ASSERT_TRUE(queue.Enqueue(TrainingJob("a")).ok());
   auto active = queue.Next();
   queue.SetState(*active, pb::JOB_STATE_RUNNING, "");
@@ -338,7 +338,7 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsWrittenAgainOnTheRetryTimer) {
     // A retry while the disk is still full changes nothing.
     env_.clock().Advance(absl::Seconds(5));
     ASSERT_TRUE(env_.clock().BlockUntilWaiting(first + absl::Seconds(5)));
-    EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_RUNNING);
+    EXPECT_EQ(env_.jobs().GetJob("job-1")->state(), pb::JOB_STATE_RUNNING);
     EXPECT_EQ(env_.Sample("taylorshift_job_final_states_unwritten"), 1);
   }
   EXPECT_EQ(env_.StoreErrors("update_job"), 1);  // retries are not counted again
@@ -346,7 +346,7 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsWrittenAgainOnTheRetryTimer) {
   // No other write comes: the timer's next try writes it.
   env_.clock().Advance(absl::Seconds(5));
   ASSERT_TRUE(env_.clock().BlockUntilWaiting(first + absl::Seconds(10)));
-  EXPECT_EQ(env_.store().GetJob("job-1")->state(), pb::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(env_.jobs().GetJob("job-1")->state(), pb::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(env_.Sample("taylorshift_job_final_states_unwritten"), 0);
   EXPECT_TRUE(env_.Logged("after 3 attempts"));
   queue.Stop();

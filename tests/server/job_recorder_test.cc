@@ -36,13 +36,13 @@ pb::WorkerMessage Validation(std::uint64_t step, double accuracy) {
 }
 
 pb::WorkerMessage Checkpoint(const std::string& kind, std::uint64_t step, const std::string& path,
-                             std::vector<std::string> removed = {}) {
+                             const std::vector<std::string>& removed = {}) {
   pb::WorkerMessage message;
   auto* info = message.mutable_checkpoint()->mutable_checkpoint();
   info->set_kind(kind);
   info->set_step(step);
   info->set_path(path);
-  for (auto& r : removed) message.mutable_checkpoint()->add_removed_paths(r);
+  for (const auto& r : removed) message.mutable_checkpoint()->add_removed_paths(r);
   return message;
 }
 
@@ -72,8 +72,8 @@ class JobRecorderTest : public ::testing::Test {
   }
 
   ts::testing::JobTestContext env_;
-  JobQueue queue_{JobQueueOptions{10, 0}, env_.context()};
-  JobRecorder recorder_{&queue_, env_.context()};
+  JobQueue queue_{JobQueueOptions{10, 0}, &env_.jobs(), env_.context()};
+  JobRecorder recorder_{&queue_, &env_.history(), env_.context()};
   std::shared_ptr<ActiveJob> active_;
   std::vector<pb::JobEvent> events_;
 };
@@ -82,7 +82,7 @@ TEST_F(JobRecorderTest, ProgressBecomesALossRowTheJobsProgressItsGaugesAndAnEven
   recorder_.Apply(*active_, Progress(10, 1.5));
   recorder_.Apply(*active_, Progress(20, 1.25));
 
-  auto rows = env_.store().Metrics("job-1");
+  auto rows = env_.history().Metrics("job-1");
   ASSERT_TRUE(rows.ok());
   ASSERT_EQ(rows->size(), 2u);
   EXPECT_EQ((*rows)[1].step, 20);
@@ -99,7 +99,7 @@ TEST_F(JobRecorderTest, ProgressBecomesALossRowTheJobsProgressItsGaugesAndAnEven
   EXPECT_THAT(EventTypes(), ElementsAre(pb::JobEvent::PROGRESS, pb::JobEvent::PROGRESS));
   EXPECT_EQ(events_[1].job().progress().step(), 20u);
   // The snapshot is persisted with each event.
-  EXPECT_EQ(env_.store().GetJob("job-1")->progress().step(), 20u);
+  EXPECT_EQ(env_.jobs().GetJob("job-1")->progress().step(), 20u);
 }
 
 TEST_F(JobRecorderTest, ValidationKeepsTheLatestAndTheBestRun) {
@@ -110,7 +110,7 @@ TEST_F(JobRecorderTest, ValidationKeepsTheLatestAndTheBestRun) {
   EXPECT_EQ(job.validation().step(), 30u);
   EXPECT_EQ(job.best_validation().step(), 20u);
   EXPECT_EQ(job.best_validation().accuracy(), 0.8);
-  auto runs = env_.store().Evaluations("job-1");
+  auto runs = env_.history().Evaluations("job-1");
   ASSERT_TRUE(runs.ok());
   EXPECT_EQ(runs->size(), 3u);
   EXPECT_EQ(env_.Sample("taylorshift_job_validation_accuracy{job_id=\"job-1\"}"), 0.7);
@@ -131,11 +131,11 @@ TEST_F(JobRecorderTest, AResumedStartDropsTheHistoryAfterItsStepAndTakesTheWorke
   events_.clear();
   recorder_.Apply(*active_, started);
 
-  auto rows = env_.store().Metrics("job-1");
+  auto rows = env_.history().Metrics("job-1");
   ASSERT_TRUE(rows.ok());
   ASSERT_EQ(rows->size(), 2u);
   EXPECT_EQ(rows->back().step, 20);
-  EXPECT_TRUE(env_.store().Evaluations("job-1")->empty());
+  EXPECT_TRUE(env_.history().Evaluations("job-1")->empty());
   const pb::Job job = queue_.Snapshot(*active_);
   EXPECT_EQ(job.progress().step(), 20u);
   EXPECT_EQ(job.progress().total_steps(), 100u);
@@ -158,7 +158,7 @@ TEST_F(JobRecorderTest, CheckpointsFollowWhatTheWorkerKeptInTheJobAndTheStore) {
   EXPECT_THAT(
       Paths(job.checkpoints()),
       ElementsAre("last:/j/step-20.tsckpt", "last:/j/step-30.tsckpt", "best:/j/best.tsckpt"));
-  auto stored = env_.store().Checkpoints("job-1");
+  auto stored = env_.history().Checkpoints("job-1");
   ASSERT_TRUE(stored.ok());
   std::vector<std::string> stored_paths;
   for (const auto& c : *stored) stored_paths.push_back(c.kind() + ":" + c.path());
@@ -177,13 +177,13 @@ TEST_F(JobRecorderTest, AnEvaluationReportIsKeptAndStoredWithoutAnEvent) {
   report.mutable_report()->set_examples(50);
   recorder_.Apply(*active_, report);
   EXPECT_EQ(queue_.Snapshot(*active_).report().accuracy(), 0.9);
-  ASSERT_EQ(env_.store().Evaluations("job-1")->size(), 1u);
+  ASSERT_EQ(env_.history().Evaluations("job-1")->size(), 1u);
   EXPECT_TRUE(events_.empty());
 }
 
 TEST_F(JobRecorderTest, FailedStoreWritesAreLoggedWithTheJobAndCountedByOperation) {
   // The job's record is gone underneath the recorder: each write of it fails.
-  ASSERT_TRUE(env_.store().DeleteJob("job-1").ok());
+  ASSERT_TRUE(env_.jobs().DeleteJob("job-1").ok());
   recorder_.Apply(*active_, Progress(40, 0.5));
   recorder_.Apply(*active_, Validation(40, 0.75));
   recorder_.Apply(*active_, Checkpoint("last", 40, "/j/step-40.tsckpt"));

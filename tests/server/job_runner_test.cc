@@ -107,8 +107,8 @@ class JobRunnerTest : public ::testing::Test {
   }
 
   ts::testing::JobTestContext env_;
-  JobQueue queue_{JobQueueOptions{10, 0}, env_.context()};
-  JobRecorder recorder_{&queue_, env_.context()};
+  JobQueue queue_{JobQueueOptions{10, 0}, &env_.jobs(), env_.context()};
+  JobRecorder recorder_{&queue_, &env_.history(), env_.context()};
   std::unique_ptr<DataRoot> root_;
   std::unique_ptr<CheckpointResolver> resolver_;
   ts::testing::FakeWorkerLauncher launcher_{&env_.clock()};
@@ -125,7 +125,7 @@ TEST_F(JobRunnerTest, ATrainingTaskCarriesTheJobItsDirectoryLimitsAndResolvedIni
   auto* best = source.add_checkpoints();
   best->set_kind("best");
   best->set_path("/state/jobs/job-1/best.tsckpt");
-  ASSERT_TRUE(env_.store().CreateJob(source).ok());
+  ASSERT_TRUE(env_.jobs().CreateJob(source).ok());
 
   pb::Job job;
   job.set_kind(pb::JOB_KIND_TRAINING);
@@ -177,7 +177,7 @@ TEST_F(JobRunnerTest, ACancelledJobsWorkerStopsOnSigtermAndTheJobIsCancelled) {
   EXPECT_EQ(worker->terminations(), 1);
   EXPECT_EQ(worker->kills(), 0);
   EXPECT_EQ(launcher_.launches(), 1);
-  EXPECT_EQ(env_.store().GetJob(active_->id)->state(), pb::JOB_STATE_CANCELLED);
+  EXPECT_EQ(env_.jobs().GetJob(active_->id)->state(), pb::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobRunnerTest, ACancelledWorkerThatIgnoresSigtermIsKilledWhenTheGraceEnds) {
@@ -356,7 +356,7 @@ TEST_F(JobRunnerTest, AShutdownLeavesTheJobRunningInTheStoreToResume) {
   const pb::Job done = Finish();
   EXPECT_EQ(worker->terminations(), 1);
   EXPECT_EQ(done.state(), pb::JOB_STATE_RUNNING);
-  EXPECT_EQ(env_.store().GetJob(active_->id)->state(), pb::JOB_STATE_RUNNING);
+  EXPECT_EQ(env_.jobs().GetJob(active_->id)->state(), pb::JOB_STATE_RUNNING);
   EXPECT_EQ(launcher_.launches(), 1);
   EXPECT_TRUE(
       env_.Logged("interrupted by shutdown (stopped; its state is saved); it resumes on "

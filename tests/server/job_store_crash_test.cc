@@ -1,6 +1,6 @@
-// Crash consistency of the job store (server/jobs/job_store.h: "a committed write survives a
-// process crash (kill -9)", "each call is one transaction"). A child process writes to one store
-// file through the JobStore API — a job, its state and progress, its loss curve, validation runs,
+// Crash consistency of the job stores (server/jobs/store_database.h: "a committed write survives
+// a process crash (kill -9)", each call one transaction). A child process writes to one store
+// file through the stores' API — a job, its state and progress, its loss curve, validation runs,
 // checkpoint records (recorded and removed), promotions, a history truncation, the final state,
 // and for every third child the job's deletion — and acknowledges each call that returned OK on
 // a pipe. The test SIGKILLs it at a random point (after a seeded random number of
@@ -34,11 +34,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/jobs/job_store.h"
+#include "tests/testing/job_stores.h"
 #include "tests/testing/scratch_dir.h"
 
 namespace ts::server {
 namespace {
 
+using ::ts::testing::JobStores;
 namespace pb = taylorshift::v1;
 
 constexpr int kKills = 200;
@@ -171,14 +173,14 @@ RoundView AfterOps(const std::vector<Op>& ops, std::size_t count) {
 }
 
 // The child's side of `op`, on the job it created (`job`).
-absl::Status Run(const Op& op, int round, JobStore& store, pb::Job* job) {
+absl::Status Run(const Op& op, int round, JobStores& store, pb::Job* job) {
   switch (op.kind) {
     case Op::kCreate: {
       pb::Job fresh;
       fresh.set_kind(pb::JOB_KIND_TRAINING);
       fresh.set_state(pb::JOB_STATE_QUEUED);
       fresh.set_name(JobName(round));
-      absl::StatusOr<pb::Job> created = store.CreateJob(fresh);
+      absl::StatusOr<pb::Job> created = store.jobs.CreateJob(fresh);
       if (!created.ok()) return created.status();
       *job = *std::move(created);
       return absl::OkStatus();
@@ -186,42 +188,43 @@ absl::Status Run(const Op& op, int round, JobStore& store, pb::Job* job) {
     case Op::kRun:
       job->set_state(pb::JOB_STATE_RUNNING);
       job->mutable_progress()->set_step(static_cast<std::uint64_t>(op.step));
-      return store.UpdateJob(*job);
+      return store.jobs.UpdateJob(*job);
     case Op::kMetric:
-      return store.AppendMetric(job->id(), {op.step, 1.0 / static_cast<double>(op.step), 1e-3, 100,
-                                            1700000000000 + op.step});
+      return store.history.AppendMetric(job->id(), {op.step, 1.0 / static_cast<double>(op.step),
+                                                    1e-3, 100, 1700000000000 + op.step});
     case Op::kEvaluation: {
       pb::EvaluationReport report;
       report.set_step(static_cast<std::uint64_t>(op.step));
       report.set_accuracy(0.5);
-      return store.AppendEvaluation(job->id(), report);
+      return store.history.AppendEvaluation(job->id(), report);
     }
     case Op::kCheckpoint: {
       pb::CheckpointInfo checkpoint;
       checkpoint.set_kind("latest");
       checkpoint.set_step(static_cast<std::uint64_t>(op.step));
       checkpoint.set_path(op.text);
-      return store.RecordCheckpoint(job->id(), checkpoint);
+      return store.history.RecordCheckpoint(job->id(), checkpoint);
     }
     case Op::kRemoveCheckpoint:
-      return store.RemoveCheckpoint(job->id(), op.text);
+      return store.history.RemoveCheckpoint(job->id(), op.text);
     case Op::kPromote:
-      return store.RecordPromotion({PromotedModel(round), op.text, CheckpointPath(round, op.step),
-                                    "job:" + job->id(), 0.5, 1700000000000 + op.step});
+      return store.promotions.RecordPromotion({PromotedModel(round), op.text,
+                                               CheckpointPath(round, op.step), "job:" + job->id(),
+                                               0.5, 1700000000000 + op.step});
     case Op::kTruncate:
-      return store.TruncateHistory(job->id(), op.step);
+      return store.history.TruncateHistory(job->id(), op.step);
     case Op::kFinish:
       job->set_state(pb::JOB_STATE_SUCCEEDED);
-      return store.UpdateJob(*job);
+      return store.jobs.UpdateJob(*job);
     case Op::kDelete:
-      return store.DeleteJob(job->id());
+      return store.jobs.DeleteJob(job->id());
   }
   return absl::InternalError("unknown op");
 }
 
 // The child process: no gtest here, only the pipe, stderr and exit codes.
 [[noreturn]] void RunChild(const std::string& path, int round, int ack_fd) {
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
+  absl::StatusOr<std::unique_ptr<JobStores>> store = JobStores::Open(path);
   if (!store.ok()) {
     std::fprintf(stderr, "child %d: %s\n", round, std::string(store.status().message()).c_str());
     _exit(3);
@@ -307,11 +310,11 @@ std::vector<std::string> PragmaRows(const std::string& path, const char* pragma)
 }
 
 // The round's job as the store holds it, by name (its id depends on the calls before it).
-absl::StatusOr<RoundView> ReadRound(JobStore& store, int round) {
+absl::StatusOr<RoundView> ReadRound(JobStores& store, int round) {
   RoundView view;
   pb::ListJobsRequest request;
   request.set_page_size(JobStore::kMaxPageSize);
-  absl::StatusOr<pb::ListJobsResponse> jobs = store.ListJobs(request);
+  absl::StatusOr<pb::ListJobsResponse> jobs = store.jobs.ListJobs(request);
   if (!jobs.ok()) return jobs.status();
   std::vector<pb::Job> named;
   for (const pb::Job& job : jobs->jobs()) {
@@ -319,7 +322,7 @@ absl::StatusOr<RoundView> ReadRound(JobStore& store, int round) {
   }
   if (named.size() > 1) return absl::InternalError(absl::StrCat(named.size(), " jobs of a round"));
   absl::StatusOr<std::vector<PromotionRecord>> promotions =
-      store.PromotionHistory(PromotedModel(round));
+      store.promotions.PromotionHistory(PromotedModel(round));
   if (!promotions.ok()) return promotions.status();
   for (const PromotionRecord& promotion : *promotions) {
     if (absl::StartsWith(promotion.version, absl::StrCat("v", round, "."))) {
@@ -331,13 +334,14 @@ absl::StatusOr<RoundView> ReadRound(JobStore& store, int round) {
   view.exists = true;
   view.state = job.state();
   view.step = job.progress().step();
-  absl::StatusOr<std::vector<JobMetricRow>> metrics = store.Metrics(job.id());
+  absl::StatusOr<std::vector<JobMetricRow>> metrics = store.history.Metrics(job.id());
   if (!metrics.ok()) return metrics.status();
   for (const JobMetricRow& row : *metrics) view.metric_steps.push_back(row.step);
-  absl::StatusOr<std::vector<pb::EvaluationReport>> evaluations = store.Evaluations(job.id());
+  absl::StatusOr<std::vector<pb::EvaluationReport>> evaluations =
+      store.history.Evaluations(job.id());
   if (!evaluations.ok()) return evaluations.status();
   for (const auto& report : *evaluations) view.evaluation_steps.push_back(report.step());
-  absl::StatusOr<std::vector<pb::CheckpointInfo>> checkpoints = store.Checkpoints(job.id());
+  absl::StatusOr<std::vector<pb::CheckpointInfo>> checkpoints = store.history.Checkpoints(job.id());
   if (!checkpoints.ok()) return checkpoints.status();
   for (const auto& checkpoint : *checkpoints) view.checkpoints.push_back(checkpoint.path());
   return view;
@@ -400,7 +404,7 @@ TEST_F(JobStoreCrashTest, EveryAcknowledgedWriteSurvivesSigkillAtRandomPoints) {
         << "round " << round;
     EXPECT_EQ(PragmaRows(path, "PRAGMA foreign_key_check"), std::vector<std::string>{})
         << "round " << round;
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
+    absl::StatusOr<std::unique_ptr<JobStores>> store = JobStores::Open(path);
     ASSERT_TRUE(store.ok()) << "round " << round << ": " << store.status();
     absl::StatusOr<RoundView> actual = ReadRound(**store, round);
     ASSERT_TRUE(actual.ok()) << "round " << round << ": " << actual.status();
@@ -419,7 +423,7 @@ TEST_F(JobStoreCrashTest, EveryAcknowledgedWriteSurvivesSigkillAtRandomPoints) {
   EXPECT_EQ(kills, kKills);
 
   // Later kills left the earlier rounds as they were, and the store holds no other job.
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
+  absl::StatusOr<std::unique_ptr<JobStores>> store = JobStores::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
   int live_jobs = 0;
   for (std::size_t round = 0; round < verified.size(); ++round) {
@@ -430,7 +434,7 @@ TEST_F(JobStoreCrashTest, EveryAcknowledgedWriteSurvivesSigkillAtRandomPoints) {
   }
   pb::ListJobsRequest all;
   all.set_page_size(JobStore::kMaxPageSize);
-  absl::StatusOr<pb::ListJobsResponse> jobs = (*store)->ListJobs(all);
+  absl::StatusOr<pb::ListJobsResponse> jobs = (*store)->jobs.ListJobs(all);
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   EXPECT_EQ(jobs->jobs_size(), live_jobs);
   const double seconds =

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/job_stores.h"
 
 namespace ts::server {
 namespace {
@@ -40,6 +41,7 @@ using ::testing::FieldsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Optional;
+using ::ts::testing::JobStores;
 
 constexpr JobKind kTraining = taylorshift::v1::JOB_KIND_TRAINING;
 constexpr JobKind kEvaluation = taylorshift::v1::JOB_KIND_EVALUATION;
@@ -170,14 +172,14 @@ class JobStoreTest : public ::testing::Test {
     std::filesystem::remove_all(dir_, error);
   }
 
-  std::unique_ptr<JobStore> OpenStore() {
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_, &clock_);
+  std::unique_ptr<JobStores> OpenStore() {
+    absl::StatusOr<std::unique_ptr<JobStores>> store = JobStores::Open(path_, &clock_);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
   }
 
-  Job Create(JobStore& store, Job job) {
-    absl::StatusOr<Job> created = store.CreateJob(std::move(job));
+  Job Create(JobStores& store, Job job) {
+    absl::StatusOr<Job> created = store.jobs.CreateJob(std::move(job));
     EXPECT_TRUE(created.ok()) << created.status();
     return created.ok() ? *created : Job();
   }
@@ -188,17 +190,17 @@ class JobStoreTest : public ::testing::Test {
 };
 
 TEST_F(JobStoreTest, CreateGetUpdateRoundTripFullJob) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
 
   Job job = MakeTrainingJob("listops-small");
   job.set_id("ignored");
-  absl::StatusOr<Job> created = store->CreateJob(job);
+  absl::StatusOr<Job> created = store->jobs.CreateJob(job);
   ASSERT_TRUE(created.ok()) << created.status();
   EXPECT_EQ(created->id(), "job-1");
   job.set_id("job-1");
   EXPECT_THAT(*created, EqualsProto(job));
-  absl::StatusOr<Job> fetched = store->GetJob("job-1");
+  absl::StatusOr<Job> fetched = store->jobs.GetJob("job-1");
   ASSERT_TRUE(fetched.ok()) << fetched.status();
   EXPECT_THAT(*fetched, EqualsProto(job));
 
@@ -221,22 +223,22 @@ TEST_F(JobStoreTest, CreateGetUpdateRoundTripFullJob) {
   checkpoint.set_has_validation_accuracy(true);
   job.add_labels("0");
   job.add_labels("1");
-  ASSERT_TRUE(store->UpdateJob(job).ok());
-  fetched = store->GetJob("job-1");
+  ASSERT_TRUE(store->jobs.UpdateJob(job).ok());
+  fetched = store->jobs.GetJob("job-1");
   ASSERT_TRUE(fetched.ok()) << fetched.status();
   EXPECT_THAT(*fetched, EqualsProto(job));
 
   // The filter columns follow the snapshot.
   ListJobsRequest failed;
   failed.set_state(kFailed);
-  absl::StatusOr<ListJobsResponse> listed = store->ListJobs(failed);
+  absl::StatusOr<ListJobsResponse> listed = store->jobs.ListJobs(failed);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(Ids(*listed), ElementsAre("job-1"));
 }
 
 TEST_F(JobStoreTest, IdsAreUniqueIncreasingAndNeverReused) {
   {
-    std::unique_ptr<JobStore> store = OpenStore();
+    std::unique_ptr<JobStores> store = OpenStore();
     ASSERT_NE(store, nullptr);
     EXPECT_EQ(Create(*store, MakeTrainingJob("a")).id(), "job-1");
     EXPECT_EQ(Create(*store, MakeEvaluationJob("b")).id(), "job-2");
@@ -244,36 +246,36 @@ TEST_F(JobStoreTest, IdsAreUniqueIncreasingAndNeverReused) {
   }
   // Deleting the newest row (as a future retention sweep would) must not free its id.
   RawDb(path_).Exec("DELETE FROM jobs WHERE id = 'job-3'");
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(Create(*store, MakeTrainingJob("d")).id(), "job-4");
-  EXPECT_THAT(store->GetJob("job-3").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->jobs.GetJob("job-3").status(), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(JobStoreTest, DeleteJobTakesItsHistoryAndCheckpointRecordsAndKeepsPromotions) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a", kSucceeded));  // job-1
   Create(*store, MakeTrainingJob("b", kSucceeded));  // job-2
   for (const char* id : {"job-1", "job-2"}) {
-    ASSERT_TRUE(store->AppendMetric(id, JobMetricRow{10, 1.5, 1e-4, 100, 1000}).ok());
-    ASSERT_TRUE(store->AppendEvaluation(id, MakeReport(10, 0.5)).ok());
+    ASSERT_TRUE(store->history.AppendMetric(id, JobMetricRow{10, 1.5, 1e-4, 100, 1000}).ok());
+    ASSERT_TRUE(store->history.AppendEvaluation(id, MakeReport(10, 0.5)).ok());
     CheckpointInfo checkpoint;
     checkpoint.set_kind("best");
     checkpoint.set_step(10);
     checkpoint.set_path(absl::StrCat("state/jobs/", id, "/best.tsckpt"));
-    ASSERT_TRUE(store->RecordCheckpoint(id, checkpoint).ok());
+    ASSERT_TRUE(store->history.RecordCheckpoint(id, checkpoint).ok());
   }
   PromotionRecord promotion;
   promotion.model = "served";
   promotion.version = "v1";
   promotion.checkpoint = "state/models/served/v1.tsckpt";
   promotion.source = "job:job-1";
-  ASSERT_TRUE(store->RecordPromotion(promotion).ok());
+  ASSERT_TRUE(store->promotions.RecordPromotion(promotion).ok());
 
-  ASSERT_TRUE(store->DeleteJob("job-1").ok());
-  EXPECT_THAT(store->GetJob("job-1").status(), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(store->Metrics("job-1").status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_TRUE(store->jobs.DeleteJob("job-1").ok());
+  EXPECT_THAT(store->jobs.GetJob("job-1").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->history.Metrics("job-1").status(), StatusIs(absl::StatusCode::kNotFound));
   for (const char* table : {"job_metrics", "job_evaluations", "checkpoints"}) {
     EXPECT_EQ(RawDb(path_).QueryText(
                   absl::StrCat("SELECT COUNT(*) FROM ", table, " WHERE job_id = 'job-1'").c_str()),
@@ -285,12 +287,12 @@ TEST_F(JobStoreTest, DeleteJobTakesItsHistoryAndCheckpointRecordsAndKeepsPromoti
         << table;
   }
   // The promoted copy is not the job's: it stays served after a restart.
-  absl::StatusOr<std::vector<PromotionRecord>> current = store->CurrentPromotions();
+  absl::StatusOr<std::vector<PromotionRecord>> current = store->promotions.CurrentPromotions();
   ASSERT_TRUE(current.ok()) << current.status();
   ASSERT_EQ(current->size(), 1u);
   EXPECT_EQ((*current)[0].source, "job:job-1");
 
-  absl::Status again = store->DeleteJob("job-1");
+  absl::Status again = store->jobs.DeleteJob("job-1");
   EXPECT_THAT(again, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(again.message(), HasSubstr("job-1"));
   // Deleted ids are not reused.
@@ -300,7 +302,7 @@ TEST_F(JobStoreTest, DeleteJobTakesItsHistoryAndCheckpointRecordsAndKeepsPromoti
 // A deleted job's space comes back: a 3 MB spec grew the database and its WAL; after the delete
 // both are back near an empty store's size (VACUUM, then the WAL truncated).
 TEST_F(JobStoreTest, DeletingAJobGivesItsSpaceBack) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("small", kSucceeded));  // job-1
   Job big = MakeTrainingJob("big", kSucceeded);
@@ -315,17 +317,17 @@ TEST_F(JobStoreTest, DeletingAJobGivesItsSpaceBack) {
   };
   const std::uintmax_t grown = bytes();
   ASSERT_GT(grown, 1000000u);
-  ASSERT_TRUE(store->DeleteJob("job-2").ok());
+  ASSERT_TRUE(store->jobs.DeleteJob("job-2").ok());
   EXPECT_LT(bytes(), 200000u) << "grown to " << grown;
-  ASSERT_TRUE(store->GetJob("job-1").ok());
+  ASSERT_TRUE(store->jobs.GetJob("job-1").ok());
   // A small delete leaves the file alone (a quarter of it must be free).
   Create(*store, MakeTrainingJob("another", kSucceeded));  // job-3
-  ASSERT_TRUE(store->DeleteJob("job-3").ok());
-  EXPECT_TRUE(store->GetJob("job-1").ok());
+  ASSERT_TRUE(store->jobs.DeleteJob("job-3").ok());
+  EXPECT_TRUE(store->jobs.GetJob("job-1").ok());
 }
 
 TEST_F(JobStoreTest, FinishedJobsBeforeListsOnlyFinalStatesOlderThanTheCutoff) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a", kSucceeded));  // job-1
   Create(*store, MakeTrainingJob("b", kRunning));    // job-2
@@ -334,68 +336,69 @@ TEST_F(JobStoreTest, FinishedJobsBeforeListsOnlyFinalStatesOlderThanTheCutoff) {
   Create(*store, MakeTrainingJob("e", kCancelled));  // job-5
   const absl::Time written = clock_.Now();
   const absl::Time after = written + absl::Milliseconds(1);
-  auto listed = store->FinishedJobsBefore(after, 100);
+  auto listed = store->jobs.FinishedJobsBefore(after, 100);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, ElementsAre("job-1", "job-3", "job-5"));
-  listed = store->FinishedJobsBefore(after, 2);
+  listed = store->jobs.FinishedJobsBefore(after, 2);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, ElementsAre("job-1", "job-3"));
   // Strictly before: a job written at the cutoff is not listed.
-  listed = store->FinishedJobsBefore(written, 100);
+  listed = store->jobs.FinishedJobsBefore(written, 100);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, IsEmpty());
   // The time is the last write's, on the store's clock: an old row written again is young again.
   RawDb(path_).Exec("UPDATE jobs SET update_ms = 1000");
   clock_.Advance(absl::Hours(2));
-  Job rewritten = *store->GetJob("job-3");
-  ASSERT_TRUE(store->UpdateJob(rewritten).ok());
-  listed = store->FinishedJobsBefore(clock_.Now() - absl::Hours(1), 100);
+  Job rewritten = *store->jobs.GetJob("job-3");
+  ASSERT_TRUE(store->jobs.UpdateJob(rewritten).ok());
+  listed = store->jobs.FinishedJobsBefore(clock_.Now() - absl::Hours(1), 100);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, ElementsAre("job-1", "job-5"));
 }
 
 TEST_F(JobStoreTest, UnknownJobsAreNotFound) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a"));
 
-  absl::Status status = store->GetJob("job-42").status();
+  absl::Status status = store->jobs.GetJob("job-42").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("job-42"));
 
   Job unknown = MakeTrainingJob("x");
   unknown.set_id("job-42");
-  status = store->UpdateJob(unknown);
+  status = store->jobs.UpdateJob(unknown);
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("job-42"));
 
-  status = store->AppendMetric("job-42", JobMetricRow{1, 0.5, 0.001, 100, 1});
+  status = store->history.AppendMetric("job-42", JobMetricRow{1, 0.5, 0.001, 100, 1});
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("job-42"));
-  EXPECT_THAT(store->Metrics("job-42").status(), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(store->AppendEvaluation("job-42", MakeReport(1, 0.5)),
+  EXPECT_THAT(store->history.Metrics("job-42").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->history.AppendEvaluation("job-42", MakeReport(1, 0.5)),
               StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(store->Evaluations("job-42").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->history.Evaluations("job-42").status(), StatusIs(absl::StatusCode::kNotFound));
   CheckpointInfo checkpoint;
   checkpoint.set_kind("last");
   checkpoint.set_path("x.tsckpt");
-  EXPECT_THAT(store->RecordCheckpoint("job-42", checkpoint), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(store->Checkpoints("job-42").status(), StatusIs(absl::StatusCode::kNotFound));
-  status = store->RemoveCheckpoint("job-1", "never-recorded.tsckpt");
+  EXPECT_THAT(store->history.RecordCheckpoint("job-42", checkpoint),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->history.Checkpoints("job-42").status(), StatusIs(absl::StatusCode::kNotFound));
+  status = store->history.RemoveCheckpoint("job-1", "never-recorded.tsckpt");
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("never-recorded.tsckpt"));
 
   // A known job with no history yet is an empty list, not NOT_FOUND.
-  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics("job-1");
+  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->history.Metrics("job-1");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_THAT(*metrics, IsEmpty());
-  absl::StatusOr<std::vector<CheckpointInfo>> checkpoints = store->Checkpoints("job-1");
+  absl::StatusOr<std::vector<CheckpointInfo>> checkpoints = store->history.Checkpoints("job-1");
   ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
   EXPECT_THAT(*checkpoints, IsEmpty());
 }
 
 TEST_F(JobStoreTest, ListJobsNewestFirstWithFilters) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("t1", kSucceeded));    // job-1
   Create(*store, MakeEvaluationJob("e1", kSucceeded));  // job-2
@@ -407,7 +410,7 @@ TEST_F(JobStoreTest, ListJobsNewestFirstWithFilters) {
     ListJobsRequest request;
     request.set_state(state);
     request.set_kind(kind);
-    absl::StatusOr<ListJobsResponse> response = store->ListJobs(request);
+    absl::StatusOr<ListJobsResponse> response = store->jobs.ListJobs(request);
     EXPECT_TRUE(response.ok()) << response.status();
     EXPECT_EQ(response->next_page_token(), "");
     return Ids(*response);
@@ -422,7 +425,7 @@ TEST_F(JobStoreTest, ListJobsNewestFirstWithFilters) {
 }
 
 TEST_F(JobStoreTest, ListJobsPagesThrough120Jobs) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   for (int i = 0; i < 120; ++i) Create(*store, MakeTrainingJob(absl::StrCat("t", i)));
 
@@ -431,7 +434,7 @@ TEST_F(JobStoreTest, ListJobsPagesThrough120Jobs) {
   std::vector<int> page_sizes;
   std::vector<bool> has_token;
   while (true) {
-    absl::StatusOr<ListJobsResponse> page = store->ListJobs(request);
+    absl::StatusOr<ListJobsResponse> page = store->jobs.ListJobs(request);
     ASSERT_TRUE(page.ok()) << page.status();
     page_sizes.push_back(page->jobs_size());
     has_token.push_back(!page->next_page_token().empty());
@@ -448,14 +451,14 @@ TEST_F(JobStoreTest, ListJobsPagesThrough120Jobs) {
   // Exactly a page full: no token pointing at an empty page.
   request.Clear();
   request.set_page_size(120);
-  absl::StatusOr<ListJobsResponse> all = store->ListJobs(request);
+  absl::StatusOr<ListJobsResponse> all = store->jobs.ListJobs(request);
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->jobs_size(), 120);
   EXPECT_EQ(all->next_page_token(), "");
 }
 
 TEST_F(JobStoreTest, ListJobsPagesWithinAFilter) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   for (int i = 0; i < 30; ++i) {
     Create(*store, i % 3 == 0 ? MakeEvaluationJob(absl::StrCat("e", i))
@@ -464,15 +467,15 @@ TEST_F(JobStoreTest, ListJobsPagesWithinAFilter) {
   ListJobsRequest request;
   request.set_kind(kEvaluation);
   request.set_page_size(4);
-  absl::StatusOr<ListJobsResponse> first = store->ListJobs(request);
+  absl::StatusOr<ListJobsResponse> first = store->jobs.ListJobs(request);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_THAT(Ids(*first), ElementsAre("job-28", "job-25", "job-22", "job-19"));
   request.set_page_token(first->next_page_token());
-  absl::StatusOr<ListJobsResponse> second = store->ListJobs(request);
+  absl::StatusOr<ListJobsResponse> second = store->jobs.ListJobs(request);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_THAT(Ids(*second), ElementsAre("job-16", "job-13", "job-10", "job-7"));
   request.set_page_token(second->next_page_token());
-  absl::StatusOr<ListJobsResponse> last = store->ListJobs(request);
+  absl::StatusOr<ListJobsResponse> last = store->jobs.ListJobs(request);
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_THAT(Ids(*last), ElementsAre("job-4", "job-1"));
   EXPECT_EQ(last->next_page_token(), "");
@@ -480,13 +483,13 @@ TEST_F(JobStoreTest, ListJobsPagesWithinAFilter) {
   // A token continues only the listing it came from.
   request.set_kind(kTraining);
   request.set_page_token(first->next_page_token());
-  absl::Status status = store->ListJobs(request).status();
+  absl::Status status = store->jobs.ListJobs(request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("page_token"));
 }
 
 TEST_F(JobStoreTest, ListJobsRejectsBadPageTokenAndPageSize) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a"));
 
@@ -495,24 +498,24 @@ TEST_F(JobStoreTest, ListJobsRejectsBadPageTokenAndPageSize) {
         absl::WebSafeBase64Escape("-5.0.0"), absl::WebSafeBase64Escape("7.0")}) {
     ListJobsRequest request;
     request.set_page_token(token);
-    absl::Status status = store->ListJobs(request).status();
+    absl::Status status = store->jobs.ListJobs(request).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << token;
     EXPECT_THAT(status.message(), HasSubstr("page_token")) << token;
   }
 
   ListJobsRequest request;
   request.set_page_size(1001);
-  absl::Status status = store->ListJobs(request).status();
+  absl::Status status = store->jobs.ListJobs(request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("page_size"));
   EXPECT_THAT(status.message(), HasSubstr("1000"));
   request.set_page_size(1000);
-  EXPECT_TRUE(store->ListJobs(request).ok());
+  EXPECT_TRUE(store->jobs.ListJobs(request).ok());
 }
 
 TEST_F(JobStoreTest, UnfinishedJobsAndDataSurviveReopen) {
   {
-    std::unique_ptr<JobStore> store = OpenStore();
+    std::unique_ptr<JobStores> store = OpenStore();
     ASSERT_NE(store, nullptr);
     Create(*store, MakeTrainingJob("a", kSucceeded));       // job-1
     Create(*store, MakeTrainingJob("b", kRunning));         // job-2
@@ -521,12 +524,12 @@ TEST_F(JobStoreTest, UnfinishedJobsAndDataSurviveReopen) {
     Create(*store, MakeTrainingJob("e", kCancelled));       // job-5
     Job f = Create(*store, MakeTrainingJob("f", kQueued));  // job-6, then started
     f.set_state(kRunning);
-    ASSERT_TRUE(store->UpdateJob(f).ok());
-    ASSERT_TRUE(store->AppendMetric("job-2", JobMetricRow{10, 1.5, 0.001, 50, 1000}).ok());
+    ASSERT_TRUE(store->jobs.UpdateJob(f).ok());
+    ASSERT_TRUE(store->history.AppendMetric("job-2", JobMetricRow{10, 1.5, 0.001, 50, 1000}).ok());
   }
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
-  absl::StatusOr<std::vector<Job>> unfinished = store->UnfinishedJobs();
+  absl::StatusOr<std::vector<Job>> unfinished = store->jobs.UnfinishedJobs();
   ASSERT_TRUE(unfinished.ok()) << unfinished.status();
   std::vector<std::string> ids;
   for (const Job& job : *unfinished) ids.push_back(job.id());
@@ -536,19 +539,19 @@ TEST_F(JobStoreTest, UnfinishedJobsAndDataSurviveReopen) {
   expected.set_id("job-3");
   EXPECT_THAT((*unfinished)[1], EqualsProto(expected));
 
-  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics("job-2");
+  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->history.Metrics("job-2");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_THAT(*metrics, ElementsAre(FieldsAre(10, 1.5, 0.001, 50, 1000)));
   EXPECT_EQ(Create(*store, MakeTrainingJob("g")).id(), "job-7");
 }
 
 TEST_F(JobStoreTest, UsesWriteAheadLogAndSchemaVersion1) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   RawDb raw(path_);
   EXPECT_EQ(raw.QueryText("PRAGMA journal_mode"), "wal");
   EXPECT_EQ(raw.QueryText("PRAGMA user_version"), "1");
-  EXPECT_EQ(JobStore::kSchemaVersion, 1);
+  EXPECT_EQ(StoreDatabase::kSchemaVersion, 1);
   EXPECT_EQ(raw.QueryText("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
                           "('jobs', 'job_metrics', 'job_evaluations', 'checkpoints', "
                           "'promotions')"),
@@ -558,7 +561,7 @@ TEST_F(JobStoreTest, UsesWriteAheadLogAndSchemaVersion1) {
 TEST_F(JobStoreTest, NewerSchemaVersionIsFailedPrecondition) {
   ASSERT_NE(OpenStore(), nullptr);
   RawDb(path_).Exec("PRAGMA user_version = 99");
-  absl::Status status = JobStore::Open(path_).status();
+  absl::Status status = JobStores::Open(path_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr(path_));
   EXPECT_THAT(status.message(), HasSubstr("schema version 99"));
@@ -568,7 +571,7 @@ TEST_F(JobStoreTest, NewerSchemaVersionIsFailedPrecondition) {
 TEST_F(JobStoreTest, NonDatabaseFileIsAClearError) {
   std::filesystem::create_directories(dir_ + "/state");
   std::ofstream(path_) << "listen: 127.0.0.1:50051\nmodels: []\n" << std::string(4096, '#') << "\n";
-  absl::Status status = JobStore::Open(path_).status();
+  absl::Status status = JobStores::Open(path_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr(path_));
   EXPECT_THAT(status.message(), HasSubstr("not a database"));
@@ -577,7 +580,7 @@ TEST_F(JobStoreTest, NonDatabaseFileIsAClearError) {
 TEST_F(JobStoreTest, AnotherApplicationsDatabaseIsRejected) {
   std::filesystem::create_directories(dir_ + "/state");
   RawDb(path_).Exec("CREATE TABLE users(name TEXT)");
-  absl::Status status = JobStore::Open(path_).status();
+  absl::Status status = JobStores::Open(path_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr(path_));
   EXPECT_THAT(status.message(), HasSubstr("not a job store"));
@@ -585,34 +588,164 @@ TEST_F(JobStoreTest, AnotherApplicationsDatabaseIsRejected) {
   EXPECT_EQ(RawDb(path_).QueryText("SELECT count(*) FROM sqlite_master"), "1");
 }
 
+// The schema as version 1 shipped (the first binaries' CREATE statements, verbatim): the
+// migrations in store_database.cc must keep opening it, and a shipped step is never edited.
+constexpr char kShippedSchemaV1[] = R"sql(
+CREATE TABLE jobs(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT UNIQUE NOT NULL,
+  kind INTEGER NOT NULL,
+  state INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  create_ms INTEGER NOT NULL,
+  update_ms INTEGER NOT NULL,
+  job BLOB NOT NULL
+);
+CREATE INDEX jobs_by_state ON jobs(state);
+CREATE INDEX jobs_by_kind ON jobs(kind);
+
+CREATE TABLE job_metrics(
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  loss REAL NOT NULL,
+  learning_rate REAL NOT NULL,
+  examples_per_second REAL NOT NULL,
+  time_ms INTEGER NOT NULL
+);
+CREATE INDEX job_metrics_by_job ON job_metrics(job_id);
+
+CREATE TABLE job_evaluations(
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  accuracy REAL NOT NULL,
+  macro_f1 REAL NOT NULL,
+  loss REAL NOT NULL,
+  report BLOB NOT NULL
+);
+CREATE INDEX job_evaluations_by_job ON job_evaluations(job_id);
+
+CREATE TABLE checkpoints(
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  kind TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  validation_accuracy REAL,
+  time_ms INTEGER NOT NULL,
+  UNIQUE(job_id, kind, path)
+);
+
+CREATE TABLE promotions(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  model TEXT NOT NULL,
+  version TEXT NOT NULL,
+  checkpoint TEXT NOT NULL,
+  source TEXT NOT NULL,
+  validation_accuracy REAL,
+  time_ms INTEGER NOT NULL
+);
+CREATE INDEX promotions_by_model ON promotions(model);
+)sql";
+
+// Every table and index of a database file, with its SQL, one per line.
+std::string SchemaOf(const std::string& path) {
+  return RawDb(path).QueryText(
+      "SELECT group_concat(type || ' ' || name || ': ' || ifnull(sql, ''), char(10)) "
+      "FROM (SELECT * FROM sqlite_master ORDER BY name)");
+}
+
+TEST_F(JobStoreTest, ANewDatabaseHasTheSchemaVersion1Shipped) {
+  ASSERT_NE(OpenStore(), nullptr);
+  const std::string shipped = dir_ + "/shipped.db";
+  RawDb(shipped).Exec(kShippedSchemaV1);
+  EXPECT_THAT(SchemaOf(path_), HasSubstr("table promotions"));
+  EXPECT_EQ(SchemaOf(path_), SchemaOf(shipped));
+}
+
+TEST_F(JobStoreTest, ADatabaseWrittenWithSchemaVersion1OpensWithItsRecordsAndTakesWrites) {
+  // A jobs.db as the previous binaries left it: their schema and rows, written without the
+  // stores.
+  std::filesystem::create_directories(dir_ + "/state");
+  Job job = MakeTrainingJob("old", kSucceeded);
+  job.set_id("job-7");
+  const EvaluationReport report = MakeReport(100, 0.75);
+  {
+    RawDb raw(path_);
+    raw.Exec("PRAGMA journal_mode=WAL");
+    raw.Exec(kShippedSchemaV1);
+    raw.Exec(absl::StrCat("INSERT INTO jobs(seq, id, kind, state, name, create_ms, update_ms, job) "
+                          "VALUES(7, 'job-7', ",
+                          kTraining, ", ", kSucceeded, ", 'old', 1700000000123, 1700000500000, x'",
+                          absl::BytesToHexString(job.SerializeAsString()), "')")
+                 .c_str());
+    raw.Exec("INSERT INTO job_metrics VALUES('job-7', 100, 0.5, 0.001, 250, 1700000400000)");
+    raw.Exec(absl::StrCat("INSERT INTO job_evaluations VALUES('job-7', 100, 0.75, 0.74, 0.4, x'",
+                          absl::BytesToHexString(report.SerializeAsString()), "')")
+                 .c_str());
+    raw.Exec(
+        "INSERT INTO checkpoints VALUES('job-7', 'best', 100, 'jobs/job-7/best.tsckpt', 0.75, "
+        "1700000400500)");
+    raw.Exec(
+        "INSERT INTO promotions(model, version, checkpoint, source, validation_accuracy, time_ms) "
+        "VALUES('news', '1', 'models/news/1.tsckpt', 'job:job-7', 0.75, 1700000600000)");
+    raw.Exec("PRAGMA user_version = 1");
+  }
+
+  std::unique_ptr<JobStores> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<Job> stored = store->jobs.GetJob("job-7");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_THAT(*stored, EqualsProto(job));
+  EXPECT_THAT(*store->history.Metrics("job-7"),
+              ElementsAre(FieldsAre(100, 0.5, 0.001, 250, 1700000400000)));
+  EXPECT_THAT(*store->history.Evaluations("job-7"), ElementsAre(EqualsProto(report)));
+  absl::StatusOr<std::vector<CheckpointInfo>> checkpoints = store->history.Checkpoints("job-7");
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  ASSERT_EQ(checkpoints->size(), 1u);
+  EXPECT_EQ((*checkpoints)[0].path(), "jobs/job-7/best.tsckpt");
+  EXPECT_EQ((*checkpoints)[0].time().nanos(), 500000000);
+  absl::StatusOr<std::vector<PromotionRecord>> promotions = store->promotions.CurrentPromotions();
+  ASSERT_TRUE(promotions.ok()) << promotions.status();
+  EXPECT_THAT(*promotions, ElementsAre(FieldsAre("news", "1", "models/news/1.tsckpt", "job:job-7",
+                                                 Optional(0.75), 1700000600000)));
+
+  // Writes go on from where the old file left off; a delete still takes the job's rows.
+  EXPECT_EQ(Create(*store, MakeTrainingJob("new")).id(), "job-8");
+  ASSERT_TRUE(store->history.AppendMetric("job-8", JobMetricRow{1, 2.0, 0.1, 10, 1}).ok());
+  ASSERT_TRUE(store->jobs.DeleteJob("job-7").ok());
+  EXPECT_EQ(RawDb(path_).QueryText("SELECT count(*) FROM job_metrics WHERE job_id = 'job-7'"), "0");
+  EXPECT_EQ(RawDb(path_).QueryText("PRAGMA user_version"), "1");
+  EXPECT_EQ(store->promotions.PromotionHistory("news")->size(), 1u);
+}
+
 TEST_F(JobStoreTest, MetricsRoundTripPerJob) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a"));
   Create(*store, MakeTrainingJob("b"));
-  ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{10, 2.25, 1e-4, 512.5, 1000}).ok());
-  ASSERT_TRUE(store->AppendMetric("job-2", JobMetricRow{10, 9.0, 1.0, 1.0, 1}).ok());
-  ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{20, 1.75, 2e-4, 600.25, 2000}).ok());
-  ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{30, 0.125, 3e-4, 0, 3000}).ok());
-  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics("job-1");
+  ASSERT_TRUE(store->history.AppendMetric("job-1", JobMetricRow{10, 2.25, 1e-4, 512.5, 1000}).ok());
+  ASSERT_TRUE(store->history.AppendMetric("job-2", JobMetricRow{10, 9.0, 1.0, 1.0, 1}).ok());
+  ASSERT_TRUE(
+      store->history.AppendMetric("job-1", JobMetricRow{20, 1.75, 2e-4, 600.25, 2000}).ok());
+  ASSERT_TRUE(store->history.AppendMetric("job-1", JobMetricRow{30, 0.125, 3e-4, 0, 3000}).ok());
+  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->history.Metrics("job-1");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_THAT(*metrics, ElementsAre(FieldsAre(10, 2.25, 1e-4, 512.5, 1000),
                                     FieldsAre(20, 1.75, 2e-4, 600.25, 2000),
                                     FieldsAre(30, 0.125, 3e-4, 0, 3000)));
-  metrics = store->Metrics("job-2");
+  metrics = store->history.Metrics("job-2");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_THAT(*metrics, ElementsAre(FieldsAre(10, 9.0, 1.0, 1.0, 1)));
 }
 
 TEST_F(JobStoreTest, EvaluationsRoundTrip) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a"));
   const EvaluationReport first = MakeReport(100, 0.7);
   const EvaluationReport second = MakeReport(200, 0.85);
-  ASSERT_TRUE(store->AppendEvaluation("job-1", first).ok());
-  ASSERT_TRUE(store->AppendEvaluation("job-1", second).ok());
-  absl::StatusOr<std::vector<EvaluationReport>> reports = store->Evaluations("job-1");
+  ASSERT_TRUE(store->history.AppendEvaluation("job-1", first).ok());
+  ASSERT_TRUE(store->history.AppendEvaluation("job-1", second).ok());
+  absl::StatusOr<std::vector<EvaluationReport>> reports = store->history.Evaluations("job-1");
   ASSERT_TRUE(reports.ok()) << reports.status();
   EXPECT_THAT(*reports, ElementsAre(EqualsProto(first), EqualsProto(second)));
   EXPECT_EQ(RawDb(path_).QueryText("SELECT accuracy FROM job_evaluations WHERE step = 200"),
@@ -620,29 +753,31 @@ TEST_F(JobStoreTest, EvaluationsRoundTrip) {
 }
 
 TEST_F(JobStoreTest, TruncateHistoryDropsStepsAfterTheResumePoint) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a"));
   Create(*store, MakeTrainingJob("b"));
   for (const std::int64_t step : {10, 20, 30}) {
-    ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
-    ASSERT_TRUE(store->AppendMetric("job-2", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
+    ASSERT_TRUE(
+        store->history.AppendMetric("job-1", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
+    ASSERT_TRUE(
+        store->history.AppendMetric("job-2", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
   }
-  ASSERT_TRUE(store->AppendEvaluation("job-1", MakeReport(20, 0.5)).ok());
-  ASSERT_TRUE(store->AppendEvaluation("job-1", MakeReport(30, 0.6)).ok());
-  ASSERT_TRUE(store->TruncateHistory("job-1", 20).ok());
-  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics("job-1");
+  ASSERT_TRUE(store->history.AppendEvaluation("job-1", MakeReport(20, 0.5)).ok());
+  ASSERT_TRUE(store->history.AppendEvaluation("job-1", MakeReport(30, 0.6)).ok());
+  ASSERT_TRUE(store->history.TruncateHistory("job-1", 20).ok());
+  absl::StatusOr<std::vector<JobMetricRow>> metrics = store->history.Metrics("job-1");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   ASSERT_EQ(metrics->size(), 2u);
   EXPECT_EQ(metrics->back().step, 20);
-  absl::StatusOr<std::vector<EvaluationReport>> reports = store->Evaluations("job-1");
+  absl::StatusOr<std::vector<EvaluationReport>> reports = store->history.Evaluations("job-1");
   ASSERT_TRUE(reports.ok()) << reports.status();
   ASSERT_EQ(reports->size(), 1u);
   EXPECT_EQ(reports->front().step(), 20u);
-  metrics = store->Metrics("job-2");  // other jobs keep theirs
+  metrics = store->history.Metrics("job-2");  // other jobs keep theirs
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ(metrics->size(), 3u);
-  EXPECT_EQ(store->TruncateHistory("job-9", 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->history.TruncateHistory("job-9", 0).code(), absl::StatusCode::kNotFound);
 }
 
 // Pages through job_id's history with `page_size` (at most 1000 pages); every page's size and
@@ -651,16 +786,16 @@ struct HistoryPages {
   std::vector<taylorshift::v1::GetJobHistoryResponse> pages;
   taylorshift::v1::GetJobHistoryResponse all;  // the pages concatenated
 };
-HistoryPages PageThrough(JobStore& store, const std::string& job_id, std::uint32_t page_size,
+HistoryPages PageThrough(JobStores& store, const std::string& job_id, std::uint32_t page_size,
                          bool include_class_reports = false) {
   HistoryPages out;
   taylorshift::v1::GetJobHistoryRequest request;
   request.set_id(job_id);
   request.set_page_size(page_size);
   request.set_include_class_reports(include_class_reports);
-  const std::uint32_t limit = page_size == 0 ? JobStore::kDefaultHistoryPageSize : page_size;
+  const std::uint32_t limit = page_size == 0 ? JobHistoryStore::kDefaultHistoryPageSize : page_size;
   for (int i = 0; i < 1000; ++i) {
-    absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> page = store.History(request);
+    absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> page = store.history.History(request);
     EXPECT_TRUE(page.ok()) << page.status();
     if (!page.ok()) break;
     const int entries = page->loss_curve_size() + page->validations_size();
@@ -691,21 +826,22 @@ std::vector<std::uint64_t> ValidationSteps(const taylorshift::v1::GetJobHistoryR
 }
 
 TEST_F(JobStoreTest, HistoryPagesReturnEveryPointAndValidationOnceInStepOrder) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a"));
   Create(*store, MakeTrainingJob("b"));
   std::vector<std::uint64_t> point_steps, validation_steps;
   for (std::int64_t step = 10; step <= 250; step += 10) {
-    ASSERT_TRUE(store
-                    ->AppendMetric("job-1", JobMetricRow{step, 3.0 - step / 100.0, step * 1e-5,
-                                                         100.0 + step, 1700000000000 + step})
+    ASSERT_TRUE(store->history
+                    .AppendMetric("job-1", JobMetricRow{step, 3.0 - step / 100.0, step * 1e-5,
+                                                        100.0 + step, 1700000000000 + step})
                     .ok());
-    ASSERT_TRUE(store->AppendMetric("job-2", JobMetricRow{step, 9.0, 1.0, 1.0, 1}).ok());
+    ASSERT_TRUE(store->history.AppendMetric("job-2", JobMetricRow{step, 9.0, 1.0, 1.0, 1}).ok());
     point_steps.push_back(static_cast<std::uint64_t>(step));
     if (step % 50 == 0) {
-      ASSERT_TRUE(
-          store->AppendEvaluation("job-1", MakeReport(static_cast<std::uint64_t>(step), 0.5)).ok());
+      ASSERT_TRUE(store->history
+                      .AppendEvaluation("job-1", MakeReport(static_cast<std::uint64_t>(step), 0.5))
+                      .ok());
       validation_steps.push_back(static_cast<std::uint64_t>(step));
     }
   }
@@ -713,7 +849,8 @@ TEST_F(JobStoreTest, HistoryPagesReturnEveryPointAndValidationOnceInStepOrder) {
   for (const std::uint32_t page_size : {1u, 2u, 3u, 7u, 29u, 30u, 31u, 0u}) {
     SCOPED_TRACE(page_size);
     const HistoryPages paged = PageThrough(*store, "job-1", page_size);
-    const std::uint32_t size = page_size == 0 ? JobStore::kDefaultHistoryPageSize : page_size;
+    const std::uint32_t size =
+        page_size == 0 ? JobHistoryStore::kDefaultHistoryPageSize : page_size;
     EXPECT_EQ(paged.pages.size(), (30 + size - 1) / size);
     EXPECT_EQ(PointSteps(paged.all), point_steps);
     EXPECT_EQ(ValidationSteps(paged.all), validation_steps);
@@ -754,34 +891,36 @@ TEST_F(JobStoreTest, HistoryPagesReturnEveryPointAndValidationOnceInStepOrder) {
   EXPECT_THAT(empty.all.loss_curve(), IsEmpty());
   EXPECT_THAT(empty.all.validations(), IsEmpty());
   // An evaluation job's report is its one validation run.
-  ASSERT_TRUE(store->AppendEvaluation("job-3", MakeReport(0, 0.8)).ok());
+  ASSERT_TRUE(store->history.AppendEvaluation("job-3", MakeReport(0, 0.8)).ok());
   EXPECT_THAT(ValidationSteps(PageThrough(*store, "job-3", 1).all), ElementsAre(0));
 }
 
 TEST_F(JobStoreTest, HistoryPagingFollowsAJobThatIsStillRunning) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a"));
   for (const std::int64_t step : {10, 20, 30}) {
-    ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
+    ASSERT_TRUE(
+        store->history.AppendMetric("job-1", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
   }
-  ASSERT_TRUE(store->AppendEvaluation("job-1", MakeReport(30, 0.5)).ok());
+  ASSERT_TRUE(store->history.AppendEvaluation("job-1", MakeReport(30, 0.5)).ok());
   taylorshift::v1::GetJobHistoryRequest request;
   request.set_id("job-1");
   request.set_page_size(2);
-  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> first = store->History(request);
+  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> first = store->history.History(request);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_THAT(PointSteps(*first), ElementsAre(10, 20));
   ASSERT_FALSE(first->next_page_token().empty());
   // Meanwhile the job resumes from step 20 (dropping 30 and its validation run) and goes on.
-  ASSERT_TRUE(store->TruncateHistory("job-1", 20).ok());
+  ASSERT_TRUE(store->history.TruncateHistory("job-1", 20).ok());
   for (const std::int64_t step : {30, 40}) {
-    ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{step, 0.5, 1e-3, 1.0, step}).ok());
+    ASSERT_TRUE(
+        store->history.AppendMetric("job-1", JobMetricRow{step, 0.5, 1e-3, 1.0, step}).ok());
   }
-  ASSERT_TRUE(store->AppendEvaluation("job-1", MakeReport(40, 0.75)).ok());
+  ASSERT_TRUE(store->history.AppendEvaluation("job-1", MakeReport(40, 0.75)).ok());
   request.set_page_token(first->next_page_token());
   request.set_page_size(3);
-  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> rest = store->History(request);
+  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> rest = store->history.History(request);
   ASSERT_TRUE(rest.ok()) << rest.status();
   EXPECT_THAT(PointSteps(*rest), ElementsAre(30, 40));
   ASSERT_EQ(rest->loss_curve_size(), 2);
@@ -796,25 +935,26 @@ TEST_F(JobStoreTest, HistoryPagingFollowsAJobThatIsStillRunning) {
 }
 
 TEST_F(JobStoreTest, HistoryRejectsBadRequestsNamingTheProblem) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a"));
   Create(*store, MakeTrainingJob("b"));
   for (const std::int64_t step : {10, 20, 30}) {
-    ASSERT_TRUE(store->AppendMetric("job-1", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
+    ASSERT_TRUE(
+        store->history.AppendMetric("job-1", JobMetricRow{step, 1.0, 1e-3, 1.0, step}).ok());
   }
   taylorshift::v1::GetJobHistoryRequest request;
   request.set_id("job-1");
 
-  request.set_page_size(JobStore::kMaxHistoryPageSize + 1);
-  absl::Status status = store->History(request).status();
+  request.set_page_size(JobHistoryStore::kMaxHistoryPageSize + 1);
+  absl::Status status = store->history.History(request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("page_size 10001 is over the limit of 10000"));
-  request.set_page_size(JobStore::kMaxHistoryPageSize);
-  EXPECT_TRUE(store->History(request).ok());
+  request.set_page_size(JobHistoryStore::kMaxHistoryPageSize);
+  EXPECT_TRUE(store->history.History(request).ok());
 
   request.set_page_size(1);
-  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> page = store->History(request);
+  absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> page = store->history.History(request);
   ASSERT_TRUE(page.ok()) << page.status();
   ASSERT_FALSE(page->next_page_token().empty());
   const std::string token = page->next_page_token();
@@ -823,36 +963,36 @@ TEST_F(JobStoreTest, HistoryRejectsBadRequestsNamingTheProblem) {
         absl::WebSafeBase64Escape("x.0.1.job-1"), absl::WebSafeBase64Escape("10.7.1.job-1"),
         absl::WebSafeBase64Escape("-5.0.1.job-1")}) {
     request.set_page_token(bad);
-    status = store->History(request).status();
+    status = store->history.History(request).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(status.message(), HasSubstr("page_token is malformed")) << bad;
   }
   // A token continues only the history it came from.
   request.set_id("job-2");
   request.set_page_token(token);
-  status = store->History(request).status();
+  status = store->history.History(request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("issued for job job-1, not for job-2"));
 
   request.clear_page_token();
   request.set_id("job-42");
-  status = store->History(request).status();
+  status = store->history.History(request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(status.message(), "job job-42 not found");
   // A huge id is cut in the message.
   request.set_id("job-" + std::string(5000, '9'));
-  status = store->History(request).status();
+  status = store->history.History(request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("job-" + std::string(96, '9') + "... (5004 bytes)"));
   EXPECT_LT(status.message().size(), 160u);
   request.set_id("");
-  status = store->History(request).status();
+  status = store->history.History(request).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("id is required"));
 }
 
 TEST_F(JobStoreTest, CheckpointsRecordReplaceAndRemove) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   Create(*store, MakeTrainingJob("a"));
   Create(*store, MakeTrainingJob("b"));
@@ -870,33 +1010,34 @@ TEST_F(JobStoreTest, CheckpointsRecordReplaceAndRemove) {
   best.set_validation_accuracy(0.0);  // a recorded zero is not "none"
   best.set_has_validation_accuracy(true);
   best.mutable_time()->set_seconds(1700000001);
-  ASSERT_TRUE(store->RecordCheckpoint("job-1", last).ok());
-  ASSERT_TRUE(store->RecordCheckpoint("job-1", best).ok());
-  ASSERT_TRUE(store->RecordCheckpoint("job-2", last).ok());
+  ASSERT_TRUE(store->history.RecordCheckpoint("job-1", last).ok());
+  ASSERT_TRUE(store->history.RecordCheckpoint("job-1", best).ok());
+  ASSERT_TRUE(store->history.RecordCheckpoint("job-2", last).ok());
 
   // A better model overwrites best.tsckpt: the entry is replaced, not duplicated.
   best.set_step(200);
   best.set_validation_accuracy(0.9);
   best.mutable_time()->set_seconds(1700000002);
-  ASSERT_TRUE(store->RecordCheckpoint("job-1", best).ok());
-  absl::StatusOr<std::vector<CheckpointInfo>> checkpoints = store->Checkpoints("job-1");
+  ASSERT_TRUE(store->history.RecordCheckpoint("job-1", best).ok());
+  absl::StatusOr<std::vector<CheckpointInfo>> checkpoints = store->history.Checkpoints("job-1");
   ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
   EXPECT_THAT(*checkpoints, ElementsAre(EqualsProto(last), EqualsProto(best)));
   EXPECT_FALSE((*checkpoints)[0].has_validation_accuracy());
 
-  ASSERT_TRUE(store->RemoveCheckpoint("job-1", last.path()).ok());
-  checkpoints = store->Checkpoints("job-1");
+  ASSERT_TRUE(store->history.RemoveCheckpoint("job-1", last.path()).ok());
+  checkpoints = store->history.Checkpoints("job-1");
   ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
   EXPECT_THAT(*checkpoints, ElementsAre(EqualsProto(best)));
-  EXPECT_THAT(store->RemoveCheckpoint("job-1", last.path()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->history.RemoveCheckpoint("job-1", last.path()),
+              StatusIs(absl::StatusCode::kNotFound));
   // job-2's entry with the same path is its own.
-  checkpoints = store->Checkpoints("job-2");
+  checkpoints = store->history.Checkpoints("job-2");
   ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
   EXPECT_THAT(*checkpoints, ElementsAre(EqualsProto(last)));
 }
 
 TEST_F(JobStoreTest, CurrentPromotionsPickTheLatestPerModel) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   const PromotionRecord imdb1{"imdb", "1", "/ckpt/imdb-a.tsckpt", "job:job-1", 0.81, 1000};
   const PromotionRecord listops1{"listops",         "1",          "/ckpt/l.tsckpt",
@@ -904,31 +1045,31 @@ TEST_F(JobStoreTest, CurrentPromotionsPickTheLatestPerModel) {
   const PromotionRecord imdb2{"imdb", "2", "/ckpt/imdb-b.tsckpt", "job:job-2", 0.84, 2000};
   const PromotionRecord cifar1{"cifar", "1", "/ckpt/c.tsckpt", "job:job-3", 0.5, 2500};
   for (const PromotionRecord& record : {imdb1, listops1, imdb2, cifar1}) {
-    ASSERT_TRUE(store->RecordPromotion(record).ok());
+    ASSERT_TRUE(store->promotions.RecordPromotion(record).ok());
   }
   const auto fields = [](const PromotionRecord& r) {
     return FieldsAre(r.model, r.version, r.checkpoint, r.source, r.validation_accuracy, r.time_ms);
   };
 
-  absl::StatusOr<std::vector<PromotionRecord>> current = store->CurrentPromotions();
+  absl::StatusOr<std::vector<PromotionRecord>> current = store->promotions.CurrentPromotions();
   ASSERT_TRUE(current.ok()) << current.status();
   EXPECT_THAT(*current, ElementsAre(fields(cifar1), fields(imdb2), fields(listops1)));
   EXPECT_EQ((*current)[2].validation_accuracy, std::nullopt);
   EXPECT_THAT((*current)[1].validation_accuracy, Optional(0.84));
 
-  absl::StatusOr<std::vector<PromotionRecord>> history = store->PromotionHistory("imdb");
+  absl::StatusOr<std::vector<PromotionRecord>> history = store->promotions.PromotionHistory("imdb");
   ASSERT_TRUE(history.ok()) << history.status();
   EXPECT_THAT(*history, ElementsAre(fields(imdb1), fields(imdb2)));
-  history = store->PromotionHistory("never-promoted");
+  history = store->promotions.PromotionHistory("never-promoted");
   ASSERT_TRUE(history.ok()) << history.status();
   EXPECT_THAT(*history, IsEmpty());
 
-  EXPECT_THAT(store->RecordPromotion(PromotionRecord{}),
+  EXPECT_THAT(store->promotions.RecordPromotion(PromotionRecord{}),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(JobStoreTest, ConcurrentWritersLoseNothing) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   constexpr int kThreads = 8;
   constexpr int kJobsPerThread = 50;
@@ -937,12 +1078,14 @@ TEST_F(JobStoreTest, ConcurrentWritersLoseNothing) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&store, t] {
       for (int i = 0; i < kJobsPerThread; ++i) {
-        absl::StatusOr<Job> job = store->CreateJob(MakeTrainingJob(absl::StrCat("t", t, "-", i)));
+        absl::StatusOr<Job> job =
+            store->jobs.CreateJob(MakeTrainingJob(absl::StrCat("t", t, "-", i)));
         ASSERT_TRUE(job.ok()) << job.status();
         job->set_state(kRunning);
         job->mutable_progress()->set_step(t * 1000 + i);
-        ASSERT_TRUE(store->UpdateJob(*job).ok());
-        ASSERT_TRUE(store->AppendMetric(job->id(), JobMetricRow{t * 1000 + i, 1, 1, 1, 1}).ok());
+        ASSERT_TRUE(store->jobs.UpdateJob(*job).ok());
+        ASSERT_TRUE(
+            store->history.AppendMetric(job->id(), JobMetricRow{t * 1000 + i, 1, 1, 1, 1}).ok());
       }
     });
   }
@@ -950,7 +1093,7 @@ TEST_F(JobStoreTest, ConcurrentWritersLoseNothing) {
 
   ListJobsRequest request;
   request.set_page_size(1000);
-  absl::StatusOr<ListJobsResponse> all = store->ListJobs(request);
+  absl::StatusOr<ListJobsResponse> all = store->jobs.ListJobs(request);
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->jobs_size(), kThreads * kJobsPerThread);
   std::set<std::string> ids;
@@ -961,7 +1104,7 @@ TEST_F(JobStoreTest, ConcurrentWritersLoseNothing) {
     EXPECT_EQ(job.state(), kRunning) << job.id();
     EXPECT_EQ(job.name(),
               absl::StrCat("t", job.progress().step() / 1000, "-", job.progress().step() % 1000));
-    absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics(job.id());
+    absl::StatusOr<std::vector<JobMetricRow>> metrics = store->history.Metrics(job.id());
     ASSERT_TRUE(metrics.ok()) << metrics.status();
     EXPECT_THAT(*metrics, ElementsAre(FieldsAre(static_cast<std::int64_t>(job.progress().step()), 1,
                                                 1, 1, 1)));
@@ -978,14 +1121,15 @@ TEST_F(JobStoreTest, CommittedWritesSurviveSigkill) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     // The child process: no gtest assertions here, only exit codes.
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_);
+    absl::StatusOr<std::unique_ptr<JobStores>> store = JobStores::Open(path_);
     if (!store.ok()) _exit(2);
     for (int i = 0; i < kJobs; ++i) {
-      absl::StatusOr<Job> job = (*store)->CreateJob(MakeTrainingJob(absl::StrCat("j", i)));
+      absl::StatusOr<Job> job = (*store)->jobs.CreateJob(MakeTrainingJob(absl::StrCat("j", i)));
       if (!job.ok()) _exit(3);
       job->set_state(kRunning);
-      if (!(*store)->UpdateJob(*job).ok()) _exit(4);
-      if (!(*store)->AppendMetric(job->id(), JobMetricRow{i, 0.5, 0.1, 10, i}).ok()) _exit(5);
+      if (!(*store)->jobs.UpdateJob(*job).ok()) _exit(4);
+      if (!(*store)->history.AppendMetric(job->id(), JobMetricRow{i, 0.5, 0.1, 10, i}).ok())
+        _exit(5);
     }
     // Die without closing the database: no checkpoint, the rows are only in the -wal file.
     raise(SIGKILL);
@@ -997,19 +1141,19 @@ TEST_F(JobStoreTest, CommittedWritesSurviveSigkill) {
   EXPECT_EQ(WTERMSIG(wait_status), SIGKILL);
   EXPECT_TRUE(std::filesystem::exists(path_ + "-wal"));
 
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   ListJobsRequest request;
   request.set_state(kRunning);
   request.set_page_size(1000);
-  absl::StatusOr<ListJobsResponse> running = store->ListJobs(request);
+  absl::StatusOr<ListJobsResponse> running = store->jobs.ListJobs(request);
   ASSERT_TRUE(running.ok()) << running.status();
   ASSERT_EQ(running->jobs_size(), kJobs);
   for (int i = 0; i < kJobs; ++i) {
     const Job& job = running->jobs(kJobs - 1 - i);
     EXPECT_EQ(job.id(), absl::StrCat("job-", i + 1));
     EXPECT_EQ(job.name(), absl::StrCat("j", i));
-    absl::StatusOr<std::vector<JobMetricRow>> metrics = store->Metrics(job.id());
+    absl::StatusOr<std::vector<JobMetricRow>> metrics = store->history.Metrics(job.id());
     ASSERT_TRUE(metrics.ok()) << metrics.status();
     EXPECT_THAT(*metrics, ElementsAre(FieldsAre(i, 0.5, 0.1, 10, i)));
   }

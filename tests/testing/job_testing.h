@@ -1,6 +1,6 @@
-// Helpers of the job manager's unit tests (tests/server/job_*_test.cc): a JobContext on a real
-// JobStore in a scratch directory, a fake clock (the store's too), registry-only metrics and the
-// log lines kept; and reading one sample of the metrics' text exposition.
+// Helpers of the job manager's unit tests (tests/server/job_*_test.cc): a JobContext and the real
+// job stores (job_stores.h) in a scratch directory, a fake clock (the store's too), registry-only
+// metrics and the log lines kept; and reading one sample of the metrics' text exposition.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,9 +15,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "server/jobs/job_context.h"
-#include "server/jobs/job_store.h"
 #include "server/metrics.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/job_stores.h"
 
 namespace ts::testing {
 
@@ -27,13 +27,13 @@ class JobTestContext {
     std::string pattern = ::testing::TempDir() + "/ts_job_test_XXXXXX";
     if (::mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
     dir_ = pattern;
-    auto store = ts::server::JobStore::Open(dir_ + "/jobs.db", &clock_);
-    EXPECT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
+    auto stores = JobStores::Open(dir_ + "/jobs.db", &clock_);
+    EXPECT_TRUE(stores.ok()) << stores.status();
+    stores_ = std::move(*stores);
     auto metrics = ts::server::Metrics::Create("");
     EXPECT_TRUE(metrics.ok()) << metrics.status();
     metrics_ = std::move(*metrics);
-    context_ = std::make_unique<ts::server::JobContext>(store_.get(), metrics_.get(), &clock_,
+    context_ = std::make_unique<ts::server::JobContext>(metrics_.get(), &clock_,
                                                         [this](const std::string& line) {
                                                           absl::MutexLock lock(&mu_);
                                                           log_.push_back(line);
@@ -41,7 +41,9 @@ class JobTestContext {
   }
 
   const std::string& dir() const { return dir_; }
-  ts::server::JobStore& store() { return *store_; }
+  ts::server::JobStore& jobs() { return stores_->jobs; }
+  ts::server::JobHistoryStore& history() { return stores_->history; }
+  ts::server::PromotionStore& promotions() { return stores_->promotions; }
   ts::server::Metrics& metrics() { return *metrics_; }
   FakeClock& clock() { return clock_; }
   ts::server::JobContext* context() { return context_.get(); }
@@ -74,7 +76,7 @@ class JobTestContext {
  private:
   std::string dir_;
   FakeClock clock_;
-  std::unique_ptr<ts::server::JobStore> store_;
+  std::unique_ptr<JobStores> stores_;
   std::unique_ptr<ts::server::Metrics> metrics_;
   mutable absl::Mutex mu_;
   std::vector<std::string> log_;

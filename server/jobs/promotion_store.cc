@@ -1,0 +1,64 @@
+#include "server/jobs/promotion_store.h"
+
+#include <string>
+#include <vector>
+
+#include "common/status_macros.h"
+
+namespace ts::server {
+namespace {
+
+absl::StatusOr<std::vector<PromotionRecord>> ReadPromotions(SqliteStatement& select) {
+  std::vector<PromotionRecord> records;
+  while (true) {
+    TS_ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
+    records.push_back({select.ColumnText(0), select.ColumnText(1), select.ColumnText(2),
+                       select.ColumnText(3), select.ColumnOptionalDouble(4), select.ColumnInt(5)});
+  }
+  return records;
+}
+
+}  // namespace
+
+absl::Status PromotionStore::RecordPromotion(const PromotionRecord& record) {
+  if (record.model.empty()) {
+    return absl::InvalidArgumentError("job store: a promotion needs a model name");
+  }
+  StoreDatabase::Session db(database_);
+  TS_ASSIGN_OR_RETURN(SqliteStatement insert,
+                      db.Prepare("INSERT INTO promotions(model, version, checkpoint, "
+                                 "source, validation_accuracy, time_ms) "
+                                 "VALUES(?1, ?2, ?3, ?4, ?5, ?6)"));
+  insert.BindText(1, record.model)
+      .BindText(2, record.version)
+      .BindText(3, record.checkpoint)
+      .BindText(4, record.source)
+      .BindOptionalDouble(5, record.validation_accuracy)
+      .BindInt(6, record.time_ms);
+  return insert.Run();
+}
+
+absl::StatusOr<std::vector<PromotionRecord>> PromotionStore::CurrentPromotions() const {
+  StoreDatabase::Session db(database_);
+  TS_ASSIGN_OR_RETURN(
+      SqliteStatement select,
+      db.Prepare("SELECT model, version, checkpoint, source, validation_accuracy, time_ms "
+                 "FROM promotions AS p WHERE seq = (SELECT max(seq) FROM promotions WHERE "
+                 "model = p.model) "
+                 "ORDER BY model"));
+  return ReadPromotions(select);
+}
+
+absl::StatusOr<std::vector<PromotionRecord>> PromotionStore::PromotionHistory(
+    const std::string& model) const {
+  StoreDatabase::Session db(database_);
+  TS_ASSIGN_OR_RETURN(
+      SqliteStatement select,
+      db.Prepare("SELECT model, version, checkpoint, source, validation_accuracy, time_ms "
+                 "FROM promotions WHERE model = ?1 ORDER BY seq"));
+  select.BindText(1, model);
+  return ReadPromotions(select);
+}
+
+}  // namespace ts::server

@@ -1,0 +1,342 @@
+#include "server/jobs/store_database.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <iterator>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/quoted.h"
+#include "common/status_macros.h"
+
+namespace ts::server {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Schema: every table of every store, here and nowhere else.
+
+// Version 1. Jobs are stored whole (the serialized taylorshift.v1.Job) with the columns that
+// queries filter on copied out of it. AUTOINCREMENT keeps `seq` (and so the "job-<seq>" id)
+// from being reused after deletes. Child rows reference jobs(id) and go with their job.
+constexpr char kSchemaV1[] = R"sql(
+CREATE TABLE jobs(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT UNIQUE NOT NULL,
+  kind INTEGER NOT NULL,
+  state INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  create_ms INTEGER NOT NULL,
+  update_ms INTEGER NOT NULL,
+  job BLOB NOT NULL
+);
+CREATE INDEX jobs_by_state ON jobs(state);
+CREATE INDEX jobs_by_kind ON jobs(kind);
+
+CREATE TABLE job_metrics(
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  loss REAL NOT NULL,
+  learning_rate REAL NOT NULL,
+  examples_per_second REAL NOT NULL,
+  time_ms INTEGER NOT NULL
+);
+CREATE INDEX job_metrics_by_job ON job_metrics(job_id);
+
+CREATE TABLE job_evaluations(
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  accuracy REAL NOT NULL,
+  macro_f1 REAL NOT NULL,
+  loss REAL NOT NULL,
+  report BLOB NOT NULL
+);
+CREATE INDEX job_evaluations_by_job ON job_evaluations(job_id);
+
+CREATE TABLE checkpoints(
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  kind TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  validation_accuracy REAL,
+  time_ms INTEGER NOT NULL,
+  UNIQUE(job_id, kind, path)
+);
+
+CREATE TABLE promotions(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  model TEXT NOT NULL,
+  version TEXT NOT NULL,
+  checkpoint TEXT NOT NULL,
+  source TEXT NOT NULL,
+  validation_accuracy REAL,
+  time_ms INTEGER NOT NULL
+);
+CREATE INDEX promotions_by_model ON promotions(model);
+)sql";
+
+// kMigrations[v] takes a database from schema version v to v + 1; kMigrations[0] creates the
+// schema in an empty file. A schema change appends a step (and bumps kSchemaVersion); a step
+// that has shipped is never edited (store_database_test.cc keeps a copy of each to check).
+constexpr const char* kMigrations[] = {kSchemaV1};
+static_assert(std::size(kMigrations) == StoreDatabase::kSchemaVersion,
+              "one migration step per schema version");
+
+constexpr int kBusyTimeoutMs = 5000;
+
+absl::StatusCode StatusCodeFor(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::StatusCode::kUnavailable;  // another writer held the file too long: retry
+    case SQLITE_FULL:
+      return absl::StatusCode::kResourceExhausted;
+    case SQLITE_CORRUPT:
+      return absl::StatusCode::kDataLoss;
+    case SQLITE_NOTADB:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+    case SQLITE_AUTH:
+      return absl::StatusCode::kFailedPrecondition;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+// "job store PATH: WHAT: SQLITE MESSAGE".
+absl::Status SqliteError(sqlite3* db, int rc, const std::string& path, absl::string_view what) {
+  const char* message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  return absl::Status(StatusCodeFor(rc),
+                      absl::StrCat("job store ", path, ": ", what, ": ", message));
+}
+
+// The start of the SQL text, for error messages.
+std::string Summary(const char* sql) {
+  absl::string_view text(sql);
+  constexpr std::size_t kMaxChars = 48;
+  return text.size() <= kMaxChars ? std::string(text)
+                                  : absl::StrCat(text.substr(0, kMaxChars), "...");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// SqliteStatement
+
+absl::StatusOr<bool> SqliteStatement::Step() {
+  if (rc_ == SQLITE_OK) rc_ = sqlite3_step(stmt_);
+  if (rc_ == SQLITE_ROW) {
+    rc_ = SQLITE_OK;
+    return true;
+  }
+  if (rc_ == SQLITE_DONE) {
+    rc_ = SQLITE_OK;
+    return false;
+  }
+  return SqliteError(db_, rc_, path_, Summary(sql_));
+}
+
+absl::Status SqliteStatement::Run() {
+  TS_ASSIGN_OR_RETURN(bool row, Step());
+  if (row) {
+    return absl::InternalError(
+        absl::StrCat("job store ", path_, ": ", Summary(sql_), ": unexpected result row"));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// StoreDatabase::Session
+
+StoreDatabase::Session::Session(StoreDatabase* database)
+    : lock_(&database->mu_), database_(database) {}
+
+StoreDatabase::Session::~Session() = default;
+
+absl::StatusOr<SqliteStatement> StoreDatabase::Session::Prepare(const char* sql) {
+  sqlite3* db = database_->db_.get();
+  sqlite3_stmt* stmt = nullptr;
+  const int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(stmt);
+    return SqliteError(db, rc, database_->path_, absl::StrCat("preparing \"", Summary(sql), "\""));
+  }
+  return SqliteStatement(db, database_->path_, sql, stmt);
+}
+
+absl::Status StoreDatabase::Session::Exec(const char* sql, absl::string_view what) {
+  const int rc = sqlite3_exec(database_->db_.get(), sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(database_->db_.get(), rc, database_->path_, what);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::int64_t> StoreDatabase::Session::QueryInt(const char* sql) {
+  TS_ASSIGN_OR_RETURN(SqliteStatement stmt, Prepare(sql));
+  TS_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return absl::InternalError(Describe(absl::StrCat(sql, ": no row")));
+  return stmt.ColumnInt(0);
+}
+
+std::int64_t StoreDatabase::Session::Changes() const {
+  return sqlite3_changes(database_->db_.get());
+}
+
+std::int64_t StoreDatabase::Session::LastInsertRowid() const {
+  return sqlite3_last_insert_rowid(database_->db_.get());
+}
+
+absl::Status StoreDatabase::Session::Transaction(absl::FunctionRef<absl::Status()> body) {
+  // BEGIN IMMEDIATE takes the write lock up front, so it waits (busy timeout) for another writer
+  // instead of failing halfway through.
+  TS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "beginning a transaction"));
+  absl::Status status = body();
+  if (status.ok()) status = Exec("COMMIT", "committing");
+  // SQLite may already have rolled back (e.g. after SQLITE_FULL); autocommit then is on.
+  if (!status.ok() && sqlite3_get_autocommit(database_->db_.get()) == 0) {
+    sqlite3_exec(database_->db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  return status;
+}
+
+absl::Status StoreDatabase::Session::GiveSpaceBack() {
+  // SQLite keeps a deleted job's pages on its free list and the -wal file at its largest size:
+  // a job with a large spec or history would keep its space for good. Once the free pages are a
+  // quarter of the file, VACUUM rewrites it compactly; the checkpoint then truncates the WAL.
+  TS_ASSIGN_OR_RETURN(const std::int64_t free_pages, QueryInt("PRAGMA freelist_count"));
+  TS_ASSIGN_OR_RETURN(const std::int64_t pages, QueryInt("PRAGMA page_count"));
+  if (free_pages == 0 || free_pages * 4 < pages) return absl::OkStatus();
+  TS_RETURN_IF_ERROR(Exec("VACUUM", "compacting after a delete"));
+  return Exec("PRAGMA wal_checkpoint(TRUNCATE)", "truncating the WAL");
+}
+
+std::string StoreDatabase::Session::Describe(absl::string_view what) const {
+  return absl::StrCat("job store ", database_->path_, ": ", what);
+}
+
+// ---------------------------------------------------------------------------------------------
+// StoreDatabase
+
+void StoreDatabase::Closer::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+
+StoreDatabase::StoreDatabase(std::string path, std::unique_ptr<sqlite3, Closer> db)
+    : path_(std::move(path)), db_(std::move(db)) {}
+
+StoreDatabase::~StoreDatabase() = default;
+
+absl::StatusOr<std::unique_ptr<StoreDatabase>> StoreDatabase::Open(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("job store: empty database path");
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(parent, error);
+    if (error) {
+      return absl::FailedPreconditionError(absl::StrCat("job store ", path, ": creating directory ",
+                                                        parent.string(), ": ", error.message()));
+    }
+  }
+
+  sqlite3* raw_db = nullptr;
+  // NOMUTEX: the StoreDatabase's mutex serializes every use of the connection.
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw_db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  std::unique_ptr<sqlite3, Closer> db(raw_db);  // SQLite allocates a handle even on failure
+  if (rc != SQLITE_OK) return SqliteError(db.get(), rc, path, "opening");
+  sqlite3_extended_result_codes(db.get(), 1);
+  sqlite3_busy_timeout(db.get(), kBusyTimeoutMs);
+  std::unique_ptr<StoreDatabase> database(new StoreDatabase(path, std::move(db)));
+
+  Session session(database.get());
+  // WAL: readers never block the writer, and a commit is one append to the -wal file.
+  {
+    TS_ASSIGN_OR_RETURN(SqliteStatement journal, session.Prepare("PRAGMA journal_mode=WAL"));
+    TS_ASSIGN_OR_RETURN(bool row, journal.Step());
+    const std::string mode = row ? journal.ColumnText(0) : std::string();
+    if (mode != "wal") {
+      return absl::FailedPreconditionError(session.Describe(
+          absl::StrCat("cannot use write-ahead logging (journal_mode is '", mode, "')")));
+    }
+  }  // finalized here: an unfinished statement would keep COMMIT from succeeding
+  // Durability. WAL with synchronous=NORMAL survives a process crash (kill -9) — the WAL is
+  // written before COMMIT returns — but fsyncs only at checkpoints, so an OS crash or power
+  // loss can roll back the last committed transactions (e.g. a job's SUCCEEDED state, or a
+  // promotion, that a client was already told about). FULL fsyncs the WAL at every commit;
+  // the store's write rate (state changes, a metric row per log interval) makes that cheap.
+  TS_RETURN_IF_ERROR(session.Exec("PRAGMA synchronous=FULL", "setting synchronous"));
+  TS_RETURN_IF_ERROR(session.Exec("PRAGMA foreign_keys=ON", "enabling foreign keys"));
+  TS_RETURN_IF_ERROR(database->Migrate(session));
+  return database;
+}
+
+absl::Status StoreDatabase::Migrate(Session& session) {
+  const auto too_new = [this](std::int64_t version) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job store ", path_, " has schema version ", version,
+                     ", newer than the versions this binary knows (up to ", kSchemaVersion,
+                     "); run a newer tsserver or use another state_dir"));
+  };
+  TS_ASSIGN_OR_RETURN(std::int64_t version, session.QueryInt("PRAGMA user_version"));
+  if (version > kSchemaVersion) return too_new(version);
+  if (version == kSchemaVersion) return absl::OkStatus();
+
+  return session.Transaction([&]() -> absl::Status {
+    // Another process may have migrated the file between the read above and the lock.
+    TS_ASSIGN_OR_RETURN(version, session.QueryInt("PRAGMA user_version"));
+    if (version > kSchemaVersion) return too_new(version);
+    if (version < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job store ", path_, " has invalid schema version ", version));
+    }
+    if (version == 0) {
+      TS_ASSIGN_OR_RETURN(std::int64_t tables,
+                          session.QueryInt("SELECT count(*) FROM sqlite_master"));
+      if (tables > 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job store ", path_, " holds tables but no schema version: not a job store database"));
+      }
+    }
+    for (std::int64_t v = version; v < kSchemaVersion; ++v) {
+      TS_RETURN_IF_ERROR(session.Exec(kMigrations[v],
+                                      absl::StrCat("migrating schema version ", v, " to ", v + 1)));
+    }
+    // PRAGMA takes no bound parameters; the value is this binary's constant.
+    const std::string set_version = absl::StrCat("PRAGMA user_version = ", kSchemaVersion);
+    return session.Exec(set_version.c_str(), "setting the schema version");
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared by the stores
+
+absl::Status JobNotFound(absl::string_view id) {
+  return absl::NotFoundError(absl::StrCat("job ", Capped(id, kEchoedIdBytes), " not found"));
+}
+
+absl::Status CheckJobExists(StoreDatabase::Session& db, const std::string& job_id) {
+  TS_ASSIGN_OR_RETURN(SqliteStatement select, db.Prepare("SELECT 1 FROM jobs WHERE id = ?1"));
+  select.BindText(1, job_id);
+  TS_ASSIGN_OR_RETURN(bool row, select.Step());
+  return row ? absl::OkStatus() : JobNotFound(job_id);
+}
+
+std::int64_t ToUnixMillis(const google::protobuf::Timestamp& time) {
+  return time.seconds() * 1000 + time.nanos() / 1000000;
+}
+
+google::protobuf::Timestamp FromUnixMillis(std::int64_t ms) {
+  google::protobuf::Timestamp time;
+  std::int64_t seconds = ms / 1000;
+  std::int64_t rest_ms = ms % 1000;
+  if (rest_ms < 0) {  // nanos must be non-negative
+    --seconds;
+    rest_ms += 1000;
+  }
+  time.set_seconds(seconds);
+  time.set_nanos(static_cast<std::int32_t>(rest_ms * 1000000));
+  return time;
+}
+
+}  // namespace ts::server
