@@ -187,6 +187,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     http_options.tls = config.tls;
     http_options.max_message_bytes = config.max_message_bytes;
     http_options.max_infer_batch = config.max_infer_batch;
+    http_options.clock = server->parts_->clock;
     if (Metrics* metrics = server->parts_->metrics.get(); metrics != nullptr) {
       http_options.on_response = [metrics](int status) { metrics->RecordHttpResponse(status); };
     }

@@ -1,13 +1,21 @@
 #include "model/checkpoints/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <limits>
+#include <memory>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +24,7 @@
 #include "common/atomic_file.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "model/checkpoints/pickle_check.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
 
@@ -143,17 +152,125 @@ absl::StatusOr<CheckpointMetadata> DecodeMetadata(const c10::IValue& value) {
   return metadata;
 }
 
+// The payload, in memory, as LibTorch's archive reader reads a file.
+class PayloadReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit PayloadReadAdapter(std::string_view payload) : payload_(payload) {}
+
+  std::size_t size() const override { return payload_.size(); }
+
+  std::size_t read(std::uint64_t pos, void* buf, std::size_t n,
+                   const char* /*what*/) const override {
+    if (pos >= payload_.size()) return 0;
+    n = std::min<std::size_t>(n, payload_.size() - pos);
+    std::memcpy(buf, payload_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  std::string_view payload_;
+};
+
+// What torch::pickle_load does (the archive's data.pkl, its tensors from data/KEY), with two
+// checks LibTorch lacks: the pickle is checked first (CheckPickle: lengths, memo indexes, the
+// values each opcode takes from the stack, nesting), and every tensor record is read into a
+// storage of the record's own size before the unpickler runs (it sizes a storage by the element
+// count the pickle states, not by the bytes of the record, so a pickle that claimed more elements
+// than its record held gave a tensor over the memory past the record's buffer). Tensors stay on
+// the CPU whatever device the pickle names. What LibTorch throws comes back as INTERNAL, prefixed
+// with `context`.
+absl::StatusOr<c10::IValue> UnpicklePayload(std::string_view payload, const std::string& context) {
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
+  TS_ASSIGN_OR_RETURN(const std::string pickle, CatchTorch(context, [&] {
+                        reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
+                            std::make_shared<PayloadReadAdapter>(payload));
+                        constexpr std::string_view kTensorFolder = "data/";
+                        for (const std::string& record : reader->getAllRecords()) {
+                          if (record.compare(0, kTensorFolder.size(), kTensorFolder) != 0) {
+                            continue;
+                          }
+                          auto [data, bytes] = reader->getRecord(record);
+                          storages->addStorage(record.substr(kTensorFolder.size()),
+                                               c10::Storage(c10::Storage::use_byte_size_t(), bytes,
+                                                            std::move(data), /*allocator=*/nullptr,
+                                                            /*resizable=*/false));
+                        }
+                        const auto [data, bytes] = reader->getRecord("data.pkl");
+                        return std::string(static_cast<const char*>(data.get()), bytes);
+                      }));
+  if (auto checked = CheckPickle(pickle); !checked.ok()) {
+    return absl::InternalError(absl::StrCat(context, ": ", checked.message()));
+  }
+  return CatchTorch(context, [&] {
+    return torch::jit::readArchiveAndTensors(
+        "data", /*pickle_prefix=*/"", /*tensor_prefix=*/"", /*type_resolver=*/{},
+        /*obj_loader=*/{}, /*device=*/torch::Device(torch::kCPU), *reader,
+        torch::jit::Unpickler::defaultTypeParser, storages);
+  });
+}
+
+// A state tensor as SaveCheckpoint writes it: contiguous, inside its storage, which no other
+// entry shares. LibTorch's unpickler takes sizes, strides and offset from the pickle without
+// checking them against the storage (1.13), so a tensor could reach past its record's bytes;
+// checked here, with UnpicklePayload's record-sized storages, the state's elements are at most
+// the payload's bytes, before anything reads them.
+absl::Status CheckStateTensor(const std::string& name, const torch::Tensor& tensor,
+                              std::set<const void*>& storages) {
+  const auto corrupt = [&](absl::string_view what) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint state '", name, "' ", ShapeText(tensor.sizes()), " ", what));
+  };
+  if (!tensor.defined() || !tensor.has_storage()) return corrupt("has no storage");
+  std::int64_t elements = 1;
+  for (const std::int64_t size : tensor.sizes()) {
+    if (size < 0 || (size > 0 && elements > std::numeric_limits<std::int64_t>::max() / size)) {
+      return corrupt("has more elements than an int64 counts");
+    }
+    elements *= size;
+  }
+  if (!tensor.is_contiguous()) return corrupt("is not contiguous");
+  const std::int64_t offset = tensor.storage_offset();
+  const auto item = static_cast<std::int64_t>(tensor.element_size());
+  const auto storage_bytes = static_cast<std::int64_t>(tensor.storage().nbytes());
+  if (offset < 0 || elements > storage_bytes / item || offset > storage_bytes / item - elements) {
+    return corrupt(absl::StrCat("needs ", elements, " elements of ", item, " bytes from offset ",
+                                offset, ", its storage holds ", storage_bytes, " bytes"));
+  }
+  if (elements > 0 && !storages.insert(tensor.storage().unsafeGetStorageImpl()).second) {
+    return corrupt("shares its storage with another entry");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::map<std::string, torch::Tensor>> DecodeState(const c10::IValue& value) {
   TS_ASSIGN_OR_RETURN(const auto entries, StringKeyedDict(value, "checkpoint state"));
   std::map<std::string, torch::Tensor> state;
+  std::set<const void*> storages;
   for (const auto& [name, tensor] : entries) {
     if (!tensor.isTensor()) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint state '", name, "' is not a tensor"));
     }
+    TS_RETURN_IF_ERROR(CheckStateTensor(name, tensor.toTensor(), storages));
     state.emplace(name, tensor.toTensor());
   }
   return state;
+}
+
+// The weights the state holds, against what the architecture needs at least, before the model is
+// built: a small file that claims a large architecture is refused without allocating it.
+absl::Status CheckStateCanFillModel(const TaylorShiftEncoderOptions& options,
+                                    const std::map<std::string, torch::Tensor>& state) {
+  std::int64_t held = 0;
+  for (const auto& [name, tensor] : state) held += tensor.numel();
+  const std::int64_t needed = MinimumEncoderStateElements(options);
+  if (held < needed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint architecture (", DescribeEncoderOptions(options),
+                     ") needs at least ", needed, " weights, the state holds ", held));
+  }
+  return absl::OkStatus();
 }
 
 // The fields that determine parameter shapes must agree between `options` and the model.
@@ -312,47 +429,51 @@ absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOpt
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::Device device) {
   TS_ASSIGN_OR_RETURN(const std::string file, ReadFile(path, "checkpoint"));
+  return ParseCheckpoint(file, path, device);
+}
+
+absl::StatusOr<LoadedCheckpoint> ParseCheckpoint(std::string_view file, const std::string& name,
+                                                 torch::Device device) {
   if (file.size() < kMagic.size() || !std::equal(kMagic.begin(), kMagic.end(), file.begin())) {
-    return absl::DataLossError(absl::StrCat(path, " is not a TaylorShift checkpoint (bad magic)"));
+    return absl::DataLossError(absl::StrCat(name, " is not a TaylorShift checkpoint (bad magic)"));
   }
   if (file.size() < kHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(path, " is truncated: ", file.size(),
+    return absl::DataLossError(absl::StrCat(name, " is truncated: ", file.size(),
                                             " bytes, shorter than the ", kHeaderBytes,
                                             "-byte header"));
   }
   const auto version = static_cast<std::uint32_t>(ReadLittleEndian(file.data() + 8, 4));
   if (version != kCheckpointFormatVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " has checkpoint format version ", version,
+    return absl::InvalidArgumentError(absl::StrCat(name, " has checkpoint format version ", version,
                                                    "; this build reads version ",
                                                    kCheckpointFormatVersion));
   }
   const std::uint64_t payload_bytes = ReadLittleEndian(file.data() + 12, 8);
   const std::uint64_t available = file.size() - kHeaderBytes;
   if (available < kTrailerBytes || payload_bytes > available - kTrailerBytes) {
-    return absl::DataLossError(absl::StrCat(path, " is truncated: header promises ", payload_bytes,
+    return absl::DataLossError(absl::StrCat(name, " is truncated: header promises ", payload_bytes,
                                             " payload bytes + 4 CRC bytes, ", available,
                                             " bytes follow the header"));
   }
   if (payload_bytes != available - kTrailerBytes) {
     return absl::DataLossError(absl::StrCat(
-        path, " has ", available - kTrailerBytes - payload_bytes, " unexpected trailing bytes"));
+        name, " has ", available - kTrailerBytes - payload_bytes, " unexpected trailing bytes"));
   }
   const char* payload = file.data() + kHeaderBytes;
   const auto stored_crc = static_cast<std::uint32_t>(ReadLittleEndian(payload + payload_bytes, 4));
   const std::uint32_t actual_crc = Crc32(payload, payload_bytes);
   if (stored_crc != actual_crc) {
     return absl::DataLossError(
-        absl::StrFormat("%s is corrupted: CRC-32 of the payload is %08x, the file says %08x", path,
+        absl::StrFormat("%s is corrupted: CRC-32 of the payload is %08x, the file says %08x", name,
                         actual_crc, stored_crc));
   }
 
-  auto unpickled = CatchTorch(absl::StrCat("unpickling ", path), [&] {
-    return torch::pickle_load(std::vector<char>(payload, payload + payload_bytes));
-  });
+  auto unpickled =
+      UnpicklePayload(std::string_view(payload, payload_bytes), absl::StrCat("unpickling ", name));
   // A payload that matches its CRC but does not unpickle was written corrupt (or crafted): the
   // file's content is lost, as with a failed CRC. Out of memory stays RESOURCE_EXHAUSTED.
   if (!unpickled.ok() && unpickled.status().code() == absl::StatusCode::kInternal) {
-    return absl::DataLossError(absl::StrCat(path, " is corrupted: its payload passed the CRC but ",
+    return absl::DataLossError(absl::StrCat(name, " is corrupted: its payload passed the CRC but ",
                                             unpickled.status().message()));
   }
   TS_ASSIGN_OR_RETURN(const auto root_value, std::move(unpickled));
@@ -366,12 +487,18 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::
   TS_ASSIGN_OR_RETURN(auto metadata, DecodeMetadata(metadata_value));
   metadata.format_version = static_cast<int>(version);
   TS_RETURN_IF_ERROR(ValidateCheckpointMetadata(metadata, options.num_classes()));
-  TS_ASSIGN_OR_RETURN(const auto state, DecodeState(state_value));
+  auto decoded_state = DecodeState(state_value);
+  if (!decoded_state.ok() && decoded_state.status().code() == absl::StatusCode::kDataLoss) {
+    return absl::DataLossError(
+        absl::StrCat(name, " is corrupted: ", decoded_state.status().message()));
+  }
+  TS_ASSIGN_OR_RETURN(const auto state, std::move(decoded_state));
+  TS_RETURN_IF_ERROR(CheckStateCanFillModel(options, state));
 
   TS_ASSIGN_OR_RETURN(auto model,
                       CatchTorch("building model", [&] { return TaylorShiftEncoder(options); }));
   if (auto status = LoadStateDict(state, model); !status.ok()) {
-    return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+    return absl::Status(status.code(), absl::StrCat(name, ": ", status.message()));
   }
   auto moved = CatchTorch("moving model to device", [&] {
     model->to(device);

@@ -65,6 +65,13 @@ absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOpt
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path,
                                                 torch::Device device = torch::kCPU);
 
+// What LoadCheckpoint does once it has read the file: verifies `file_bytes` (a whole checkpoint
+// file) and builds the model, with the same errors; `name` (the file's path) prefixes them. The
+// checkpoint fuzz target (tests/fuzz/checkpoint_fuzz.cc) calls it with the bytes it makes up.
+absl::StatusOr<LoadedCheckpoint> ParseCheckpoint(std::string_view file_bytes,
+                                                 const std::string& name,
+                                                 torch::Device device = torch::kCPU);
+
 // Copies `state` (name → tensor) into `model`, which must have exactly these parameters and
 // buffers with the same shapes; all tensors must share one floating dtype, which the model is
 // converted to. Errors name the key and the expected vs actual shape or dtype, or list the

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -237,6 +238,25 @@ absl::StatusOr<TaylorShiftEncoderOptions> EncoderOptionsFromFields(
   }
   TS_RETURN_IF_ERROR(ValidateEncoderOptions(options));
   return options;
+}
+
+std::int64_t MinimumEncoderStateElements(const TaylorShiftEncoderOptions& options) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const auto times = [](std::int64_t x, std::int64_t y) {
+    std::int64_t product = 0;
+    return x < 0 || y < 0 || __builtin_mul_overflow(x, y, &product) ? kMax : product;
+  };
+  const auto plus = [](std::int64_t x, std::int64_t y) {
+    std::int64_t sum = 0;
+    return __builtin_add_overflow(x, y, &sum) ? kMax : sum;
+  };
+  const std::int64_t dim = options.embed_dim();
+  if (dim > kMax / 4) return kMax;  // ResolvedMlpHidden's 4·C
+  const std::int64_t hidden = ResolvedMlpHidden(options);
+  // Per block: qkv C×3C and proj C×C, fc1 C×L and fc2 L×C.
+  const std::int64_t block = plus(times(4, times(dim, dim)), times(2, times(dim, hidden)));
+  return plus(plus(times(options.max_length(), dim), times(options.depth(), block)),
+              times(dim, options.num_classes()));
 }
 
 std::string DescribeEncoderOptions(const TaylorShiftEncoderOptions& options) {

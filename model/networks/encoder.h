@@ -76,6 +76,13 @@ struct TaylorShiftEncoderOptions {
 // C divisible by 4 with conv_embed, valid Taylor coefficients, rates in [0, 1)).
 absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options);
 
+// A lower bound, computed without building the model, on the number of elements in the
+// parameters and buffers of the encoder `options` describes: the positions `pe`, the blocks'
+// attention and MLP weights and the head (the embedding, biases and norms left out). Saturates at
+// INT64_MAX. A checkpoint reader compares it with the weights a file holds before it allocates a
+// model, so an architecture that a small file only claims cannot make it allocate gigabytes.
+std::int64_t MinimumEncoderStateElements(const TaylorShiftEncoderOptions& options);
+
 // The options as named scalar fields (mlp_hidden resolved), in a fixed order. Used for the
 // checkpoint's architecture record and for `tsmodel info`.
 using EncoderOptionValue = std::variant<std::int64_t, double, bool>;

@@ -11,7 +11,9 @@ CallContext CallFrom(grpc::CallbackServerContext& context) {
     call.authorization.assign(it->second.data(), it->second.size());
   }
   if (context.deadline() != std::chrono::system_clock::time_point::max()) {
-    call.deadline = absl::FromChrono(context.deadline());
+    // gRPC's deadline is a point on the system clock, so it is read against that clock once,
+    // here; from now on it is a duration.
+    call.timeout = absl::FromChrono(context.deadline()) - absl::Now();
   }
   call.cancelled = [&context] { return context.IsCancelled(); };
   return call;

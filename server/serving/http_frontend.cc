@@ -15,7 +15,6 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "api/api_json.h"
 #include "api/proto_names.h"
 #include "common/status_macros.h"
@@ -73,9 +72,9 @@ absl::StatusOr<CallContext> CallFromHttp(const HttpExchange& request,
                                                   "got \"",
                                                   timeout, "\""));
     }
-    call.deadline = absl::Now() + absl::Milliseconds(ms);
+    call.timeout = absl::Milliseconds(ms);
   } else if (default_timeout > absl::ZeroDuration()) {
-    call.deadline = absl::Now() + default_timeout;
+    call.timeout = default_timeout;
   }
   return call;
 }
@@ -407,20 +406,22 @@ HttpAnswer MethodNotAllowed(const std::string& allowed, const HttpExchange& requ
 
 // The batcher drops requests whose deadline passes while they wait; one whose deadline passes
 // while its batch runs is answered 504 too, as gRPC answers a call past its deadline.
-HttpAnswer LateIsDeadlineExceeded(const CallContext& call, HttpAnswer answer) {
-  if (answer.status == 200 && call.deadline < absl::Now()) {
+HttpAnswer LateIsDeadlineExceeded(Clock* clock, absl::Time started, const CallContext& call,
+                                  HttpAnswer answer) {
+  if (answer.status == 200 && clock->Now() - started > call.timeout) {
     return ErrorAnswer(absl::DeadlineExceededError(
         "X-Timeout-Ms: the deadline passed while the request was computed"));
   }
   return answer;
 }
 
-HttpAnswer Infer(Inference* inference, std::int64_t max_batch, const CallContext& call,
+HttpAnswer Infer(Inference* inference, const RouteOptions& options, const CallContext& call,
                  const v2::ModelInferRequest& request) {
+  const absl::Time started = options.clock->Now();
   absl::Notification done;
   HttpAnswer answer;
   kserve::Infer(
-      inference, call, request, max_batch,
+      inference, call, request, options.max_infer_batch,
       [&](const absl::Status& status, const kserve::InferResult& result) {
         if (status.ok()) {
           answer = JsonAnswer(200, InferResultJson(result));
@@ -435,19 +436,19 @@ HttpAnswer Infer(Inference* inference, std::int64_t max_batch, const CallContext
         done.Notify();
       });
   done.WaitForNotification();
-  return LateIsDeadlineExceeded(call, std::move(answer));
+  return LateIsDeadlineExceeded(options.clock, started, call, std::move(answer));
 }
 
-HttpAnswer Classify(Inference* inference, const CallContext& call,
+HttpAnswer Classify(Inference* inference, Clock* clock, const CallContext& call,
                     const pb::ClassifyRequest& request) {
-  const absl::Time started = absl::Now();
+  const absl::Time started = clock->Now();
   absl::Notification done;
   HttpAnswer answer;
   inference->Classify(
       call, request, [&](const absl::Status& status, const pb::ClassifyResponse& r) {
         if (status.ok()) {
           ts::Json body = ts::Json::object();
-          AddClassifyFields(body, r, absl::ToDoubleMilliseconds(absl::Now() - started));
+          AddClassifyFields(body, r, absl::ToDoubleMilliseconds(clock->Now() - started));
           answer.body = DumpJson(body);
         } else {
           answer = ErrorAnswer(status);
@@ -455,7 +456,7 @@ HttpAnswer Classify(Inference* inference, const CallContext& call,
         done.Notify();
       });
   done.WaitForNotification();
-  return LateIsDeadlineExceeded(call, std::move(answer));
+  return LateIsDeadlineExceeded(clock, started, call, std::move(answer));
 }
 
 // The methods the listener routes (HEAD takes GET's routes).
@@ -539,7 +540,7 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
           infer->set_model_name(request.path_groups[0]);
           infer->set_model_version(request.path_groups[1]);
           call.protocol = CallContext::kProtocolV2Rest;
-          return Infer(inference, options.max_infer_batch, call, *infer);
+          return Infer(inference, options, call, *infer);
         });
   route("GET", "/v1/models", [inference](const CallContext& call, const HttpExchange&) {
     auto models = inference->ListModels(call);
@@ -569,7 +570,7 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
           auto classify = ClassifyRequestFromJson(request.body, name);
           if (!classify.ok()) return ErrorAnswer(classify.status());
           call.protocol = CallContext::kProtocolRest;
-          return Classify(inference, call, *classify);
+          return Classify(inference, options.clock, call, *classify);
         });
   for (const char* method : kMethods) {
     add(method, ".*", [](const CallContext& /*call*/, const HttpExchange& request) {
@@ -619,6 +620,7 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   route.max_infer_batch = options.max_infer_batch;
   route.default_timeout = options.http.default_timeout;
   route.max_json_depth = options.http.max_json_depth;
+  route.clock = options.clock;
   TS_ASSIGN_OR_RETURN(auto started, HttpListener::Start(listener, Routes(inference, route)));
   return std::unique_ptr<HttpFrontend>(new HttpFrontend(std::move(started)));
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "server/config.h"
 #include "server/serving/http_listener.h"
 #include "server/serving/inference.h"
@@ -22,7 +23,8 @@ namespace ts::server {
 struct RouteOptions {
   std::int64_t max_infer_batch = 256;                     // elements of one v2 infer request
   absl::Duration default_timeout = absl::ZeroDuration();  // without X-Timeout-Ms; 0 = none
-  int max_json_depth = 32;  // deeper JSON bodies → 400 before anything recurses
+  int max_json_depth = 32;     // deeper JSON bodies → 400 before anything recurses
+  Clock* clock = RealClock();  // latency_ms and the deadline of a call (not owned)
 };
 
 // Answers one request as the listener does, without a socket (tests, fuzzers): its route (the
@@ -37,6 +39,7 @@ struct HttpFrontendOptions {
   std::int64_t max_infer_batch = 256;
   // Called with every answer's status code (the server counts them in its metrics).
   std::function<void(int status)> on_response;
+  Clock* clock = RealClock();  // not owned
 };
 
 class HttpFrontend {

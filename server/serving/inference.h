@@ -20,8 +20,10 @@ namespace ts::server {
 struct CallContext {
   // The caller's `authorization` header or metadata ("Bearer TOKEN"); empty when absent.
   std::string authorization;
-  // When the caller stops waiting; requests still queued then get DEADLINE_EXCEEDED.
-  absl::Time deadline = absl::InfiniteFuture();
+  // How long the caller waits, counted from when the front end took the call; requests still
+  // queued then get DEADLINE_EXCEEDED. A duration, not a time: each side reads it on its own
+  // clock (the batcher on the injected one).
+  absl::Duration timeout = absl::InfiniteDuration();
   // True once the caller has gone away (null: never).
   std::function<bool()> cancelled;
   // The front end, the `protocol` label of taylorshift_requests_total: kProtocolGrpc

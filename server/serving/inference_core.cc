@@ -177,10 +177,8 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
   for (const auto& w : task->payload.windows) longest = std::max<std::int64_t>(longest, w.size());
   task->tokens = longest + 1;
   task->path = static_cast<int>(*path);
-  // The caller's deadline is wall-clock time; the batcher runs on the injected clock.
-  task->deadline = call.deadline == absl::InfiniteFuture()
-                       ? absl::InfiniteFuture()
-                       : clock_->Now() + (call.deadline - absl::Now());
+  task->deadline = call.timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                            : clock_->Now() + call.timeout;
   if (task->deadline <= clock_->Now()) {
     return finish(absl::DeadlineExceededError("deadline expired before the request was queued"),
                   {});

@@ -6,10 +6,13 @@ seeds are written as text and encoded with `protoc --encode`. Deterministic: run
 rewrites the same files. Usage: tests/fuzz/make_seeds.py (from anywhere)."""
 
 import base64
+import io
 import os
 import shutil
 import struct
 import subprocess
+import tempfile
+import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
@@ -344,3 +347,38 @@ for text in EVENTS:
 write("event_pipe_fuzz", "session_one_byte_reads", sel(0) + stream)
 write("event_pipe_fuzz", "session_whole", sel(255) + stream)
 write("event_pipe_fuzz", "oversized_frame", sel(3) + struct.pack("<I", 0x7fffffff) + b"\x10\x01")
+
+# --- checkpoints (model/checkpoints/checkpoint.h), written by `tsmodel init` -------------------------
+# Tiny untrained models (17-31 KB), each three times: the whole file (selector 0), its payload
+# alone, which the target wraps in a correct header and CRC-32 (selector 1), and the payload's
+# pickle alone, around which the target writes the archive (selector 2). tsmodel comes from the
+# ordinary build (TS_TSMODEL names another); without one, the committed seeds stay as they are.
+# Not byte-for-byte repeatable: SaveCheckpoint stamps the provenance with the time of the run.
+TSMODEL = os.environ.get("TS_TSMODEL", os.path.join(ROOT, "build", "model", "tsmodel"))
+CHECKPOINTS = {
+    # 2 classes, one block: the smallest model the server serves.
+    "bytes_tiny": ["--labels", "neg,pos", "--embed-dim", "8", "--depth", "1", "--heads", "2",
+                   "--mlp-ratio", "2", "--max-length", "16"],
+    # Pixels, two blocks, a max_length past 255 (pickled as a 2-byte integer, not 1).
+    "pixels_two_blocks": ["--modality", "pixels", "--labels", "a,b,c", "--embed-dim", "8",
+                          "--depth", "2", "--heads", "4", "--mlp-ratio", "1",
+                          "--max-length", "300"],
+}
+if os.access(TSMODEL, os.X_OK):
+    for name, flags in CHECKPOINTS.items():
+        with tempfile.TemporaryDirectory() as scratch:
+            path = os.path.join(scratch, "model.tsckpt")
+            subprocess.run([TSMODEL, "init", "--out", path, "--seed", "7"] + flags, check=True,
+                           stdout=subprocess.DEVNULL)
+            with open(path, "rb") as f:
+                checkpoint = f.read()
+        header = 8 + 4 + 8
+        (length,) = struct.unpack_from("<Q", checkpoint, 12)
+        assert len(checkpoint) == header + length + 4
+        write("checkpoint_fuzz", name + ".tsckpt", sel(0) + checkpoint)
+        payload = checkpoint[header:header + length]
+        write("checkpoint_fuzz", name + ".payload", sel(1) + payload)
+        with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+            write("checkpoint_fuzz", name + ".pkl", sel(2) + archive.read("archive/data.pkl"))
+else:
+    print(f"make_seeds: no {TSMODEL}; the checkpoint_fuzz seeds are left as they are")

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/atomic_file.h"
@@ -380,6 +381,79 @@ TEST_F(CheckpointTest, MutatedPayloadsWithValidCrcLoadOrFailCleanly) {
   RecordProperty("loaded", loaded);
   EXPECT_GT(loaded, 0);
   EXPECT_LT(loaded, kMutations);
+}
+
+// The whole file SaveCheckpoint writes around `payload`.
+std::string WrapPayload(const std::string& payload) {
+  std::string file("TSCKPT\0\1", 8);
+  const auto append = [&](std::uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i) file.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  };
+  append(kCheckpointFormatVersion, 4);
+  append(payload.size(), 8);
+  file += payload;
+  append(Crc32(payload.data(), payload.size()), 4);
+  return file;
+}
+
+// Found by checkpoint_fuzz's first run and confirmed with valgrind: LibTorch's unpickler took a
+// tensor's element count, sizes and strides from the pickle without checking them against the
+// bytes of the tensor's record, and LoadStateDict copied the memory past the record's buffer into
+// the model. These two inputs (tests/fuzz/regressions/checkpoint_fuzz/, selector 1: a payload)
+// are the fuzz seed bytes_tiny with max_length 16 -> 31 and `pe` [1, 16, 8] -> [1, 31, 8] over its
+// 512-byte record, once with the storage's element count raised to match (128 -> 248), once not.
+TEST_F(CheckpointTest, TensorsReachingPastTheirRecordsAreDataLoss) {
+  for (const std::string name : {"pe_storage_beyond_record", "pe_sizes_beyond_storage"}) {
+    SCOPED_TRACE(name);
+    const auto input =
+        ReadFile(testing::SourcePath("tests/fuzz/regressions/checkpoint_fuzz/" + name));
+    ASSERT_TRUE(input.ok()) << input.status();
+    ASSERT_EQ(input->at(0), '\x01');
+    WriteAll(path_, WrapPayload(input->substr(1)));
+    const auto loaded = LoadCheckpoint(path_);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << loaded.status();
+    EXPECT_NE(loaded.status().message().find(
+                  "'pe' [1, 31, 8] needs 248 elements of 4 bytes from offset 0, its storage "
+                  "holds 512 bytes"),
+              std::string::npos)
+        << loaded.status();
+  }
+}
+
+// A file's architecture can claim a model far larger than the weights it holds: it is refused
+// before the model is built (a 1,048,576-block model of width 16 would take about 9 GB).
+TEST_F(CheckpointTest, AnArchitectureLargerThanItsWeightsIsRefusedBeforeBuilding) {
+  TaylorShiftEncoder model = SaveSmall(SmallOptions());
+  c10::impl::GenericDict architecture(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [name, value] : EncoderOptionsToFields(SmallOptions())) {
+    std::visit(
+        [&, &field = name](const auto& v) {
+          architecture.insert(c10::IValue(field), field == "depth"
+                                                      ? c10::IValue(std::int64_t{1} << 20)
+                                                      : c10::IValue(v));
+        },
+        value);
+  }
+  c10::List<std::string> labels;
+  for (const auto& label : SmallMetadata().labels) labels.push_back(label);
+  c10::impl::GenericDict metadata(c10::StringType::get(), c10::AnyType::get());
+  metadata.insert(c10::IValue("modality"), c10::IValue(std::string("bytes")));
+  metadata.insert(c10::IValue("labels"), c10::IValue(labels));
+  metadata.insert(c10::IValue("provenance"), c10::IValue(c10::Dict<std::string, std::string>()));
+  c10::Dict<std::string, torch::Tensor> state;
+  for (const auto& [name, tensor] : StateDict(model)) state.insert(name, tensor);
+  c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
+  root.insert(c10::IValue("architecture"), c10::IValue(architecture));
+  root.insert(c10::IValue("metadata"), c10::IValue(metadata));
+  root.insert(c10::IValue("state"), c10::IValue(state));
+  const std::vector<char> payload = torch::pickle_save(c10::IValue(root));
+  WriteAll(path_, WrapPayload(std::string(payload.data(), payload.size())));
+
+  const auto loaded = LoadCheckpoint(path_);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << loaded.status();
+  EXPECT_NE(loaded.status().message().find("depth=1048576"), std::string::npos) << loaded.status();
+  EXPECT_NE(loaded.status().message().find("weights, the state holds"), std::string::npos)
+      << loaded.status();
 }
 
 TEST(Crc32Test, MatchesTheStandardCheckValue) {

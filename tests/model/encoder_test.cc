@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -115,6 +117,35 @@ TEST(EncoderTest, CountParametersMatchesTheArchitecture) {
   const std::int64_t block =
       2 * c + (3 * c * c + 3 * c) + h + (c * c + c) + 2 * c + (l * c + l) + (c * l + c);
   EXPECT_EQ(model->CountParameters(), c * v + c + c + 2 * block + 2 * c + k * c + k);
+}
+
+// The bound a checkpoint reader checks before it builds a model: never above what the model
+// holds (a valid checkpoint would be refused), and exactly the tensors it says it counts.
+TEST(EncoderTest, MinimumStateElementsBoundTheModelFromBelow) {
+  for (const auto& options :
+       {TaylorShiftEncoderOptions(16, 2, 4, 24, 3).mlp_hidden(32),
+        TaylorShiftEncoderOptions(8, 1, 2, 16, 2).mlp_hidden(16),
+        TaylorShiftEncoderOptions(32, 3, 4, 64, 5),  // mlp_hidden 0: 4·C
+        TaylorShiftEncoderOptions(16, 2, 2, 40, 2).mlp_hidden(8).conv_embed(true).qkv_bias(false),
+        TaylorShiftEncoderOptions(8, 2, 4, 300, 3).mlp_hidden(8).vocab_size(2)}) {
+    TaylorShiftEncoder model(options);
+    std::int64_t held = 0;
+    // pe, the blocks' matrices (qkv, proj, fc1, fc2) and the head's.
+    std::int64_t counted = model->pe.numel();
+    for (const auto& item : model->named_parameters()) {
+      held += item.value().numel();
+      const bool block_matrix = item.key().rfind("blocks.", 0) == 0 && item.value().dim() == 2;
+      if (block_matrix || item.key() == "head.weight") counted += item.value().numel();
+    }
+    for (const auto& item : model->named_buffers()) held += item.value().numel();
+    const std::int64_t bound = MinimumEncoderStateElements(options);
+    EXPECT_LE(bound, held) << DescribeEncoderOptions(options);
+    EXPECT_EQ(bound, counted) << DescribeEncoderOptions(options);
+  }
+  // Sizes whose products overflow int64 saturate.
+  EXPECT_EQ(MinimumEncoderStateElements(
+                TaylorShiftEncoderOptions(std::int64_t{1} << 40, 1 << 30, 1, 1, 1)),
+            std::numeric_limits<std::int64_t>::max());
 }
 
 TEST(EncoderTest, PositionsMatchTheSinCosFormula) {

@@ -3,6 +3,7 @@
 // record of the calls it received.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ class FakeInference final : public Inference {
   // Every Classify answers this status when it is not OK.
   void FailWith(absl::Status status) { fail_ = std::move(status); }
   void SetReady(bool ready) { ready_ = ready; }
+  // Runs inside every Classify before it answers (a test's fake clock advancing, as a batch
+  // that takes time would).
+  void WhileComputing(std::function<void()> compute) { compute_ = std::move(compute); }
   // Classify calls received, in order.
   std::vector<taylorshift::v1::ClassifyRequest> calls() const {
     absl::MutexLock lock(&mu_);
@@ -53,6 +57,7 @@ class FakeInference final : public Inference {
     }
     if (request.model() != model_.name()) return done(absl::NotFoundError("no such model"), {});
     if (!fail_.ok()) return done(fail_, {});
+    if (compute_) compute_();
     const std::size_t size =
         request.has_image() ? request.image().pixels().size() : request.document().size();
     const auto p = Probabilities(size, model_.labels_size());
@@ -95,6 +100,7 @@ class FakeInference final : public Inference {
   absl::Status fail_;
   bool ready_ = true;
   mutable absl::Mutex mu_;
+  std::function<void()> compute_;
   std::vector<taylorshift::v1::ClassifyRequest> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<CallContext> contexts_ ABSL_GUARDED_BY(mu_);
 };

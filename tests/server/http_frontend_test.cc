@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/server/fake_inference.h"
+#include "tests/testing/fake_clock.h"
 
 namespace ts::server {
 namespace {
@@ -90,7 +91,7 @@ TEST(HttpFrontendTest, PlainClassifyRouteAnswersTsctlsJson) {
   EXPECT_FALSE(body.contains("file"));
   const auto call = fake.contexts()[0];
   EXPECT_EQ(call.authorization, "Bearer t");
-  EXPECT_LT(call.deadline, absl::Now() + absl::Seconds(6));
+  EXPECT_EQ(call.timeout, absl::Seconds(5));
   EXPECT_STREQ(call.protocol, "rest");
   EXPECT_EQ(fake.calls()[0].over_length(), "reject");
   // Binary documents and images.
@@ -102,6 +103,36 @@ TEST(HttpFrontendTest, PlainClassifyRouteAnswersTsctlsJson) {
                 .status,
             200);
   EXPECT_EQ(fake.calls().back().image().pixels(), std::string("\0\xff", 2));
+}
+
+// latency_ms and a deadline that passes while the batch runs are read on the injected clock.
+TEST(HttpFrontendTest, LatencyAndDeadlinesRunOnTheInjectedClock) {
+  FakeInference fake;
+  ts::testing::FakeClock clock;
+  fake.WhileComputing([&clock] { clock.Advance(absl::Seconds(6)); });
+  RouteOptions options;
+  options.clock = &clock;
+  const auto classify = [&](const std::string& timeout_ms) {
+    return Route(&fake, options,
+                 HttpExchange{"POST",
+                              "/v1/models/m:classify",
+                              {{"x-timeout-ms", timeout_ms}},
+                              R"({"text": "hello"})"});
+  };
+  const HttpAnswer in_time = classify("7000");
+  ASSERT_EQ(in_time.status, 200) << in_time.body;
+  EXPECT_EQ(Json::parse(in_time.body)["latency_ms"], 6000.0);
+  const HttpAnswer late = classify("5000");
+  EXPECT_EQ(late.status, 504) << late.body;
+  EXPECT_THAT(late.body, HasSubstr("X-Timeout-Ms: the deadline passed"));
+  const HttpAnswer late_v2 =
+      Route(&fake, options,
+            HttpExchange{"POST",
+                         "/v2/models/m/infer",
+                         {{"x-timeout-ms", "5000"}},
+                         R"({"inputs": [{"name": "document", "datatype": "BYTES", "shape": [1],
+                       "data": ["ab"]}]})"});
+  EXPECT_EQ(late_v2.status, 504) << late_v2.body;
 }
 
 TEST(HttpFrontendTest, ErrorsCarryTheirStatusFieldAndHeaders) {

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -44,7 +45,9 @@ inline void RandomizeParameters(TaylorShiftEncoder& model, std::uint64_t seed) {
     } else if (name == "patch_embed.weight") {
       p.normal_(0.0, 1.0);
     } else if (p.dim() >= 2) {
-      const double fan_in = static_cast<double>(p.numel() / p.size(0));
+      // The elements of one output row (a whole number: numel is size(0) rows of them).
+      const std::int64_t row_elements = p.numel() / p.size(0);
+      const auto fan_in = static_cast<double>(row_elements);
       p.normal_(0.0, 1.0 / std::sqrt(fan_in));
     } else if (name.find("norm") != std::string::npos ||
                name.find("proj.1.") != std::string::npos ||
