@@ -119,6 +119,7 @@ std::string ClassifyText(const std::string& file, const ClassifyResponse& respon
     });
     if (best.size() > top_k) best.resize(top_k);
     std::vector<std::string> entries;
+    entries.reserve(best.size());
     for (const auto* entry : best) {
       entries.push_back(absl::StrFormat("%s %.3f", entry->label(), entry->probability()));
     }

@@ -42,7 +42,8 @@ std::string RawBytes(const std::vector<std::string>& elements) {
 }
 
 void AddOutput(inference::ModelInferResponse* answer, const std::string& name,
-               const std::string& datatype, std::vector<std::int64_t> shape, std::string raw) {
+               const std::string& datatype, const std::vector<std::int64_t>& shape,
+               std::string raw) {
   auto* output = answer->add_outputs();
   output->set_name(name);
   output->set_datatype(datatype);

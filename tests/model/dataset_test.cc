@@ -31,6 +31,7 @@ TEST(DatasetTest, UniformIntStaysInRangeAndIsFixedForASeed) {
 
 TEST(SplitDatasetTest, HoldsOutTheFractionDeterministically) {
   std::vector<Example> examples;
+  examples.reserve(100);
   for (int i = 0; i < 100; ++i) examples.push_back(Example{std::to_string(i), i % 3});
   absl::StatusOr<DatasetSplit> a = SplitDataset(examples, 0.1, 5);
   ASSERT_TRUE(a.ok()) << a.status();

@@ -669,6 +669,7 @@ TEST_F(LengthBucketBatcherTest, ConcurrentProducersAndBatchThreadsFinishEachTask
   constexpr int kProducers = 4;
   constexpr int kPerProducer = 50;
   std::vector<std::thread> producers;
+  producers.reserve(kProducers);
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
       for (int i = 0; i < kPerProducer; ++i) {

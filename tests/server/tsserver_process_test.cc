@@ -50,6 +50,7 @@ TEST_F(TsserverProcessTest, SigtermFinishesEveryAcceptedRequestAndExitsZero) {
   ASSERT_FALSE(server.metrics_address().empty());
   constexpr int kRequests = 12;
   std::vector<std::future<grpc::Status>> calls;
+  calls.reserve(kRequests);
   for (int i = 0; i < kRequests; ++i) {
     calls.push_back(std::async(std::launch::async, [&server, i] {
       auto stub = pb::Classifier::NewStub(

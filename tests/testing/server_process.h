@@ -41,6 +41,7 @@ class ServerProcess {
       ::dup2(fd, 2);
       ::dup2(fd, 1);
       std::vector<char*> argv;
+      argv.reserve(args.size() + 1);
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       ::execv(binary.c_str(), argv.data());
