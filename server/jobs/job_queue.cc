@@ -151,22 +151,15 @@ absl::StatusOr<pb::Job> JobQueue::Get(const std::string& id) const {
 }
 
 absl::StatusOr<pb::ListJobsResponse> JobQueue::List(const pb::ListJobsRequest& request) const {
-  TS_ASSIGN_OR_RETURN(pb::ListJobsResponse page, jobs_->ListJobs(request));
-  absl::MutexLock lock(&mu_);
-  if (unwritten_finals_.empty()) return page;
-  auto* jobs = page.mutable_jobs();
-  for (int i = 0; i < jobs->size();) {
-    if (const auto it = unwritten_finals_.find(jobs->Get(i).id()); it != unwritten_finals_.end()) {
-      *jobs->Mutable(i) = it->second.job;
-      if (request.state() != pb::JOB_STATE_UNSPECIFIED &&
-          it->second.job.state() != request.state()) {
-        jobs->DeleteSubrange(i, 1);
-        continue;
-      }
-    }
-    ++i;
+  // What Get answers where it is not the store's record: the queued and running jobs' snapshots
+  // and the final states the store has not taken. The store lists and filters them in their place.
+  std::map<std::string, pb::Job> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, unwritten] : unwritten_finals_) pending.emplace(id, unwritten.job);
+    for (const auto& [id, active] : active_) pending.insert_or_assign(id, active->job);
   }
-  return page;
+  return jobs_->ListJobs(request, pending);
 }
 
 absl::StatusOr<pb::Job> JobQueue::Cancel(const std::string& id) {

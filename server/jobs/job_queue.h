@@ -96,10 +96,9 @@ class JobQueue {
   // A queued or running job's snapshot, else its final state when the store has not taken it
   // yet, else the stored record (NOT_FOUND for an unknown id).
   absl::StatusOr<taylorshift::v1::Job> Get(const std::string& id) const;
-  // A page of the store's jobs (JobStore::ListJobs) with the final states the store has not
-  // taken yet in place of their stored snapshots; with a state filter, a job whose state is no
-  // longer the one asked for leaves the page (and one whose final state matches it but is not
-  // written yet is not on it).
+  // A page of the store's jobs (JobStore::ListJobs) as Get answers each: the queued and running
+  // jobs' snapshots and the final states the store has not taken yet in place of their stored
+  // records, also for the state filter and the page tokens.
   absl::StatusOr<taylorshift::v1::ListJobsResponse> List(
       const taylorshift::v1::ListJobsRequest& request) const;
   // A queued job is CANCELLED at once; a running one is marked and its workers told to stop
