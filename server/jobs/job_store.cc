@@ -235,6 +235,8 @@ absl::StatusOr<std::vector<std::string>> JobStore::FinishedJobsBefore(absl::Time
   return ids;
 }
 
+absl::Status JobStore::CheckWritable() const { return database_->CheckWritable(); }
+
 absl::Status JobStore::DeleteJob(const std::string& id) {
   StoreDatabase::Session db(database_);
   // Child rows go with it (ON DELETE CASCADE), in the same implicit transaction.

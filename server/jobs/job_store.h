@@ -61,6 +61,8 @@ class JobStore {
   // checkpoint records (job_history_store.h); promotions stay. NOT_FOUND for an unknown id. The
   // file shrinks once a quarter of it is free (VACUUM, then the WAL truncated).
   absl::Status DeleteJob(const std::string& id);
+  // OK when the database takes writes; UNAVAILABLE naming why not (StoreDatabase::OpenOrReadOnly).
+  absl::Status CheckWritable() const;
 
  private:
   StoreDatabase* const database_;
