@@ -5,13 +5,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
 
 #include <thread>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "tests/testing/file_writes_fail.h"
 #include "tests/testing/job_testing.h"
 
 namespace ts::server {
@@ -27,25 +26,6 @@ pb::Job TrainingJob(const std::string& name, std::uint64_t memory_estimate_bytes
   job.mutable_progress()->set_memory_estimate_bytes(memory_estimate_bytes);
   return job;
 }
-
-// While it lives, every write of this process to a regular file fails (RLIMIT_FSIZE 0: EFBIG,
-// where a full disk gives ENOSPC), so the job store cannot commit; reads still work.
-class FileWritesFail {
- public:
-  FileWritesFail() {
-    EXPECT_EQ(getrlimit(RLIMIT_FSIZE, &saved_), 0);
-    signal(SIGXFSZ, SIG_IGN);  // the write fails instead of the process being killed
-    rlimit none = saved_;
-    none.rlim_cur = 0;
-    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &none), 0);
-  }
-  ~FileWritesFail() { EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &saved_), 0); }
-  FileWritesFail(const FileWritesFail&) = delete;
-  FileWritesFail& operator=(const FileWritesFail&) = delete;
-
- private:
-  rlimit saved_{};
-};
 
 class JobQueueTest : public ::testing::Test {
  protected:
@@ -268,7 +248,7 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsAnsweredFromMemoryAndWrittenAtT
   std::vector<pb::JobEvent> events;
   ASSERT_TRUE(queue.Watch("job-1", [&](const pb::JobEvent& e) { events.push_back(e); }).ok());
   {
-    const FileWritesFail full;
+    const ts::testing::FileWritesFail full;
     queue.SetState(*active, pb::JOB_STATE_FAILED, "cannot write best.tsckpt: no space");
   }
   queue.Release(*active);  // the runner is done with it: it leaves the table
@@ -334,7 +314,7 @@ TEST_F(JobQueueTest, AStateFilterListsJobsAsGetAnswersThemWhereTheStoreLags) {
   queue.SetState(*second, pb::JOB_STATE_FAILED, "written");
   queue.Release(*second);
   {
-    const FileWritesFail full;
+    const ts::testing::FileWritesFail full;
     queue.SetState(*first, pb::JOB_STATE_FAILED, "kept in memory");
     queue.SetState(*third, pb::JOB_STATE_RUNNING, "");
   }
@@ -384,7 +364,7 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsWrittenAgainOnTheRetryTimer) {
   const absl::Time first = env_.clock().Now() + absl::Seconds(5);
   ASSERT_TRUE(env_.clock().BlockUntilWaiting(first));
   {
-    const FileWritesFail full;
+    const ts::testing::FileWritesFail full;
     queue.SetState(*active, pb::JOB_STATE_SUCCEEDED, "");
     queue.Release(*active);
     // A retry while the disk is still full changes nothing.
