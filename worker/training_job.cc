@@ -122,7 +122,8 @@ absl::StatusOr<TrainingData> LoadTrainingData(const DataRoot& root, const pb::Tr
                                               const std::atomic<bool>* stop) {
   TrainingData data;
   data.labels.assign(spec.labels().begin(), spec.labels().end());
-  TS_ASSIGN_OR_RETURN(data.train, LoadSource(root, spec.data().train(), data.labels, "data.train", stop));
+  TS_ASSIGN_OR_RETURN(data.train,
+                      LoadSource(root, spec.data().train(), data.labels, "data.train", stop));
   if (data.labels.empty()) data.labels = data.train.label_names;
   TS_RETURN_IF_ERROR(CheckLabelsAgainstData(data.labels, data.train));
   data.skipped = data.train.skipped;
@@ -133,8 +134,8 @@ absl::StatusOr<TrainingData> LoadTrainingData(const DataRoot& root, const pb::Tr
     data.train.examples = std::move(split->train);
     data.validation = std::move(split->validation);
   } else if (spec.data().has_validation() && !spec.data().validation().format().empty()) {
-    TS_ASSIGN_OR_RETURN(Dataset loaded,
-                        LoadSource(root, spec.data().validation(), data.labels, "data.validation", stop));
+    TS_ASSIGN_OR_RETURN(Dataset loaded, LoadSource(root, spec.data().validation(), data.labels,
+                                                   "data.validation", stop));
     data.skipped += loaded.skipped;
     data.validation = std::move(loaded.examples);
   }

@@ -73,8 +73,8 @@ __attribute__((section(".preinit_array"),
                used)) void (*const kBlockStopSignal)(int, char**, char**) = BlockStopSignal;
 
 // The one thread that receives SIGTERM: it sets g_stop (a training job stops at its next step
-// boundary, or at the next record of the data it loads) or, for an evaluation (g_exit_on_term), ends the process at once. Joined by its
-// destructor.
+// boundary, or at the next record of the data it loads) or, for an evaluation (g_exit_on_term),
+// ends the process at once. Joined by its destructor.
 class StopSignalThread {
  public:
   StopSignalThread() : thread_([this] { Run(); }) {}

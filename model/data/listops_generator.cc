@@ -101,8 +101,8 @@ absl::StatusOr<Dataset> GenerateListOpsDataset(const ListOpsGeneratorOptions& op
   std::mt19937_64 rng(options.seed);
   for (std::int64_t n = 0; n < options.count; ++n) {
     if (options.stop_requested && options.stop_requested()) {
-      return absl::AbortedError(
-          absl::StrCat("stopped while generating ListOps examples, after ", n, " of ", options.count));
+      return absl::AbortedError(absl::StrCat("stopped while generating ListOps examples, after ", n,
+                                             " of ", options.count));
     }
     std::string expression;
     for (int attempt = 0;; ++attempt) {

@@ -58,7 +58,8 @@ std::string SlotPayload(const pb::Job& job) {
   if (bytes.size() <= kPayloadBytes) return bytes;
   constexpr char kCut[] = " ...";
   const std::size_t over = bytes.size() - kPayloadBytes + sizeof(kCut) + 8;
-  std::string reason = job.reason().substr(0, job.reason().size() > over ? job.reason().size() - over : 0);
+  std::string reason =
+      job.reason().substr(0, job.reason().size() > over ? job.reason().size() - over : 0);
   while (!reason.empty() && (static_cast<unsigned char>(reason.back()) & 0xC0) == 0x80) {
     reason.pop_back();  // a continuation byte: the character it belongs to goes too
   }
@@ -73,7 +74,7 @@ std::string SlotPayload(const pb::Job& job) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FinalStateJournal>> FinalStateJournal::Open(const std::string& path,
-                                                                            int slots) {
+                                                                           int slots) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int error = errno;
@@ -97,13 +98,11 @@ absl::StatusOr<std::unique_ptr<FinalStateJournal>> FinalStateJournal::Open(const
     if (error == 0) {
       have = want;
     } else if (have == 0) {
-      return fail(SystemError(error,
-                                  absl::StrCat("cannot allocate ", want * kSlotBytes, " bytes for ",
-                                               path)));
+      return fail(SystemError(
+          error, absl::StrCat("cannot allocate ", want * kSlotBytes, " bytes for ", path)));
     }
   }
-  void* mapping =
-      ::mmap(nullptr, have * kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* mapping = ::mmap(nullptr, have * kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mapping == MAP_FAILED) {
     const int error = errno;
     return fail(SystemError(error, absl::StrCat("cannot map ", path)));

@@ -61,7 +61,7 @@ class FinalStateJournal {
   const std::size_t slots_;
 
   mutable absl::Mutex mu_;
-  std::vector<std::string> ids_ ABSL_GUARDED_BY(mu_);  // by slot; empty = free
+  std::vector<std::string> ids_ ABSL_GUARDED_BY(mu_);            // by slot; empty = free
   std::vector<taylorshift::v1::Job> jobs_ ABSL_GUARDED_BY(mu_);  // by slot
 };
 

@@ -75,10 +75,9 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
       options.jobs.max_queued + std::max(1, options.jobs.max_concurrent), 64, 4096));
   auto journal =
       FinalStateJournal::Open((fs::path(options.state_dir) / "final_states").string(), slots);
-  std::unique_ptr<JobManager> manager(
-      new JobManager(std::move(options), std::move(database),
-                     journal.ok() ? *std::move(journal) : nullptr, std::move(data_root), registry,
-                     metrics, clock));
+  std::unique_ptr<JobManager> manager(new JobManager(
+      std::move(options), std::move(database), journal.ok() ? *std::move(journal) : nullptr,
+      std::move(data_root), registry, metrics, clock));
   if (!journal.ok()) {
     manager->context_.Log(absl::StrCat(
         "final states the job store refuses are kept in memory only (a restart before they are "
@@ -98,8 +97,8 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
   if (const absl::Status started = manager->StartJobs(); !started.ok()) {
     const absl::Status opened = manager->database_->WriteError();
     if (!opened.ok()) {
-      manager->context_.Log(absl::StrCat("the job store cannot be written (open_store): ",
-                                         opened.message()));
+      manager->context_.Log(
+          absl::StrCat("the job store cannot be written (open_store): ", opened.message()));
       if (metrics != nullptr) metrics->RecordJobStoreError("open_store");
     }
     manager->context_.Log(absl::StrCat(

@@ -61,6 +61,7 @@
 #include "common/clock.h"
 #include "common/data_root.h"
 #include "server/config.h"
+#include "server/jobs/final_state_journal.h"
 #include "server/jobs/job_admission.h"
 #include "server/jobs/job_checkpoints.h"
 #include "server/jobs/job_context.h"
@@ -73,7 +74,6 @@
 #include "server/jobs/job_store.h"
 #include "server/jobs/promotion_store.h"
 #include "server/jobs/store_database.h"
-#include "server/jobs/final_state_journal.h"
 #include "server/jobs/worker_launcher.h"
 #include "server/metrics.h"
 #include "taylorshift/v1/jobs.pb.h"
@@ -195,7 +195,7 @@ class JobManager {
   CheckpointPromoter promoter_;
 
   mutable absl::Mutex start_mu_;
-  absl::CondVar start_cv_;                                      // Shutdown() wakes RetryStart
+  absl::CondVar start_cv_;  // Shutdown() wakes RetryStart
   bool started_ ABSL_GUARDED_BY(start_mu_) = false;
   absl::Status start_error_ ABSL_GUARDED_BY(start_mu_);  // why not started yet
   bool stopping_ ABSL_GUARDED_BY(start_mu_) = false;

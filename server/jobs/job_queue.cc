@@ -70,10 +70,10 @@ int JobQueue::RecoverFinalStates() {
     *job.mutable_end_time() = kept.end_time();
     if (kept.has_progress()) *job.mutable_progress() = kept.progress();
     const absl::Status s = stored.ok() ? jobs_->UpdateJob(job) : stored.status();
-    if (context_->StoreWriteOk(s, "update_job", id,
-                               absl::StrCat("its ", JobStateName(job.state()),
-                                            " state, kept across the restart in ",
-                                            journal_->path()))) {
+    if (context_->StoreWriteOk(
+            s, "update_job", id,
+            absl::StrCat("its ", JobStateName(job.state()), " state, kept across the restart in ",
+                         journal_->path()))) {
       context_->Log(absl::StrCat("job ", id, ": its final state (", JobStateName(job.state()),
                                  "), which the job store refused before the restart, is "
                                  "written to it now from ",

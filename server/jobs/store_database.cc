@@ -254,7 +254,8 @@ absl::StatusOr<std::unique_ptr<StoreDatabase>> StoreDatabase::Open(const std::st
 absl::StatusOr<std::unique_ptr<StoreDatabase>> StoreDatabase::OpenOrReadOnly(
     const std::string& path) {
   auto writable = OpenWritable(path);
-  if (writable.ok()) return std::unique_ptr<StoreDatabase>(new StoreDatabase(path, *std::move(writable)));
+  if (writable.ok())
+    return std::unique_ptr<StoreDatabase>(new StoreDatabase(path, *std::move(writable)));
   // Why it failed decides: a file that reads as a job store of this version (or as nothing) failed
   // for want of writing; one that does not is refused as Open refuses it.
   TS_ASSIGN_OR_RETURN(auto readable, OpenReadOnly(path));
@@ -274,10 +275,11 @@ absl::Status StoreDatabase::CheckWritable() const {
 }
 
 absl::Status StoreDatabase::RefusedWrite() const {
-  return absl::UnavailableError(absl::StrCat(
-      "job store ", path_, " cannot be ", db_ == nullptr ? "read or written" : "written",
-      " (since the server started: ", write_error_.message(), "); it is tried again every few "
-      "seconds"));
+  return absl::UnavailableError(absl::StrCat("job store ", path_, " cannot be ",
+                                             db_ == nullptr ? "read or written" : "written",
+                                             " (since the server started: ", write_error_.message(),
+                                             "); it is tried again every few "
+                                             "seconds"));
 }
 
 absl::Status StoreDatabase::ReopenWritable() {
@@ -353,8 +355,8 @@ absl::StatusOr<std::unique_ptr<sqlite3, StoreDatabase::Closer>> StoreDatabase::O
   sqlite3* raw_db = nullptr;
   // Not created: a missing file has nothing to read. Read-write only for SQLite's locks; every
   // write is refused (query_only, and the Session).
-  const int rc = sqlite3_open_v2(path.c_str(), &raw_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
   std::unique_ptr<sqlite3, Closer> db(raw_db);
   if (rc != SQLITE_OK) return std::unique_ptr<sqlite3, Closer>();
   sqlite3_extended_result_codes(db.get(), 1);

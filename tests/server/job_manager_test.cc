@@ -18,9 +18,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "server/metrics.h"
-#include "tests/testing/file_writes_fail.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_worker_launcher.h"
+#include "tests/testing/file_writes_fail.h"
 #include "tests/testing/job_stores.h"
 
 namespace ts::server {

@@ -19,13 +19,13 @@
 #include <thread>
 #include <vector>
 
-#include "server/jobs/final_state_journal.h"
-#include "tests/testing/file_writes_fail.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/jobs/final_state_journal.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/file_writes_fail.h"
 #include "tests/testing/job_stores.h"
 
 namespace ts::server {
