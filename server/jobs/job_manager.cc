@@ -75,14 +75,15 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
       options.jobs.max_queued + std::max(1, options.jobs.max_concurrent), 64, 4096));
   auto journal =
       FinalStateJournal::Open((fs::path(options.state_dir) / "final_states").string(), slots);
+  const absl::Status journal_status = journal.status();
   std::unique_ptr<JobManager> manager(new JobManager(
       std::move(options), std::move(database), journal.ok() ? *std::move(journal) : nullptr,
       std::move(data_root), registry, metrics, clock));
-  if (!journal.ok()) {
+  if (!journal_status.ok()) {
     manager->context_.Log(absl::StrCat(
         "final states the job store refuses are kept in memory only (a restart before they are "
         "written runs their jobs again): ",
-        journal.status().message()));
+        journal_status.message()));
   }
   // The dashboard shows recent jobs' states from the start.
   if (metrics != nullptr) {
