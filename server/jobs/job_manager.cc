@@ -95,13 +95,15 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
       }
     }
   }
+  if (const absl::Status opened = manager->database_->WriteError(); !opened.ok()) {
+    manager->context_.Log(
+        absl::StrCat("the job store cannot be written (open_store): ", opened.message()));
+    if (metrics != nullptr) metrics->RecordJobStoreError("open_store");
+    // Read-only, the final states the journal kept are answered from memory meanwhile (their
+    // writes are refused, logged and counted once here; StartJobs writes them later).
+    manager->queue_.RecoverFinalStates();
+  }
   if (const absl::Status started = manager->StartJobs(); !started.ok()) {
-    const absl::Status opened = manager->database_->WriteError();
-    if (!opened.ok()) {
-      manager->context_.Log(
-          absl::StrCat("the job store cannot be written (open_store): ", opened.message()));
-      if (metrics != nullptr) metrics->RecordJobStoreError("open_store");
-    }
     manager->context_.Log(absl::StrCat(
         "jobs are read-only until the job store takes writes (tried every ",
         absl::FormatDuration(kStoreRetryInterval),

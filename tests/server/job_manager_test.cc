@@ -236,6 +236,18 @@ TEST_F(JobManagerRestartTest, AFinalStateTheStoreRefusedIsKeptAcrossARestartAndN
     manager->Shutdown();  // its last write of the final state fails too
     EXPECT_TRUE(Logged("kept in " + dir_ + "/state/final_states"));
     manager.reset();
+    // A start on the still full disk: read-only, the kept end answered from memory.
+    manager = StartManager();
+    ASSERT_NE(manager, nullptr);
+    EXPECT_FALSE(manager->CheckStarted().ok());
+    auto kept = manager->GetJob(id);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(kept->state(), pb::JOB_STATE_FAILED);
+    pb::ListJobsRequest failed_only;
+    failed_only.set_state(pb::JOB_STATE_FAILED);
+    EXPECT_EQ(manager->ListJobs(failed_only)->jobs_size(), 1);
+    manager->Shutdown();
+    manager.reset();
   }
   EXPECT_EQ(Stored(id).state(), pb::JOB_STATE_RUNNING);  // what used to run it again
 
