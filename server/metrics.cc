@@ -257,9 +257,9 @@ struct Metrics::Impl {
         gpu_memory_total(AddGauge(*registry, "taylorshift_gpu_memory_total_bytes",
                                   "GPU memory in all (NVML), per gpu and uuid, in bytes.")) {
     // Every operation has a series from the start: a panel shows 0, not "no data".
-    for (const char* operation :
-         {"create_job", "update_job", "delete_job", "append_metric", "append_evaluation",
-          "truncate_history", "record_checkpoint", "remove_checkpoint", "record_promotion"}) {
+    for (const char* operation : {"create_job", "update_job", "delete_job", "append_metric",
+                                  "append_evaluation", "truncate_history", "record_checkpoint",
+                                  "remove_checkpoint", "record_promotion", "open_store"}) {
       job_store_errors.Add({{"operation", operation}});
     }
     process_start.Set(ProcessStartSeconds());

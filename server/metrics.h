@@ -54,10 +54,10 @@ class Metrics {
   void RemoveJob(const std::string& job_id, const std::string& kind, const std::string& reason);
   // Counts a job-store write that failed (operation: create_job, update_job, delete_job,
   // append_metric, append_evaluation, truncate_history, record_checkpoint, remove_checkpoint,
-  // record_promotion).
+  // record_promotion; open_store: the store could not be opened for writing at start).
   void RecordJobStoreError(const std::string& operation);
   // Finished jobs whose final state the job store has not taken yet (server/jobs/job_queue.h keeps
-  // them in memory and writes them again); a restart before they are written resumes them.
+  // them in memory and in its journal, and writes them again; a restart writes them from there).
   void SetJobFinalStatesUnwritten(std::int64_t jobs);
   // An HTTP answer of the HTTP/JSON front end by status code (404, 405 and 413 included: the
   // ones httplib and the router answer before any model is involved).

@@ -20,7 +20,7 @@ absl::Status RunEvaluationJob(const JobContext& context) {
                       }));
   TS_ASSIGN_OR_RETURN(auto loaded, LoadCheckpoint(task.checkpoint_path(), device));
   TS_ASSIGN_OR_RETURN(const Dataset data,
-                      LoadSource(root, spec.data(), loaded.metadata.labels, "data"));
+                      LoadSource(root, spec.data(), loaded.metadata.labels, "data", context.stop));
   TS_ASSIGN_OR_RETURN(const AttentionPath attention, FromProtoPath(spec.path()));
 
   pb::WorkerMessage started;

@@ -13,9 +13,12 @@ absl::Status Prefixed(const absl::Status& status, const std::string& prefix) {
 }
 
 absl::StatusOr<Dataset> LoadSource(const DataRoot& root, const pb::DataSource& source,
-                                   const std::vector<std::string>& labels,
-                                   const std::string& field) {
+                                   const std::vector<std::string>& labels, const std::string& field,
+                                   const std::atomic<bool>* stop) {
+  StopRequested stop_requested;
+  if (stop != nullptr) stop_requested = [stop] { return stop->load(); };
   DatasetReadOptions read;
+  read.stop_requested = stop_requested;
   read.skip_malformed = source.skip_malformed();
   read.labels = labels;
   read.confine_to = root.root();
@@ -26,6 +29,7 @@ absl::StatusOr<Dataset> LoadSource(const DataRoot& root, const pb::DataSource& s
     generate.min_length = static_cast<std::int64_t>(source.generate().min_length());
     generate.max_length = static_cast<std::int64_t>(source.generate().max_length());
     generate.seed = source.generate().seed();
+    generate.stop_requested = stop_requested;
     dataset = GenerateListOpsDataset(generate);
   } else {
     auto path = root.Resolve(source.path());

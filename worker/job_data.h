@@ -2,6 +2,7 @@
 // an evaluation result into the API's report.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,9 +17,11 @@
 namespace ts::worker {
 
 // Reads (or generates, for listops) one data source; `field` prefixes errors ("data.train: ...").
+// Once `stop` (may be null: never) is set, the read ends with ABORTED before its next record:
+// a stop requested while a large data set loads need not wait for the whole load.
 absl::StatusOr<Dataset> LoadSource(const DataRoot& root, const taylorshift::v1::DataSource& source,
-                                   const std::vector<std::string>& labels,
-                                   const std::string& field);
+                                   const std::vector<std::string>& labels, const std::string& field,
+                                   const std::atomic<bool>* stop);
 
 taylorshift::v1::EvaluationReport ToReport(const EvaluationResult& result,
                                            const std::vector<std::string>& labels,

@@ -20,7 +20,8 @@ struct JobContext {
   // other than 0 report only logs.
   std::function<void(taylorshift::v1::WorkerMessage)> emit;
   // Set (by SIGTERM) to stop: training stops at the next step boundary on every rank together
-  // and rank 0 saves the training state.
+  // and rank 0 saves the training state; a job still loading its data stops before the next
+  // record (LoadSource), with nothing to save.
   const std::atomic<bool>* stop = nullptr;
   DataParallelGroup* group = nullptr;  // never null: a world of one rank when alone
   // The time of reports, checkpoints and step timings (tests inject a fake one).

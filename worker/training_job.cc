@@ -117,10 +117,13 @@ struct TrainingData {
   std::int64_t skipped = 0;  // malformed records dropped (skip_malformed)
 };
 
-absl::StatusOr<TrainingData> LoadTrainingData(const DataRoot& root, const pb::TrainingSpec& spec) {
+// `stop` (may be null) ends a long load early (ABORTED; LoadSource).
+absl::StatusOr<TrainingData> LoadTrainingData(const DataRoot& root, const pb::TrainingSpec& spec,
+                                              const std::atomic<bool>* stop) {
   TrainingData data;
   data.labels.assign(spec.labels().begin(), spec.labels().end());
-  TS_ASSIGN_OR_RETURN(data.train, LoadSource(root, spec.data().train(), data.labels, "data.train"));
+  TS_ASSIGN_OR_RETURN(data.train,
+                      LoadSource(root, spec.data().train(), data.labels, "data.train", stop));
   if (data.labels.empty()) data.labels = data.train.label_names;
   TS_RETURN_IF_ERROR(CheckLabelsAgainstData(data.labels, data.train));
   data.skipped = data.train.skipped;
@@ -131,8 +134,8 @@ absl::StatusOr<TrainingData> LoadTrainingData(const DataRoot& root, const pb::Tr
     data.train.examples = std::move(split->train);
     data.validation = std::move(split->validation);
   } else if (spec.data().has_validation() && !spec.data().validation().format().empty()) {
-    TS_ASSIGN_OR_RETURN(Dataset loaded,
-                        LoadSource(root, spec.data().validation(), data.labels, "data.validation"));
+    TS_ASSIGN_OR_RETURN(Dataset loaded, LoadSource(root, spec.data().validation(), data.labels,
+                                                   "data.validation", stop));
     data.skipped += loaded.skipped;
     data.validation = std::move(loaded.examples);
   }
@@ -387,7 +390,9 @@ absl::Status RunTrainingJob(const JobContext& context) {
   }
   TS_ASSIGN_OR_RETURN(const DataRoot root, DataRoot::Create(task.data_root()));
 
-  TS_ASSIGN_OR_RETURN(TrainingData data, LoadTrainingData(root, spec));
+  // A stop while the data loads (it can take long) ends the job here, "stopped" like one at a
+  // step boundary; it has no state to save yet.
+  TS_ASSIGN_OR_RETURN(TrainingData data, LoadTrainingData(root, spec, context.stop));
   const std::vector<std::string>& labels = data.labels;
   const std::int64_t skipped = data.skipped;
   job::SpecRules jobs;

@@ -11,7 +11,8 @@
 //
 // The data-parallel world comes from MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (absent: one
 // rank). SIGTERM stops a training job at the next step boundary on every rank (rank 0 saves the
-// training state; exit code 0, "stopped") and ends an evaluation job at once. Exit code 0 when
+// training state; exit code 0, "stopped"), or before the next record while it reads or generates
+// its data, and ends an evaluation job at once. Exit code 0 when
 // the job finished or stopped, 1 when it failed, 2 for bad flags (common/command_line.h).
 #include <pthread.h>
 #include <signal.h>
@@ -72,8 +73,8 @@ __attribute__((section(".preinit_array"),
                used)) void (*const kBlockStopSignal)(int, char**, char**) = BlockStopSignal;
 
 // The one thread that receives SIGTERM: it sets g_stop (a training job stops at its next step
-// boundary) or, for an evaluation (g_exit_on_term), ends the process at once. Joined by its
-// destructor.
+// boundary, or at the next record of the data it loads) or, for an evaluation (g_exit_on_term),
+// ends the process at once. Joined by its destructor.
 class StopSignalThread {
  public:
   StopSignalThread() : thread_([this] { Run(); }) {}
@@ -221,7 +222,8 @@ int Main(int argc, char** argv) {
   UseFlagConventions(app);
   app.footer(
       "SIGTERM stops a training job at the next step boundary on every rank (rank 0 saves the "
-      "training state; exit 0, \"stopped\") and ends an evaluation job at once. Exit 0 when the "
+      "training state; exit 0, \"stopped\"), or while it loads its data, and ends an evaluation "
+      "job at once. Exit 0 when the "
       "job finished or stopped, 1 when it failed, 2 on a usage error.");
   Flags flags;
   AddFlags(app, &flags);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,11 @@ struct Dataset {
   std::int64_t skipped = 0;               // malformed records dropped (skip_malformed)
   std::vector<std::string> skip_reasons;  // the first max_skip_reasons of them, "file:line: why"
 };
+
+// Asked between the records of a read or a generation (model/data/dataset_readers.h,
+// listops_generator.h): true stops it with ABORTED, so that a process asked to stop (tsworker's
+// SIGTERM) need not wait for a large data set to load. Empty: never asked.
+using StopRequested = std::function<bool()>;
 
 struct DatasetSplit {
   std::vector<Example> train;

@@ -105,6 +105,14 @@ bool IsBlank(const std::string& line) {
                      [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
 }
 
+// ABORTED when the read's stop_requested says so (asked before each record).
+absl::Status CheckStop(const DatasetReadOptions& options, const std::string& path,
+                       const Dataset& dataset) {
+  if (!options.stop_requested || !options.stop_requested()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("stopped while reading ", path, " after ",
+                                         dataset.examples.size(), " examples"));
+}
+
 absl::Status NoExamplesError(const std::string& path, const Dataset& dataset) {
   return absl::InvalidArgumentError(absl::StrCat("no usable examples in ", path, " (",
                                                  dataset.skipped, " malformed records skipped)"));
@@ -170,6 +178,7 @@ absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
 
   std::string line;
   while (reader.Next(&line)) {
+    TS_RETURN_IF_ERROR(CheckStop(options, path, dataset));
     if (IsBlank(line)) continue;
     const std::string where = absl::StrCat(path, ":", reader.line_number());
     absl::StatusOr<nlohmann::json> object = ParseJsonLine(line);
@@ -298,6 +307,7 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
     if (ec) return OpenError(class_dir.string(), ec.value());
     std::sort(files.begin(), files.end());
     for (const fs::path& file : files) {
+      TS_RETURN_IF_ERROR(CheckStop(options, root, dataset));
       TS_RETURN_IF_ERROR(CheckInsideRoot(file.string(), options.confine_to));
       absl::StatusOr<std::string> bytes = ReadFile(file.string());
       std::string problem;
@@ -329,6 +339,7 @@ absl::StatusOr<Dataset> ReadListOpsTsvDataset(const std::string& path,
         absl::StrCat(path, ":1: expected the header line \"Source<TAB>Target\""));
   }
   while (reader.Next(&line)) {
+    TS_RETURN_IF_ERROR(CheckStop(options, path, dataset));
     if (IsBlank(line)) continue;
     const std::string where = absl::StrCat(path, ":", reader.line_number());
     const std::vector<absl::string_view> columns = absl::StrSplit(line, '\t');
@@ -366,6 +377,7 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
   const std::int64_t records = size / kCifarRecordBytes;
   std::string rgb(kCifarImageBytes, '\0');
   for (std::int64_t i = 0; i < records; ++i) {
+    TS_RETURN_IF_ERROR(CheckStop(options, path, dataset));
     const char* record = data.data() + i * kCifarRecordBytes;
     const int label = static_cast<unsigned char>(record[0]);
     if (label > 9) {

@@ -5,7 +5,8 @@
 // label, wrong TSV columns, truncated CIFAR record, unreadable file) is INVALID_ARGUMENT naming
 // the file and line (the record index for CIFAR, the file path for folder entries) — unless
 // `skip_malformed` is set, in which case it is dropped, counted in `skipped`, and the first
-// few reasons are kept. A dataset with no usable example is INVALID_ARGUMENT.
+// few reasons are kept. A dataset with no usable example is INVALID_ARGUMENT. A read that
+// `stop_requested` stops is ABORTED ("stopped while reading PATH after N examples").
 // Torch-free; all functions are thread-safe (no shared state).
 #pragma once
 
@@ -33,6 +34,8 @@ struct DatasetReadOptions {
   // When non-empty (normally DataRoot::root()), every file a folder dataset reaches through a
   // symlink must resolve inside this directory; PERMISSION_DENIED otherwise.
   std::string confine_to;
+  // Asked before each record (each file of a folder dataset); see StopRequested.
+  StopRequested stop_requested;
 };
 
 // JSON Lines: one object per line with "text" (string; its bytes are the tokens) and "label"

@@ -100,6 +100,10 @@ absl::StatusOr<Dataset> GenerateListOpsDataset(const ListOpsGeneratorOptions& op
   dataset.examples.reserve(options.count);
   std::mt19937_64 rng(options.seed);
   for (std::int64_t n = 0; n < options.count; ++n) {
+    if (options.stop_requested && options.stop_requested()) {
+      return absl::AbortedError(absl::StrCat("stopped while generating ListOps examples, after ", n,
+                                             " of ", options.count));
+    }
     std::string expression;
     for (int attempt = 0;; ++attempt) {
       if (attempt == kListOpsAttemptsPerExample) {

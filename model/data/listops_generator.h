@@ -20,9 +20,11 @@ struct ListOpsGeneratorOptions {
   std::int64_t min_length = 500;   // characters, ≥ 1
   std::int64_t max_length = 2000;  // characters, ≥ max(min_length, 10) and ≤ 1,000,000
   std::uint64_t seed = 1;          // same seed (and options) → the same examples on any platform
+  StopRequested stop_requested;    // asked before each example (model/data/dataset.h)
 };
 
-// INVALID_ARGUMENT naming the option for out-of-range options.
+// INVALID_ARGUMENT naming the option for out-of-range options; ABORTED when stop_requested stops
+// it.
 absl::StatusOr<Dataset> GenerateListOpsDataset(const ListOpsGeneratorOptions& options);
 
 // The value (0-9) of a ListOps expression: whitespace-separated tokens `[OP`, `]` and digits;

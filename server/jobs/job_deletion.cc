@@ -18,6 +18,8 @@ absl::StatusOr<pb::DeleteJobResponse> JobDeleter::Delete(const std::string& id,
   // A final state the store refused before may go in now (else CheckDeletable refuses).
   queue_->WriteUnwrittenFinalStates();
   TS_RETURN_IF_ERROR(queue_->CheckDeletable(id));
+  // Files first, then the record: a store that cannot take the record's deletion keeps both.
+  TS_RETURN_IF_ERROR(jobs_->CheckWritable());
   TS_ASSIGN_OR_RETURN(auto job, jobs_->GetJob(id));
   if (!IsFinalJobState(job.state())) {
     return absl::FailedPreconditionError(
@@ -55,6 +57,10 @@ absl::StatusOr<pb::DeleteJobResponse> JobDeleter::Delete(const std::string& id,
 }
 
 int JobDeleter::Sweep(absl::Duration retention) {
+  if (const absl::Status writable = jobs_->CheckWritable(); !writable.ok()) {
+    context_->Log(absl::StrCat("retention: sweep skipped: ", writable.message()));
+    return 0;
+  }
   auto expired = jobs_->FinishedJobsBefore(context_->clock->Now() - retention, kMaxPerSweep);
   if (!expired.ok()) {
     context_->Log(

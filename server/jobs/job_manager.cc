@@ -32,15 +32,17 @@ JobQueueOptions QueueOptions(const JobsConfig& jobs) {
 }  // namespace
 
 JobManager::JobManager(JobManagerOptions options, std::unique_ptr<StoreDatabase> database,
-                       DataRoot data_root, ModelRegistry* registry, Metrics* metrics, Clock* clock)
+                       std::unique_ptr<FinalStateJournal> journal, DataRoot data_root,
+                       ModelRegistry* registry, Metrics* metrics, Clock* clock)
     : options_(std::move(options)),
       database_(std::move(database)),
+      journal_(std::move(journal)),
       jobs_(database_.get(), clock),
       history_(database_.get()),
       promotions_(database_.get()),
       data_root_(std::move(data_root)),
       context_(metrics, clock, options_.log),
-      queue_(QueueOptions(options_.jobs), &jobs_, &context_),
+      queue_(QueueOptions(options_.jobs), &jobs_, &context_, journal_.get()),
       checkpoints_(&data_root_, &queue_),
       admission_(options_.jobs, options_.num_cores, &data_root_, &checkpoints_, registry),
       recorder_(&queue_, &history_, &context_),
@@ -64,11 +66,25 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
   TS_RETURN_IF_ERROR(MakeDirectories(options.state_dir));
   TS_RETURN_IF_ERROR(MakeDirectories(options.data_root));
   TS_ASSIGN_OR_RETURN(auto data_root, DataRoot::Create(options.data_root));
-  TS_ASSIGN_OR_RETURN(auto database,
-                      StoreDatabase::Open((fs::path(options.state_dir) / "jobs.db").string()));
+  // A store that cannot be written is opened read-only (a full disk must not keep the server and
+  // its serving from starting); one whose content is refused fails the start.
+  TS_ASSIGN_OR_RETURN(auto database, StoreDatabase::OpenOrReadOnly(
+                                         (fs::path(options.state_dir) / "jobs.db").string()));
+  // Every job that can be queued or running at once can end with its final state refused.
+  const int slots = static_cast<int>(std::clamp<std::int64_t>(
+      options.jobs.max_queued + std::max(1, options.jobs.max_concurrent), 64, 4096));
+  auto journal =
+      FinalStateJournal::Open((fs::path(options.state_dir) / "final_states").string(), slots);
+  const absl::Status journal_status = journal.status();
   std::unique_ptr<JobManager> manager(new JobManager(
-      std::move(options), std::move(database), std::move(data_root), registry, metrics, clock));
-  TS_ASSIGN_OR_RETURN(auto unfinished, manager->jobs_.UnfinishedJobs());
+      std::move(options), std::move(database), journal.ok() ? *std::move(journal) : nullptr,
+      std::move(data_root), registry, metrics, clock));
+  if (!journal_status.ok()) {
+    manager->context_.Log(absl::StrCat(
+        "final states the job store refuses are kept in memory only (a restart before they are "
+        "written runs their jobs again): ",
+        journal_status.message()));
+  }
   // The dashboard shows recent jobs' states from the start.
   if (metrics != nullptr) {
     pb::ListJobsRequest recent;
@@ -79,8 +95,21 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
       }
     }
   }
-  for (auto& job : unfinished) {
-    TS_RETURN_IF_ERROR(manager->queue_.Restore(std::move(job)));
+  if (const absl::Status opened = manager->database_->WriteError(); !opened.ok()) {
+    manager->context_.Log(
+        absl::StrCat("the job store cannot be written (open_store): ", opened.message()));
+    if (metrics != nullptr) metrics->RecordJobStoreError("open_store");
+    // Read-only, the final states the journal kept are answered from memory meanwhile (their
+    // writes are refused, logged and counted once here; StartJobs writes them later).
+    manager->queue_.RecoverFinalStates();
+  }
+  if (const absl::Status started = manager->StartJobs(); !started.ok()) {
+    manager->context_.Log(absl::StrCat(
+        "jobs are read-only until the job store takes writes (tried every ",
+        absl::FormatDuration(kStoreRetryInterval),
+        "): GetJob, ListJobs, GetJobHistory and WatchJob answer; submissions, cancellations, "
+        "deletions and promotions are refused; queued and interrupted jobs wait: ",
+        started.message()));
   }
   if (metrics != nullptr) {
     // Scrapes read the running workers' memory and CPU (Shutdown unsets this).
@@ -101,6 +130,9 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
     });
   }
   manager->workers_.emplace_back([m = manager.get()] { m->queue_.RunFinalStateRetries(); });
+  if (!manager->CheckStarted().ok()) {
+    manager->workers_.emplace_back([m = manager.get()] { m->RetryStart(); });
+  }
   const int workers = std::max(1, jobs.max_concurrent);
   for (int i = 0; i < workers; ++i) {
     manager->workers_.emplace_back([m = manager.get()] { m->WorkerLoop(); });
@@ -108,23 +140,76 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
   return manager;
 }
 
+absl::Status JobManager::StartJobs() {
+  {
+    absl::MutexLock lock(&start_mu_);
+    if (started_) return absl::OkStatus();
+  }
+  absl::Status status = [&]() -> absl::Status {
+    TS_RETURN_IF_ERROR(database_->ReopenWritable());
+    // Before the interrupted jobs: a job whose end was kept is over, not interrupted.
+    queue_.RecoverFinalStates();
+    TS_ASSIGN_OR_RETURN(auto unfinished, jobs_.UnfinishedJobs());
+    for (auto& job : unfinished) TS_RETURN_IF_ERROR(queue_.Restore(std::move(job)));
+    return absl::OkStatus();
+  }();
+  absl::MutexLock lock(&start_mu_);
+  started_ = status.ok();
+  start_error_ = status;
+  return status;
+}
+
+void JobManager::RetryStart() {
+  for (int attempt = 2;; ++attempt) {
+    {
+      absl::MutexLock lock(&start_mu_);
+      const absl::Time next = context_.clock->Now() + kStoreRetryInterval;
+      while (!stopping_ && context_.clock->Now() < next) {
+        context_.clock->WaitUntil(start_cv_, start_mu_, next);
+      }
+      if (stopping_) return;
+    }
+    if (StartJobs().ok()) {
+      context_.Log(absl::StrCat("the job store takes writes again (attempt ", attempt,
+                                "): jobs are read-write, and the queued and interrupted ones "
+                                "are queued again"));
+      return;
+    }
+  }
+}
+
+absl::Status JobManager::CheckStarted() const {
+  absl::MutexLock lock(&start_mu_);
+  if (started_) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "jobs are read-only: the job store could not take the writes of the server's start (",
+      start_error_.message(), "); they are tried again every ",
+      absl::FormatDuration(kStoreRetryInterval)));
+}
+
 JobManager::~JobManager() { Shutdown(); }
 
 void JobManager::Shutdown() {
   if (context_.metrics != nullptr) context_.metrics->SetWorkerSource(nullptr);
+  {
+    absl::MutexLock lock(&start_mu_);
+    stopping_ = true;
+  }
+  start_cv_.SignalAll();
   queue_.Stop();
   deleter_.StopRetention();
   for (auto& worker : workers_) {
     if (worker.joinable()) worker.join();
   }
   workers_.clear();
-  // The last chance to write a final state the store refused: unwritten, the job is queued
-  // again on the next start (and counted as a resume).
+  // The last chance to write a final state the store refused; unwritten, the journal keeps it
+  // for the next start.
   if (const int unwritten = queue_.WriteUnwrittenFinalStates(); unwritten > 0) {
-    context_.Log(absl::StrCat(unwritten,
-                              " finished job(s) whose final state the job store refused "
-                              "are still RUNNING in it: they are queued again and "
-                              "resume on the next start"));
+    context_.Log(absl::StrCat(
+        unwritten, " finished job(s) whose final state the job store refused are not ended in it: ",
+        journal_ != nullptr
+            ? absl::StrCat("kept in ", journal_->path(), ", written on the next start")
+            : "without a journal, they are queued again and resume on the next start"));
   }
 }
 
@@ -138,11 +223,13 @@ void JobManager::WorkerLoop() {
 void JobManager::RestorePromotions() { promoter_.RestorePromotions(); }
 
 absl::StatusOr<pb::Job> JobManager::SubmitTraining(pb::TrainingSpec spec) {
+  TS_RETURN_IF_ERROR(CheckStarted());
   TS_ASSIGN_OR_RETURN(auto job, admission_.Training(std::move(spec)));
   return queue_.Enqueue(std::move(job));
 }
 
 absl::StatusOr<pb::Job> JobManager::SubmitEvaluation(pb::EvaluationSpec spec) {
+  TS_RETURN_IF_ERROR(CheckStarted());
   TS_ASSIGN_OR_RETURN(auto job, admission_.Evaluation(std::move(spec)));
   return queue_.Enqueue(std::move(job));
 }
@@ -159,10 +246,14 @@ absl::StatusOr<pb::GetJobHistoryResponse> JobManager::GetJobHistory(
   return history_.History(request);
 }
 
-absl::StatusOr<pb::Job> JobManager::CancelJob(const std::string& id) { return queue_.Cancel(id); }
+absl::StatusOr<pb::Job> JobManager::CancelJob(const std::string& id) {
+  TS_RETURN_IF_ERROR(CheckStarted());
+  return queue_.Cancel(id);
+}
 
 absl::StatusOr<pb::DeleteJobResponse> JobManager::DeleteJob(const std::string& id,
                                                             const std::string& reason) {
+  TS_RETURN_IF_ERROR(CheckStarted());
   return deleter_.Delete(id, reason);
 }
 
@@ -173,6 +264,7 @@ absl::StatusOr<std::int64_t> JobManager::Watch(const std::string& id, Listener l
 void JobManager::Unwatch(std::int64_t handle) { queue_.Unwatch(handle); }
 
 absl::StatusOr<Promotion> JobManager::Promote(const pb::PromoteCheckpointRequest& request) {
+  TS_RETURN_IF_ERROR(CheckStarted());
   return promoter_.Promote(request);
 }
 

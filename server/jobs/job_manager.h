@@ -11,7 +11,16 @@
 // keeps its training state (weights, optimizer, schedule, data position) in
 // `<state_dir>/jobs/<id>/training_state.pt`, rewritten atomically at each checkpoint. After a crash
 // or a restart, jobs that were QUEUED or RUNNING are queued again and continue from that state: the
-// step count, the optimizer and the data order carry on.
+// step count, the optimizer and the data order carry on. A final state the store refused is kept
+// in `<state_dir>/final_states` (final_state_journal.h) and written at the next start: that job
+// is not run again.
+//
+// A store that cannot be written at start (a full disk) does not keep the server from starting:
+// the manager starts read-only — GetJob, ListJobs, GetJobHistory and WatchJob answer from the
+// store (and the journal's final states); submissions, cancellations, deletions and promotions
+// are UNAVAILABLE saying why; the retention sweep waits; the jobs the store holds QUEUED or
+// RUNNING read as stored and wait — and every kStoreRetryInterval it tries again (opening the
+// store for writing, the journal's final states, re-queueing), logging when it succeeds.
 //
 // Files under the state dir:
 //   jobs.db                          the stores' database (WAL mode)
@@ -19,6 +28,7 @@
 //   jobs/<id>/best.tsckpt            the checkpoint with the best validation accuracy
 //   jobs/<id>/training_state.pt      the resumable state (removed when the job succeeds)
 //   jobs/<id>/task.pb                the WorkerTask its workers were started with
+//   final_states                     final states the store refused, kept across a restart
 // A finished job's directory and record go with DeleteJob, or after jobs.retention.
 //   models/<name>/<version>.tsckpt   promoted checkpoints (what the registry serves)
 //
@@ -46,9 +56,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/data_root.h"
 #include "server/config.h"
+#include "server/jobs/final_state_journal.h"
 #include "server/jobs/job_admission.h"
 #include "server/jobs/job_checkpoints.h"
 #include "server/jobs/job_context.h"
@@ -88,8 +101,13 @@ struct JobManagerOptions {
 
 class JobManager {
  public:
+  // How often a manager that started read-only tries the store again.
+  static constexpr absl::Duration kStoreRetryInterval = absl::Seconds(5);
+
   // Opens the store, queues the jobs a previous run left QUEUED or RUNNING, and starts the
-  // workers. `registry`, `metrics` and `clock` must outlive the manager (metrics may be null).
+  // workers; read-only (see the file comment) when the store cannot be written, failing only
+  // when the store's content is refused (a newer schema, not a job store) or a directory cannot be
+  // made. `registry`, `metrics` and `clock` must outlive the manager (metrics may be null).
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(JobManagerOptions options,
                                                             ModelRegistry* registry,
                                                             Metrics* metrics, Clock* clock);
@@ -142,15 +160,26 @@ class JobManager {
   // end; later submissions are UNAVAILABLE. Idempotent.
   void Shutdown();
 
+  // OK once the store took the start's writes; UNAVAILABLE (why not) while read-only.
+  absl::Status CheckStarted() const;
+
  private:
-  JobManager(JobManagerOptions options, std::unique_ptr<StoreDatabase> database, DataRoot data_root,
+  JobManager(JobManagerOptions options, std::unique_ptr<StoreDatabase> database,
+             std::unique_ptr<FinalStateJournal> journal, DataRoot data_root,
              ModelRegistry* registry, Metrics* metrics, Clock* clock);
+
+  // What a start writes: the store opened for writing, the journal's final states, the
+  // interrupted jobs queued again. Idempotent; sets started_ once it all succeeded.
+  absl::Status StartJobs();
+  // StartJobs every kStoreRetryInterval until it succeeds or Shutdown().
+  void RetryStart();
 
   // Runs the queue's jobs one after another until Shutdown().
   void WorkerLoop();
 
   const JobManagerOptions options_;
   const std::unique_ptr<StoreDatabase> database_;
+  const std::unique_ptr<FinalStateJournal> journal_;  // may be null (it could not be made)
   JobStore jobs_;
   JobHistoryStore history_;
   PromotionStore promotions_;
@@ -165,7 +194,14 @@ class JobManager {
   JobDeleter deleter_;
   CheckpointPromoter promoter_;
 
-  std::vector<std::thread> workers_;  // the job runners, the retention sweep, final-state retries
+  mutable absl::Mutex start_mu_;
+  absl::CondVar start_cv_;  // Shutdown() wakes RetryStart
+  bool started_ ABSL_GUARDED_BY(start_mu_) = false;
+  absl::Status start_error_ ABSL_GUARDED_BY(start_mu_);  // why not started yet
+  bool stopping_ ABSL_GUARDED_BY(start_mu_) = false;
+
+  // The job runners, the retention sweep, final-state retries, the start's retries.
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace ts::server

@@ -49,10 +49,72 @@ std::vector<int> ActiveJob::WorkerPids() {
   return std::vector<int>(pids.begin(), pids.end());
 }
 
-JobQueue::JobQueue(JobQueueOptions options, JobStore* jobs, JobContext* context)
-    : options_(options), jobs_(jobs), context_(context) {}
+JobQueue::JobQueue(JobQueueOptions options, JobStore* jobs, JobContext* context,
+                   FinalStateJournal* journal)
+    : options_(options), jobs_(jobs), context_(context), journal_(journal) {}
+
+int JobQueue::RecoverFinalStates() {
+  if (journal_ == nullptr) return 0;
+  int written = 0;
+  for (const pb::Job& kept : journal_->Records()) {
+    const std::string& id = kept.id();
+    absl::StatusOr<pb::Job> stored = jobs_->GetJob(id);
+    if (absl::IsNotFound(stored.status()) || (stored.ok() && IsFinalJobState(stored->state()))) {
+      ForgetJournaled(id);  // deleted, or written after all before the stop
+      continue;
+    }
+    pb::Job job = stored.ok() ? *stored : kept;
+    job.set_state(kept.state());
+    job.set_reason(kept.reason());
+    *job.mutable_start_time() = kept.start_time();
+    *job.mutable_end_time() = kept.end_time();
+    if (kept.has_progress()) *job.mutable_progress() = kept.progress();
+    const absl::Status s = stored.ok() ? jobs_->UpdateJob(job) : stored.status();
+    if (context_->StoreWriteOk(
+            s, "update_job", id,
+            absl::StrCat("its ", JobStateName(job.state()), " state, kept across the restart in ",
+                         journal_->path()))) {
+      context_->Log(absl::StrCat("job ", id, ": its final state (", JobStateName(job.state()),
+                                 "), which the job store refused before the restart, is "
+                                 "written to it now from ",
+                                 journal_->path()));
+      {
+        absl::MutexLock lock(&mu_);
+        unwritten_finals_.erase(id);  // kept by an earlier try of the start
+      }
+      ForgetJournaled(id);
+      ++written;
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      unwritten_finals_[id] = UnwrittenFinal{job};
+    }
+    context_->Log(absl::StrCat("job ", id, ": its final state (", JobStateName(job.state()),
+                               "), kept across the restart, is answered from memory and written "
+                               "to the job store again later; the job is not run again"));
+  }
+  UpdateUnwrittenGauge();
+  return written;
+}
+
+void JobQueue::ForgetJournaled(const std::string& id) {
+  if (journal_ == nullptr) return;
+  if (const absl::Status s = journal_->Forget(id); !s.ok()) {
+    // Harmless: the next start finds the state written and frees the slot then.
+    context_->Log(absl::StrCat("job ", id, ": cannot free its slot in ", journal_->path(), ": ",
+                               s.message()));
+  }
+}
 
 absl::Status JobQueue::Restore(pb::Job job) {
+  {
+    absl::MutexLock lock(&mu_);
+    // Over (its end kept across the restart), or queued by an earlier try of the start.
+    if (unwritten_finals_.count(job.id()) > 0 || active_.count(job.id()) > 0) {
+      return absl::OkStatus();
+    }
+  }
   const bool was_running = job.state() == pb::JOB_STATE_RUNNING;
   auto active = std::make_shared<ActiveJob>(std::move(job));
   if (was_running) {
@@ -151,22 +213,15 @@ absl::StatusOr<pb::Job> JobQueue::Get(const std::string& id) const {
 }
 
 absl::StatusOr<pb::ListJobsResponse> JobQueue::List(const pb::ListJobsRequest& request) const {
-  TS_ASSIGN_OR_RETURN(pb::ListJobsResponse page, jobs_->ListJobs(request));
-  absl::MutexLock lock(&mu_);
-  if (unwritten_finals_.empty()) return page;
-  auto* jobs = page.mutable_jobs();
-  for (int i = 0; i < jobs->size();) {
-    if (const auto it = unwritten_finals_.find(jobs->Get(i).id()); it != unwritten_finals_.end()) {
-      *jobs->Mutable(i) = it->second.job;
-      if (request.state() != pb::JOB_STATE_UNSPECIFIED &&
-          it->second.job.state() != request.state()) {
-        jobs->DeleteSubrange(i, 1);
-        continue;
-      }
-    }
-    ++i;
+  // What Get answers where it is not the store's record: the queued and running jobs' snapshots
+  // and the final states the store has not taken. The store lists and filters them in their place.
+  std::map<std::string, pb::Job> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, unwritten] : unwritten_finals_) pending.emplace(id, unwritten.job);
+    for (const auto& [id, active] : active_) pending.insert_or_assign(id, active->job);
   }
-  return page;
+  return jobs_->ListJobs(request, pending);
 }
 
 absl::StatusOr<pb::Job> JobQueue::Cancel(const std::string& id) {
@@ -255,9 +310,16 @@ void JobQueue::Publish(ActiveJob& active, pb::JobEvent::Type type,
                                           pb::JobEvent::Type_Name(type), " event)"));
   const bool keep = final && !written.ok() && !absl::IsNotFound(written);
   if (keep) {
-    context_->Log(absl::StrCat("job ", event.job().id(), ": its final state (",
-                               JobStateName(event.job().state()),
-                               ") is kept in memory and written to the job store again later"));
+    // The journal's slot is allocated already: a full disk does not refuse it.
+    const absl::Status journaled = journal_ != nullptr
+                                       ? journal_->Keep(event.job())
+                                       : absl::FailedPreconditionError("there is no journal");
+    context_->Log(absl::StrCat(
+        "job ", event.job().id(), ": its final state (", JobStateName(event.job().state()),
+        ") is kept in memory and written to the job store again later",
+        journaled.ok() ? absl::StrCat("; kept in ", journal_->path(), " across a restart")
+                       : absl::StrCat("; a restart before then runs the job again (",
+                                      journaled.message(), ")")));
   }
   {
     absl::MutexLock lock(&mu_);  // orders events after a Watch snapshot taken under mu_
@@ -304,6 +366,7 @@ int JobQueue::WriteUnwrittenFinalStates() {
                            ") was never written to the job store: its record is gone (",
                            written.message(), ")"));
     unwritten_finals_.erase(it);
+    ForgetJournaled(job.id());
   }
   return UpdateUnwrittenGauge();
 }

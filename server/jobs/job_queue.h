@@ -19,8 +19,10 @@
 // so that Get, List and Watch answer it rather than the older stored snapshot, and written again
 // after every later snapshot write that succeeds and by RunFinalStateRetries on a timer; the
 // gauge taylorshift_job_final_states_unwritten counts such jobs, and the log says when one is
-// written at last. A restart before that queues the job again (counted in progress.resumes).
-// Thread-safe. The context must outlive the queue.
+// written at last. It is also kept in the FinalStateJournal (a preallocated file: a full disk
+// does not refuse it), so that a restart before the store takes it neither loses it nor runs the
+// job again: RecoverFinalStates, at start, writes it to the store or keeps it in memory again.
+// Thread-safe. The context and the journal must outlive the queue.
 #pragma once
 
 #include <atomic>
@@ -38,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/jobs/final_state_journal.h"
 #include "server/jobs/job_context.h"
 #include "server/jobs/job_store.h"
 #include "taylorshift/v1/jobs.pb.h"
@@ -78,11 +81,19 @@ class JobQueue {
  public:
   using Listener = std::function<void(const taylorshift::v1::JobEvent& event)>;
 
-  // `jobs` and `context` must outlive the queue.
-  JobQueue(JobQueueOptions options, JobStore* jobs, JobContext* context);
+  // `jobs`, `context` and `journal` must outlive the queue; `journal` may be null (then a final
+  // state the store refuses is kept in memory only, and a restart runs its job again).
+  JobQueue(JobQueueOptions options, JobStore* jobs, JobContext* context,
+           FinalStateJournal* journal = nullptr);
 
+  // At start, before Restore: the final states the journal kept (the store had refused them
+  // before the last stop) are written into their stored records (the kept state, reason, times
+  // and progress over the stored snapshot), or, when the store still refuses them, kept in
+  // memory as unwritten final states (see the class comment). Returns how many the store took.
+  int RecoverFinalStates();
   // Queues again a job a previous run left QUEUED or RUNNING (a RUNNING one counts one more
-  // resume), storing it QUEUED; the store's error when that write fails.
+  // resume), storing it QUEUED; the store's error when that write fails. A job whose final state
+  // RecoverFinalStates found is not queued (it is over), nor one already in the table.
   absl::Status Restore(taylorshift::v1::Job job);
   // Stores `job` QUEUED and queues it; see the class comment for the refusals. Returns the job
   // as stored (with its id).
@@ -96,10 +107,9 @@ class JobQueue {
   // A queued or running job's snapshot, else its final state when the store has not taken it
   // yet, else the stored record (NOT_FOUND for an unknown id).
   absl::StatusOr<taylorshift::v1::Job> Get(const std::string& id) const;
-  // A page of the store's jobs (JobStore::ListJobs) with the final states the store has not
-  // taken yet in place of their stored snapshots; with a state filter, a job whose state is no
-  // longer the one asked for leaves the page (and one whose final state matches it but is not
-  // written yet is not on it).
+  // A page of the store's jobs (JobStore::ListJobs) as Get answers each: the queued and running
+  // jobs' snapshots and the final states the store has not taken yet in place of their stored
+  // records, also for the state filter and the page tokens.
   absl::StatusOr<taylorshift::v1::ListJobsResponse> List(
       const taylorshift::v1::ListJobsRequest& request) const;
   // A queued job is CANCELLED at once; a running one is marked and its workers told to stop
@@ -123,9 +133,11 @@ class JobQueue {
   absl::StatusOr<std::int64_t> Watch(const std::string& id, Listener listener);
   void Unwatch(std::int64_t handle);
 
-  // Writes the kept final states to the store again; those it takes are forgotten (and logged),
-  // a job deleted meanwhile too. Returns how many are still unwritten.
+  // Writes the kept final states to the store again; those it takes are forgotten (and logged;
+  // also by the journal), a job deleted meanwhile too. Returns how many are still unwritten.
   int WriteUnwrittenFinalStates();
+  // The journal's file, or empty when there is none.
+  std::string journal_path() const { return journal_ != nullptr ? journal_->path() : ""; }
   // WriteUnwrittenFinalStates every options.final_state_retry_interval (on the context's
   // clock) until Stop().
   void RunFinalStateRetries();
@@ -144,9 +156,13 @@ class JobQueue {
   // Sets the gauge of unwritten final states; returns their number.
   int UpdateUnwrittenGauge() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The store took job `id`'s final state (or its record is gone): its journal slot is free.
+  void ForgetJournaled(const std::string& id);
+
   const JobQueueOptions options_;
   JobStore* const jobs_;
   JobContext* const context_;
+  FinalStateJournal* const journal_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ActiveJob>> active_ ABSL_GUARDED_BY(mu_);

@@ -1,7 +1,9 @@
 #include "server/jobs/job_store.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,7 +117,8 @@ absl::StatusOr<Job> JobStore::GetJob(const std::string& id) const {
   return ParseJob(select.ColumnBlob(1), select.ColumnInt(0), database_->path());
 }
 
-absl::StatusOr<ListJobsResponse> JobStore::ListJobs(const ListJobsRequest& request) const {
+absl::StatusOr<ListJobsResponse> JobStore::ListJobs(
+    const ListJobsRequest& request, const std::map<std::string, Job>& pending) const {
   if (request.page_size() > kMaxPageSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_size ", request.page_size(), " is over the limit of ", kMaxPageSize));
@@ -127,6 +130,9 @@ absl::StatusOr<ListJobsResponse> JobStore::ListJobs(const ListJobsRequest& reque
   if (!request.page_token().empty()) {
     TS_ASSIGN_OR_RETURN(before_seq, DecodePageToken(request.page_token(), state, kind));
   }
+  const auto matches = [state, kind](const Job& job) {
+    return (state == 0 || job.state() == state) && (kind == 0 || job.kind() == kind);
+  };
 
   // One constant statement per filter combination, so each can use its index.
   const char* sql = nullptr;
@@ -146,24 +152,47 @@ absl::StatusOr<ListJobsResponse> JobStore::ListJobs(const ListJobsRequest& reque
     sql = "SELECT seq, job FROM jobs WHERE seq < :before ORDER BY seq DESC LIMIT :limit";
   }
 
+  // The page's candidates by seq, newest first: the stored rows that match, without the pending
+  // jobs, and the pending jobs that match. Each pending job can take at most one row out of the
+  // query's, so it reads that many rows more than a page and one (whether that one exists says
+  // whether there is a next page): a full query then still holds the page_size newest stored
+  // candidates, all newer than any row it did not read.
+  std::vector<std::pair<std::int64_t, Job>> candidates;
+  const auto limit = static_cast<std::int64_t>(page_size + 1 + pending.size());
   StoreDatabase::Session db(database_);
-  TS_ASSIGN_OR_RETURN(SqliteStatement select, db.Prepare(sql));
-  // One row more than the page: whether it exists says whether there is a next page.
-  select.BindInt(":before", before_seq)
-      .BindInt(":state", state)
-      .BindInt(":kind", kind)
-      .BindInt(":limit", page_size + 1);
-  ListJobsResponse response;
-  std::int64_t last_seq = 0;
-  while (true) {
+  {
+    TS_ASSIGN_OR_RETURN(SqliteStatement select, db.Prepare(sql));
+    select.BindInt(":before", before_seq)
+        .BindInt(":state", state)
+        .BindInt(":kind", kind)
+        .BindInt(":limit", limit);
+    while (true) {
+      TS_ASSIGN_OR_RETURN(bool row, select.Step());
+      if (!row) break;
+      const std::int64_t seq = select.ColumnInt(0);
+      TS_ASSIGN_OR_RETURN(Job job, ParseJob(select.ColumnBlob(1), seq, database_->path()));
+      if (pending.count(job.id()) > 0) continue;
+      candidates.emplace_back(seq, std::move(job));
+    }
+  }
+  for (const auto& [id, job] : pending) {
+    if (!matches(job)) continue;
+    TS_ASSIGN_OR_RETURN(SqliteStatement select,
+                        db.Prepare("SELECT seq FROM jobs WHERE id = ?1 AND seq < ?2"));
+    select.BindText(1, id).BindInt(2, before_seq);
     TS_ASSIGN_OR_RETURN(bool row, select.Step());
-    if (!row) break;
+    if (row) candidates.emplace_back(select.ColumnInt(0), job);
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+
+  ListJobsResponse response;
+  for (auto& [seq, job] : candidates) {
     if (response.jobs_size() == page_size) {
-      response.set_next_page_token(EncodePageToken(last_seq, state, kind));
+      response.set_next_page_token(
+          EncodePageToken(candidates[static_cast<std::size_t>(page_size) - 1].first, state, kind));
       break;
     }
-    last_seq = select.ColumnInt(0);
-    TS_ASSIGN_OR_RETURN(Job job, ParseJob(select.ColumnBlob(1), last_seq, database_->path()));
     *response.add_jobs() = std::move(job);
   }
   return response;
@@ -205,6 +234,8 @@ absl::StatusOr<std::vector<std::string>> JobStore::FinishedJobsBefore(absl::Time
   }
   return ids;
 }
+
+absl::Status JobStore::CheckWritable() const { return database_->CheckWritable(); }
 
 absl::Status JobStore::DeleteJob(const std::string& id) {
   StoreDatabase::Session db(database_);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,14 @@ class JobStore {
   // Newest first; request.state / request.kind filter unless UNSPECIFIED; page_size 0 means
   // kDefaultPageSize, more than kMaxPageSize is INVALID_ARGUMENT. next_page_token is empty on
   // the last page; a token is only valid with the filters it was issued for (INVALID_ARGUMENT
-  // otherwise, or when malformed).
+  // otherwise, or when malformed). `pending` holds, by id, snapshots of jobs newer than their
+  // stored records (a queued or running job's, a final state the store refused): such a job is
+  // listed, and filtered by state, as its pending snapshot says, in its stored place (a pending
+  // job without a record is left out), so the filter and the page tokens agree with what reads
+  // of single jobs answer.
   absl::StatusOr<taylorshift::v1::ListJobsResponse> ListJobs(
-      const taylorshift::v1::ListJobsRequest& request) const;
+      const taylorshift::v1::ListJobsRequest& request,
+      const std::map<std::string, taylorshift::v1::Job>& pending = {}) const;
   // QUEUED and RUNNING jobs, oldest first: what to resume after a restart.
   absl::StatusOr<std::vector<taylorshift::v1::Job>> UnfinishedJobs() const;
   // Ids of the SUCCEEDED, FAILED and CANCELLED jobs last written before `cutoff` (their final
@@ -55,6 +61,8 @@ class JobStore {
   // checkpoint records (job_history_store.h); promotions stay. NOT_FOUND for an unknown id. The
   // file shrinks once a quarter of it is free (VACUUM, then the WAL truncated).
   absl::Status DeleteJob(const std::string& id);
+  // OK when the database takes writes; UNAVAILABLE naming why not (StoreDatabase::OpenOrReadOnly).
+  absl::Status CheckWritable() const;
 
  private:
   StoreDatabase* const database_;

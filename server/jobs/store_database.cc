@@ -113,6 +113,19 @@ absl::Status SqliteError(sqlite3* db, int rc, const std::string& path, absl::str
                       absl::StrCat("job store ", path, ": ", what, ": ", message));
 }
 
+// A file written by a newer binary, or one that is not a job store: refused, never changed.
+absl::Status TooNew(const std::string& path, std::int64_t version) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job store ", path, " has schema version ", version,
+      ", newer than the versions this binary knows (up to ", StoreDatabase::kSchemaVersion,
+      "); run a newer tsserver or use another state_dir"));
+}
+
+absl::Status NotAJobStore(const std::string& path) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job store ", path, " holds tables but no schema version: not a job store database"));
+}
+
 // The start of the SQL text, for error messages.
 std::string Summary(const char* sql) {
   absl::string_view text(sql);
@@ -158,16 +171,23 @@ StoreDatabase::Session::~Session() = default;
 
 absl::StatusOr<SqliteStatement> StoreDatabase::Session::Prepare(const char* sql) {
   sqlite3* db = database_->db_.get();
+  if (db == nullptr) return database_->RefusedWrite();
   sqlite3_stmt* stmt = nullptr;
   const int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
   if (rc != SQLITE_OK) {
     sqlite3_finalize(stmt);
     return SqliteError(db, rc, database_->path_, absl::StrCat("preparing \"", Summary(sql), "\""));
   }
+  if (!database_->write_error_.ok() && sqlite3_stmt_readonly(stmt) == 0) {
+    sqlite3_finalize(stmt);
+    return database_->RefusedWrite();
+  }
   return SqliteStatement(db, database_->path_, sql, stmt);
 }
 
 absl::Status StoreDatabase::Session::Exec(const char* sql, absl::string_view what) {
+  // Exec runs the writes: transactions, compaction, the schema.
+  if (!database_->write_error_.ok()) return database_->RefusedWrite();
   const int rc = sqlite3_exec(database_->db_.get(), sql, nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) return SqliteError(database_->db_.get(), rc, database_->path_, what);
   return absl::OkStatus();
@@ -227,6 +247,59 @@ StoreDatabase::StoreDatabase(std::string path, std::unique_ptr<sqlite3, Closer> 
 StoreDatabase::~StoreDatabase() = default;
 
 absl::StatusOr<std::unique_ptr<StoreDatabase>> StoreDatabase::Open(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(auto db, OpenWritable(path));
+  return std::unique_ptr<StoreDatabase>(new StoreDatabase(path, std::move(db)));
+}
+
+absl::StatusOr<std::unique_ptr<StoreDatabase>> StoreDatabase::OpenOrReadOnly(
+    const std::string& path) {
+  auto writable = OpenWritable(path);
+  if (writable.ok())
+    return std::unique_ptr<StoreDatabase>(new StoreDatabase(path, *std::move(writable)));
+  // Why it failed decides: a file that reads as a job store of this version (or as nothing) failed
+  // for want of writing; one that does not is refused as Open refuses it.
+  TS_ASSIGN_OR_RETURN(auto readable, OpenReadOnly(path));
+  std::unique_ptr<StoreDatabase> database(new StoreDatabase(path, std::move(readable)));
+  database->write_error_ = writable.status();
+  return database;
+}
+
+absl::Status StoreDatabase::WriteError() const {
+  absl::MutexLock lock(&mu_);
+  return write_error_;
+}
+
+absl::Status StoreDatabase::CheckWritable() const {
+  absl::MutexLock lock(&mu_);
+  return write_error_.ok() ? absl::OkStatus() : RefusedWrite();
+}
+
+absl::Status StoreDatabase::RefusedWrite() const {
+  return absl::UnavailableError(absl::StrCat("job store ", path_, " cannot be ",
+                                             db_ == nullptr ? "read or written" : "written",
+                                             " (since the server started: ", write_error_.message(),
+                                             "); it is tried again every few "
+                                             "seconds"));
+}
+
+absl::Status StoreDatabase::ReopenWritable() {
+  absl::MutexLock lock(&mu_);
+  if (write_error_.ok()) return absl::OkStatus();
+  db_.reset();  // its lock would keep the read-write connection from writing
+  auto writable = OpenWritable(path_);
+  if (writable.ok()) {
+    db_ = *std::move(writable);
+    write_error_ = absl::OkStatus();
+    return absl::OkStatus();
+  }
+  write_error_ = writable.status();
+  auto readable = OpenReadOnly(path_);
+  if (readable.ok()) db_ = *std::move(readable);
+  return write_error_;
+}
+
+absl::StatusOr<std::unique_ptr<sqlite3, StoreDatabase::Closer>> StoreDatabase::OpenWritable(
+    const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("job store: empty database path");
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
@@ -247,65 +320,125 @@ absl::StatusOr<std::unique_ptr<StoreDatabase>> StoreDatabase::Open(const std::st
   if (rc != SQLITE_OK) return SqliteError(db.get(), rc, path, "opening");
   sqlite3_extended_result_codes(db.get(), 1);
   sqlite3_busy_timeout(db.get(), kBusyTimeoutMs);
-  std::unique_ptr<StoreDatabase> database(new StoreDatabase(path, std::move(db)));
-
-  Session session(database.get());
+  const auto exec = [&db, &path](const char* sql, absl::string_view what) -> absl::Status {
+    const int result = sqlite3_exec(db.get(), sql, nullptr, nullptr, nullptr);
+    return result == SQLITE_OK ? absl::OkStatus() : SqliteError(db.get(), result, path, what);
+  };
   // WAL: readers never block the writer, and a commit is one append to the -wal file.
   {
-    TS_ASSIGN_OR_RETURN(SqliteStatement journal, session.Prepare("PRAGMA journal_mode=WAL"));
-    TS_ASSIGN_OR_RETURN(bool row, journal.Step());
-    const std::string mode = row ? journal.ColumnText(0) : std::string();
+    sqlite3_stmt* journal = nullptr;
+    int step = sqlite3_prepare_v2(db.get(), "PRAGMA journal_mode=WAL", -1, &journal, nullptr);
+    if (step == SQLITE_OK) step = sqlite3_step(journal);
+    const unsigned char* text = step == SQLITE_ROW ? sqlite3_column_text(journal, 0) : nullptr;
+    const std::string mode = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+    // Finalized here: an unfinished statement would keep COMMIT from succeeding.
+    sqlite3_finalize(journal);
+    if (step != SQLITE_ROW) return SqliteError(db.get(), step, path, "PRAGMA journal_mode=WAL");
     if (mode != "wal") {
-      return absl::FailedPreconditionError(session.Describe(
-          absl::StrCat("cannot use write-ahead logging (journal_mode is '", mode, "')")));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job store ", path, ": cannot use write-ahead logging (journal_mode is '", mode, "')"));
     }
-  }  // finalized here: an unfinished statement would keep COMMIT from succeeding
+  }
   // Durability. WAL with synchronous=NORMAL survives a process crash (kill -9) — the WAL is
   // written before COMMIT returns — but fsyncs only at checkpoints, so an OS crash or power
   // loss can roll back the last committed transactions (e.g. a job's SUCCEEDED state, or a
   // promotion, that a client was already told about). FULL fsyncs the WAL at every commit;
   // the store's write rate (state changes, a metric row per log interval) makes that cheap.
-  TS_RETURN_IF_ERROR(session.Exec("PRAGMA synchronous=FULL", "setting synchronous"));
-  TS_RETURN_IF_ERROR(session.Exec("PRAGMA foreign_keys=ON", "enabling foreign keys"));
-  TS_RETURN_IF_ERROR(database->Migrate(session));
-  return database;
+  TS_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL", "setting synchronous"));
+  TS_RETURN_IF_ERROR(exec("PRAGMA foreign_keys=ON", "enabling foreign keys"));
+  TS_RETURN_IF_ERROR(Migrate(db.get(), path));
+  return db;
 }
 
-absl::Status StoreDatabase::Migrate(Session& session) {
-  const auto too_new = [this](std::int64_t version) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job store ", path_, " has schema version ", version,
-                     ", newer than the versions this binary knows (up to ", kSchemaVersion,
-                     "); run a newer tsserver or use another state_dir"));
+absl::StatusOr<std::unique_ptr<sqlite3, StoreDatabase::Closer>> StoreDatabase::OpenReadOnly(
+    const std::string& path) {
+  sqlite3* raw_db = nullptr;
+  // Not created: a missing file has nothing to read. Read-write only for SQLite's locks; every
+  // write is refused (query_only, and the Session).
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+  std::unique_ptr<sqlite3, Closer> db(raw_db);
+  if (rc != SQLITE_OK) return std::unique_ptr<sqlite3, Closer>();
+  sqlite3_extended_result_codes(db.get(), 1);
+  // Exclusive locking before the first read keeps the WAL index in this process's memory: a
+  // WAL-mode file is read without the -shm file, which a full disk cannot grow. It also keeps
+  // other processes out while read-only.
+  for (const char* pragma : {"PRAGMA locking_mode=EXCLUSIVE", "PRAGMA query_only=ON"}) {
+    if (sqlite3_exec(db.get(), pragma, nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return std::unique_ptr<sqlite3, Closer>();
+    }
+  }
+  sqlite3_stmt* stmt = nullptr;
+  std::int64_t version = -1;
+  std::int64_t tables = -1;
+  int step = sqlite3_prepare_v2(db.get(), "PRAGMA user_version", -1, &stmt, nullptr);
+  if (step == SQLITE_OK && (step = sqlite3_step(stmt)) == SQLITE_ROW) {
+    version = sqlite3_column_int64(stmt, 0);
+  }
+  sqlite3_finalize(stmt);
+  if (version >= 0) {
+    step = sqlite3_prepare_v2(db.get(), "SELECT count(*) FROM sqlite_master", -1, &stmt, nullptr);
+    if (step == SQLITE_OK && (step = sqlite3_step(stmt)) == SQLITE_ROW) {
+      tables = sqlite3_column_int64(stmt, 0);
+    }
+    sqlite3_finalize(stmt);
+  }
+  // Content the read-write opening refuses too: never served.
+  if ((step & 0xff) == SQLITE_NOTADB || (step & 0xff) == SQLITE_CORRUPT) {
+    return SqliteError(db.get(), step, path, "reading the schema version");
+  }
+  if (version > kSchemaVersion) return TooNew(path, version);
+  if (version == 0 && tables > 0) return NotAJobStore(path);
+  if (version != kSchemaVersion || tables <= 0) return std::unique_ptr<sqlite3, Closer>();
+  return db;
+}
+
+absl::Status StoreDatabase::Migrate(sqlite3* db, const std::string& path) {
+  const auto exec = [db, &path](const char* sql, absl::string_view what) -> absl::Status {
+    const int result = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+    return result == SQLITE_OK ? absl::OkStatus() : SqliteError(db, result, path, what);
   };
-  TS_ASSIGN_OR_RETURN(std::int64_t version, session.QueryInt("PRAGMA user_version"));
-  if (version > kSchemaVersion) return too_new(version);
+  const auto query_int = [db, &path](const char* sql) -> absl::StatusOr<std::int64_t> {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    const std::int64_t value = rc == SQLITE_ROW ? sqlite3_column_int64(stmt, 0) : 0;
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_ROW) return SqliteError(db, rc, path, sql);
+    return value;
+  };
+  TS_ASSIGN_OR_RETURN(std::int64_t version, query_int("PRAGMA user_version"));
+  if (version > kSchemaVersion) return TooNew(path, version);
   if (version == kSchemaVersion) return absl::OkStatus();
 
-  return session.Transaction([&]() -> absl::Status {
+  // One transaction; BEGIN IMMEDIATE waits (busy timeout) for another writer.
+  TS_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE", "beginning a transaction"));
+  absl::Status status = [&]() -> absl::Status {
     // Another process may have migrated the file between the read above and the lock.
-    TS_ASSIGN_OR_RETURN(version, session.QueryInt("PRAGMA user_version"));
-    if (version > kSchemaVersion) return too_new(version);
+    TS_ASSIGN_OR_RETURN(version, query_int("PRAGMA user_version"));
+    if (version > kSchemaVersion) return TooNew(path, version);
     if (version < 0) {
       return absl::FailedPreconditionError(
-          absl::StrCat("job store ", path_, " has invalid schema version ", version));
+          absl::StrCat("job store ", path, " has invalid schema version ", version));
     }
     if (version == 0) {
-      TS_ASSIGN_OR_RETURN(std::int64_t tables,
-                          session.QueryInt("SELECT count(*) FROM sqlite_master"));
-      if (tables > 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job store ", path_, " holds tables but no schema version: not a job store database"));
-      }
+      TS_ASSIGN_OR_RETURN(std::int64_t tables, query_int("SELECT count(*) FROM sqlite_master"));
+      if (tables > 0) return NotAJobStore(path);
     }
     for (std::int64_t v = version; v < kSchemaVersion; ++v) {
-      TS_RETURN_IF_ERROR(session.Exec(kMigrations[v],
-                                      absl::StrCat("migrating schema version ", v, " to ", v + 1)));
+      TS_RETURN_IF_ERROR(
+          exec(kMigrations[v], absl::StrCat("migrating schema version ", v, " to ", v + 1)));
     }
     // PRAGMA takes no bound parameters; the value is this binary's constant.
     const std::string set_version = absl::StrCat("PRAGMA user_version = ", kSchemaVersion);
-    return session.Exec(set_version.c_str(), "setting the schema version");
-  });
+    return exec(set_version.c_str(), "setting the schema version");
+  }();
+  if (status.ok()) status = exec("COMMIT", "committing");
+  // SQLite may already have rolled back (e.g. after SQLITE_FULL); autocommit then is on.
+  if (!status.ok() && sqlite3_get_autocommit(db) == 0) {
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  return status;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,6 +13,12 @@
 //   user_version; Open() creates the schema in an empty file and applies the pending migrations
 //   in one transaction; a file written by a newer binary is FAILED_PRECONDITION.
 // - Errors: absl::Status whose message names the database file and SQLite's message.
+// - Read-only (OpenOrReadOnly): when the file cannot be written at start (a full disk, a
+//   read-only filesystem, a lock held by another process), the database is opened for reading
+//   only — with an exclusive lock and the WAL index in memory, so that reading needs no shared
+//   memory file, which a full disk refuses — and every write (a statement that writes, Exec) is
+//   UNAVAILABLE naming the first error; a file without the current schema cannot even be read
+//   then (every call UNAVAILABLE). ReopenWritable tries the read-write opening again.
 // - Thread safety: every use of the connection holds a Session, which holds the one mutex.
 #pragma once
 
@@ -45,6 +51,19 @@ class StoreDatabase {
   // brings its schema to kSchemaVersion. FAILED_PRECONDITION when the file is not a SQLite
   // database, is another application's database, or has a newer schema version.
   static absl::StatusOr<std::unique_ptr<StoreDatabase>> Open(const std::string& path);
+  // As Open, but a file that cannot be written (opening it, its write-ahead log, its schema or
+  // its migration failed, and it reads as a job store or as nothing yet) is opened read-only (see
+  // the contract) instead of failing; the refusals of its content stay errors.
+  static absl::StatusOr<std::unique_ptr<StoreDatabase>> OpenOrReadOnly(const std::string& path);
+
+  // OK when the database takes writes; otherwise why not (the error of the read-write opening).
+  absl::Status WriteError() const;
+  // OK when the database takes writes; otherwise the UNAVAILABLE every write gets, naming why.
+  absl::Status CheckWritable() const;
+  // When read-only: closes the connection and opens the file read-write as Open does; on failure
+  // opens it read-only again and returns the error (also WriteError's from then on). OK at once
+  // when writable.
+  absl::Status ReopenWritable();
 
   StoreDatabase(const StoreDatabase&) = delete;
   StoreDatabase& operator=(const StoreDatabase&) = delete;
@@ -95,12 +114,22 @@ class StoreDatabase {
 
   StoreDatabase(std::string path, std::unique_ptr<sqlite3, Closer> db);
 
-  // Brings the schema to kSchemaVersion, in one transaction.
-  absl::Status Migrate(Session& session);
+  // The read-write connection with its schema brought to kSchemaVersion (Open's work).
+  static absl::StatusOr<std::unique_ptr<sqlite3, Closer>> OpenWritable(const std::string& path);
+  // A connection that only reads (the contract's read-only mode); null when the file does not
+  // hold the current schema. The error when its content is refused (OpenWritable's reasons).
+  static absl::StatusOr<std::unique_ptr<sqlite3, Closer>> OpenReadOnly(const std::string& path);
+  // Brings the schema of `db` to kSchemaVersion, in one transaction.
+  static absl::Status Migrate(sqlite3* db, const std::string& path);
+  // UNAVAILABLE for a write while read-only (called by a Session, which holds mu_).
+  absl::Status RefusedWrite() const;
 
   const std::string path_;
-  absl::Mutex mu_;
-  const std::unique_ptr<sqlite3, Closer> db_ ABSL_PT_GUARDED_BY(mu_);
+  mutable absl::Mutex mu_;
+  // Both are replaced only by ReopenWritable, under mu_; Sessions use them holding mu_. db_ is
+  // null when the file cannot be read either.
+  std::unique_ptr<sqlite3, Closer> db_ ABSL_PT_GUARDED_BY(mu_);
+  absl::Status write_error_;  // OK: writable
 };
 
 // A prepared statement; finalized on destruction. Bind errors are kept and reported by the next

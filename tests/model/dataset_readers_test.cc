@@ -286,6 +286,41 @@ std::string CifarRecord(unsigned char label, unsigned char r, unsigned char g, u
   return record;
 }
 
+// A stop asked for while a data set loads ends the read before the next record (ABORTED, saying
+// where), in every format: a worker stopped during a long load need not wait for all of it.
+TEST_F(DatasetTest, AStopRequestedWhileReadingEndsTheReadBeforeTheNextRecord) {
+  std::string jsonl, tsv = "Source\tTarget\n", cifar;
+  for (int i = 0; i < 20; ++i) {
+    absl::StrAppend(&jsonl, "{\"text\": \"t", i, "\", \"label\": \"l", i % 2, "\"}\n");
+    absl::StrAppend(&tsv, "[MAX 1 ", i % 10, " ]\t", i % 10, "\n");
+    cifar += CifarRecord(i % 10, 1, 2, 3);
+    Write(absl::StrCat("folder/a/", 100 + i, ".txt"), "x");
+  }
+  const std::string jsonl_path = Write("stop.jsonl", jsonl);
+  const std::string tsv_path = Write("stop.tsv", tsv);
+  const std::string cifar_path = Write("stop.bin", cifar);
+  const std::string folder = (dir_ / "folder").string();
+  int asked = 0;
+  DatasetReadOptions options;
+  options.stop_requested = [&asked] { return ++asked > 5; };  // stop at the sixth record
+  const auto expect_stopped = [&](const absl::StatusOr<Dataset>& data, const std::string& path) {
+    EXPECT_EQ(data.status().code(), absl::StatusCode::kAborted) << data.status();
+    EXPECT_EQ(data.status().message(),
+              absl::StrCat("stopped while reading ", path, " after 5 examples"));
+    EXPECT_EQ(asked, 6);
+    asked = 0;
+  };
+  expect_stopped(ReadJsonLinesDataset(jsonl_path, options), jsonl_path);
+  expect_stopped(ReadListOpsTsvDataset(tsv_path, options), tsv_path);
+  expect_stopped(ReadCifar10Dataset(cifar_path, options), cifar_path);
+  expect_stopped(ReadFolderDataset(folder, options), folder);
+  // Never asked to stop: all of it.
+  options.stop_requested = [] { return false; };
+  auto all = ReadJsonLinesDataset(jsonl_path, options);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->examples.size(), 20u);
+}
+
 TEST_F(DatasetTest, CifarPlanarRecordsBecomeGrayscale) {
   std::string record = CifarRecord(3, 200, 100, 50);
   // Pixel 5 differs per plane, to catch an interleaved reading.

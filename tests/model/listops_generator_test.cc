@@ -82,6 +82,17 @@ TEST(ListOpsTest, GeneratorShortLengthsAndBadOptions) {
   EXPECT_EQ(GenerateListOpsDataset(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ListOpsTest, AStopRequestedWhileGeneratingEndsItBeforeTheNextExample) {
+  ListOpsGeneratorOptions options;
+  options.count = 1000;
+  int asked = 0;
+  options.stop_requested = [&asked] { return ++asked > 7; };
+  absl::StatusOr<Dataset> data = GenerateListOpsDataset(options);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kAborted) << data.status();
+  EXPECT_EQ(data.status().message(), "stopped while generating ListOps examples, after 7 of 1000");
+  EXPECT_EQ(asked, 8);
+}
+
 TEST(ListOpsTest, LabelNamesAreTheDigits) {
   EXPECT_EQ(ListOpsLabelNames(),
             (std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}));

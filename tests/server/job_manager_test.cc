@@ -1,7 +1,9 @@
 // JobManager across restarts, with in-process fake workers on the fake clock: a job the store
 // says is RUNNING (the server stopped or died while it ran) is queued again when the next
 // manager starts, counted as a resume, and runs to its end; a shutdown stops a running job's
-// workers and leaves it RUNNING in the store for the next start.
+// workers and leaves it RUNNING in the store for the next start. A store that cannot be written
+// at start (a full disk) leaves the manager read-only until it can; a final state the store
+// refused is kept across a restart, and its job is not run again.
 #include "server/jobs/job_manager.h"
 
 #include <gtest/gtest.h>
@@ -12,9 +14,13 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "server/metrics.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_worker_launcher.h"
+#include "tests/testing/file_writes_fail.h"
 #include "tests/testing/job_stores.h"
 
 namespace ts::server {
@@ -56,7 +62,11 @@ class JobManagerRestartTest : public ::testing::Test {
     options.state_dir = dir_ + "/state";
     options.data_root = dir_ + "/data";
     options.worker_launcher = &launcher_;
-    auto manager = JobManager::Create(options, /*registry=*/nullptr, /*metrics=*/nullptr, &clock_);
+    options.log = [this](const std::string& line) {
+      absl::MutexLock lock(&log_mu_);
+      log_.push_back(line);
+    };
+    auto manager = JobManager::Create(options, /*registry=*/nullptr, metrics_.get(), &clock_);
     EXPECT_TRUE(manager.ok()) << manager.status();
     return manager.ok() ? std::move(*manager) : nullptr;
   }
@@ -69,9 +79,36 @@ class JobManagerRestartTest : public ::testing::Test {
     return task;
   }
 
+  bool Logged(const std::string& part) {
+    absl::MutexLock lock(&log_mu_);
+    for (const auto& line : log_) {
+      if (absl::StrContains(line, part)) return true;
+    }
+    return false;
+  }
+  double StoreErrors(const std::string& operation) {
+    const std::string series =
+        "taylorshift_job_store_errors_total{operation=\"" + operation + "\"} ";
+    const std::string text = metrics_->Serialize();
+    const auto at = text.find(series);
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size()));
+  }
+
+  // The stored record, read with the store's own connection (no manager running).
+  pb::Job Stored(const std::string& id) {
+    auto store = testing::JobStores::Open(dir_ + "/state/jobs.db", &clock_);
+    EXPECT_TRUE(store.ok()) << store.status();
+    auto job = (*store)->jobs.GetJob(id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : pb::Job();
+  }
+
   std::string dir_;
   ts::testing::FakeClock clock_;
   ts::testing::FakeWorkerLauncher launcher_{&clock_};
+  std::unique_ptr<Metrics> metrics_ = *Metrics::Create("");
+  absl::Mutex log_mu_;
+  std::vector<std::string> log_ ABSL_GUARDED_BY(log_mu_);
 };
 
 TEST_F(JobManagerRestartTest, AJobLeftRunningIsResumedOnTheNextStartAndAgainAfterAShutdown) {
@@ -122,6 +159,110 @@ TEST_F(JobManagerRestartTest, AJobLeftRunningIsResumedOnTheNextStartAndAgainAfte
   EXPECT_EQ(done->progress().resumes(), 2u);
   EXPECT_EQ(done->progress().step(), 100u);
   EXPECT_EQ(launcher_.launches(), 2);
+}
+
+// A full disk at start (every write fails; the last stop was clean, so SQLite must size its files
+// anew): the server starts anyway, reads answer from the store, what writes is UNAVAILABLE saying
+// why, the failure is counted and logged, nothing runs — and once writes work again the retry
+// queues the interrupted job, which resumes.
+TEST_F(JobManagerRestartTest, AStoreThatCannotBeWrittenAtStartLeavesJobsReadOnlyUntilItCan) {
+  const std::string id = StoreRunningJob();
+  ASSERT_EQ(id, "job-1");
+  std::unique_ptr<JobManager> manager;
+  {
+    const ts::testing::FileWritesFail full;
+    manager = StartManager();
+    ASSERT_NE(manager, nullptr);
+    auto job = manager->GetJob(id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->state(), pb::JOB_STATE_RUNNING);  // as stored: it waits
+    auto listed = manager->ListJobs(pb::ListJobsRequest());
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    EXPECT_EQ(listed->jobs_size(), 1);
+    pb::GetJobHistoryRequest history;
+    history.set_id(id);
+    EXPECT_TRUE(manager->GetJobHistory(history).ok());
+    pb::TrainingSpec spec;
+    const absl::Status submitted = manager->SubmitTraining(spec).status();
+    EXPECT_EQ(submitted.code(), absl::StatusCode::kUnavailable) << submitted;
+    EXPECT_TRUE(absl::StrContains(submitted.message(), "jobs are read-only")) << submitted;
+    EXPECT_EQ(manager->CancelJob(id).status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(manager->DeleteJob(id).status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(StoreErrors("open_store"), 1);
+    EXPECT_TRUE(Logged("the job store cannot be written (open_store): "));
+    EXPECT_TRUE(Logged("jobs are read-only until the job store takes writes"));
+    // Still full at the first retry.
+    const absl::Time first = clock_.Now() + JobManager::kStoreRetryInterval;
+    ASSERT_TRUE(clock_.BlockUntilWaiting(first));
+    clock_.Advance(JobManager::kStoreRetryInterval);
+    ASSERT_TRUE(clock_.BlockUntilWaiting(first + JobManager::kStoreRetryInterval));
+    EXPECT_FALSE(manager->CheckStarted().ok());
+  }
+  EXPECT_EQ(launcher_.launches(), 0);
+  // Room again: the next retry starts the jobs.
+  clock_.Advance(JobManager::kStoreRetryInterval);
+  FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  EXPECT_TRUE(manager->CheckStarted().ok());
+  EXPECT_EQ(TaskOf(0).job().progress().resumes(), 1u);
+  EXPECT_TRUE(Logged("the job store takes writes again (attempt 3)"));
+  worker->Result(absl::OkStatus());
+  worker->Exit(0);
+  manager->Shutdown();
+  EXPECT_EQ(Stored(id).state(), pb::JOB_STATE_SUCCEEDED);
+}
+
+// The store refuses a job's final state and the server stops before it is written: the next
+// start writes it from the journal — the job is not queued again, and reads FAILED throughout.
+TEST_F(JobManagerRestartTest, AFinalStateTheStoreRefusedIsKeptAcrossARestartAndNotRunAgain) {
+  const std::string id = StoreRunningJob();
+  auto manager = StartManager();
+  ASSERT_NE(manager, nullptr);
+  FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  absl::Notification failed;
+  ASSERT_TRUE(manager
+                  ->Watch(id,
+                          [&](const pb::JobEvent& event) {
+                            if (event.job().state() == pb::JOB_STATE_FAILED) failed.Notify();
+                          })
+                  .ok());
+  {
+    const ts::testing::FileWritesFail full;
+    worker->Result(absl::InvalidArgumentError("data.train: bad record"));
+    worker->Exit(1);
+    ASSERT_TRUE(failed.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_EQ(manager->GetJob(id)->state(), pb::JOB_STATE_FAILED);
+    manager->Shutdown();  // its last write of the final state fails too
+    EXPECT_TRUE(Logged("kept in " + dir_ + "/state/final_states"));
+    manager.reset();
+    // A start on the still full disk: read-only, the kept end answered from memory.
+    manager = StartManager();
+    ASSERT_NE(manager, nullptr);
+    EXPECT_FALSE(manager->CheckStarted().ok());
+    auto kept = manager->GetJob(id);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(kept->state(), pb::JOB_STATE_FAILED);
+    pb::ListJobsRequest failed_only;
+    failed_only.set_state(pb::JOB_STATE_FAILED);
+    EXPECT_EQ(manager->ListJobs(failed_only)->jobs_size(), 1);
+    manager->Shutdown();
+    manager.reset();
+  }
+  EXPECT_EQ(Stored(id).state(), pb::JOB_STATE_RUNNING);  // what used to run it again
+
+  manager = StartManager();
+  ASSERT_NE(manager, nullptr);
+  auto job = manager->GetJob(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(job->reason(), "data.train: bad record");
+  EXPECT_EQ(job->progress().resumes(), 1u);  // the first start's, no other
+  EXPECT_TRUE(Logged("which the job store refused before the restart, is written to it now"));
+  manager->Shutdown();
+  EXPECT_EQ(launcher_.launches(), 1);
+  EXPECT_EQ(Stored(id).state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(Stored(id).reason(), "data.train: bad record");
 }
 
 }  // namespace

@@ -5,13 +5,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
 
 #include <thread>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "tests/testing/file_writes_fail.h"
 #include "tests/testing/job_testing.h"
 
 namespace ts::server {
@@ -27,25 +26,6 @@ pb::Job TrainingJob(const std::string& name, std::uint64_t memory_estimate_bytes
   job.mutable_progress()->set_memory_estimate_bytes(memory_estimate_bytes);
   return job;
 }
-
-// While it lives, every write of this process to a regular file fails (RLIMIT_FSIZE 0: EFBIG,
-// where a full disk gives ENOSPC), so the job store cannot commit; reads still work.
-class FileWritesFail {
- public:
-  FileWritesFail() {
-    EXPECT_EQ(getrlimit(RLIMIT_FSIZE, &saved_), 0);
-    signal(SIGXFSZ, SIG_IGN);  // the write fails instead of the process being killed
-    rlimit none = saved_;
-    none.rlim_cur = 0;
-    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &none), 0);
-  }
-  ~FileWritesFail() { EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &saved_), 0); }
-  FileWritesFail(const FileWritesFail&) = delete;
-  FileWritesFail& operator=(const FileWritesFail&) = delete;
-
- private:
-  rlimit saved_{};
-};
 
 class JobQueueTest : public ::testing::Test {
  protected:
@@ -268,7 +248,7 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsAnsweredFromMemoryAndWrittenAtT
   std::vector<pb::JobEvent> events;
   ASSERT_TRUE(queue.Watch("job-1", [&](const pb::JobEvent& e) { events.push_back(e); }).ok());
   {
-    const FileWritesFail full;
+    const ts::testing::FileWritesFail full;
     queue.SetState(*active, pb::JOB_STATE_FAILED, "cannot write best.tsckpt: no space");
   }
   queue.Release(*active);  // the runner is done with it: it leaves the table
@@ -321,6 +301,58 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsAnsweredFromMemoryAndWrittenAtT
   EXPECT_TRUE(queue.CheckDeletable("job-1").ok());
 }
 
+// The store's state column lags the job where a write failed; a state filter (and its page
+// tokens) must still list each job as Get answers it.
+TEST_F(JobQueueTest, AStateFilterListsJobsAsGetAnswersThemWhereTheStoreLags) {
+  JobQueue queue(JobQueueOptions{10, 0}, &env_.jobs(), env_.context());
+  for (const char* name : {"a", "b", "c", "d"}) ASSERT_TRUE(queue.Enqueue(TrainingJob(name)).ok());
+  auto first = queue.Next();   // job-1: FAILED, the store refuses it (it keeps RUNNING)
+  auto second = queue.Next();  // job-2: FAILED, written
+  auto third = queue.Next();   // job-3: RUNNING, the store refuses it (it keeps QUEUED)
+  queue.SetState(*first, pb::JOB_STATE_RUNNING, "");
+  queue.SetState(*second, pb::JOB_STATE_RUNNING, "");
+  queue.SetState(*second, pb::JOB_STATE_FAILED, "written");
+  queue.Release(*second);
+  {
+    const ts::testing::FileWritesFail full;
+    queue.SetState(*first, pb::JOB_STATE_FAILED, "kept in memory");
+    queue.SetState(*third, pb::JOB_STATE_RUNNING, "");
+  }
+  queue.Release(*first);
+  ASSERT_EQ(env_.jobs().GetJob("job-1")->state(), pb::JOB_STATE_RUNNING);
+  ASSERT_EQ(env_.jobs().GetJob("job-3")->state(), pb::JOB_STATE_QUEUED);
+
+  // Every page of one job, following the tokens: the ids listed.
+  const auto list = [&](pb::JobState state) {
+    std::vector<std::string> ids;
+    pb::ListJobsRequest request;
+    request.set_state(state);
+    request.set_page_size(1);
+    for (int pages = 0; pages < 10; ++pages) {
+      auto page = queue.List(request);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) break;
+      for (const pb::Job& job : page->jobs()) {
+        EXPECT_EQ(job.state(), state) << job.id();
+        EXPECT_EQ(queue.Get(job.id())->state(), job.state()) << job.id();
+        ids.push_back(job.id());
+      }
+      if (page->next_page_token().empty()) break;
+      request.set_page_token(page->next_page_token());
+    }
+    return ids;
+  };
+  EXPECT_THAT(list(pb::JOB_STATE_FAILED), ::testing::ElementsAre("job-2", "job-1"));
+  EXPECT_THAT(list(pb::JOB_STATE_RUNNING), ::testing::ElementsAre("job-3"));
+  EXPECT_THAT(list(pb::JOB_STATE_QUEUED), ::testing::ElementsAre("job-4"));
+  auto all = queue.List(pb::ListJobsRequest());
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->jobs_size(), 4);
+  EXPECT_EQ(all->jobs(1).state(), pb::JOB_STATE_RUNNING);  // job-3
+  EXPECT_EQ(all->jobs(3).state(), pb::JOB_STATE_FAILED);   // job-1
+  EXPECT_TRUE(all->next_page_token().empty());
+}
+
 TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsWrittenAgainOnTheRetryTimer) {
   JobQueueOptions options;
   options.final_state_retry_interval = absl::Seconds(5);
@@ -332,7 +364,7 @@ TEST_F(JobQueueTest, AFinalStateTheStoreRefusesIsWrittenAgainOnTheRetryTimer) {
   const absl::Time first = env_.clock().Now() + absl::Seconds(5);
   ASSERT_TRUE(env_.clock().BlockUntilWaiting(first));
   {
-    const FileWritesFail full;
+    const ts::testing::FileWritesFail full;
     queue.SetState(*active, pb::JOB_STATE_SUCCEEDED, "");
     queue.Release(*active);
     // A retry while the disk is still full changes nothing.

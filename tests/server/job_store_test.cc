@@ -23,7 +23,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/jobs/final_state_journal.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/file_writes_fail.h"
 #include "tests/testing/job_stores.h"
 
 namespace ts::server {
@@ -715,6 +717,140 @@ TEST_F(JobStoreTest, ADatabaseWrittenWithSchemaVersion1OpensWithItsRecordsAndTak
   EXPECT_EQ(RawDb(path_).QueryText("SELECT count(*) FROM job_metrics WHERE job_id = 'job-7'"), "0");
   EXPECT_EQ(RawDb(path_).QueryText("PRAGMA user_version"), "1");
   EXPECT_EQ(store->promotions.PromotionHistory("news")->size(), 1u);
+}
+
+// A full disk at start (every write fails, RLIMIT_FSIZE 0, after a clean stop removed the WAL
+// and its shared-memory file): the store opens read-only, answers reads, refuses writes with
+// UNAVAILABLE naming the cause, and takes writes again once ReopenWritable succeeds.
+TEST_F(JobStoreTest, AStoreThatCannotBeWrittenOpensReadOnlyAndReopensWritable) {
+  {
+    std::unique_ptr<JobStores> store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    Job job;
+    job.set_kind(kTraining);
+    job.set_state(kRunning);
+    job.set_name("a");
+    Create(*store, job);
+  }
+  ASSERT_FALSE(std::filesystem::exists(path_ + "-shm"));
+  std::unique_ptr<StoreDatabase> database;
+  {
+    const testing::FileWritesFail full;
+    EXPECT_FALSE(StoreDatabase::Open(path_).ok());  // what stopped the server's start
+    auto opened = StoreDatabase::OpenOrReadOnly(path_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    database = *std::move(opened);
+    EXPECT_FALSE(database->WriteError().ok());
+    JobStore jobs(database.get(), &clock_);
+    auto read = jobs.GetJob("job-1");
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->state(), kRunning);
+    EXPECT_EQ(jobs.ListJobs(ListJobsRequest())->jobs_size(), 1);
+    read->set_state(kFailed);
+    const absl::Status refused = jobs.UpdateJob(*read);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+    EXPECT_THAT(refused.message(), HasSubstr("cannot be written (since the server started: "));
+    EXPECT_EQ(jobs.CheckWritable().code(), absl::StatusCode::kUnavailable);
+    EXPECT_FALSE(database->ReopenWritable().ok());  // still full: read-only again
+    EXPECT_EQ(jobs.GetJob("job-1")->state(), kRunning);
+  }
+  ASSERT_TRUE(database->ReopenWritable().ok());
+  JobStore jobs(database.get(), &clock_);
+  Job failed = *jobs.GetJob("job-1");
+  failed.set_state(kFailed);
+  ASSERT_TRUE(jobs.UpdateJob(failed).ok());
+  database.reset();
+  EXPECT_EQ(OpenStore()->jobs.GetJob("job-1")->state(), kFailed);
+}
+
+// Read-only is for want of writing only: content the read-write opening refuses is still refused,
+// and a file with no schema yet (a new state dir on a full disk) answers every call UNAVAILABLE.
+TEST_F(JobStoreTest, OpeningReadOnlyStillRefusesANewerSchemaAndServesNothingWithoutASchema) {
+  ASSERT_NE(OpenStore(), nullptr);
+  RawDb(path_).Exec("PRAGMA user_version = 99");
+  {
+    const testing::FileWritesFail full;
+    const absl::Status newer = StoreDatabase::OpenOrReadOnly(path_).status();
+    EXPECT_EQ(newer.code(), absl::StatusCode::kFailedPrecondition) << newer;
+    EXPECT_THAT(newer.message(), HasSubstr("schema version 99"));
+    const std::string fresh = dir_ + "/fresh/jobs.db";
+    auto empty = StoreDatabase::OpenOrReadOnly(fresh);
+    ASSERT_TRUE(empty.ok()) << empty.status();
+    JobStore jobs(empty->get(), &clock_);
+    EXPECT_EQ(jobs.GetJob("job-1").status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(jobs.ListJobs(ListJobsRequest()).status().message(),
+                HasSubstr("cannot be read or written"));
+  }
+}
+
+Job FinishedJob(const std::string& id, JobState state, const std::string& reason) {
+  Job job;
+  job.set_id(id);
+  job.set_kind(kTraining);
+  job.set_name("n");
+  job.set_state(state);
+  job.set_reason(reason);
+  job.mutable_end_time()->set_seconds(1700000000);
+  job.mutable_progress()->set_step(40);
+  job.mutable_training()->set_name("the spec is not kept");
+  return job;
+}
+
+// The journal keeps final states across a reopen, in slots allocated in advance (a full disk does
+// not refuse them), frees a slot on Forget, cuts what does not fit and reads a torn slot as free.
+TEST_F(JobStoreTest, TheFinalStateJournalKeepsStatesInPreallocatedSlotsAcrossAReopen) {
+  std::filesystem::create_directories(dir_ + "/state");
+  const std::string path = dir_ + "/state/final_states";
+  {
+    auto journal = FinalStateJournal::Open(path, 2);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    EXPECT_EQ(std::filesystem::file_size(path), 2 * FinalStateJournal::kSlotBytes);
+    const testing::FileWritesFail full;  // write(2) fails; the mapped slots do not
+    ASSERT_TRUE((*journal)->Keep(FinishedJob("job-1", kFailed, "no space")).ok());
+    ASSERT_TRUE((*journal)->Keep(FinishedJob("job-2", kSucceeded, "")).ok());
+    const absl::Status full_slots = (*journal)->Keep(FinishedJob("job-3", kCancelled, ""));
+    EXPECT_EQ(full_slots.code(), absl::StatusCode::kResourceExhausted) << full_slots;
+    ASSERT_TRUE((*journal)->Keep(FinishedJob("job-1", kFailed, "again")).ok());  // its own slot
+  }
+  {
+    auto journal = FinalStateJournal::Open(path, 2);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    const std::vector<Job> kept = (*journal)->Records();
+    ASSERT_EQ(kept.size(), 2u);
+    EXPECT_EQ(kept[0].id(), "job-1");
+    EXPECT_EQ(kept[0].state(), kFailed);
+    EXPECT_EQ(kept[0].reason(), "again");
+    EXPECT_EQ(kept[0].end_time().seconds(), 1700000000);
+    EXPECT_EQ(kept[0].progress().step(), 40u);
+    EXPECT_FALSE(kept[0].has_training());
+    EXPECT_EQ(kept[1].id(), "job-2");
+    ASSERT_TRUE((*journal)->Forget("job-2").ok());
+    // A reason too long for a slot is cut at a character boundary; the rest is kept.
+    std::string reason;
+    for (int i = 0; i < 3000; ++i) reason += "\xC3\xA9";  // 6000 bytes of U+00E9
+    ASSERT_TRUE((*journal)->Keep(FinishedJob("job-4", kFailed, reason)).ok());
+  }
+  {
+    auto journal = FinalStateJournal::Open(path, 2);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    const std::vector<Job> kept = (*journal)->Records();
+    ASSERT_EQ(kept.size(), 2u);
+    EXPECT_EQ(kept[1].id(), "job-4");
+    EXPECT_LT(kept[1].reason().size(), FinalStateJournal::kSlotBytes);
+    EXPECT_THAT(kept[1].reason(), ::testing::StartsWith("\xC3\xA9\xC3\xA9"));
+    EXPECT_THAT(kept[1].reason(), ::testing::EndsWith("\xC3\xA9 ..."));
+    EXPECT_EQ(kept[1].progress().step(), 40u);
+  }
+  // A write cut short (its bytes no longer match the checksum) reads as a free slot.
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(20);
+    file.put('\x7f');
+  }
+  auto journal = FinalStateJournal::Open(path, 2);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  ASSERT_EQ((*journal)->Records().size(), 1u);
+  EXPECT_EQ((*journal)->Records()[0].id(), "job-4");
 }
 
 TEST_F(JobStoreTest, MetricsRoundTripPerJob) {

@@ -99,6 +99,8 @@ struct WorkerRun {
   std::string stderr_text;
   std::optional<pb::WorkerResult> result;
   bool killed = false;  // still alive 30 s after the SIGTERM
+  // From the SIGTERM until both pipes closed (the worker's end).
+  std::chrono::milliseconds exit_after_term{0};
   // Just before the SIGTERM: the worker's threads, and the names of those that could receive
   // SIGTERM (not in their blocked mask, /proc/PID/task/*/status SigBlk).
   int threads = 0;
@@ -163,6 +165,7 @@ WorkerRun StartAndTerminate(const std::string& task_file, std::chrono::milliseco
   close(logs[1]);
   job::EventDecoder decoder;
   const auto start = std::chrono::steady_clock::now();
+  auto terminated_at = start;
   bool terminated = false;
   std::vector<pollfd> fds = {{events[0], POLLIN, 0}, {logs[0], POLLIN, 0}};
   while (fds[0].fd >= 0 || fds[1].fd >= 0) {
@@ -171,6 +174,7 @@ WorkerRun StartAndTerminate(const std::string& task_file, std::chrono::milliseco
       SampleSignalMasks(pid, &run);
       kill(pid, SIGTERM);
       terminated = true;
+      terminated_at = std::chrono::steady_clock::now();
     }
     if (terminated && !run.killed && now - start >= delay + std::chrono::seconds(30)) {
       kill(pid, SIGKILL);
@@ -198,6 +202,8 @@ WorkerRun StartAndTerminate(const std::string& task_file, std::chrono::milliseco
       }
     }
   }
+  run.exit_after_term = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - terminated_at);
   if (!terminated) kill(pid, SIGTERM);  // it closed its pipes early: reap it either way
   waitpid(pid, &run.wait_status, 0);
   return run;
@@ -244,6 +250,40 @@ TEST(TsworkerStopTest, AFineTuningStoppedInItsFirstSecondsExitsCleanlyEveryTime)
     // The next run starts from the checkpoint again, not from this run's state.
     std::filesystem::remove(dir + "/job/training_state.pt", ignored);
   }
+  std::filesystem::remove_all(dir, ignored);
+}
+
+// A training job whose data takes long to load (3,000,000 generated ListOps examples: about 7 s
+// on one free core) stops while it loads, at the next example: a "stopped" result that says so,
+// soon after the SIGTERM, instead of one "at step 0" once the whole load is done.
+TEST(TsworkerStopTest, ATrainingJobStoppedWhileItsDataLoadsStopsBeforeTheLoadEnds) {
+  char dir_template[] = "/tmp/ts_tsworker_stop_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  std::string text = absl::StrReplaceAll(kTask, {{"DIR", dir}, {"ROOT", SourceDir()}});
+  text = absl::StrReplaceAll(text, {{"generate { count: 4000 min_length: 10 max_length: 200",
+                                     "generate { count: 3000000 min_length: 10 max_length: 200"}});
+  pb::WorkerTask task;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &task));
+  ASSERT_EQ(task.job().training().data().train().generate().count(), 3000000u);
+  const std::string task_file = dir + "/task.pb";
+  {
+    std::ofstream out(task_file, std::ios::binary);
+    ASSERT_TRUE(task.SerializeToOstream(&out));
+  }
+  // LibTorch is loaded in 0.2-1 s; a SIGTERM before the load begins stops it at its first example.
+  const WorkerRun run = StartAndTerminate(task_file, std::chrono::milliseconds(1000));
+  EXPECT_FALSE(run.killed) << run.stderr_text;
+  EXPECT_TRUE(WIFEXITED(run.wait_status) && WEXITSTATUS(run.wait_status) == 0) << run.stderr_text;
+  ASSERT_TRUE(run.result.has_value()) << run.stderr_text;
+  EXPECT_TRUE(run.result->stopped()) << run.result->message();
+  EXPECT_THAT(run.result->message(),
+              ::testing::StartsWith("data.train: stopped while generating ListOps examples"))
+      << run.stderr_text;
+  // Well under the load's own time, on busy cores too.
+  EXPECT_LT(run.exit_after_term, std::chrono::seconds(4)) << run.result->message();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/job/training_state.pt"));  // nothing to save yet
+  std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
 
