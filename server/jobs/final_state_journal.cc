@@ -20,7 +20,9 @@ namespace pb = taylorshift::v1;
 namespace {
 
 constexpr char kMagic[4] = {'T', 'S', 'F', '1'};
-constexpr std::size_t kHeaderBytes = 12;  // magic, payload length, CRC-32 of the payload
+// Magic, payload length, CRC-32 of the payload, and the write's sequence number (later writes
+// have larger ones: of two slots that hold one job, the larger number is its newer state).
+constexpr std::size_t kHeaderBytes = 16;
 constexpr std::size_t kPayloadBytes = FinalStateJournal::kSlotBytes - kHeaderBytes;
 
 std::uint32_t Crc32(const char* data, std::size_t size) {
@@ -110,6 +112,7 @@ absl::StatusOr<std::unique_ptr<FinalStateJournal>> FinalStateJournal::Open(const
   std::unique_ptr<FinalStateJournal> journal(
       new FinalStateJournal(path, fd, static_cast<char*>(mapping), have));
   absl::MutexLock lock(&journal->mu_);
+  std::vector<std::uint32_t> sequence(have, 0);
   for (std::size_t slot = 0; slot < have; ++slot) {
     const char* at = journal->mapping_ + slot * kSlotBytes;
     if (std::memcmp(at, kMagic, sizeof(kMagic)) != 0) continue;
@@ -117,6 +120,22 @@ absl::StatusOr<std::unique_ptr<FinalStateJournal>> FinalStateJournal::Open(const
     if (length > kPayloadBytes || Crc32(at + kHeaderBytes, length) != LoadU32(at + 8)) continue;
     pb::Job job;
     if (!job.ParseFromArray(at + kHeaderBytes, static_cast<int>(length)) || job.id().empty()) {
+      continue;
+    }
+    sequence[slot] = LoadU32(at + 12);
+    journal->next_sequence_ = std::max(journal->next_sequence_, sequence[slot] + 1);
+    // A crash between writing a job's newer state and freeing its older slot leaves both: the
+    // older one is freed now.
+    const auto same = std::find(journal->ids_.begin(), journal->ids_.end(), job.id());
+    if (same != journal->ids_.end()) {
+      const auto other = static_cast<std::size_t>(same - journal->ids_.begin());
+      const std::size_t older = sequence[other] < sequence[slot] ? other : slot;
+      const std::size_t newer = older == slot ? other : slot;
+      if (newer == slot) journal->jobs_[slot] = std::move(job);
+      journal->ids_[newer] = journal->ids_[other];
+      journal->ids_[older].clear();
+      journal->jobs_[older].Clear();
+      (void)journal->WriteSlot(older, std::string());
       continue;
     }
     journal->ids_[slot] = job.id();
@@ -145,6 +164,7 @@ absl::Status FinalStateJournal::WriteSlot(std::size_t slot, const std::string& b
     std::memcpy(at + kHeaderBytes, bytes.data(), bytes.size());
     StoreU32(at + 4, static_cast<std::uint32_t>(bytes.size()));
     StoreU32(at + 8, Crc32(bytes.data(), bytes.size()));
+    StoreU32(at + 12, next_sequence_++);
     std::memcpy(at, kMagic, sizeof(kMagic));
   }
   // Slots are page-aligned (kSlotBytes is a multiple of the 4 KiB page).
@@ -158,14 +178,24 @@ absl::Status FinalStateJournal::WriteSlot(std::size_t slot, const std::string& b
 absl::Status FinalStateJournal::Keep(const pb::Job& job) {
   const std::string bytes = SlotPayload(job);
   absl::MutexLock lock(&mu_);
-  auto slot = std::find(ids_.begin(), ids_.end(), job.id());
-  if (slot == ids_.end()) slot = std::find(ids_.begin(), ids_.end(), std::string());
+  // A newer state of a job already kept goes to a free slot first and the old slot is freed
+  // after, so that a crash between the two leaves one of them whole (both whole: Open keeps the
+  // newer, by its sequence number). Only when no slot is free is the job's own slot rewritten in place.
+  const auto own = std::find(ids_.begin(), ids_.end(), job.id());
+  auto slot = std::find(ids_.begin(), ids_.end(), std::string());
+  if (slot == ids_.end()) slot = own;
   if (slot == ids_.end()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "all ", slots_, " slots of ", path_, " hold final states the job store has not taken"));
   }
   const auto index = static_cast<std::size_t>(slot - ids_.begin());
   if (absl::Status s = WriteSlot(index, bytes); !s.ok()) return s;
+  if (own != ids_.end() && own != slot) {
+    const auto old = static_cast<std::size_t>(own - ids_.begin());
+    ids_[old].clear();
+    jobs_[old].Clear();
+    (void)WriteSlot(old, std::string());  // a failure leaves two copies: Open frees the older
+  }
   ids_[index] = job.id();
   jobs_[index].ParseFromString(bytes);
   return absl::OkStatus();

@@ -7,8 +7,8 @@
 // - Open creates the file with room for `slots` records (posix_fallocate, so that writing a slot
 //   never needs a block: RESOURCE_EXHAUSTED when the disk has no room for it), or opens an
 //   existing one, keeping its records; a smaller one is grown when there is room.
-// - Keep writes one finished job's final state into its slot (the job's own, else a free one)
-//   and flushes it to the disk (msync) before it returns: the job's id, kind, name, state,
+// - Keep writes one finished job's final state into a free slot (the job's own only when none is
+//   free), flushes it to the disk (msync) before it returns and then frees the job's older slot: the job's id, kind, name, state,
 //   reason, times and progress (the reason cut, then the progress left out, to fit a slot).
 //   RESOURCE_EXHAUSTED when every slot holds another job.
 // - Forget frees the job's slot once the store has taken the state (a no-op for an unknown id).
@@ -33,7 +33,8 @@ namespace ts::server {
 
 class FinalStateJournal {
  public:
-  // Bytes of one slot: a 12-byte header (magic, length, CRC-32) and the serialized job.
+  // Bytes of one slot: a 16-byte header (magic, length, CRC-32, sequence number) and the
+  // serialized job.
   static constexpr std::size_t kSlotBytes = 4096;
 
   static absl::StatusOr<std::unique_ptr<FinalStateJournal>> Open(const std::string& path,
@@ -63,6 +64,7 @@ class FinalStateJournal {
   mutable absl::Mutex mu_;
   std::vector<std::string> ids_ ABSL_GUARDED_BY(mu_);            // by slot; empty = free
   std::vector<taylorshift::v1::Job> jobs_ ABSL_GUARDED_BY(mu_);  // by slot
+  std::uint32_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace ts::server

@@ -853,6 +853,44 @@ TEST_F(JobStoreTest, TheFinalStateJournalKeepsStatesInPreallocatedSlotsAcrossARe
   EXPECT_EQ((*journal)->Records()[0].id(), "job-4");
 }
 
+// A job's newer state goes to a free slot before its older slot is freed: a crash between the two
+// leaves both whole, and the next Open keeps the newer one (by its sequence number) and frees the
+// older on the disk.
+TEST_F(JobStoreTest, TheFinalStateJournalKeepsANewerStateWholeThroughACrash) {
+  std::filesystem::create_directories(dir_ + "/state");
+  const std::string path = dir_ + "/state/final_states";
+  const auto slot = [&path](std::size_t index) {
+    std::ifstream file(path, std::ios::binary);
+    std::string bytes(FinalStateJournal::kSlotBytes, '\0');
+    file.seekg(static_cast<std::streamoff>(index * FinalStateJournal::kSlotBytes));
+    file.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return bytes;
+  };
+  std::string older;
+  {
+    auto journal = FinalStateJournal::Open(path, 3);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    ASSERT_TRUE((*journal)->Keep(FinishedJob("job-1", kFailed, "first")).ok());
+    older = slot(0);
+    ASSERT_TRUE((*journal)->Keep(FinishedJob("job-1", kFailed, "second")).ok());
+    ASSERT_EQ((*journal)->Records().size(), 1u);
+    EXPECT_EQ((*journal)->Records()[0].reason(), "second");
+    EXPECT_NE(slot(0), older);  // freed
+  }
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.write(older.data(), static_cast<std::streamsize>(older.size()));  // as a crash left it
+  }
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    auto journal = FinalStateJournal::Open(path, 3);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    const std::vector<Job> kept = (*journal)->Records();
+    ASSERT_EQ(kept.size(), 1u) << "reopen " << reopen;
+    EXPECT_EQ(kept[0].reason(), "second") << "reopen " << reopen;
+  }
+  EXPECT_NE(slot(0), older);
+}
+
 TEST_F(JobStoreTest, MetricsRoundTripPerJob) {
   std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
