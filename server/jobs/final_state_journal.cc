@@ -180,7 +180,8 @@ absl::Status FinalStateJournal::Keep(const pb::Job& job) {
   absl::MutexLock lock(&mu_);
   // A newer state of a job already kept goes to a free slot first and the old slot is freed
   // after, so that a crash between the two leaves one of them whole (both whole: Open keeps the
-  // newer, by its sequence number). Only when no slot is free is the job's own slot rewritten in place.
+  // newer, by its sequence number). Only when no slot is free is the job's own slot rewritten in
+  // place.
   const auto own = std::find(ids_.begin(), ids_.end(), job.id());
   auto slot = std::find(ids_.begin(), ids_.end(), std::string());
   if (slot == ids_.end()) slot = own;

@@ -8,9 +8,9 @@
 //   never needs a block: RESOURCE_EXHAUSTED when the disk has no room for it), or opens an
 //   existing one, keeping its records; a smaller one is grown when there is room.
 // - Keep writes one finished job's final state into a free slot (the job's own only when none is
-//   free), flushes it to the disk (msync) before it returns and then frees the job's older slot: the job's id, kind, name, state,
-//   reason, times and progress (the reason cut, then the progress left out, to fit a slot).
-//   RESOURCE_EXHAUSTED when every slot holds another job.
+//   free), flushes it to the disk (msync) before it returns and then frees the job's older slot:
+//   the job's id, kind, name, state, reason, times and progress (the reason cut, then the progress
+//   left out, to fit a slot). RESOURCE_EXHAUSTED when every slot holds another job.
 // - Forget frees the job's slot once the store has taken the state (a no-op for an unknown id).
 // - Records: the states kept, as read at Open and kept since, oldest slot first. A slot whose
 //   checksum does not match (a write cut short by a crash) reads as free.
