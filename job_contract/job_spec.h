@@ -53,6 +53,9 @@ struct SpecRules {
   // CUDA devices the server sees (torch::cuda::device_count()): set by the server at start, not
   // read from the config file. A job's `device: cuda:N` needs N < cuda_devices.
   int cuda_devices = 0;
+  // Whether CUDA ranks can all-reduce: the build has c10d's NCCL backend (HaveNccl(), set by the
+  // server at start). Without it a CUDA job runs one rank.
+  bool cuda_data_parallel = false;
 };
 
 // Fills the defaults of jobs.proto into `spec` (mlp_ratio 4 unless init_from; optimizer adamw,
@@ -87,5 +90,9 @@ absl::Status NormalizeEvaluationSpec(taylorshift::v1::EvaluationSpec* spec, cons
 // The device a job's worker runs on: its spec's `device` ("cpu" when empty; specs are
 // normalised to cpu or cuda:N at submission).
 std::string JobDevice(const taylorshift::v1::Job& job);
+
+// The device of rank `rank` of a job on the normalised `device`: a CUDA job's ranks take one device
+// each, from its own on (cuda:I for rank 0, cuda:I+1 for rank 1, ...); CPU ranks share the CPU.
+std::string RankDevice(const std::string& device, int rank);
 
 }  // namespace ts::job

@@ -16,6 +16,7 @@
 #include "model/api/precision.h"
 #include "model/kernels/cpu_features.h"
 #include "model/torch_compat.h"
+#include "model/training/data_parallel.h"
 #include "server/jobs/job_manager.h"
 #include "server/jobs/jobs_service.h"
 #include "server/metrics.h"
@@ -126,6 +127,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     JobManagerOptions job_options;
     job_options.jobs = config.jobs;
     job_options.jobs.cuda_devices = compat::CudaDeviceCount();
+    job_options.jobs.cuda_data_parallel = HaveNccl();
     job_options.state_dir = config.state_dir;
     job_options.data_root = config.data_root;
     job_options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

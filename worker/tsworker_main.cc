@@ -43,6 +43,7 @@
 #include "job_contract/job_spec_yaml.h"
 #include "model/heap_policy.h"
 #include "model/torch_compat.h"
+#include "model/torch_status.h"
 #include "model/training/data_parallel.h"
 #include "worker/jobs.h"
 
@@ -159,6 +160,7 @@ absl::StatusOr<pb::WorkerTask> StandaloneTask(const Flags& flags) {
   job::SpecRules jobs;
   jobs.threads_per_job = cores;
   jobs.cuda_devices = compat::CudaDeviceCount();
+  jobs.cuda_data_parallel = HaveNccl();
   TS_RETURN_IF_ERROR(job::NormalizeTrainingSpec(&spec, jobs, cores));
   pb::WorkerTask task;
   task.mutable_job()->set_id(spec.name());
@@ -303,6 +305,14 @@ int Main(int argc, char** argv) {
   compat::SetThreads(static_cast<int>(std::max<std::uint32_t>(task->threads(), 1)));
   compat::SetCudaTf32(false);  // a job's float32 is float32 (docs/GPU.md)
   if (flags.collective_timeout_s) dp->timeout = std::chrono::seconds(*flags.collective_timeout_s);
+  if (training) {
+    // Each CUDA rank on its own device (job::RankDevice); the ranks all-reduce over NCCL there.
+    pb::TrainingSpec& spec = *task->mutable_job()->mutable_training();
+    spec.set_device(job::RankDevice(job::JobDevice(task->job()), rank));
+    auto device = CatchTorch("device", [&spec] { return torch::Device(spec.device()); });
+    if (!device.ok()) return finish(device.status(), false);
+    dp->device = *device;
+  }
 
   absl::Status status;
   auto group = DataParallelGroup::Connect(*dp);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/kernels/cuda_stream.h"
+#include "model/networks/packed_forward.h"
 #include "model/torch_status.h"
 
 namespace ts {
@@ -48,8 +49,12 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
     }
     out.padded_tokens = width + 1;
     out.path = model->ResolvePath(requested, width + 1, batch);
-    const auto logits = model->forward(tokens.to(device, /*non_blocking=*/gpu),
-                                       lengths.to(device, /*non_blocking=*/gpu), out.path);
+    const auto device_tokens = tokens.to(device, /*non_blocking=*/gpu);
+    const auto device_lengths = lengths.to(device, /*non_blocking=*/gpu);
+    // On a GPU a batch with padding runs packed: its per-token work skips the padding.
+    const bool pack = gpu && !model->is_training() && out.real_tokens < batch * out.padded_tokens;
+    const auto logits = pack ? PackedForward(*model, device_tokens, device_lengths, out.path)
+                             : model->forward(device_tokens, device_lengths, out.path);
     const auto probabilities =
         torch::softmax(logits.to(torch::kFloat64), -1).to(torch::kFloat32).cpu().contiguous();
     const std::int64_t classes = probabilities.size(1);

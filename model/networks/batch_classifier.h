@@ -1,7 +1,8 @@
 // One forward pass over a batch of token sequences: pads them, builds the lengths, resolves
 // the attention path once for the batch (its padded length and size), and returns each sequence's
 // class probabilities. The model is only read (eval mode, inference mode), so several threads may
-// classify with the same model at once.
+// classify with the same model at once. On a GPU a batch with padding runs packed
+// (model/networks/packed_forward.h).
 #pragma once
 
 #include <torch/torch.h>

@@ -12,6 +12,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
+#ifdef TS_HAVE_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 namespace ts {
 namespace {
@@ -45,6 +49,12 @@ absl::StatusOr<DataParallelOptions> DataParallelFromEnvironment() {
   return options;
 }
 
+#ifdef TS_HAVE_NCCL
+bool HaveNccl() { return true; }
+#else
+bool HaveNccl() { return false; }
+#endif
+
 #ifdef TS_HAVE_GLOO
 
 bool HaveDataParallel() { return true; }
@@ -54,15 +64,37 @@ bool HaveDataParallel() { return true; }
 using WorkPtr = decltype(std::declval<c10d::ProcessGroupGloo&>().allreduce(
     std::declval<std::vector<at::Tensor>&>()));
 
+// One process group: Gloo for CPU ranks, NCCL for CUDA ranks.
 struct DataParallelGroup::Backend {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+#ifdef TS_HAVE_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+#endif
+
+  WorkPtr Allreduce(std::vector<at::Tensor>& tensors) {
+#ifdef TS_HAVE_NCCL
+    if (nccl) return nccl->allreduce(tensors);
+#endif
+    return gloo->allreduce(tensors);
+  }
+  WorkPtr Broadcast(std::vector<at::Tensor>& tensors) {
+#ifdef TS_HAVE_NCCL
+    if (nccl) return nccl->broadcast(tensors);
+#endif
+    return gloo->broadcast(tensors);
+  }
 };
 
 absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
     const DataParallelOptions& options) {
   std::unique_ptr<DataParallelGroup> group(new DataParallelGroup(options));
-  if (options.world_size == 1) return group;
+  if (options.world_size == 1 && !options.group_of_one) return group;
+  if (options.device.is_cuda() && !HaveNccl()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a world of ", options.world_size, " CUDA ranks needs c10d's NCCL backend, which this "
+        "build lacks (the CUDA build against the torch wheel has it)"));
+  }
   auto joined = CatchTorch("joining the data-parallel world", [&] {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(options.master_port);
@@ -72,6 +104,17 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
     store_options.timeout = options.timeout;
     auto backend = std::make_unique<Backend>();
     backend->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+#ifdef TS_HAVE_NCCL
+    if (options.device.is_cuda()) {
+      c10::cuda::set_device(options.device.has_index() ? options.device.index() : 0);
+      auto nccl = c10d::ProcessGroupNCCL::Options::create();
+      nccl->timeout = options.timeout;
+      backend->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          backend->store, options.rank, options.world_size, nccl);
+      group->backend_ = std::move(backend);
+      return 0;
+    }
+#endif
     auto gloo = c10d::ProcessGroupGloo::Options::create(options.timeout);
     // As PyTorch: GLOO_SOCKET_IFNAME picks the interface; a loopback master means one machine.
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname) {
@@ -81,8 +124,8 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
     } else {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
-    backend->group = c10::make_intrusive<c10d::ProcessGroupGloo>(backend->store, options.rank,
-                                                                 options.world_size, gloo);
+    backend->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(backend->store, options.rank,
+                                                                options.world_size, gloo);
     group->backend_ = std::move(backend);
     return 0;
   });
@@ -91,7 +134,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
 }
 
 absl::Status DataParallelGroup::AverageGradients(const std::vector<torch::Tensor>& parameters) {
-  if (options_.world_size == 1) return absl::OkStatus();
+  if (backend_ == nullptr) return absl::OkStatus();
   return CatchTorch("averaging gradients",
                     [&] {
                       torch::NoGradGuard no_grad;
@@ -120,7 +163,7 @@ absl::Status DataParallelGroup::AverageGradients(const std::vector<torch::Tensor
                         pieces.reserve(bucket.size());
                         for (const auto& g : bucket) pieces.push_back(g.reshape({-1}));
                         std::vector<torch::Tensor> flat{torch::cat(pieces)};
-                        works.push_back(backend_->group->allreduce(flat));
+                        works.push_back(backend_->Allreduce(flat));
                         flats.push_back(flat[0]);
                       }
                       const double scale = 1.0 / options_.world_size;
@@ -139,24 +182,25 @@ absl::Status DataParallelGroup::AverageGradients(const std::vector<torch::Tensor
 }
 
 absl::StatusOr<std::vector<double>> DataParallelGroup::Sum(const std::vector<double>& values) {
-  if (options_.world_size == 1) return values;
+  if (backend_ == nullptr) return values;
   return CatchTorch("summing over the ranks", [&] {
     std::vector<torch::Tensor> tensor{
-        torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64))};
-    backend_->group->allreduce(tensor)->wait();
-    const torch::Tensor sums = tensor[0].contiguous();
+        torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64))
+            .to(options_.device)};
+    backend_->Allreduce(tensor)->wait();
+    const torch::Tensor sums = tensor[0].cpu().contiguous();
     return std::vector<double>(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
   });
 }
 
 absl::Status DataParallelGroup::Broadcast(const std::vector<torch::Tensor>& tensors) {
-  if (options_.world_size == 1) return absl::OkStatus();
+  if (backend_ == nullptr) return absl::OkStatus();
   return CatchTorch("broadcasting from rank 0",
                     [&] {
                       torch::NoGradGuard no_grad;
                       for (const auto& t : tensors) {
                         std::vector<torch::Tensor> one{t.detach()};
-                        backend_->group->broadcast(one)->wait();
+                        backend_->Broadcast(one)->wait();
                       }
                       return 0;
                     })

@@ -4,8 +4,12 @@
 // backward pass). The world comes from the torchrun / Kubeflow PyTorchJob environment
 // (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) or from explicit options.
 //
+// CUDA ranks (options.device a CUDA device, one device per rank) all-reduce over c10d's NCCL
+// backend, as torch.distributed does: the CUDA build against the torch wheel has it (HaveNccl()).
+//
 // Builds without c10d's Gloo backend (TS_HAVE_GLOO unset: LibTorch without gloo headers) still
-// compile: Connect() then fails with FAILED_PRECONDITION for a world of more than one rank.
+// compile: Connect() then fails with FAILED_PRECONDITION for a world of more than one rank, as it
+// does for CUDA ranks in a build without NCCL.
 #pragma once
 
 #include <torch/torch.h>
@@ -30,6 +34,11 @@ struct DataParallelOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   // Gradients are averaged in buckets of about this many bytes (DDP's default: 25 MiB).
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
+  // This rank's device: CPU ranks all-reduce over Gloo, CUDA ranks over NCCL (their tensors stay
+  // on the device). Connect makes a CUDA device the thread's current one.
+  torch::Device device = torch::kCPU;
+  // Builds the process group even for a world of one rank (tests of the backend on one GPU).
+  bool group_of_one = false;
 };
 
 // Reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (all absent = one rank; WORLD_SIZE > 1
@@ -38,6 +47,8 @@ absl::StatusOr<DataParallelOptions> DataParallelFromEnvironment();
 
 // True when this build has c10d's Gloo backend.
 bool HaveDataParallel();
+// True when this build has c10d's NCCL backend (CUDA ranks).
+bool HaveNccl();
 
 class DataParallelGroup {
  public:

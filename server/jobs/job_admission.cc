@@ -112,7 +112,17 @@ absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
     // data and the process, CUDA's host side included: that is what the jobs' host budget counts.
     const std::int64_t device_need =
         estimate.total_bytes - estimate.data_bytes - estimate.runtime_bytes;
-    const std::int64_t available = CudaAvailableBytes(spec.device());
+    // Each rank on its own device (job::RankDevice): the one with the least free memory decides.
+    std::string device = spec.device();
+    std::int64_t available = CudaAvailableBytes(device);
+    for (int rank = 1; rank < ranks; ++rank) {
+      const std::string rank_device = job::RankDevice(spec.device(), rank);
+      const std::int64_t rank_available = CudaAvailableBytes(rank_device);
+      if (rank_available < available) {
+        available = rank_available;
+        device = rank_device;
+      }
+    }
     if (jobs_.memory_admission && device_need > available) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "the job's estimated peak GPU memory is %d bytes (%.2f GiB: batch_size %d, max_length "
@@ -120,10 +130,10 @@ absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
           "out now. Largest first: %s. %s",
           device_need, device_need / 1073741824.0, spec.batch_size(), spec.model().max_length(),
           spec.model().embed_dim(), spec.model().depth(), pb::AttentionPath_Name(spec.path()),
-          available, available / 1073741824.0, spec.device(),
+          available, available / 1073741824.0, device,
           absl::StrJoin(DominantMemoryTerms(estimate), ", "), WhatToChange(spec, estimate)));
     }
-    total = estimate.data_bytes + estimate.runtime_bytes + kCudaHostBytes;
+    total = (estimate.data_bytes + estimate.runtime_bytes + kCudaHostBytes) * ranks;
   }
   const std::int64_t budget = MemoryBudgetBytes(jobs_);
   if (jobs_.memory_admission && total > budget) {

@@ -609,7 +609,7 @@ TEST(JobSpecNormalizeTest, Precision) {
 }
 
 // `device`: cpu by default, cuda normalised to cuda:0, an index only below the CUDA devices the
-// server sees (FAILED_PRECONDITION, naming what it sees), one rank on a GPU.
+// server sees (FAILED_PRECONDITION, naming what it sees).
 TEST(JobSpecNormalizeTest, Device) {
   TrainingSpec spec = IssueSpec();
   ASSERT_TRUE(NormalizeTrainingSpec(&spec, SpecRules(), kCores).ok());
@@ -640,12 +640,37 @@ TEST(JobSpecNormalizeTest, Device) {
     ExpectNormalizeError([&bad](TrainingSpec& s) { s.set_device(bad); }, "device",
                          "must be cpu, cuda or cuda:N, got", one_gpu);
   }
-  ExpectNormalizeError(
-      [](TrainingSpec& s) {
-        s.set_device("cuda");
-        s.set_workers(2);
-      },
-      "workers", "a CUDA job runs one rank", one_gpu);
+
+  // Several CUDA ranks: one device each from the spec's own on, all-reduced over NCCL; a build
+  // without NCCL, or too few devices, is FAILED_PRECONDITION naming what the server has.
+  const auto ranks = [&](const std::string& device, SpecRules rules) {
+    spec = IssueSpec();
+    spec.set_device(device);
+    spec.set_workers(2);
+    return NormalizeTrainingSpec(&spec, rules, kCores);
+  };
+  const absl::Status no_nccl = ranks("cuda", one_gpu);
+  EXPECT_EQ(no_nccl.code(), absl::StatusCode::kFailedPrecondition) << no_nccl;
+  EXPECT_THAT(std::string(no_nccl.message()),
+              HasSubstr("workers: 2 ranks from cuda:0: this server's build has no NCCL backend"));
+  SpecRules two_gpus = one_gpu;
+  two_gpus.cuda_data_parallel = true;
+  const absl::Status too_few = ranks("cuda", two_gpus);
+  EXPECT_EQ(too_few.code(), absl::StatusCode::kFailedPrecondition) << too_few;
+  EXPECT_THAT(std::string(too_few.message()),
+              HasSubstr("take one device each, up to cuda:1, but this server sees 1 CUDA"));
+  two_gpus.cuda_devices = 2;
+  EXPECT_TRUE(ranks("cuda", two_gpus).ok());
+  EXPECT_EQ(ranks("cuda:1", two_gpus).code(), absl::StatusCode::kFailedPrecondition);
+  two_gpus.cuda_devices = 3;
+  EXPECT_TRUE(ranks("cuda:1", two_gpus).ok());
+}
+
+TEST(JobSpecTest, RankDevice) {
+  EXPECT_EQ(RankDevice("cpu", 3), "cpu");
+  EXPECT_EQ(RankDevice("cuda:0", 0), "cuda:0");
+  EXPECT_EQ(RankDevice("cuda:0", 1), "cuda:1");
+  EXPECT_EQ(RankDevice("cuda:2", 3), "cuda:5");
 }
 
 TEST(EvaluationSpecNormalizeTest, Defaults) {

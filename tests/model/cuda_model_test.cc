@@ -2,7 +2,10 @@
 // bundled demo checkpoints (fp32 and bf16, both attention paths) on real files, and training
 // steps. Every test needs a CUDA device and skips without one (scripts/gpu-check runs them).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -14,6 +17,7 @@
 #include "model/data/listops_generator.h"
 #include "model/networks/batch_classifier.h"
 #include "model/torch_compat.h"
+#include "model/training/data_parallel.h"
 #include "model/training/training.h"
 #include "tests/testing/encoder_testing.h"
 
@@ -51,6 +55,59 @@ std::vector<std::string> Inputs(const std::string& model) {
     }
   }
   return inputs;
+}
+
+// A loopback TCP port that was free a moment ago (for the group's TCPStore).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+// CUDA ranks all-reduce over NCCL: a build without it refuses them before any rendezvous.
+TEST(DataParallelTest, CudaRanksNeedNccl) {
+  if (HaveNccl()) GTEST_SKIP() << "this build has NCCL (NcclGroupOfOne... tests it on a GPU)";
+  DataParallelOptions options;
+  options.world_size = 2;
+  options.device = torch::Device(torch::kCUDA, 0);
+  auto group = DataParallelGroup::Connect(options);
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(group.status().message().find("needs c10d's NCCL backend"), std::string::npos)
+      << group.status();
+}
+
+// NCCL as CUDA ranks use it, in a world of one rank on this GPU: the gradient average, the sum
+// and the broadcast run on the device and leave the values as they are.
+TEST_F(CudaModelTest, NcclGroupOfOneAveragesSumsAndBroadcastsOnTheDevice) {
+  ASSERT_TRUE(HaveNccl()) << "a CUDA build has c10d's NCCL backend";
+  DataParallelOptions options;
+  options.device = torch::Device(torch::kCUDA, 0);
+  options.group_of_one = true;
+  options.master_port = FreePort();
+  options.timeout = std::chrono::seconds(120);
+  auto group = DataParallelGroup::Connect(options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const auto on_gpu = torch::TensorOptions().device(torch::kCUDA);
+  torch::Tensor weight = torch::randn({3, 4}, on_gpu).requires_grad_();
+  weight.mutable_grad() = torch::full({3, 4}, 2.0, on_gpu);
+  ASSERT_TRUE((*group)->AverageGradients({weight}).ok());
+  EXPECT_TRUE(torch::equal(weight.grad().cpu(), torch::full({3, 4}, 2.0)));
+  auto sums = (*group)->Sum({1.5, -2.0});
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  EXPECT_EQ(*sums, (std::vector<double>{1.5, -2.0}));
+  torch::Tensor values = torch::arange(5, on_gpu.dtype(torch::kFloat32));
+  ASSERT_TRUE((*group)->Broadcast({values}).ok());
+  EXPECT_TRUE(torch::equal(values.cpu(), torch::arange(5, torch::kFloat32)));
 }
 
 TEST_F(CudaModelTest, ClassifyBatchOnBothDemoCheckpointsMatchesTheCpu) {
