@@ -1,8 +1,9 @@
 // In-process classification throughput: ClassifyBatch on batches like the ones the server forms
 // (fixed 4000-byte documents at several batch sizes, and a mixed length distribution), so the
-// server's throughput can be compared against the model alone (docs/PERFORMANCE.md).
+// server's throughput can be compared against the model alone (docs/PERFORMANCE.md); the mixed
+// batch both padded and packed (model/networks/packed_forward.h), side by side.
 //
-//   classify_bench --checkpoint=CKPT [--threads=N] [benchmark flags]
+//   classify_bench --checkpoint=CKPT [--threads=N] [--device=cuda] [benchmark flags]
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -36,14 +37,15 @@ std::vector<std::string> Documents(std::int64_t count, std::int64_t min_length,
   return docs;
 }
 
-void BM_Classify(benchmark::State& state, LoadedCheckpoint* model, std::int64_t batch,
-                 std::int64_t min_length, std::int64_t max_length) {
+void BM_Classify(benchmark::State& state, LoadedCheckpoint* model, const torch::Device& device,
+                 std::int64_t batch, std::int64_t min_length, std::int64_t max_length,
+                 BatchLayout layout) {
   const auto docs = Documents(batch, min_length, max_length, 1);
   std::vector<std::string_view> views(docs.begin(), docs.end());
   std::int64_t tokens = 0;
   for (const auto& d : docs) tokens += static_cast<std::int64_t>(d.size());
   for (auto _ : state) {
-    auto result = ClassifyBatch(model->model, views, AttentionPath::kAuto, torch::kCPU);
+    auto result = ClassifyBatch(model->model, views, AttentionPath::kAuto, device, 0, layout);
     if (!result.ok()) {
       state.SkipWithError(std::string(result.status().message()).c_str());
       return;
@@ -70,32 +72,39 @@ int main(int argc, char** argv) try {
   app.add_option("--threads", threads, "intra-op threads")
       ->capture_default_str()
       ->check(ts::IntegerIn(1, INT32_MAX));
+  std::string device_name = "cpu";
+  app.add_option("--device", device_name, "cpu or cuda[:N]")->capture_default_str();
   if (std::optional<int> exit = ts::ParseCommandLineKeepingExtras(app, &argc, argv)) return *exit;
   ts::compat::SetThreads(threads);
   if (!ts::KeepFreedHeapMemory(ts::kDefaultHeapKeepFreedBytes).ok()) return 1;  // as tsserver
-  auto loaded = ts::LoadCheckpoint(checkpoint);
+  const torch::Device device(device_name);
+  auto loaded = ts::LoadCheckpoint(checkpoint, device);
   if (!loaded.ok()) {
     std::cerr << "classify_bench: " << loaded.status().message() << "\n";
     return 1;
   }
   static ts::LoadedCheckpoint model = std::move(*loaded);
   benchmark::AddCustomContext("intra_op_threads", std::to_string(threads));
+  using ts::BatchLayout;
+  const auto add = [&device](const std::string& name, std::int64_t batch, std::int64_t min_length,
+                             std::int64_t max_length, BatchLayout layout) {
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [=](benchmark::State& s) {
+                                   ts::bench::BM_Classify(s, &model, device, batch, min_length,
+                                                          max_length, layout);
+                                 })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(1.0);
+  };
   for (const std::int64_t batch : {1, 2, 4, 8, 16}) {
-    benchmark::RegisterBenchmark(
-        ("BM_Classify/len:4000/batch:" + std::to_string(batch)).c_str(),
-        [batch](benchmark::State& s) { ts::bench::BM_Classify(s, &model, batch, 4000, 4000); })
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime()
-        ->MinTime(1.0);
+    add("BM_Classify/len:4000/batch:" + std::to_string(batch), batch, 4000, 4000,
+        BatchLayout::kAuto);
   }
-  for (const std::int64_t batch : {1, 16}) {
-    benchmark::RegisterBenchmark(
-        ("BM_Classify/len:100-4000/batch:" + std::to_string(batch)).c_str(),
-        [batch](benchmark::State& s) { ts::bench::BM_Classify(s, &model, batch, 100, 4000); })
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime()
-        ->MinTime(1.0);
-  }
+  add("BM_Classify/len:100-4000/batch:1", 1, 100, 4000, BatchLayout::kAuto);
+  // Mixed lengths side by side: padded to the longest, and packed (PackedForward).
+  add("BM_Classify/len:100-4000/batch:16/padded", 16, 100, 4000, BatchLayout::kPadded);
+  add("BM_Classify/len:100-4000/batch:16/packed", 16, 100, 4000, BatchLayout::kPacked);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();

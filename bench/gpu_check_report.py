@@ -139,6 +139,11 @@ def main():
         for name, row in bench["bench-encoder"].items():
             ms = f"{row['ms']:.2f}" if row.get("ms") else row.get("error", "-")
             lines.append(f"  {name:48} {ms}")
+    if "bench-classify" in bench:
+        lines.append("bench-classify (source-lang demo, ClassifyBatch on the GPU; ms per batch):")
+        for name, row in bench["bench-classify"].items():
+            ms = f"{row['ms']:.2f}" if row.get("ms") else row.get("error", "-")
+            lines.append(f"  {name:48} {ms}")
     text = "\n".join(lines[:120]) + "\n"
     with open(os.path.join(args.out, "summary.txt"), "w") as f:
         f.write(text)

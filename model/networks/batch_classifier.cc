@@ -13,7 +13,7 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
                                                   const std::vector<std::string_view>& sequences,
                                                   AttentionPath requested,
                                                   const torch::Device& device,
-                                                  std::int64_t pad_to) {
+                                                  std::int64_t pad_to, BatchLayout layout) {
   if (sequences.empty()) return absl::InvalidArgumentError("ClassifyBatch: empty batch");
   const std::int64_t max_length = model->options().max_length();
   std::int64_t longest = 0;
@@ -51,8 +51,8 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
     out.path = model->ResolvePath(requested, width + 1, batch);
     const auto device_tokens = tokens.to(device, /*non_blocking=*/gpu);
     const auto device_lengths = lengths.to(device, /*non_blocking=*/gpu);
-    // On a GPU a batch with padding runs packed: its per-token work skips the padding.
-    const bool pack = gpu && !model->is_training() && out.real_tokens < batch * out.padded_tokens;
+    const bool pack = (layout == BatchLayout::kPacked || (layout == BatchLayout::kAuto && gpu)) &&
+                      !model->is_training() && out.real_tokens < batch * out.padded_tokens;
     const auto logits = pack ? PackedForward(*model, device_tokens, device_lengths, out.path)
                              : model->forward(device_tokens, device_lengths, out.path);
     const auto probabilities =

@@ -1,8 +1,7 @@
 // One forward pass over a batch of token sequences: pads them, builds the lengths, resolves
 // the attention path once for the batch (its padded length and size), and returns each sequence's
 // class probabilities. The model is only read (eval mode, inference mode), so several threads may
-// classify with the same model at once. On a GPU a batch with padding runs packed
-// (model/networks/packed_forward.h).
+// classify with the same model at once.
 #pragma once
 
 #include <torch/torch.h>
@@ -24,6 +23,10 @@ struct BatchClassification {
   std::vector<std::vector<float>> probabilities;  // [sequence][class]
 };
 
+// How a batch of sequences of different lengths runs: padded to the longest (the encoder's
+// forward), or packed (PackedForward: the per-token work skips the padding). kAuto packs on a GPU.
+enum class BatchLayout { kAuto, kPadded, kPacked };
+
 // `sequences` are byte tokens (each non-empty and ≤ the model's max_length). `pad_to` ≥ the
 // longest sequence pads the batch to a fixed length (0 = the longest); the path is resolved
 // for the padded length so that a bucket's batches take one path.
@@ -31,6 +34,7 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
                                                   const std::vector<std::string_view>& sequences,
                                                   AttentionPath requested,
                                                   const torch::Device& device,
-                                                  std::int64_t pad_to = 0);
+                                                  std::int64_t pad_to = 0,
+                                                  BatchLayout layout = BatchLayout::kAuto);
 
 }  // namespace ts
