@@ -5,16 +5,16 @@
 #include <limits>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "api/api_json.h"
+#include "api/proto_names.h"
 #include "client/result_format.h"
+#include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/timestamp.pb.h"
-#include "job_contract/job_spec_yaml.h"
 
 namespace ts::client {
 namespace {
@@ -27,11 +27,6 @@ using taylorshift::v1::Job;
 using taylorshift::v1::JobEvent;
 using taylorshift::v1::JobKind;
 using taylorshift::v1::JobState;
-
-// The enum's value name without its type prefix ("JOB_STATE_QUEUED" → "QUEUED").
-std::string ShortName(const std::string& name, absl::string_view prefix) {
-  return absl::StartsWith(name, prefix) ? name.substr(prefix.size()) : name;
-}
 
 bool HasTime(const pb::Timestamp& time) { return time.seconds() != 0 || time.nanos() != 0; }
 
@@ -140,9 +135,9 @@ Json ScalarJson(const pb::Message& message, const pb::FieldDescriptor& field, in
     case pb::FieldDescriptor::CPPTYPE_ENUM: {
       const int number = repeated ? reflection.GetRepeatedEnumValue(message, &field, index)
                                   : reflection.GetEnumValue(message, &field);
-      const pb::EnumValueDescriptor* value = field.enum_type()->FindValueByNumber(number);
-      if (value == nullptr) return number;
-      return Lower(ShortName(value->name(), EnumValuePrefix(*field.enum_type())));
+      const std::string name = EnumValueName(*field.enum_type(), number);
+      if (name.empty()) return number;
+      return Lower(name);
     }
     case pb::FieldDescriptor::CPPTYPE_MESSAGE: {
       const pb::Message& child = repeated ? reflection.GetRepeatedMessage(message, &field, index)
@@ -161,57 +156,25 @@ Json ScalarJson(const pb::Message& message, const pb::FieldDescriptor& field, in
 }  // namespace
 
 std::string JobStateName(JobState state) {
-  switch (state) {
-    case taylorshift::v1::JOB_STATE_UNSPECIFIED:
-      return "UNSPECIFIED";
-    case taylorshift::v1::JOB_STATE_QUEUED:
-      return "QUEUED";
-    case taylorshift::v1::JOB_STATE_RUNNING:
-      return "RUNNING";
-    case taylorshift::v1::JOB_STATE_SUCCEEDED:
-      return "SUCCEEDED";
-    case taylorshift::v1::JOB_STATE_FAILED:
-      return "FAILED";
-    case taylorshift::v1::JOB_STATE_CANCELLED:
-      return "CANCELLED";
-    default:
-      return absl::StrCat("STATE_", static_cast<int>(state));
-  }
+  const std::string name = EnumValueName(*taylorshift::v1::JobState_descriptor(), state);
+  return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
 }
 
 std::string JobKindName(JobKind kind) {
-  switch (kind) {
-    case taylorshift::v1::JOB_KIND_UNSPECIFIED:
-      return "UNSPECIFIED";
-    case taylorshift::v1::JOB_KIND_TRAINING:
-      return "TRAINING";
-    case taylorshift::v1::JOB_KIND_EVALUATION:
-      return "EVALUATION";
-    default:
-      return absl::StrCat("KIND_", static_cast<int>(kind));
-  }
+  const std::string name = EnumValueName(*taylorshift::v1::JobKind_descriptor(), kind);
+  return name.empty() ? absl::StrCat("KIND_", static_cast<int>(kind)) : name;
 }
 
 absl::StatusOr<JobState> ParseJobState(absl::string_view name) {
-  std::string upper = absl::AsciiStrToUpper(name);
-  if (absl::StartsWith(upper, "JOB_STATE_")) upper = upper.substr(10);
-  for (JobState state : {taylorshift::v1::JOB_STATE_QUEUED, taylorshift::v1::JOB_STATE_RUNNING,
-                         taylorshift::v1::JOB_STATE_SUCCEEDED, taylorshift::v1::JOB_STATE_FAILED,
-                         taylorshift::v1::JOB_STATE_CANCELLED}) {
-    if (upper == JobStateName(state)) return state;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown state '", name, "': expected queued, running, succeeded, failed or cancelled"));
+  TS_ASSIGN_OR_RETURN(const int state,
+                      ParseEnumValueName(*taylorshift::v1::JobState_descriptor(), name, "state"));
+  return static_cast<JobState>(state);
 }
 
 absl::StatusOr<JobKind> ParseJobKind(absl::string_view name) {
-  std::string upper = absl::AsciiStrToUpper(name);
-  if (absl::StartsWith(upper, "JOB_KIND_")) upper = upper.substr(9);
-  for (JobKind kind : {taylorshift::v1::JOB_KIND_TRAINING, taylorshift::v1::JOB_KIND_EVALUATION}) {
-    if (upper == JobKindName(kind)) return kind;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown kind '", name, "': expected training or evaluation"));
+  TS_ASSIGN_OR_RETURN(const int kind,
+                      ParseEnumValueName(*taylorshift::v1::JobKind_descriptor(), name, "kind"));
+  return static_cast<JobKind>(kind);
 }
 
 bool IsFinalState(JobState state) {
@@ -305,26 +268,10 @@ std::string JobEventJson(const JobEvent& event) {
   const Job& job = event.job();
   const auto& progress = job.progress();
   Json object = Json::object();
-  switch (event.type()) {
-    case JobEvent::PROGRESS:
-      object["event"] = "progress";
-      break;
-    case JobEvent::VALIDATION:
-      object["event"] = "validation";
-      break;
-    case JobEvent::CHECKPOINT:
-      object["event"] = "checkpoint";
-      break;
-    case JobEvent::STATE:
-      object["event"] = "state";
-      break;
-    case JobEvent::SNAPSHOT:
-      object["event"] = "snapshot";
-      break;
-    default:
-      object["event"] = absl::StrCat("type_", static_cast<int>(event.type()));
-      break;
-  }
+  const std::string type = EnumValueName(*JobEvent::Type_descriptor(), event.type());
+  object["event"] = type.empty() || event.type() == JobEvent::TYPE_UNSPECIFIED
+                        ? absl::StrCat("type_", static_cast<int>(event.type()))
+                        : absl::AsciiStrToLower(type);
   object["id"] = job.id();
   object["state"] = JobStateName(job.state());
   switch (event.type()) {
