@@ -35,10 +35,6 @@ std::string FormatTime(const pb::Timestamp& time) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", t, absl::UTCTimeZone());
 }
 
-Json TimeJson(const pb::Timestamp& time) {
-  return HasTime(time) ? Json(FormatTime(time)) : Json(nullptr);
-}
-
 // A number with `digits` significant digits, for people ("0.00099", "1.234").
 std::string Significant(double value, int digits) { return absl::StrFormat("%.*g", digits, value); }
 
@@ -46,13 +42,7 @@ std::string Lower(const std::string& name) { return absl::AsciiStrToLower(name);
 
 Json ReportJson(const EvaluationReport& report) {
   Json classes = Json::array();
-  for (const auto& entry : report.classes()) {
-    classes.push_back({{"label", entry.label()},
-                       {"precision", JsonNumber(entry.precision())},
-                       {"recall", JsonNumber(entry.recall())},
-                       {"f1", JsonNumber(entry.f1())},
-                       {"support", entry.support()}});
-  }
+  for (const auto& entry : report.classes()) classes.push_back(MessageJson(entry, true));
   Json confusion = Json::array();
   for (const auto& row : report.confusion()) {
     confusion.push_back(std::vector<std::uint64_t>(row.counts().begin(), row.counts().end()));
@@ -67,14 +57,12 @@ Json ReportJson(const EvaluationReport& report) {
               {"confusion", std::move(confusion)}};
 }
 
+// validation_accuracy is null when the checkpoint has none (has_validation_accuracy).
 Json CheckpointJson(const CheckpointInfo& checkpoint) {
-  return Json{{"kind", checkpoint.kind()},
-              {"step", checkpoint.step()},
-              {"path", checkpoint.path()},
-              {"validation_accuracy", checkpoint.has_validation_accuracy()
-                                          ? JsonNumber(checkpoint.validation_accuracy())
-                                          : Json(nullptr)},
-              {"time", TimeJson(checkpoint.time())}};
+  Json object = MessageJson(checkpoint, true);
+  object.erase("has_validation_accuracy");
+  if (!checkpoint.has_validation_accuracy()) object["validation_accuracy"] = nullptr;
+  return object;
 }
 
 bool IsTraining(const Job& job) {
@@ -102,55 +90,6 @@ std::string ExamplesText(const Job& job) {
                      : absl::StrCat(job.report().examples(), " examples");
   }
   return absl::StrCat(total, " examples");
-}
-
-Json ScalarJson(const pb::Message& message, const pb::FieldDescriptor& field, int index) {
-  const pb::Reflection& reflection = *message.GetReflection();
-  const bool repeated = field.is_repeated();
-  switch (field.cpp_type()) {
-    case pb::FieldDescriptor::CPPTYPE_INT32:
-      return repeated ? reflection.GetRepeatedInt32(message, &field, index)
-                      : reflection.GetInt32(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_INT64:
-      return repeated ? reflection.GetRepeatedInt64(message, &field, index)
-                      : reflection.GetInt64(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_UINT32:
-      return repeated ? reflection.GetRepeatedUInt32(message, &field, index)
-                      : reflection.GetUInt32(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_UINT64:
-      return repeated ? reflection.GetRepeatedUInt64(message, &field, index)
-                      : reflection.GetUInt64(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-      return JsonNumber(repeated ? reflection.GetRepeatedDouble(message, &field, index)
-                                 : reflection.GetDouble(message, &field));
-    case pb::FieldDescriptor::CPPTYPE_FLOAT:
-      return JsonFloat(repeated ? reflection.GetRepeatedFloat(message, &field, index)
-                                : reflection.GetFloat(message, &field));
-    case pb::FieldDescriptor::CPPTYPE_BOOL:
-      return repeated ? reflection.GetRepeatedBool(message, &field, index)
-                      : reflection.GetBool(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_STRING:
-      return repeated ? reflection.GetRepeatedString(message, &field, index)
-                      : reflection.GetString(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_ENUM: {
-      const int number = repeated ? reflection.GetRepeatedEnumValue(message, &field, index)
-                                  : reflection.GetEnumValue(message, &field);
-      const std::string name = EnumValueName(*field.enum_type(), number);
-      if (name.empty()) return number;
-      return Lower(name);
-    }
-    case pb::FieldDescriptor::CPPTYPE_MESSAGE: {
-      const pb::Message& child = repeated ? reflection.GetRepeatedMessage(message, &field, index)
-                                          : reflection.GetMessage(message, &field);
-      if (child.GetDescriptor() == pb::Timestamp::descriptor()) {
-        pb::Timestamp time;
-        time.CopyFrom(child);
-        return TimeJson(time);
-      }
-      return MessageJson(child);
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace
@@ -192,23 +131,6 @@ const EvaluationReport* JobMetrics(const Job& job) {
   return job.has_report() ? &job.report() : nullptr;
 }
 
-Json MessageJson(const pb::Message& message) {
-  std::vector<const pb::FieldDescriptor*> fields;
-  message.GetReflection()->ListFields(message, &fields);
-  Json object = Json::object();
-  for (const pb::FieldDescriptor* field : fields) {
-    Json& value = object[field->name()];
-    if (field->is_repeated()) {
-      value = Json::array();
-      const int size = message.GetReflection()->FieldSize(message, field);
-      for (int i = 0; i < size; ++i) value.push_back(ScalarJson(message, *field, i));
-    } else {
-      value = ScalarJson(message, *field, -1);
-    }
-  }
-  return object;
-}
-
 std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse* history) {
   const auto& progress = job.progress();
   Json object = {{"id", job.id()},
@@ -219,20 +141,13 @@ std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse
                  {"step", progress.step()},
                  {"total_steps", progress.total_steps()},
                  {"epoch", JsonNumber(progress.epoch())},
-                 {"create_time", TimeJson(job.create_time())},
-                 {"start_time", TimeJson(job.start_time())},
-                 {"end_time", TimeJson(job.end_time())},
+                 {"create_time", MessageJson(job.create_time())},
+                 {"start_time", MessageJson(job.start_time())},
+                 {"end_time", MessageJson(job.end_time())},
                  {"labels", std::vector<std::string>(job.labels().begin(), job.labels().end())},
-                 {"progress",
-                  {{"loss", JsonNumber(progress.loss())},
-                   {"learning_rate", JsonNumber(progress.learning_rate())},
-                   {"examples_per_second", JsonNumber(progress.examples_per_second())},
-                   {"train_examples", progress.train_examples()},
-                   {"validation_examples", progress.validation_examples()},
-                   {"skipped_examples", progress.skipped_examples()},
-                   {"resumes", progress.resumes()},
-                   {"retries", progress.retries()},
-                   {"memory_estimate_bytes", progress.memory_estimate_bytes()}}}};
+                 {"progress", MessageJson(progress, true)}};
+  // The position fields are the job's own, above.
+  for (const char* key : {"step", "total_steps", "epoch"}) object["progress"].erase(key);
   const EvaluationReport* metrics = JobMetrics(job);
   object["metrics"] = metrics != nullptr ? ReportJson(*metrics) : Json(nullptr);
   if (IsTraining(job)) {
@@ -248,11 +163,7 @@ std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse
   if (history != nullptr) {
     Json loss_curve = Json::array();
     for (const taylorshift::v1::LossPoint& point : history->loss_curve()) {
-      loss_curve.push_back({{"step", point.step()},
-                            {"loss", JsonNumber(point.loss())},
-                            {"learning_rate", JsonNumber(point.learning_rate())},
-                            {"examples_per_second", JsonNumber(point.examples_per_second())},
-                            {"time", TimeJson(point.time())}});
+      loss_curve.push_back(MessageJson(point, true));
     }
     Json validations = Json::array();
     for (const EvaluationReport& report : history->validations()) {
@@ -310,11 +221,9 @@ std::string JobEventJson(const JobEvent& event) {
 }
 
 std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& response) {
-  return DumpJson(
-      Json{{"model", ModelInfoJson(response.model())},
-           {"previous_version", response.previous_version()},
-           {"validation_accuracy", JsonNumber(response.validation_accuracy())},
-           {"previous_validation_accuracy", JsonNumber(response.previous_validation_accuracy())}});
+  Json object = MessageJson(response, true);
+  object["model"] = ModelInfoJson(response.model());
+  return DumpJson(object);
 }
 
 std::string ReportSummary(const EvaluationReport& report) {
