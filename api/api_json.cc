@@ -1,29 +1,102 @@
 #include "api/api_json.h"
 
+#include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/time/time.h"
 #include "api/proto_names.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/timestamp.pb.h"
 
 namespace ts {
+namespace {
+
+namespace pb = google::protobuf;
 
 using taylorshift::v1::ClassifyResponse;
 using taylorshift::v1::ModelInfo;
 
+Json ScalarJson(const pb::Message& message, const pb::FieldDescriptor& field, int index,
+                bool all_fields) {
+  const pb::Reflection& reflection = *message.GetReflection();
+  const bool repeated = field.is_repeated();
+  switch (field.cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+      return repeated ? reflection.GetRepeatedInt32(message, &field, index)
+                      : reflection.GetInt32(message, &field);
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+      return repeated ? reflection.GetRepeatedInt64(message, &field, index)
+                      : reflection.GetInt64(message, &field);
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+      return repeated ? reflection.GetRepeatedUInt32(message, &field, index)
+                      : reflection.GetUInt32(message, &field);
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return repeated ? reflection.GetRepeatedUInt64(message, &field, index)
+                      : reflection.GetUInt64(message, &field);
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return JsonNumber(repeated ? reflection.GetRepeatedDouble(message, &field, index)
+                                 : reflection.GetDouble(message, &field));
+    case pb::FieldDescriptor::CPPTYPE_FLOAT:
+      return JsonFloat(repeated ? reflection.GetRepeatedFloat(message, &field, index)
+                                : reflection.GetFloat(message, &field));
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      return repeated ? reflection.GetRepeatedBool(message, &field, index)
+                      : reflection.GetBool(message, &field);
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      return repeated ? reflection.GetRepeatedString(message, &field, index)
+                      : reflection.GetString(message, &field);
+    case pb::FieldDescriptor::CPPTYPE_ENUM: {
+      const int number = repeated ? reflection.GetRepeatedEnumValue(message, &field, index)
+                                  : reflection.GetEnumValue(message, &field);
+      const std::string name = EnumValueName(*field.enum_type(), number);
+      if (name.empty()) return number;
+      return absl::AsciiStrToLower(name);
+    }
+    case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+      return MessageJson(repeated ? reflection.GetRepeatedMessage(message, &field, index)
+                                  : reflection.GetMessage(message, &field),
+                         all_fields);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Json MessageJson(const pb::Message& message, bool all_fields) {
+  if (message.GetDescriptor() == pb::Timestamp::descriptor()) {
+    pb::Timestamp time;
+    time.CopyFrom(message);
+    if (time.seconds() == 0 && time.nanos() == 0) return nullptr;
+    const absl::Time t = absl::FromUnixSeconds(time.seconds()) + absl::Nanoseconds(time.nanos());
+    return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", t, absl::UTCTimeZone());
+  }
+  std::vector<const pb::FieldDescriptor*> fields;
+  if (all_fields) {
+    for (int i = 0; i < message.GetDescriptor()->field_count(); ++i) {
+      fields.push_back(message.GetDescriptor()->field(i));
+    }
+  } else {
+    message.GetReflection()->ListFields(message, &fields);
+  }
+  Json object = Json::object();
+  for (const pb::FieldDescriptor* field : fields) {
+    Json& value = object[field->name()];
+    if (field->is_repeated()) {
+      value = Json::array();
+      const int size = message.GetReflection()->FieldSize(message, field);
+      for (int i = 0; i < size; ++i) value.push_back(ScalarJson(message, *field, i, all_fields));
+    } else {
+      value = ScalarJson(message, *field, -1, all_fields);
+    }
+  }
+  return object;
+}
+
 Json ModelInfoJson(const ModelInfo& model) {
-  return Json{{"name", model.name()},
-              {"version", model.version()},
-              {"modality", model.modality()},
-              {"labels", std::vector<std::string>(model.labels().begin(), model.labels().end())},
-              {"max_length", model.max_length()},
-              {"embed_dim", model.embed_dim()},
-              {"depth", model.depth()},
-              {"heads", model.heads()},
-              {"head_dim", model.head_dim()},
-              {"crossover_tokens", model.crossover_tokens()},
-              {"crossover_source", model.crossover_source()},
-              {"over_length_policy", model.over_length_policy()},
-              {"device", model.device()},
-              {"precision", model.precision()}};
+  Json object = MessageJson(model, /*all_fields=*/true);
+  object.erase("crossovers");
+  return object;
 }
 
 void AddClassifyFields(Json& object, const ClassifyResponse& response, double latency_ms) {

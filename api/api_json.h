@@ -15,10 +15,19 @@
 #pragma once
 
 #include "common/json_output.h"
+#include "google/protobuf/message.h"
 #include "taylorshift/v1/classifier.pb.h"
 
 namespace ts {
 
+// A message as a JSON object with its proto field names, in field order: doubles as JsonNumber,
+// floats as JsonFloat, enums in lower case without their prefix ("auto"), Timestamps as
+// RFC 3339 strings in UTC (null when unset; a Timestamp given itself is that string), other
+// messages as objects. Only the set fields, or with `all_fields` every field (unset ones with
+// their defaults), for objects of a fixed shape.
+Json MessageJson(const google::protobuf::Message& message, bool all_fields = false);
+
+// The model's fields but `crossovers`.
 Json ModelInfoJson(const taylorshift::v1::ModelInfo& model);
 // Appends the classify result's fields to `object`.
 void AddClassifyFields(Json& object, const taylorshift::v1::ClassifyResponse& response,

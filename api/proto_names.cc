@@ -1,52 +1,59 @@
 #include "api/proto_names.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace ts {
+namespace {
 
-using taylorshift::v1::AttentionPath;
+namespace pb = google::protobuf;
+
+// The one mapping between codes and HTTP statuses: HttpStatusFor reads it from code to status,
+// GrpcCodeForHttpStatus from status to code, taking the first code listed for a status.
+struct CodeAndStatus {
+  absl::StatusCode code;
+  int http_status;
+};
+constexpr CodeAndStatus kHttpStatuses[] = {
+    {absl::StatusCode::kOk, 200},
+    {absl::StatusCode::kInvalidArgument, 400},
+    {absl::StatusCode::kFailedPrecondition, 400},
+    {absl::StatusCode::kOutOfRange, 400},
+    {absl::StatusCode::kUnauthenticated, 401},
+    {absl::StatusCode::kPermissionDenied, 403},
+    {absl::StatusCode::kNotFound, 404},
+    {absl::StatusCode::kAborted, 409},
+    {absl::StatusCode::kAlreadyExists, 409},
+    {absl::StatusCode::kResourceExhausted, 429},
+    {absl::StatusCode::kCancelled, 499},
+    {absl::StatusCode::kUnimplemented, 501},
+    {absl::StatusCode::kUnavailable, 503},
+    {absl::StatusCode::kDeadlineExceeded, 504},
+};
+
+// "AttentionPath" → "ATTENTION_PATH_".
+std::string EnumValuePrefix(const pb::EnumDescriptor& type) {
+  std::string prefix;
+  for (const char c : type.name()) {
+    if (absl::ascii_isupper(static_cast<unsigned char>(c)) && !prefix.empty()) prefix += '_';
+    prefix += absl::ascii_toupper(static_cast<unsigned char>(c));
+  }
+  return prefix + "_";
+}
+
+}  // namespace
 
 std::string GrpcCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return "OK";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN:
-      return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED:
-      return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS:
-      return "DATA_LOSS";
-    default:
-      return absl::StrCat("CODE_", static_cast<int>(code));
-  }
+  // gRPC's codes are absl's, and absl names them as gRPC does.
+  std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? absl::StrCat("CODE_", static_cast<int>(code)) : name;
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -55,63 +62,52 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-std::string PathName(AttentionPath path) {
-  switch (path) {
-    case taylorshift::v1::ATTENTION_PATH_AUTO:
-      return "auto";
-    case taylorshift::v1::ATTENTION_PATH_DIRECT:
-      return "direct";
-    case taylorshift::v1::ATTENTION_PATH_EFFICIENT:
-      return "efficient";
-    case taylorshift::v1::ATTENTION_PATH_SOFTMAX:
-      return "softmax";
-    default:
-      return "unknown";
-  }
+std::string EnumValueName(const pb::EnumDescriptor& type, int number) {
+  const pb::EnumValueDescriptor* value = type.FindValueByNumber(number);
+  if (value == nullptr) return "";
+  absl::string_view name = value->name();
+  absl::ConsumePrefix(&name, EnumValuePrefix(type));
+  return std::string(name);
 }
 
-absl::StatusOr<AttentionPath> ParsePath(absl::string_view name) {
-  std::string lower = absl::AsciiStrToLower(name);
-  if (absl::StartsWith(lower, "attention_path_")) lower = lower.substr(15);
-  for (AttentionPath path :
-       {taylorshift::v1::ATTENTION_PATH_AUTO, taylorshift::v1::ATTENTION_PATH_DIRECT,
-        taylorshift::v1::ATTENTION_PATH_EFFICIENT, taylorshift::v1::ATTENTION_PATH_SOFTMAX}) {
-    if (lower == PathName(path)) return path;
+absl::StatusOr<int> ParseEnumValueName(const pb::EnumDescriptor& type, absl::string_view name,
+                                       absl::string_view what) {
+  std::vector<std::string> names;
+  for (int i = 0; i < type.value_count(); ++i) {
+    const pb::EnumValueDescriptor& value = *type.value(i);
+    if (absl::EndsWith(value.name(), "_UNSPECIFIED")) continue;
+    const std::string short_name = EnumValueName(type, value.number());
+    if (absl::EqualsIgnoreCase(name, short_name) || absl::EqualsIgnoreCase(name, value.name())) {
+      return value.number();
+    }
+    names.push_back(absl::AsciiStrToLower(short_name));
+  }
+  std::string expected = names.back();
+  if (names.size() > 1) {
+    names.pop_back();
+    expected = absl::StrCat(absl::StrJoin(names, ", "), " or ", expected);
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown path '", name, "': expected auto, direct, efficient or softmax"));
+      absl::StrCat("unknown ", what, " '", name, "': expected ", expected));
+}
+
+std::string PathName(taylorshift::v1::AttentionPath path) {
+  const std::string name = EnumValueName(*taylorshift::v1::AttentionPath_descriptor(), path);
+  return name.empty() ? "unknown" : absl::AsciiStrToLower(name);
+}
+
+absl::StatusOr<taylorshift::v1::AttentionPath> ParsePath(absl::string_view name) {
+  TS_ASSIGN_OR_RETURN(
+      const int path,
+      ParseEnumValueName(*taylorshift::v1::AttentionPath_descriptor(), name, "path"));
+  return static_cast<taylorshift::v1::AttentionPath>(path);
 }
 
 int HttpStatusFor(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kOk:
-      return 200;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange:
-      return 400;
-    case absl::StatusCode::kUnauthenticated:
-      return 401;
-    case absl::StatusCode::kPermissionDenied:
-      return 403;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kAborted:
-      return 409;
-    case absl::StatusCode::kResourceExhausted:
-      return 429;
-    case absl::StatusCode::kCancelled:
-      return 499;
-    case absl::StatusCode::kUnimplemented:
-      return 501;
-    case absl::StatusCode::kUnavailable:
-      return 503;
-    case absl::StatusCode::kDeadlineExceeded:
-      return 504;
-    default:
-      return 500;
+  for (const CodeAndStatus& entry : kHttpStatuses) {
+    if (entry.code == code) return entry.http_status;
   }
+  return 500;
 }
 
 absl::StatusOr<grpc::StatusCode> ParseGrpcCodeName(absl::string_view name) {
@@ -125,30 +121,10 @@ absl::StatusOr<grpc::StatusCode> ParseGrpcCodeName(absl::string_view name) {
 
 grpc::StatusCode GrpcCodeForHttpStatus(int http_status) {
   if (http_status >= 200 && http_status < 300) return grpc::StatusCode::OK;
-  switch (http_status) {
-    case 400:
-      return grpc::StatusCode::INVALID_ARGUMENT;
-    case 401:
-      return grpc::StatusCode::UNAUTHENTICATED;
-    case 403:
-      return grpc::StatusCode::PERMISSION_DENIED;
-    case 404:
-      return grpc::StatusCode::NOT_FOUND;
-    case 409:
-      return grpc::StatusCode::ABORTED;
-    case 429:
-      return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case 499:
-      return grpc::StatusCode::CANCELLED;
-    case 501:
-      return grpc::StatusCode::UNIMPLEMENTED;
-    case 503:
-      return grpc::StatusCode::UNAVAILABLE;
-    case 504:
-      return grpc::StatusCode::DEADLINE_EXCEEDED;
-    default:
-      return grpc::StatusCode::UNKNOWN;
+  for (const CodeAndStatus& entry : kHttpStatuses) {
+    if (entry.http_status == http_status) return static_cast<grpc::StatusCode>(entry.code);
   }
+  return grpc::StatusCode::UNKNOWN;
 }
 
 }  // namespace ts

@@ -1,6 +1,6 @@
 // Names tsctl prints and accepts for API enums: gRPC status codes as their canonical
-// upper-case names ("INVALID_ARGUMENT") and attention paths as lower-case words ("direct");
-// and the one mapping between gRPC codes and HTTP statuses, both ways.
+// upper-case names ("INVALID_ARGUMENT"), any API enum's values without their prefix ("QUEUED",
+// "direct"); and the one mapping between gRPC codes and HTTP statuses, both ways.
 // Stateless and thread-safe.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/support/status.h"
 #include "taylorshift/v1/classifier.pb.h"
 
@@ -19,6 +20,17 @@ std::string GrpcCodeName(grpc::StatusCode code);
 
 // A local absl::Status (the numbering is gRPC's) as the gRPC status tsctl reports.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// An enum value's name without the prefix proto style puts on the enum's values
+// ("JOB_STATE_QUEUED" → "QUEUED", "ATTENTION_PATH_AUTO" → "AUTO"); "" for a number the enum
+// does not have.
+std::string EnumValueName(const google::protobuf::EnumDescriptor& type, int number);
+
+// The number of the value whose EnumValueName or full name is `name`, in any case; *_UNSPECIFIED
+// values are not accepted. INVALID_ARGUMENT "unknown <what> '<name>': expected a, b or c" (the
+// accepted names in lower case) otherwise.
+absl::StatusOr<int> ParseEnumValueName(const google::protobuf::EnumDescriptor& type,
+                                       absl::string_view name, absl::string_view what);
 
 // "auto", "direct", "efficient", "softmax"; "unknown" for values this client does not know.
 std::string PathName(taylorshift::v1::AttentionPath path);

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "client/channel.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
 
 namespace ts::client {
@@ -27,6 +28,20 @@ int Usage(absl::string_view message);
 
 // Prints "tsctl: RPC on SERVER failed: CODE: message" to stderr; returns kExitError.
 int RpcFailed(const std::string& rpc, const ConnectionOptions& options, const grpc::Status& status);
+
+// One unary call of `method` on `stub`, its context from PrepareContext(connection, timeout_ms).
+// Returns whether it succeeded; a failure is printed as RpcFailed(rpc, connection, status).
+template <typename Stub, typename Request, typename Response>
+bool CallOrReport(Stub& stub,
+                  grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                  const std::string& rpc, const ConnectionOptions& connection,
+                  std::int64_t timeout_ms, const Request& request, Response* response) {
+  grpc::ClientContext context;
+  PrepareContext(connection, timeout_ms, &context);
+  const grpc::Status status = (stub.*method)(&context, request, response);
+  if (!status.ok()) RpcFailed(rpc, connection, status);
+  return status.ok();
+}
 
 // The flags every command takes, as parsed: the connection (--server, --tls, the TLS files,
 // --tls-server-name, --token defaulting to $TSCTL_TOKEN, --max-message-bytes) and --timeout-ms

@@ -1,6 +1,5 @@
 #include "client/image_reader.h"
 
-#include <cctype>
 #include <cstdint>
 #include <utility>
 
@@ -14,9 +13,7 @@
 namespace ts::client {
 namespace {
 
-bool IsSpace(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
+bool IsSpace(char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); }
 
 // Reads whitespace-separated decimal numbers from the header (or a plain raster), skipping
 // '#' comments, which run to the end of the line.

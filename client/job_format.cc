@@ -5,16 +5,16 @@
 #include <limits>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "api/api_json.h"
+#include "api/proto_names.h"
 #include "client/result_format.h"
+#include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/timestamp.pb.h"
-#include "job_contract/job_spec_yaml.h"
 
 namespace ts::client {
 namespace {
@@ -28,20 +28,11 @@ using taylorshift::v1::JobEvent;
 using taylorshift::v1::JobKind;
 using taylorshift::v1::JobState;
 
-// The enum's value name without its type prefix ("JOB_STATE_QUEUED" → "QUEUED").
-std::string ShortName(const std::string& name, absl::string_view prefix) {
-  return absl::StartsWith(name, prefix) ? name.substr(prefix.size()) : name;
-}
-
 bool HasTime(const pb::Timestamp& time) { return time.seconds() != 0 || time.nanos() != 0; }
 
 std::string FormatTime(const pb::Timestamp& time) {
   const absl::Time t = absl::FromUnixSeconds(time.seconds()) + absl::Nanoseconds(time.nanos());
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", t, absl::UTCTimeZone());
-}
-
-Json TimeJson(const pb::Timestamp& time) {
-  return HasTime(time) ? Json(FormatTime(time)) : Json(nullptr);
 }
 
 // A number with `digits` significant digits, for people ("0.00099", "1.234").
@@ -51,13 +42,7 @@ std::string Lower(const std::string& name) { return absl::AsciiStrToLower(name);
 
 Json ReportJson(const EvaluationReport& report) {
   Json classes = Json::array();
-  for (const auto& entry : report.classes()) {
-    classes.push_back({{"label", entry.label()},
-                       {"precision", JsonNumber(entry.precision())},
-                       {"recall", JsonNumber(entry.recall())},
-                       {"f1", JsonNumber(entry.f1())},
-                       {"support", entry.support()}});
-  }
+  for (const auto& entry : report.classes()) classes.push_back(MessageJson(entry, true));
   Json confusion = Json::array();
   for (const auto& row : report.confusion()) {
     confusion.push_back(std::vector<std::uint64_t>(row.counts().begin(), row.counts().end()));
@@ -72,14 +57,12 @@ Json ReportJson(const EvaluationReport& report) {
               {"confusion", std::move(confusion)}};
 }
 
+// validation_accuracy is null when the checkpoint has none (has_validation_accuracy).
 Json CheckpointJson(const CheckpointInfo& checkpoint) {
-  return Json{{"kind", checkpoint.kind()},
-              {"step", checkpoint.step()},
-              {"path", checkpoint.path()},
-              {"validation_accuracy", checkpoint.has_validation_accuracy()
-                                          ? JsonNumber(checkpoint.validation_accuracy())
-                                          : Json(nullptr)},
-              {"time", TimeJson(checkpoint.time())}};
+  Json object = MessageJson(checkpoint, true);
+  object.erase("has_validation_accuracy");
+  if (!checkpoint.has_validation_accuracy()) object["validation_accuracy"] = nullptr;
+  return object;
 }
 
 bool IsTraining(const Job& job) {
@@ -109,109 +92,28 @@ std::string ExamplesText(const Job& job) {
   return absl::StrCat(total, " examples");
 }
 
-Json ScalarJson(const pb::Message& message, const pb::FieldDescriptor& field, int index) {
-  const pb::Reflection& reflection = *message.GetReflection();
-  const bool repeated = field.is_repeated();
-  switch (field.cpp_type()) {
-    case pb::FieldDescriptor::CPPTYPE_INT32:
-      return repeated ? reflection.GetRepeatedInt32(message, &field, index)
-                      : reflection.GetInt32(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_INT64:
-      return repeated ? reflection.GetRepeatedInt64(message, &field, index)
-                      : reflection.GetInt64(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_UINT32:
-      return repeated ? reflection.GetRepeatedUInt32(message, &field, index)
-                      : reflection.GetUInt32(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_UINT64:
-      return repeated ? reflection.GetRepeatedUInt64(message, &field, index)
-                      : reflection.GetUInt64(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-      return JsonNumber(repeated ? reflection.GetRepeatedDouble(message, &field, index)
-                                 : reflection.GetDouble(message, &field));
-    case pb::FieldDescriptor::CPPTYPE_FLOAT:
-      return JsonFloat(repeated ? reflection.GetRepeatedFloat(message, &field, index)
-                                : reflection.GetFloat(message, &field));
-    case pb::FieldDescriptor::CPPTYPE_BOOL:
-      return repeated ? reflection.GetRepeatedBool(message, &field, index)
-                      : reflection.GetBool(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_STRING:
-      return repeated ? reflection.GetRepeatedString(message, &field, index)
-                      : reflection.GetString(message, &field);
-    case pb::FieldDescriptor::CPPTYPE_ENUM: {
-      const int number = repeated ? reflection.GetRepeatedEnumValue(message, &field, index)
-                                  : reflection.GetEnumValue(message, &field);
-      const pb::EnumValueDescriptor* value = field.enum_type()->FindValueByNumber(number);
-      if (value == nullptr) return number;
-      return Lower(ShortName(value->name(), EnumValuePrefix(*field.enum_type())));
-    }
-    case pb::FieldDescriptor::CPPTYPE_MESSAGE: {
-      const pb::Message& child = repeated ? reflection.GetRepeatedMessage(message, &field, index)
-                                          : reflection.GetMessage(message, &field);
-      if (child.GetDescriptor() == pb::Timestamp::descriptor()) {
-        pb::Timestamp time;
-        time.CopyFrom(child);
-        return TimeJson(time);
-      }
-      return MessageJson(child);
-    }
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 std::string JobStateName(JobState state) {
-  switch (state) {
-    case taylorshift::v1::JOB_STATE_UNSPECIFIED:
-      return "UNSPECIFIED";
-    case taylorshift::v1::JOB_STATE_QUEUED:
-      return "QUEUED";
-    case taylorshift::v1::JOB_STATE_RUNNING:
-      return "RUNNING";
-    case taylorshift::v1::JOB_STATE_SUCCEEDED:
-      return "SUCCEEDED";
-    case taylorshift::v1::JOB_STATE_FAILED:
-      return "FAILED";
-    case taylorshift::v1::JOB_STATE_CANCELLED:
-      return "CANCELLED";
-    default:
-      return absl::StrCat("STATE_", static_cast<int>(state));
-  }
+  const std::string name = EnumValueName(*taylorshift::v1::JobState_descriptor(), state);
+  return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
 }
 
 std::string JobKindName(JobKind kind) {
-  switch (kind) {
-    case taylorshift::v1::JOB_KIND_UNSPECIFIED:
-      return "UNSPECIFIED";
-    case taylorshift::v1::JOB_KIND_TRAINING:
-      return "TRAINING";
-    case taylorshift::v1::JOB_KIND_EVALUATION:
-      return "EVALUATION";
-    default:
-      return absl::StrCat("KIND_", static_cast<int>(kind));
-  }
+  const std::string name = EnumValueName(*taylorshift::v1::JobKind_descriptor(), kind);
+  return name.empty() ? absl::StrCat("KIND_", static_cast<int>(kind)) : name;
 }
 
 absl::StatusOr<JobState> ParseJobState(absl::string_view name) {
-  std::string upper = absl::AsciiStrToUpper(name);
-  if (absl::StartsWith(upper, "JOB_STATE_")) upper = upper.substr(10);
-  for (JobState state : {taylorshift::v1::JOB_STATE_QUEUED, taylorshift::v1::JOB_STATE_RUNNING,
-                         taylorshift::v1::JOB_STATE_SUCCEEDED, taylorshift::v1::JOB_STATE_FAILED,
-                         taylorshift::v1::JOB_STATE_CANCELLED}) {
-    if (upper == JobStateName(state)) return state;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown state '", name, "': expected queued, running, succeeded, failed or cancelled"));
+  TS_ASSIGN_OR_RETURN(const int state,
+                      ParseEnumValueName(*taylorshift::v1::JobState_descriptor(), name, "state"));
+  return static_cast<JobState>(state);
 }
 
 absl::StatusOr<JobKind> ParseJobKind(absl::string_view name) {
-  std::string upper = absl::AsciiStrToUpper(name);
-  if (absl::StartsWith(upper, "JOB_KIND_")) upper = upper.substr(9);
-  for (JobKind kind : {taylorshift::v1::JOB_KIND_TRAINING, taylorshift::v1::JOB_KIND_EVALUATION}) {
-    if (upper == JobKindName(kind)) return kind;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown kind '", name, "': expected training or evaluation"));
+  TS_ASSIGN_OR_RETURN(const int kind,
+                      ParseEnumValueName(*taylorshift::v1::JobKind_descriptor(), name, "kind"));
+  return static_cast<JobKind>(kind);
 }
 
 bool IsFinalState(JobState state) {
@@ -229,23 +131,6 @@ const EvaluationReport* JobMetrics(const Job& job) {
   return job.has_report() ? &job.report() : nullptr;
 }
 
-Json MessageJson(const pb::Message& message) {
-  std::vector<const pb::FieldDescriptor*> fields;
-  message.GetReflection()->ListFields(message, &fields);
-  Json object = Json::object();
-  for (const pb::FieldDescriptor* field : fields) {
-    Json& value = object[field->name()];
-    if (field->is_repeated()) {
-      value = Json::array();
-      const int size = message.GetReflection()->FieldSize(message, field);
-      for (int i = 0; i < size; ++i) value.push_back(ScalarJson(message, *field, i));
-    } else {
-      value = ScalarJson(message, *field, -1);
-    }
-  }
-  return object;
-}
-
 std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse* history) {
   const auto& progress = job.progress();
   Json object = {{"id", job.id()},
@@ -256,20 +141,13 @@ std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse
                  {"step", progress.step()},
                  {"total_steps", progress.total_steps()},
                  {"epoch", JsonNumber(progress.epoch())},
-                 {"create_time", TimeJson(job.create_time())},
-                 {"start_time", TimeJson(job.start_time())},
-                 {"end_time", TimeJson(job.end_time())},
+                 {"create_time", MessageJson(job.create_time())},
+                 {"start_time", MessageJson(job.start_time())},
+                 {"end_time", MessageJson(job.end_time())},
                  {"labels", std::vector<std::string>(job.labels().begin(), job.labels().end())},
-                 {"progress",
-                  {{"loss", JsonNumber(progress.loss())},
-                   {"learning_rate", JsonNumber(progress.learning_rate())},
-                   {"examples_per_second", JsonNumber(progress.examples_per_second())},
-                   {"train_examples", progress.train_examples()},
-                   {"validation_examples", progress.validation_examples()},
-                   {"skipped_examples", progress.skipped_examples()},
-                   {"resumes", progress.resumes()},
-                   {"retries", progress.retries()},
-                   {"memory_estimate_bytes", progress.memory_estimate_bytes()}}}};
+                 {"progress", MessageJson(progress, true)}};
+  // The position fields are the job's own, above.
+  for (const char* key : {"step", "total_steps", "epoch"}) object["progress"].erase(key);
   const EvaluationReport* metrics = JobMetrics(job);
   object["metrics"] = metrics != nullptr ? ReportJson(*metrics) : Json(nullptr);
   if (IsTraining(job)) {
@@ -285,11 +163,7 @@ std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse
   if (history != nullptr) {
     Json loss_curve = Json::array();
     for (const taylorshift::v1::LossPoint& point : history->loss_curve()) {
-      loss_curve.push_back({{"step", point.step()},
-                            {"loss", JsonNumber(point.loss())},
-                            {"learning_rate", JsonNumber(point.learning_rate())},
-                            {"examples_per_second", JsonNumber(point.examples_per_second())},
-                            {"time", TimeJson(point.time())}});
+      loss_curve.push_back(MessageJson(point, true));
     }
     Json validations = Json::array();
     for (const EvaluationReport& report : history->validations()) {
@@ -305,26 +179,10 @@ std::string JobEventJson(const JobEvent& event) {
   const Job& job = event.job();
   const auto& progress = job.progress();
   Json object = Json::object();
-  switch (event.type()) {
-    case JobEvent::PROGRESS:
-      object["event"] = "progress";
-      break;
-    case JobEvent::VALIDATION:
-      object["event"] = "validation";
-      break;
-    case JobEvent::CHECKPOINT:
-      object["event"] = "checkpoint";
-      break;
-    case JobEvent::STATE:
-      object["event"] = "state";
-      break;
-    case JobEvent::SNAPSHOT:
-      object["event"] = "snapshot";
-      break;
-    default:
-      object["event"] = absl::StrCat("type_", static_cast<int>(event.type()));
-      break;
-  }
+  const std::string type = EnumValueName(*JobEvent::Type_descriptor(), event.type());
+  object["event"] = type.empty() || event.type() == JobEvent::TYPE_UNSPECIFIED
+                        ? absl::StrCat("type_", static_cast<int>(event.type()))
+                        : absl::AsciiStrToLower(type);
   object["id"] = job.id();
   object["state"] = JobStateName(job.state());
   switch (event.type()) {
@@ -363,11 +221,9 @@ std::string JobEventJson(const JobEvent& event) {
 }
 
 std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& response) {
-  return DumpJson(
-      Json{{"model", ModelInfoJson(response.model())},
-           {"previous_version", response.previous_version()},
-           {"validation_accuracy", JsonNumber(response.validation_accuracy())},
-           {"previous_validation_accuracy", JsonNumber(response.previous_validation_accuracy())}});
+  Json object = MessageJson(response, true);
+  object["model"] = ModelInfoJson(response.model());
+  return DumpJson(object);
 }
 
 std::string ReportSummary(const EvaluationReport& report) {

@@ -41,6 +41,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "api/api_json.h"
 #include "client/progress_line.h"
 #include "common/json_output.h"
 #include "taylorshift/v1/jobs.pb.h"
@@ -62,10 +63,6 @@ bool IsFinalState(taylorshift::v1::JobState state);
 // The report a job is judged by: a training job's best validation (else its latest), an
 // evaluation job's report; nullptr when there is none yet.
 const taylorshift::v1::EvaluationReport* JobMetrics(const taylorshift::v1::Job& job);
-
-// Any message as a JSON object of its set fields (proto field names; enums in lower case
-// without their prefix; Timestamps as RFC 3339 strings).
-Json MessageJson(const google::protobuf::Message& message);
 
 // With `history` (tsctl jobs get --curve --json), the object ends in
 //   "history":{"loss_curve":[{"step":10,"loss":1.09,"learning_rate":0.0003,

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -158,38 +158,33 @@ int WatchJob(Jobs::Stub& stub, const ConnectionOptions& connection, const std::s
 }
 
 // train and eval: parse the spec, submit, then print the job or follow it.
-template <typename Spec>
-int Submit(
-    const SubmitFlags& flags, absl::StatusOr<Spec> (*parse)(const std::string&),
-    const std::function<grpc::Status(Jobs::Stub&, grpc::ClientContext*, const Spec&, Job*)>& call,
-    const char* rpc) {
+template <typename Request>
+int Submit(const SubmitFlags& flags,
+           absl::StatusOr<std::decay_t<decltype(Request().spec())>> (*parse)(const std::string&),
+           grpc::Status (Jobs::Stub::*submit)(grpc::ClientContext*, const Request&, Job*),
+           const std::string& rpc) {
   const std::string& file = flags.spec;
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
-  const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags.common);
-  const bool json = flags.json;
-
   absl::StatusOr<std::string> text = ReadSpec(file);
   if (!text.ok()) return LocalError(text.status());
-  absl::StatusOr<Spec> spec = parse(*text);
+  auto spec = parse(*text);
   if (!spec.ok()) {
     return LocalError(
         absl::Status(spec.status().code(), absl::StrCat(file, ": ", spec.status().message())));
   }
+  Request request;
+  *request.mutable_spec() = *std::move(spec);
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
-  if (stub == nullptr) return kExitError;
   Job job;
-  {
-    grpc::ClientContext context;
-    PrepareContext(connection, timeout_ms, &context);
-    const grpc::Status status = call(*stub, &context, *spec, &job);
-    if (!status.ok()) return RpcFailed(rpc, connection, status);
+  if (stub == nullptr ||
+      !CallOrReport(*stub, submit, rpc, connection, UnaryTimeoutMs(flags.common), request, &job)) {
+    return kExitError;
   }
   if (!flags.wait) {
-    std::cout << (json ? JobJson(job) : job.id()) << std::endl;
+    std::cout << (flags.json ? JobJson(job) : job.id()) << std::endl;
     return kExitOk;
   }
-  return WatchJob(*stub, connection, job.id(), watch_timeout_ms, json);
+  return WatchJob(*stub, connection, job.id(), WatchTimeoutMs(flags.common), flags.json);
 }
 
 int RunJobsList(const ListFlags& flags) {
@@ -208,11 +203,11 @@ int RunJobsList(const ListFlags& flags) {
     // Page size 0 = the server's default page.
     request.set_page_size(limit > 0 ? static_cast<std::uint32_t>(std::min(remaining, kMaxPageSize))
                                     : 0);
-    grpc::ClientContext context;
-    PrepareContext(connection, timeout_ms, &context);
     taylorshift::v1::ListJobsResponse response;
-    const grpc::Status status = stub->ListJobs(&context, request, &response);
-    if (!status.ok()) return RpcFailed("ListJobs", connection, status);
+    if (!CallOrReport(*stub, &Jobs::Stub::ListJobs, "ListJobs", connection, timeout_ms, request,
+                      &response)) {
+      return kExitError;
+    }
     for (Job& job : *response.mutable_jobs()) jobs.push_back(std::move(job));
     // An empty page with a token would never end; the server does not send one, but be safe.
     if (response.next_page_token().empty() || response.jobs().empty()) break;
@@ -292,13 +287,10 @@ int RunJobsPlot(const JobFlags& flags) {
   if (stub == nullptr) return kExitError;
 
   Job job;
-  {
-    grpc::ClientContext context;
-    PrepareContext(connection, timeout_ms, &context);
-    taylorshift::v1::GetJobRequest request;
-    request.set_id(id);
-    const grpc::Status status = stub->GetJob(&context, request, &job);
-    if (!status.ok()) return RpcFailed("GetJob", connection, status);
+  taylorshift::v1::GetJobRequest request;
+  request.set_id(id);
+  if (!CallOrReport(*stub, &Jobs::Stub::GetJob, "GetJob", connection, timeout_ms, request, &job)) {
+    return kExitError;
   }
   if (job.kind() == taylorshift::v1::JOB_KIND_EVALUATION || job.has_evaluation()) {
     // An empty chart would read as "nothing learned yet"; say what there is instead.
@@ -338,14 +330,14 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
   if (stub == nullptr) return kExitError;
   if (subcommand == "watch") return WatchJob(*stub, connection, id, watch_timeout_ms, json);
 
-  grpc::ClientContext context;
-  PrepareContext(connection, timeout_ms, &context);
   Job job;
   if (subcommand == "get") {
     taylorshift::v1::GetJobRequest request;
     request.set_id(id);
-    const grpc::Status status = stub->GetJob(&context, request, &job);
-    if (!status.ok()) return RpcFailed("GetJob", connection, status);
+    if (!CallOrReport(*stub, &Jobs::Stub::GetJob, "GetJob", connection, timeout_ms, request,
+                      &job)) {
+      return kExitError;
+    }
     if (!curve) {
       std::cout << (json ? JobJson(job) + "\n" : JobDetails(job));
     } else {
@@ -361,8 +353,10 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
     taylorshift::v1::DeleteJobRequest request;
     request.set_id(id);
     taylorshift::v1::DeleteJobResponse deleted;
-    const grpc::Status status = stub->DeleteJob(&context, request, &deleted);
-    if (!status.ok()) return RpcFailed("DeleteJob", connection, status);
+    if (!CallOrReport(*stub, &Jobs::Stub::DeleteJob, "DeleteJob", connection, timeout_ms, request,
+                      &deleted)) {
+      return kExitError;
+    }
     if (json) {
       std::cout << DumpJson(MessageJson(deleted)) << "\n";
     } else {
@@ -373,8 +367,10 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
   } else {
     taylorshift::v1::CancelJobRequest request;
     request.set_id(id);
-    const grpc::Status status = stub->CancelJob(&context, request, &job);
-    if (!status.ok()) return RpcFailed("CancelJob", connection, status);
+    if (!CallOrReport(*stub, &Jobs::Stub::CancelJob, "CancelJob", connection, timeout_ms, request,
+                      &job)) {
+      return kExitError;
+    }
     // A queued job is cancelled at once; a running one is only asked to stop (its worker gets
     // SIGTERM), so the job CancelJob answers is still RUNNING: do not print that as its state.
     std::cout << (json ? JobJson(job)
@@ -392,40 +388,23 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
 // promote: serve a job's checkpoint or a checkpoint file as a model (version).
 int RunPromote(const PromoteFlags& flags) {
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
-  if (stub == nullptr) return kExitError;
-  grpc::ClientContext context;
-  PrepareContext(connection, timeout_ms, &context);
   taylorshift::v1::PromoteCheckpointResponse response;
-  const grpc::Status status = stub->PromoteCheckpoint(&context, flags.request, &response);
-  if (!status.ok()) return RpcFailed("PromoteCheckpoint", connection, status);
+  if (stub == nullptr ||
+      !CallOrReport(*stub, &Jobs::Stub::PromoteCheckpoint, "PromoteCheckpoint", connection,
+                    UnaryTimeoutMs(flags.common), flags.request, &response)) {
+    return kExitError;
+  }
   std::cout << (flags.json ? PromoteJson(response) : PromoteText(response)) << std::endl;
   return kExitOk;
 }
 
 int RunTrain(const SubmitFlags& flags) {
-  using taylorshift::v1::TrainingSpec;
-  return Submit<TrainingSpec>(
-      flags, &ParseTrainingSpecYaml,
-      [](Jobs::Stub& stub, grpc::ClientContext* context, const TrainingSpec& spec, Job* job) {
-        taylorshift::v1::SubmitTrainingRequest request;
-        *request.mutable_spec() = spec;
-        return stub.SubmitTraining(context, request, job);
-      },
-      "SubmitTraining");
+  return Submit(flags, &ParseTrainingSpecYaml, &Jobs::Stub::SubmitTraining, "SubmitTraining");
 }
 
 int RunEval(const SubmitFlags& flags) {
-  using taylorshift::v1::EvaluationSpec;
-  return Submit<EvaluationSpec>(
-      flags, &ParseEvaluationSpecYaml,
-      [](Jobs::Stub& stub, grpc::ClientContext* context, const EvaluationSpec& spec, Job* job) {
-        taylorshift::v1::SubmitEvaluationRequest request;
-        *request.mutable_spec() = spec;
-        return stub.SubmitEvaluation(context, request, job);
-      },
-      "SubmitEvaluation");
+  return Submit(flags, &ParseEvaluationSpecYaml, &Jobs::Stub::SubmitEvaluation, "SubmitEvaluation");
 }
 
 // train / eval SUBMIT: the spec and how to follow the job.

@@ -93,16 +93,13 @@ std::unique_ptr<Classifier::Stub> NewStub(const ConnectionOptions& options) {
 }
 
 int RunModels(const ModelsFlags& flags) {
-  const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = flags.common.TimeoutMs(30000);
-  std::unique_ptr<Classifier::Stub> stub = NewStub(connection);
-  if (stub == nullptr) return kExitError;
-  grpc::ClientContext context;
-  PrepareContext(connection, timeout_ms, &context);
+  std::unique_ptr<Classifier::Stub> stub = NewStub(flags.common.connection);
   taylorshift::v1::ListModelsResponse response;
-  const grpc::Status status =
-      stub->ListModels(&context, taylorshift::v1::ListModelsRequest(), &response);
-  if (!status.ok()) return RpcFailed("ListModels", connection, status);
+  if (stub == nullptr || !CallOrReport(*stub, &Classifier::Stub::ListModels, "ListModels",
+                                       flags.common.connection, flags.common.TimeoutMs(30000),
+                                       taylorshift::v1::ListModelsRequest(), &response)) {
+    return kExitError;
+  }
   if (flags.json) {
     for (const auto& model : response.models()) std::cout << ModelJson(model) << "\n";
   } else {
@@ -113,17 +110,15 @@ int RunModels(const ModelsFlags& flags) {
 }
 
 int RunModel(const ModelsFlags& flags) {
-  const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = flags.common.TimeoutMs(30000);
-  std::unique_ptr<Classifier::Stub> stub = NewStub(connection);
-  if (stub == nullptr) return kExitError;
-  grpc::ClientContext context;
-  PrepareContext(connection, timeout_ms, &context);
+  std::unique_ptr<Classifier::Stub> stub = NewStub(flags.common.connection);
   taylorshift::v1::GetModelRequest request;
   request.set_name(flags.name);
   taylorshift::v1::ModelInfo response;
-  const grpc::Status status = stub->GetModel(&context, request, &response);
-  if (!status.ok()) return RpcFailed("GetModel", connection, status);
+  if (stub == nullptr ||
+      !CallOrReport(*stub, &Classifier::Stub::GetModel, "GetModel", flags.common.connection,
+                    flags.common.TimeoutMs(30000), request, &response)) {
+    return kExitError;
+  }
   std::cout << (flags.json ? ModelJson(response) + "\n" : ModelDetails(response));
   std::cout.flush();
   return kExitOk;

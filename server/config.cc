@@ -6,6 +6,7 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <set>
 #include <utility>
 
@@ -89,13 +90,23 @@ absl::Status CheckRole(const std::string& path, const std::string& role) {
                                                  kRoleClassify, " or ", kRoleAdmin, ")"));
 }
 
-template <typename T>
-absl::Status CheckAtLeast(const std::string& path, T value, T minimum) {
-  if (value >= minimum) return absl::OkStatus();
-  if (minimum == 1) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": must be > 0, got ", value));
+// A number's lower limit: the key path that names it, its value, the least value allowed.
+struct AtLeast {
+  std::string path;
+  std::int64_t value;
+  std::int64_t minimum;
+};
+
+// The first value below its limit as "<path>: must be > 0, got V" (a minimum of 1) or
+// "<path>: must be >= M, got V".
+absl::Status CheckAtLeast(std::initializer_list<AtLeast> limits) {
+  for (const AtLeast& limit : limits) {
+    if (limit.value >= limit.minimum) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        limit.path, ": must be ", limit.minimum == 1 ? "> 0" : absl::StrCat(">= ", limit.minimum),
+        ", got ", limit.value));
   }
-  return absl::InvalidArgumentError(absl::StrCat(path, ": must be >= ", minimum, ", got ", value));
+  return absl::OkStatus();
 }
 
 // Merges `roles` into the token's role list (set union, order of first appearance).
@@ -284,22 +295,18 @@ absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ".device: must be auto, cpu, cuda or cuda:N, got \"", model.device, "\""));
   }
-  std::vector<absl::Status> checks = {
-      CheckAtLeast<std::int64_t>(path + ".max_length", model.max_length, 0),
-      CheckAtLeast<std::int64_t>(path + ".window_stride", model.window_stride, 0),
-      CheckAtLeast<std::int64_t>(path + ".max_windows", model.max_windows, 1),
-      CheckAtLeast<std::int64_t>(path + ".single_thread_tokens", model.single_thread_tokens, 0),
-  };
   const LengthBucketBatcherOptions& batching = model.batching;
   const std::string batching_path = path + ".batching";
-  checks.push_back(CheckAtLeast<std::int64_t>(batching_path + ".max_batch_tokens",
-                                              batching.max_batch_tokens, 1));
-  checks.push_back(
-      CheckAtLeast<std::int64_t>(batching_path + ".max_batch_size", batching.max_batch_size, 1));
-  checks.push_back(
-      CheckAtLeast<std::int64_t>(batching_path + ".max_queue_size", batching.max_queue_size, 1));
-  checks.push_back(CheckAtLeast<int>(batching_path + ".batch_threads", batching.batch_threads, 1));
-  for (const absl::Status& status : checks) TS_RETURN_IF_ERROR(status);
+  TS_RETURN_IF_ERROR(CheckAtLeast({
+      {path + ".max_length", model.max_length, 0},
+      {path + ".window_stride", model.window_stride, 0},
+      {path + ".max_windows", model.max_windows, 1},
+      {path + ".single_thread_tokens", model.single_thread_tokens, 0},
+      {batching_path + ".max_batch_tokens", batching.max_batch_tokens, 1},
+      {batching_path + ".max_batch_size", batching.max_batch_size, 1},
+      {batching_path + ".max_queue_size", batching.max_queue_size, 1},
+      {batching_path + ".batch_threads", batching.batch_threads, 1},
+  }));
   if (model.max_length > 0 && model.window_stride > model.max_length) {
     return absl::InvalidArgumentError(absl::StrCat(path, ".window_stride: must be <= max_length (",
                                                    model.max_length, "), got ",
@@ -381,34 +388,31 @@ constexpr std::int64_t kMaxGenerateCount = 10000000;
 
 absl::Status ValidateJobs(const JobsConfig& jobs) {
   const JobLimits& limits = jobs.limits;
-  const std::vector<absl::Status> checks = {
-      CheckAtLeast(std::string("jobs.max_concurrent"), jobs.max_concurrent, 1),
-      CheckAtLeast(std::string("jobs.max_queued"), jobs.max_queued, 1),
-      CheckAtLeast(std::string("jobs.threads_per_job"), jobs.threads_per_job, 0),
-      CheckAtLeast(std::string("jobs.serving_reserved_cores"), jobs.serving_reserved_cores, 0),
-      CheckAtLeast(std::string("jobs.keep_checkpoints"), jobs.keep_checkpoints, 1),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_steps", limits.max_steps, 1),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_batch_size", limits.max_batch_size, 1),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_length", limits.max_length, 1),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_embed_dim", limits.max_embed_dim, 1),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_depth", limits.max_depth, 1),
-      CheckAtLeast(std::string("jobs.limits.max_threads"), limits.max_threads, 0),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_generate_count", limits.max_generate_count, 1),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_epochs", limits.max_epochs, 1),
-      CheckAtLeast(std::string("jobs.limits.max_workers"), limits.max_workers, 1),
-      CheckAtLeast(std::string("jobs.limits.max_retries"), limits.max_retries, 0),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_spec_bytes", limits.max_spec_bytes, 1024),
-      CheckAtLeast(std::string("jobs.limits.max_labels"), limits.max_labels, 2),
-      CheckAtLeast(std::string("jobs.limits.max_label_bytes"), limits.max_label_bytes, 1),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_data_files", limits.max_data_files, 1),
-      CheckAtLeast<std::int64_t>("jobs.limits.max_data_bytes", limits.max_data_bytes, 1),
-      CheckAtLeast<std::int64_t>("jobs.memory_budget_bytes", jobs.memory_budget_bytes, 0),
-      CheckAtLeast(std::string("jobs.onednn_primitive_cache_capacity"),
-                   jobs.onednn_primitive_cache_capacity, 0),
-      CheckAtLeast<std::int64_t>("jobs.worker_address_space_overhead_bytes",
-                                 jobs.worker_address_space_overhead_bytes, 0),
-  };
-  for (const absl::Status& check : checks) TS_RETURN_IF_ERROR(check);
+  TS_RETURN_IF_ERROR(CheckAtLeast({
+      {"jobs.max_concurrent", jobs.max_concurrent, 1},
+      {"jobs.max_queued", jobs.max_queued, 1},
+      {"jobs.threads_per_job", jobs.threads_per_job, 0},
+      {"jobs.serving_reserved_cores", jobs.serving_reserved_cores, 0},
+      {"jobs.keep_checkpoints", jobs.keep_checkpoints, 1},
+      {"jobs.limits.max_steps", limits.max_steps, 1},
+      {"jobs.limits.max_batch_size", limits.max_batch_size, 1},
+      {"jobs.limits.max_length", limits.max_length, 1},
+      {"jobs.limits.max_embed_dim", limits.max_embed_dim, 1},
+      {"jobs.limits.max_depth", limits.max_depth, 1},
+      {"jobs.limits.max_threads", limits.max_threads, 0},
+      {"jobs.limits.max_generate_count", limits.max_generate_count, 1},
+      {"jobs.limits.max_epochs", limits.max_epochs, 1},
+      {"jobs.limits.max_workers", limits.max_workers, 1},
+      {"jobs.limits.max_retries", limits.max_retries, 0},
+      {"jobs.limits.max_spec_bytes", limits.max_spec_bytes, 1024},
+      {"jobs.limits.max_labels", limits.max_labels, 2},
+      {"jobs.limits.max_label_bytes", limits.max_label_bytes, 1},
+      {"jobs.limits.max_data_files", limits.max_data_files, 1},
+      {"jobs.limits.max_data_bytes", limits.max_data_bytes, 1},
+      {"jobs.memory_budget_bytes", jobs.memory_budget_bytes, 0},
+      {"jobs.onednn_primitive_cache_capacity", jobs.onednn_primitive_cache_capacity, 0},
+      {"jobs.worker_address_space_overhead_bytes", jobs.worker_address_space_overhead_bytes, 0},
+  }));
   if (limits.max_generate_count > kMaxGenerateCount) {
     return absl::InvalidArgumentError(
         absl::StrCat("jobs.limits.max_generate_count: must be <= ", kMaxGenerateCount,
@@ -494,22 +498,19 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
                                                    config.http.threads, ", got ",
                                                    config.http.max_connections));
   }
-  const std::vector<absl::Status> checks = {
-      CheckAtLeast(std::string("intra_op_threads"), config.intra_op_threads, 0),
-      CheckAtLeast(std::string("grpc_threads"), config.grpc_threads, 0),
-      CheckAtLeast<std::int64_t>("heap_keep_freed_bytes", config.heap_keep_freed_bytes, 0),
-      CheckAtLeast(std::string("onednn_primitive_cache_capacity"),
-                   config.onednn_primitive_cache_capacity, 0),
-      CheckAtLeast<std::int64_t>("max_message_bytes", config.max_message_bytes, 1),
-      CheckAtLeast(std::string("max_concurrent_streams"), config.max_concurrent_streams, 1),
-      CheckAtLeast<std::int64_t>("max_infer_batch", config.max_infer_batch, 1),
-      CheckAtLeast(std::string("http.threads"), config.http.threads, 1),
-      CheckAtLeast(std::string("http.max_json_depth"), config.http.max_json_depth, 2),
-      CheckAtLeast(std::string("http.keep_alive_max_requests"), config.http.keep_alive_max_requests,
-                   1),
-      CheckAtLeast<std::int64_t>("http.max_body_bytes", config.http.max_body_bytes, 0),
-  };
-  for (const absl::Status& check : checks) TS_RETURN_IF_ERROR(check);
+  TS_RETURN_IF_ERROR(CheckAtLeast({
+      {"intra_op_threads", config.intra_op_threads, 0},
+      {"grpc_threads", config.grpc_threads, 0},
+      {"heap_keep_freed_bytes", config.heap_keep_freed_bytes, 0},
+      {"onednn_primitive_cache_capacity", config.onednn_primitive_cache_capacity, 0},
+      {"max_message_bytes", config.max_message_bytes, 1},
+      {"max_concurrent_streams", config.max_concurrent_streams, 1},
+      {"max_infer_batch", config.max_infer_batch, 1},
+      {"http.threads", config.http.threads, 1},
+      {"http.max_json_depth", config.http.max_json_depth, 2},
+      {"http.keep_alive_max_requests", config.http.keep_alive_max_requests, 1},
+      {"http.max_body_bytes", config.http.max_body_bytes, 0},
+  }));
   // gRPC takes message limits as int.
   if (config.max_message_bytes > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("max_message_bytes: must be <= ", INT_MAX,

@@ -298,17 +298,6 @@ Json InferResultJson(const kserve::InferResult& result) {
   return body;
 }
 
-Json TensorMetadataJson(
-    const google::protobuf::RepeatedPtrField<v2::ModelMetadataResponse::TensorMetadata>& tensors) {
-  Json list = Json::array();
-  for (const auto& t : tensors) {
-    list.push_back({{"name", t.name()},
-                    {"datatype", t.datatype()},
-                    {"shape", std::vector<std::int64_t>(t.shape().begin(), t.shape().end())}});
-  }
-  return list;
-}
-
 // --- the plain route ----------------------------------------------------------------------
 
 constexpr char kOneInput[] = "body: give exactly one of text, document_base64 or image";
@@ -503,12 +492,7 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
   });
   // Server metadata is GET v2 in the specification's table and /v2/ in its OpenAPI file: both.
   route("GET", "/v2/?", [](const CallContext& /*call*/, const HttpExchange&) {
-    const auto metadata = kserve::ServerMetadata();
-    return JsonAnswer(200,
-                      Json{{"name", metadata.name()},
-                           {"version", metadata.version()},
-                           {"extensions", std::vector<std::string>(metadata.extensions().begin(),
-                                                                   metadata.extensions().end())}});
+    return JsonAnswer(200, Json(MessageJson(kserve::ServerMetadata(), /*all_fields=*/true)));
   });
   route("GET", absl::StrCat(kV2Model, "(/ready)?"),
         [inference](const CallContext& call, const HttpExchange& request) {
@@ -522,14 +506,8 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
             const bool ready = inference->Ready();
             return JsonAnswer(ready ? 200 : 503, Json{{"name", name}, {"ready", ready}});
           }
-          const auto metadata = kserve::ModelMetadata(*model);
           return JsonAnswer(200,
-                            Json{{"name", metadata.name()},
-                                 {"versions", std::vector<std::string>(metadata.versions().begin(),
-                                                                       metadata.versions().end())},
-                                 {"platform", metadata.platform()},
-                                 {"inputs", TensorMetadataJson(metadata.inputs())},
-                                 {"outputs", TensorMetadataJson(metadata.outputs())}});
+                            Json(MessageJson(kserve::ModelMetadata(*model), /*all_fields=*/true)));
         });
   route("POST", absl::StrCat(kV2Model, "/infer"),
         [inference, options](CallContext call, const HttpExchange& request) {
