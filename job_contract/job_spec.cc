@@ -462,19 +462,20 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const SpecRules& jobs, in
   }
   TS_RETURN_IF_ERROR(NormalizeDevice(spec->mutable_device(), jobs));
   if (spec->device() != "cpu" && spec->workers() > 1) {
-    const std::string ranks = absl::StrCat("workers: ", spec->workers(), " ranks from ",
-                                           spec->device());
+    const std::string ranks =
+        absl::StrCat("workers: ", spec->workers(), " ranks from ", spec->device());
     if (!jobs.cuda_data_parallel) {
       return absl::FailedPreconditionError(
-          absl::StrCat(ranks, ": this server's build has no NCCL backend for CUDA ranks (the "
-                              "CUDA build has it), so a CUDA job runs one rank here"));
+          absl::StrCat(ranks,
+                       ": this server's build has no NCCL backend for CUDA ranks (the "
+                       "CUDA build has it), so a CUDA job runs one rank here"));
     }
     const std::string last = RankDevice(spec->device(), static_cast<int>(spec->workers()) - 1);
     int last_index = 0;
     if (!absl::SimpleAtoi(last.substr(5), &last_index) || last_index >= jobs.cuda_devices) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(ranks, " take one device each, up to ", last, ", but this server sees ",
-                       jobs.cuda_devices, " CUDA device(s)"));
+      return absl::FailedPreconditionError(absl::StrCat(ranks, " take one device each, up to ",
+                                                        last, ", but this server sees ",
+                                                        jobs.cuda_devices, " CUDA device(s)"));
     }
   }
   TS_RETURN_IF_ERROR(NormalizeNumerics(spec));

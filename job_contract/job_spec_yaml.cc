@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "api/proto_names.h"
 #include "common/status_macros.h"
 #include "common/yaml_fields.h"
 #include "google/protobuf/descriptor.h"
@@ -69,14 +70,6 @@ absl::Status ReadDouble(const YAML::Node& node, const std::string& path, double*
   return absl::OkStatus();
 }
 
-// The value's YAML name: lower case without the enum's prefix ("auto" for ATTENTION_PATH_AUTO).
-std::string EnumValueYamlName(const pb::EnumValueDescriptor& value) {
-  std::string name = value.name();
-  const std::string prefix = EnumValuePrefix(*value.type());
-  if (absl::StartsWith(name, prefix)) name = name.substr(prefix.size());
-  return absl::AsciiStrToLower(name);
-}
-
 absl::Status ReadEnum(const YAML::Node& node, const std::string& path,
                       const pb::EnumDescriptor& type, int* out) {
   std::string text;
@@ -86,7 +79,8 @@ absl::Status ReadEnum(const YAML::Node& node, const std::string& path,
   for (int i = 0; i < type.value_count(); ++i) {
     const pb::EnumValueDescriptor& value = *type.value(i);
     if (absl::EndsWith(value.name(), "_UNSPECIFIED")) continue;
-    const std::string name = EnumValueYamlName(value);
+    // Lower case without the enum's prefix ("auto" for ATTENTION_PATH_AUTO).
+    const std::string name = absl::AsciiStrToLower(EnumValueName(type, value.number()));
     if (lower == name || lower == absl::AsciiStrToLower(value.name())) {
       *out = value.number();
       return absl::OkStatus();
@@ -221,15 +215,6 @@ absl::StatusOr<TrainingSpec> ParseTrainingSpecYaml(const std::string& yaml_text)
 
 absl::StatusOr<EvaluationSpec> ParseEvaluationSpecYaml(const std::string& yaml_text) {
   return ParseSpecYaml<EvaluationSpec>(yaml_text);
-}
-
-std::string EnumValuePrefix(const google::protobuf::EnumDescriptor& type) {
-  std::string prefix;
-  for (const char c : type.name()) {
-    if (absl::ascii_isupper(static_cast<unsigned char>(c)) && !prefix.empty()) prefix += '_';
-    prefix += absl::ascii_toupper(static_cast<unsigned char>(c));
-  }
-  return prefix + "_";
 }
 
 }  // namespace ts

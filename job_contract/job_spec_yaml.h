@@ -29,8 +29,4 @@ absl::StatusOr<taylorshift::v1::TrainingSpec> ParseTrainingSpecYaml(const std::s
 absl::StatusOr<taylorshift::v1::EvaluationSpec> ParseEvaluationSpecYaml(
     const std::string& yaml_text);
 
-// "AttentionPath" → "ATTENTION_PATH_": the prefix proto style puts on an enum's value names
-// (the spec reader accepts values without it; tsctl prints them without it).
-std::string EnumValuePrefix(const google::protobuf::EnumDescriptor& type);
-
 }  // namespace ts

@@ -12,8 +12,8 @@ namespace ts {
 absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
                                                   const std::vector<std::string_view>& sequences,
                                                   AttentionPath requested,
-                                                  const torch::Device& device,
-                                                  std::int64_t pad_to, BatchLayout layout) {
+                                                  const torch::Device& device, std::int64_t pad_to,
+                                                  BatchLayout layout) {
   if (sequences.empty()) return absl::InvalidArgumentError("ClassifyBatch: empty batch");
   const std::int64_t max_length = model->options().max_length();
   std::int64_t longest = 0;

@@ -23,15 +23,14 @@ torch::Tensor PackedForward(TaylorShiftEncoderImpl& model, const torch::Tensor& 
   if (model.options().conv_embed()) {
     x = model.patch_embed_conv(ids, valid);
   } else {
-    x = torch::embedding(model.patch_embed->weight.t().contiguous(), ids) +
-        model.patch_embed->bias;
+    x = torch::embedding(model.patch_embed->weight.t().contiguous(), ids) + model.patch_embed->bias;
   }
   x = x + model.pe.narrow(1, 0, length);
   x = torch::cat({model.cls_token.expand({batch, 1, width}), x}, 1);
 
   // The packed rows: the real ones of the padded [B·(N + 1)] rows, CLS included.
   const auto keep = torch::cat({torch::ones({batch, 1}, valid.options()), valid}, 1);
-  const auto rows = keep.reshape({-1}).nonzero().squeeze(1);  // [T], in sequence order
+  const auto rows = keep.reshape({-1}).nonzero().squeeze(1);      // [T], in sequence order
   const auto cls_rows = torch::cumsum(lens + 1, 0) - (lens + 1);  // each sequence's first row
   // Back to the padded layout: a real position takes its packed row, a padded one its
   // sequence's CLS row (finite values, so that the masked keys' zero weights stay zero; their

@@ -14,6 +14,7 @@
 #endif
 #ifdef TS_HAVE_NCCL
 #include <c10/cuda/CUDAFunctions.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -91,9 +92,10 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
   std::unique_ptr<DataParallelGroup> group(new DataParallelGroup(options));
   if (options.world_size == 1 && !options.group_of_one) return group;
   if (options.device.is_cuda() && !HaveNccl()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "a world of ", options.world_size, " CUDA ranks needs c10d's NCCL backend, which this "
-        "build lacks (the CUDA build against the torch wheel has it)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("a world of ", options.world_size,
+                     " CUDA ranks needs c10d's NCCL backend, which this "
+                     "build lacks (the CUDA build against the torch wheel has it)"));
   }
   auto joined = CatchTorch("joining the data-parallel world", [&] {
     c10d::TCPStoreOptions store_options;
@@ -109,8 +111,8 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
       c10::cuda::set_device(options.device.has_index() ? options.device.index() : 0);
       auto nccl = c10d::ProcessGroupNCCL::Options::create();
       nccl->timeout = options.timeout;
-      backend->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-          backend->store, options.rank, options.world_size, nccl);
+      backend->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(backend->store, options.rank,
+                                                                  options.world_size, nccl);
       group->backend_ = std::move(backend);
       return 0;
     }
@@ -185,8 +187,7 @@ absl::StatusOr<std::vector<double>> DataParallelGroup::Sum(const std::vector<dou
   if (backend_ == nullptr) return values;
   return CatchTorch("summing over the ranks", [&] {
     std::vector<torch::Tensor> tensor{
-        torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64))
-            .to(options_.device)};
+        torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64)).to(options_.device)};
     backend_->Allreduce(tensor)->wait();
     const torch::Tensor sums = tensor[0].cpu().contiguous();
     return std::vector<double>(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());

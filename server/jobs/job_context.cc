@@ -2,7 +2,9 @@
 
 #include <cstdint>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "api/proto_names.h"
 
 namespace ts::server {
 namespace pb = taylorshift::v1;
@@ -12,20 +14,8 @@ std::string JobKindName(pb::JobKind kind) {
 }
 
 std::string JobStateName(pb::JobState state) {
-  switch (state) {
-    case pb::JOB_STATE_QUEUED:
-      return "queued";
-    case pb::JOB_STATE_RUNNING:
-      return "running";
-    case pb::JOB_STATE_SUCCEEDED:
-      return "succeeded";
-    case pb::JOB_STATE_FAILED:
-      return "failed";
-    case pb::JOB_STATE_CANCELLED:
-      return "cancelled";
-    default:
-      return "unspecified";
-  }
+  const std::string name = EnumValueName(*pb::JobState_descriptor(), state);
+  return name.empty() ? "unspecified" : absl::AsciiStrToLower(name);
 }
 
 bool IsFinalJobState(pb::JobState state) {

@@ -57,8 +57,7 @@ void ExpectPackedMatchesPadded(const Case& c, torch::Dtype dtype, const torch::D
   const torch::Tensor lens = torch::tensor(lengths, ids);
   torch::InferenceMode inference;
   const torch::Tensor padded = model->forward(tokens, lens, c.path).to(torch::kDouble).cpu();
-  const torch::Tensor packed =
-      PackedForward(*model, tokens, lens, c.path).to(torch::kDouble).cpu();
+  const torch::Tensor packed = PackedForward(*model, tokens, lens, c.path).to(torch::kDouble).cpu();
   ASSERT_EQ(packed.sizes(), padded.sizes()) << Describe(c);
   EXPECT_TRUE(torch::isfinite(packed).all().item<bool>()) << Describe(c);
   const double scale = std::max(1.0, padded.abs().max().item<double>());
@@ -96,9 +95,9 @@ TEST(PackedForwardTest, RefusesTrainingModeAndBadShapes) {
   model->eval();
   EXPECT_THROW(PackedForward(*model, tokens, lengths.narrow(0, 0, 1), AttentionPath::kDirect),
                c10::Error);
-  EXPECT_THROW(PackedForward(*model, torch::zeros({2, 9}, torch::kLong), lengths,
-                             AttentionPath::kDirect),
-               c10::Error);
+  EXPECT_THROW(
+      PackedForward(*model, torch::zeros({2, 9}, torch::kLong), lengths, AttentionPath::kDirect),
+      c10::Error);
 }
 
 TEST(PackedForwardCudaTest, MatchesThePaddedForwardOnTheGpu) {
