@@ -175,6 +175,8 @@ void JobManager::RetryStart() {
                                 "are queued again"));
       return;
     }
+    // Every failed attempt counts: the counter rises as long as the store stays read-only.
+    if (context_.metrics != nullptr) context_.metrics->RecordJobStoreError("open_store");
   }
 }
 

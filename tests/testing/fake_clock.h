@@ -62,14 +62,15 @@ class FakeClock final : public ts::Clock {
     WakeDueWaiters();
   }
 
-  // Blocks until some thread waits in WaitUntil() with exactly `deadline` and has not been woken
-  // by the clock; false if that did not happen within `real_timeout`.
-  bool BlockUntilWaiting(absl::Time deadline, absl::Duration real_timeout = absl::Seconds(10)) {
+  // Blocks until `threads` threads (at least) wait in WaitUntil() with exactly `deadline` and have
+  // not been woken by the clock; false if that did not happen within `real_timeout`.
+  bool BlockUntilWaiting(absl::Time deadline, absl::Duration real_timeout = absl::Seconds(10),
+                         int threads = 1) {
     absl::MutexLock lock(&mu_);
-    auto waiting = [this, deadline]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return std::any_of(waiters_.begin(), waiters_.end(), [deadline](const Waiter* w) {
-        return w->deadline == deadline && !w->woken;
-      });
+    auto waiting = [this, deadline, threads]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return std::count_if(waiters_.begin(), waiters_.end(), [deadline](const Waiter* w) {
+               return w->deadline == deadline && !w->woken;
+             }) >= threads;
     };
     return mu_.AwaitWithTimeout(absl::Condition(&waiting), real_timeout);
   }
