@@ -64,9 +64,11 @@ class Avx2FeatureProducts {
     return width_ / groups_ + (g < width_ % groups_ ? 1 : 0);
   }
 
-  std::int64_t d_, features_, padded_features_, width_, groups_, key_stride_;
+  std::int64_t d_, features_, padded_features_, width_, groups_;
+  std::int64_t block_stride_;  // floats from one block of 16 key features to the next
   std::vector<float> scaled_;  // d_ + 8 floats: one scaled row, zero past d_
-  LineAlignedFloats packed_;   // key features [row][key_stride_] (+ 8 floats of slack)
+  LineAlignedFloats row_;      // one key row's features (+ 8 floats of slack)
+  LineAlignedFloats packed_;   // key features [padded_features_ / 16][row][16]
   std::vector<float> values_;  // v' [group of 6 columns][row][6]
   LineAlignedFloats sums_;     // [width_, padded_features_]: KVᵀ
   std::vector<float> kv_;      // KV [group of 6 columns][feature][6]
