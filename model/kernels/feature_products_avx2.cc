@@ -21,6 +21,7 @@ constexpr std::int64_t kTile = 16;      // tile rows: two ymm registers
 constexpr std::int64_t kColumns = 6;    // tile columns: 2 × 6 accumulators
 constexpr std::int64_t kKeyRows = 256;  // key rows per packed piece (their features stay in L2)
 constexpr std::int64_t kLine = 16;      // floats per 64-byte cache line
+constexpr std::int64_t kPrefetchRows = 2;  // how far ahead AddKeys fetches its feature lines
 
 // Two accumulators (16 lanes) per tile column, as named variables: GCC keeps an array of
 // __m256 in registers but also stores it to the stack on every step.
@@ -164,8 +165,9 @@ void Avx2FeatureProducts::ClearSums() {
 }
 
 TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t stride,
-                                                 const float* scale, const float* values,
-                                                 std::int64_t n) {
+                                                 const float* scale, const float* v,
+                                                 std::int64_t v_stride, float first_column,
+                                                 const bool* padded, std::int64_t n) {
   const std::int64_t blocks = padded_features_ / kTile;
   for (std::int64_t first = 0; first < n; first += kKeyRows) {
     const std::int64_t rows = std::min(kKeyRows, n - first);
@@ -177,18 +179,28 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t st
       // into the blocks line by line: whole aligned lines, each block's rows one stream.
       RowFeatures(k + (first + r) * stride, scale[first + r], d_, padded_features_, scaled_.data(),
                   row_.data());
+      const float* from = row_.data();
+      float* to = packed_.data() + r * kTile;
       for (std::int64_t block = 0; block < blocks; ++block) {
-        const float* from = row_.data() + block * kTile;
-        float* to = packed_.data() + block * block_stride_ + r * kTile;
+        // The lines two rows on, last read by the tiles and since gone from L1: fetched now, the
+        // stores to them later need not wait for them in the store buffer.
+        _mm_prefetch(reinterpret_cast<const char*>(to + kPrefetchRows * kTile), _MM_HINT_T0);
         _mm256_store_ps(to, _mm256_load_ps(from));
         _mm256_store_ps(to + kLanes, _mm256_load_ps(from + kLanes));
+        from += kTile;
+        to += block_stride_;
       }
-      const float* v = values + (first + r) * width_;
+      // v'_r's columns w0 … w0 + columns - 1 are v_r[w0 - 1 …], but column 0 is first_column.
+      const float* vr = v + (first + r) * v_stride - 1;
+      const bool real = padded == nullptr || !padded[first + r];
       for (std::int64_t group = 0; group < groups_; ++group) {
         float* out = values_.data() + (group * rows + r) * kColumns;
         const std::int64_t w0 = GroupStart(group), columns = GroupColumns(group);
-        const __m256 x = _mm256_maskload_ps(
-            v + w0, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(columns)), lane));
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(real ? static_cast<int>(columns) : 0),
+                                          lane);
+        if (w0 == 0) mask = _mm256_andnot_si256(_mm256_setr_epi32(-1, 0, 0, 0, 0, 0, 0, 0), mask);
+        __m256 x = _mm256_maskload_ps(vr + w0, mask);
+        if (w0 == 0 && real) x = _mm256_blend_ps(x, _mm256_set1_ps(first_column), 1);
         // Six floats: four, then two.
         _mm_storeu_ps(out, _mm256_castps256_ps128(x));
         _mm_storel_pi(reinterpret_cast<__m64*>(out + 4), _mm256_extractf128_ps(x, 1));
@@ -206,14 +218,15 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t st
   }
 }
 
-void Avx2FeatureProducts::FinishSums(const float* coefficients) {
+void Avx2FeatureProducts::FinishSums(const float* coefficients, float count) {
   for (std::int64_t group = 0; group < groups_; ++group) {
     for (std::int64_t f = 0; f < features_; ++f) {
       float* out = kv_.data() + (group * features_ + f) * kColumns;
       const std::int64_t w0 = GroupStart(group), columns = GroupColumns(group);
       for (std::int64_t c = 0; c < kColumns; ++c) {
-        out[c] =
-            c < columns ? coefficients[f] * sums_.data()[(w0 + c) * padded_features_ + f] : 0.0f;
+        out[c] = c < columns
+                     ? coefficients[f] * sums_.data()[(w0 + c) * padded_features_ + f] / count
+                     : 0.0f;
       }
     }
   }
@@ -329,8 +342,8 @@ Avx2FeatureProducts::Avx2FeatureProducts(std::int64_t, std::int64_t)
 }
 void Avx2FeatureProducts::ClearSums() {}
 void Avx2FeatureProducts::AddKeys(const float*, std::int64_t, const float*, const float*,
-                                  std::int64_t) {}
-void Avx2FeatureProducts::FinishSums(const float*) {}
+                                  std::int64_t, float, const bool*, std::int64_t) {}
+void Avx2FeatureProducts::FinishSums(const float*, float) {}
 void Avx2FeatureProducts::Queries(const float*, std::int64_t, const float*, std::int64_t, float*,
                                   std::int64_t) {}
 

@@ -44,11 +44,12 @@ class Avx2FeatureProducts {
   // Starts a head's key sums at zero.
   void ClearSums();
   // Adds Σ_r ψ(scale_r · k_r) v'_rᵀ over n ≤ chunk rows: k_r at k + r·stride (d floats),
-  // v'_r at values + r·(d + 1).
-  void AddKeys(const float* k, std::int64_t stride, const float* scale, const float* values,
-               std::int64_t n);
-  // KV = coefficients ⊙ the sums (coefficients: one per feature), laid out for Queries.
-  void FinishSums(const float* coefficients);
+  // v'_r = [first_column | v_r] with v_r at v + r·v_stride (d floats), or 0 where padded[r]
+  // (padded may be null: no row padded).
+  void AddKeys(const float* k, std::int64_t stride, const float* scale, const float* v,
+               std::int64_t v_stride, float first_column, const bool* padded, std::int64_t n);
+  // KV = coefficients ⊙ the sums / count (coefficients: one per feature), laid out for Queries.
+  void FinishSums(const float* coefficients, float count);
   // y_r = nom_r[1:] / nom_r[0] with nom_r = φ(scale_r · q_r)·KV for n ≤ chunk rows: q_r at
   // q + r·stride, y_r (d floats) at y + r·y_stride.
   void Queries(const float* q, std::int64_t stride, const float* scale, std::int64_t n, float* y,
