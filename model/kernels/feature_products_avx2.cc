@@ -16,11 +16,11 @@
 namespace ts {
 namespace {
 
-constexpr std::int64_t kLanes = 8;      // floats per ymm register
-constexpr std::int64_t kTile = 16;      // tile rows: two ymm registers
-constexpr std::int64_t kColumns = 6;    // tile columns: 2 × 6 accumulators
-constexpr std::int64_t kKeyRows = 256;  // key rows per packed piece (their features stay in L2)
-constexpr std::int64_t kLine = 16;      // floats per 64-byte cache line
+constexpr std::int64_t kLanes = 8;         // floats per ymm register
+constexpr std::int64_t kTile = 16;         // tile rows: two ymm registers
+constexpr std::int64_t kColumns = 6;       // tile columns: 2 × 6 accumulators
+constexpr std::int64_t kKeyRows = 256;     // key rows per packed piece (their features stay in L2)
+constexpr std::int64_t kLine = 16;         // floats per 64-byte cache line
 constexpr std::int64_t kPrefetchRows = 2;  // how far ahead AddKeys fetches its feature lines
 
 // Two accumulators (16 lanes) per tile column, as named variables: GCC keeps an array of
@@ -196,8 +196,8 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t st
       for (std::int64_t group = 0; group < groups_; ++group) {
         float* out = values_.data() + (group * rows + r) * kColumns;
         const std::int64_t w0 = GroupStart(group), columns = GroupColumns(group);
-        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(real ? static_cast<int>(columns) : 0),
-                                          lane);
+        __m256i mask =
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(real ? static_cast<int>(columns) : 0), lane);
         if (w0 == 0) mask = _mm256_andnot_si256(_mm256_setr_epi32(-1, 0, 0, 0, 0, 0, 0, 0), mask);
         __m256 x = _mm256_maskload_ps(vr + w0, mask);
         if (w0 == 0 && real) x = _mm256_blend_ps(x, _mm256_set1_ps(first_column), 1);
@@ -247,12 +247,11 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t st
       // Loaded straight from `scale` (zero past the real rows): a vector assembled through
       // memory would wait for those stores to leave the store buffer.
       const __m256 scales =
-          real == kLanes ? _mm256_loadu_ps(scale + first + half)
-                         : _mm256_maskload_ps(scale + first + std::min(half, rows - 1),
-                                              _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(
-                                                                     real)),
-                                                                 _mm256_setr_epi32(0, 1, 2, 3, 4,
-                                                                                   5, 6, 7)));
+          real == kLanes
+              ? _mm256_loadu_ps(scale + first + half)
+              : _mm256_maskload_ps(scale + first + std::min(half, rows - 1),
+                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(real)),
+                                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
       std::array<const float*, kLanes> row_start{};
       for (std::int64_t r = 0; r < kLanes; ++r) {
         // Rows past n read row 0 again, times 0.
