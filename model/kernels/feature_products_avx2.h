@@ -1,9 +1,9 @@
 // The efficient path's two feature products in float32 on CPUs whose best level is AVX2 + FMA,
 // without a GEMM library: KV = Σ_j ψ(k̂_j) v'_jᵀ and nom_i = φ(q̂_i)·KV in register tiles of
 // 16 lanes × 6 columns (12 ymm accumulators, the shape of the classic Haswell sgemm kernel),
-// with the features built straight into the layouts the tiles read: blocks of 16 features per
-// key row, 16 query rows per lane vector. Everything is float32, as the float32 kernel's GEMMs;
-// only the order of the sums differs. Used by EfficientInference
+// with the features built into the layouts the tiles read: blocks of 16 features per key row
+// (each block's rows one contiguous stream), 16 query rows per lane vector. Everything is float32,
+// as the float32 kernel's GEMMs; only the order of the sums differs. Used by EfficientInference
 // (model/kernels/efficient_inference.cc) where ActiveCpuCapability() is exactly kAvx2: there
 // oneDNN's sgemm, capped at AVX2, runs these skinny shapes ([n × F]ᵀ·[n × (d + 1)] and back) well
 // below its rate on square products (docs/PERFORMANCE.md, "Efficient attention on AVX2"), while
