@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -77,12 +78,18 @@ struct Problem : InferenceProblem {
   enum class Products { kGemm, kBf16, kAvx2 } products = Products::kGemm;
 };
 
-// v'_j = [c₀ | v_j] / count for real keys and 0 for padded ones, c₀ = √(d/count) with output
-// normalisation, else 1 (Algorithm 1 of the paper, as ScaledValues in taylor_attention.cc).
+// c₀ = √(d/count) with output normalisation, else 1 (Algorithm 1 of the paper).
+float FirstValueColumn(const Problem& p, std::int64_t b) {
+  const float count = p.counts[static_cast<size_t>(b)];
+  return p.output_normalize ? std::sqrt(static_cast<float>(p.d) / count) : 1.0f;
+}
+
+// v'_j = [c₀ | v_j] / count for real keys and 0 for padded ones (as ScaledValues in
+// taylor_attention.cc).
 void FillValues(const Problem& p, std::int64_t b, const float* v, std::int64_t start,
                 std::int64_t n, float* out) {
   const float count = p.counts[static_cast<size_t>(b)];
-  const float first = p.output_normalize ? std::sqrt(static_cast<float>(p.d) / count) : 1.0f;
+  const float first = FirstValueColumn(p, b);
   const std::int64_t width = p.d + 1;
   for (std::int64_t r = 0; r < n; ++r) {
     float* o = out + r * width;
@@ -134,18 +141,30 @@ void HeadFloat(const Problem& p, Buffers& buf, const InferenceHead& head) {
 }
 
 // The same steps with the two products in register tiles: Bf16FeatureProducts (bfloat16) or
-// Avx2FeatureProducts (float32), which share one interface.
+// Avx2FeatureProducts (float32). The float32 tiles read v straight from its rows and divide
+// by the count once, in KV, instead of in every v'.
 template <typename Products>
 void HeadTiles(const Problem& p, Buffers& buf, Products& products, const InferenceHead& head) {
+  constexpr bool kRawValues = std::is_same_v<Products, Avx2FeatureProducts>;
   products.ClearSums();
   for (std::int64_t start = 0; start < p.tokens; start += p.chunk) {
     const std::int64_t n = std::min(p.chunk, p.tokens - start);
     const float* rows = head.k + start * p.k_strides[2];
     RowScales(rows, p.k_strides[2], n, p.d, p.scaling.normalize, 1.0f, buf.scale.data());
-    FillValues(p, head.b, head.v, start, n, buf.vals.data_ptr<float>());
-    products.AddKeys(rows, p.k_strides[2], buf.scale.data(), buf.vals.data_ptr<float>(), n);
+    if constexpr (kRawValues) {
+      products.AddKeys(rows, p.k_strides[2], buf.scale.data(), head.v + start * p.v_strides[2],
+                       p.v_strides[2], FirstValueColumn(p, head.b),
+                       p.padded == nullptr ? nullptr : p.padded + head.b * p.tokens + start, n);
+    } else {
+      FillValues(p, head.b, head.v, start, n, buf.vals.data_ptr<float>());
+      products.AddKeys(rows, p.k_strides[2], buf.scale.data(), buf.vals.data_ptr<float>(), n);
+    }
   }
-  products.FinishSums(p.coefficients.data());
+  if constexpr (kRawValues) {
+    products.FinishSums(p.coefficients.data(), p.counts[static_cast<size_t>(head.b)]);
+  } else {
+    products.FinishSums(p.coefficients.data());
+  }
   for (std::int64_t start = 0; start < p.tokens; start += p.chunk) {
     const std::int64_t n = std::min(p.chunk, p.tokens - start);
     const float* rows = head.q + start * p.q_strides[2];

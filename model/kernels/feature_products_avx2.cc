@@ -16,10 +16,12 @@
 namespace ts {
 namespace {
 
-constexpr std::int64_t kLanes = 8;      // floats per ymm register
-constexpr std::int64_t kTile = 16;      // tile rows: two ymm registers
-constexpr std::int64_t kColumns = 6;    // tile columns: 2 × 6 accumulators
-constexpr std::int64_t kKeyRows = 256;  // key rows per packed piece (their features stay in L2)
+constexpr std::int64_t kLanes = 8;         // floats per ymm register
+constexpr std::int64_t kTile = 16;         // tile rows: two ymm registers
+constexpr std::int64_t kColumns = 6;       // tile columns: 2 × 6 accumulators
+constexpr std::int64_t kKeyRows = 256;     // key rows per packed piece (their features stay in L2)
+constexpr std::int64_t kLine = 16;         // floats per 64-byte cache line
+constexpr std::int64_t kPrefetchRows = 2;  // how far ahead AddKeys fetches its feature lines
 
 // Two accumulators (16 lanes) per tile column, as named variables: GCC keeps an array of
 // __m256 in registers but also stores it to the stack on every step.
@@ -143,12 +145,13 @@ Avx2FeatureProducts::Avx2FeatureProducts(std::int64_t chunk, std::int64_t d)
       padded_features_((FeatureCount(d) + kTile - 1) / kTile * kTile),
       width_(d + 1),
       groups_((d + 1 + kColumns - 1) / kColumns),
-      // An odd number of 64-byte lines per row: a tile's column of 16 features over 256 rows then
-      // spreads over every set of the L1 cache instead of a few.
-      key_stride_(padded_features_ / kTile % 2 == 0 ? padded_features_ + kTile : padded_features_) {
+      // One line more than the rows: a row's 36 lines, one per block, then fall into different
+      // sets of the L1 cache instead of one (a power-of-two stride).
+      block_stride_((std::min(chunk, kKeyRows) + 1) * kTile) {
   const std::int64_t key_rows = std::min(chunk, kKeyRows);
   scaled_.assign(static_cast<std::size_t>(d + kLanes), 0.0f);
-  packed_.Resize(static_cast<std::size_t>(key_stride_ * key_rows + kLanes));
+  row_.Resize(static_cast<std::size_t>(padded_features_ + kLanes));
+  packed_.Resize(static_cast<std::size_t>(block_stride_ * (padded_features_ / kTile)));
   values_.resize(static_cast<std::size_t>(groups_ * key_rows * kColumns));
   sums_.Resize(static_cast<std::size_t>(width_ * padded_features_));
   kv_.resize(static_cast<std::size_t>(groups_ * features_ * kColumns));
@@ -162,27 +165,51 @@ void Avx2FeatureProducts::ClearSums() {
 }
 
 TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t stride,
-                                                 const float* scale, const float* values,
-                                                 std::int64_t n) {
+                                                 const float* scale, const float* v,
+                                                 std::int64_t v_stride, float first_column,
+                                                 const bool* padded, std::int64_t n) {
   const std::int64_t blocks = padded_features_ / kTile;
   for (std::int64_t first = 0; first < n; first += kKeyRows) {
     const std::int64_t rows = std::min(kKeyRows, n - first);
-    // Features as rows of key_stride_ floats, v' as [group of 6 columns][row][6] (zero past
-    // width_). The features are written once and read only by the tiles below, long after.
+    // Features as [block of 16][row][16], v' as [group of 6 columns][row][6] (zero past width_).
+    // The features are written once and read only by the tiles below, long after.
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (std::int64_t r = 0; r < rows; ++r) {
+      // Built in one row that stays in L1 (its overlapping stores never leave it), then copied
+      // into the blocks line by line: whole aligned lines, each block's rows one stream.
       RowFeatures(k + (first + r) * stride, scale[first + r], d_, padded_features_, scaled_.data(),
-                  packed_.data() + r * key_stride_);
-      const float* v = values + (first + r) * width_;
+                  row_.data());
+      const float* from = row_.data();
+      float* to = packed_.data() + r * kTile;
+      for (std::int64_t block = 0; block < blocks; ++block) {
+        // The lines two rows on, last read by the tiles and since gone from L1: fetched now, the
+        // stores to them later need not wait for them in the store buffer.
+        _mm_prefetch(reinterpret_cast<const char*>(to + kPrefetchRows * kTile), _MM_HINT_T0);
+        _mm256_store_ps(to, _mm256_load_ps(from));
+        _mm256_store_ps(to + kLanes, _mm256_load_ps(from + kLanes));
+        from += kTile;
+        to += block_stride_;
+      }
+      // v'_r's columns w0 … w0 + columns - 1 are v_r[w0 - 1 …], but column 0 is first_column.
+      const float* vr = v + (first + r) * v_stride - 1;
+      const bool real = padded == nullptr || !padded[first + r];
       for (std::int64_t group = 0; group < groups_; ++group) {
         float* out = values_.data() + (group * rows + r) * kColumns;
         const std::int64_t w0 = GroupStart(group), columns = GroupColumns(group);
-        for (std::int64_t c = 0; c < kColumns; ++c) out[c] = c < columns ? v[w0 + c] : 0.0f;
+        __m256i mask =
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(real ? static_cast<int>(columns) : 0), lane);
+        if (w0 == 0) mask = _mm256_andnot_si256(_mm256_setr_epi32(-1, 0, 0, 0, 0, 0, 0, 0), mask);
+        __m256 x = _mm256_maskload_ps(vr + w0, mask);
+        if (w0 == 0 && real) x = _mm256_blend_ps(x, _mm256_set1_ps(first_column), 1);
+        // Six floats: four, then two.
+        _mm_storeu_ps(out, _mm256_castps256_ps128(x));
+        _mm_storel_pi(reinterpret_cast<__m64*>(out + 4), _mm256_extractf128_ps(x, 1));
       }
     }
     for (std::int64_t block = 0; block < blocks; ++block) {
       for (std::int64_t group = 0; group < groups_; ++group) {
         const std::int64_t w0 = GroupStart(group);
-        TileFor<true>(GroupColumns(group))(packed_.data() + block * kTile, key_stride_, rows,
+        TileFor<true>(GroupColumns(group))(packed_.data() + block * block_stride_, kTile, rows,
                                            values_.data() + group * rows * kColumns,
                                            sums_.data() + w0 * padded_features_ + block * kTile,
                                            padded_features_);
@@ -191,14 +218,15 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::AddKeys(const float* k, std::int64_t st
   }
 }
 
-void Avx2FeatureProducts::FinishSums(const float* coefficients) {
+void Avx2FeatureProducts::FinishSums(const float* coefficients, float count) {
   for (std::int64_t group = 0; group < groups_; ++group) {
     for (std::int64_t f = 0; f < features_; ++f) {
       float* out = kv_.data() + (group * features_ + f) * kColumns;
       const std::int64_t w0 = GroupStart(group), columns = GroupColumns(group);
       for (std::int64_t c = 0; c < kColumns; ++c) {
-        out[c] =
-            c < columns ? coefficients[f] * sums_.data()[(w0 + c) * padded_features_ + f] : 0.0f;
+        out[c] = c < columns
+                     ? coefficients[f] * sums_.data()[(w0 + c) * padded_features_ + f] / count
+                     : 0.0f;
       }
     }
   }
@@ -215,15 +243,20 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t st
     const std::int64_t full = d_ / kLanes * kLanes;
     for (std::int64_t half = 0; half < kTile; half += kLanes) {
       __m256 block[kLanes];  // NOLINT(modernize-avoid-c-arrays): registers, not memory
-      std::array<float, kLanes> row_scale{};
+      const std::int64_t real = std::clamp<std::int64_t>(rows - half, 0, kLanes);
+      // Loaded straight from `scale` (zero past the real rows): a vector assembled through
+      // memory would wait for those stores to leave the store buffer.
+      const __m256 scales =
+          real == kLanes
+              ? _mm256_loadu_ps(scale + first + half)
+              : _mm256_maskload_ps(scale + first + std::min(half, rows - 1),
+                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(real)),
+                                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
       std::array<const float*, kLanes> row_start{};
       for (std::int64_t r = 0; r < kLanes; ++r) {
-        const bool real = half + r < rows;
-        row_scale[r] = real ? scale[first + half + r] : 0.0f;
         // Rows past n read row 0 again, times 0.
-        row_start[r] = q + (real ? first + half + r : first) * stride;
+        row_start[r] = q + (r < real ? first + half + r : first) * stride;
       }
-      const __m256 scales = _mm256_loadu_ps(row_scale.data());
       for (std::int64_t i = 0; i < full; i += kLanes) {
         for (std::int64_t r = 0; r < kLanes; ++r) block[r] = _mm256_loadu_ps(row_start[r] + i);
         Transpose8x8(block);
@@ -234,13 +267,24 @@ TS_TARGET_AVX2 void Avx2FeatureProducts::Queries(const float* q, std::int64_t st
       }
       for (std::int64_t i = full; i < d_; ++i) {
         for (std::int64_t r = 0; r < kLanes; ++r) {
-          columns_.data()[i * kTile + half + r] = row_scale[r] * row_start[r][i];
+          columns_.data()[i * kTile + half + r] =
+              r < real ? scale[first + half + r] * row_start[r][i] : 0.0f;
         }
       }
     }
     float* out = query_.data();
     const float* c = columns_.data();
+    // The y rows of this block are written after its tiles: fetched now, one row per step of the
+    // loop below, their stores then find them in cache instead of queueing in the store buffer,
+    // in front of the next block's feature stores, while their lines come from memory.
     for (std::int64_t i = 0; i < d_; ++i) {
+      for (std::int64_t r = i; r < rows; r += d_) {
+        const float* row = y + (first + r) * y_stride;
+        for (std::int64_t j = 0; j < d_; j += kLine) {
+          _mm_prefetch(reinterpret_cast<const char*>(row + j), _MM_HINT_T0);
+        }
+        _mm_prefetch(reinterpret_cast<const char*>(row + d_ - 1), _MM_HINT_T0);
+      }
       const __m256 low = _mm256_loadu_ps(c + i * kTile);
       const __m256 high = _mm256_loadu_ps(c + i * kTile + kLanes);
       for (std::int64_t j = i; j < d_; ++j) {
@@ -292,13 +336,13 @@ namespace ts {
 bool UseAvx2FeatureProducts() { return false; }
 
 Avx2FeatureProducts::Avx2FeatureProducts(std::int64_t, std::int64_t)
-    : d_(0), features_(0), padded_features_(0), width_(0), groups_(0), key_stride_(0) {
+    : d_(0), features_(0), padded_features_(0), width_(0), groups_(0), block_stride_(0) {
   throw std::logic_error("Avx2FeatureProducts needs an x86-64 CPU with AVX2 and FMA");
 }
 void Avx2FeatureProducts::ClearSums() {}
 void Avx2FeatureProducts::AddKeys(const float*, std::int64_t, const float*, const float*,
-                                  std::int64_t) {}
-void Avx2FeatureProducts::FinishSums(const float*) {}
+                                  std::int64_t, float, const bool*, std::int64_t) {}
+void Avx2FeatureProducts::FinishSums(const float*, float) {}
 void Avx2FeatureProducts::Queries(const float*, std::int64_t, const float*, std::int64_t, float*,
                                   std::int64_t) {}
 
