@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -424,7 +426,8 @@ TEST(HttpFrontendTest, SlowClientsDoNotStarveHealthChecks) {
     EXPECT_EQ(ready->status, 200);
   }
   // The silent connections are closed after http.read_timeout_ms (1 s): each reads EOF (or a
-  // 400/408 answer, then EOF) within a bounded wait.
+  // 400/408 answer, then EOF; or a reset, when the close found bytes it had not read) within a
+  // bounded wait. Only the wait running out (EAGAIN) means a connection stayed open.
   for (const int fd : slow) {
     timeval wait{5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
@@ -433,7 +436,9 @@ TEST(HttpFrontendTest, SlowClientsDoNotStarveHealthChecks) {
     int reads = 0;
     while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0 && ++reads < 16) {
     }
-    EXPECT_EQ(n, 0) << "a silent connection stayed open";
+    const int error = n < 0 ? errno : 0;
+    EXPECT_TRUE(n == 0 || error == ECONNRESET)
+        << "a silent connection stayed open (recv " << n << ", " << std::strerror(error) << ")";
     ::close(fd);
   }
 }
