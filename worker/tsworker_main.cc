@@ -213,6 +213,23 @@ std::string Describe(const pb::WorkerMessage& message) {
   }
 }
 
+// The task's process settings (heap policy, threads, float32 without TF32); a training rank's
+// device: each CUDA rank on its own (job::RankDevice), where the ranks all-reduce over NCCL.
+absl::Status PrepareProcess(pb::WorkerTask& task, int rank, bool training,
+                            DataParallelOptions& dp) {
+  if (task.heap_keep_freed_bytes() > 0) {
+    (void)KeepFreedHeapMemory(static_cast<std::int64_t>(task.heap_keep_freed_bytes()));
+  }
+  compat::SetThreads(static_cast<int>(std::max<std::uint32_t>(task.threads(), 1)));
+  compat::SetCudaTf32(false);  // a job's float32 is float32 (docs/GPU.md)
+  if (!training) return absl::OkStatus();
+  pb::TrainingSpec& spec = *task.mutable_job()->mutable_training();
+  spec.set_device(job::RankDevice(job::JobDevice(task.job()), rank));
+  TS_ASSIGN_OR_RETURN(dp.device,
+                      CatchTorch("device", [&spec] { return torch::Device(spec.device()); }));
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   const StopSignalThread stop_signals;  // first: a SIGTERM pending since exec is taken now
   CLI::App app(
@@ -299,19 +316,9 @@ int Main(int argc, char** argv) {
     });
   }
 
-  if (task->heap_keep_freed_bytes() > 0) {
-    (void)KeepFreedHeapMemory(static_cast<std::int64_t>(task->heap_keep_freed_bytes()));
-  }
-  compat::SetThreads(static_cast<int>(std::max<std::uint32_t>(task->threads(), 1)));
-  compat::SetCudaTf32(false);  // a job's float32 is float32 (docs/GPU.md)
   if (flags.collective_timeout_s) dp->timeout = std::chrono::seconds(*flags.collective_timeout_s);
-  if (training) {
-    // Each CUDA rank on its own device (job::RankDevice); the ranks all-reduce over NCCL there.
-    pb::TrainingSpec& spec = *task->mutable_job()->mutable_training();
-    spec.set_device(job::RankDevice(job::JobDevice(task->job()), rank));
-    auto device = CatchTorch("device", [&spec] { return torch::Device(spec.device()); });
-    if (!device.ok()) return finish(device.status(), false);
-    dp->device = *device;
+  if (const absl::Status set = PrepareProcess(*task, rank, training, *dp); !set.ok()) {
+    return finish(set, false);
   }
 
   absl::Status status;
