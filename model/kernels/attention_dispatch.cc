@@ -11,6 +11,11 @@ namespace {
 using Refusal = std::string (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                 const KernelChoice&);
 
+std::string PaddedFusedCudaRefusal(const torch::Tensor& q, const torch::Tensor& k,
+                                   const torch::Tensor& v, const KernelChoice& choice) {
+  return FusedCudaRefusal(q, k, v, choice);
+}
+
 std::string FusedCpuRefusal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const KernelChoice& /*choice*/) {
   return CanRunFusedInference(q, k, v) ? "" : "needs float32 CPU tensors without autograd";
@@ -38,7 +43,7 @@ struct Entry {
 // kAuto's order: the first that can run the call. A new kernel is one line here and its own file.
 constexpr Entry kKernels[] = {
     {AttentionKernel::kFusedCuda, "fused_cuda", "the fused CUDA kernels",
-     KernelImplementation::kCuda, &FusedCudaRefusal},
+     KernelImplementation::kCuda, &PaddedFusedCudaRefusal},
     {AttentionKernel::kFusedCpu, "fused_cpu", "the fused CPU kernels", KernelImplementation::kAuto,
      &FusedCpuRefusal},
     {AttentionKernel::kCpu, "cpu", "the CPU loops", KernelImplementation::kAuto, &CpuRefusal},

@@ -1,5 +1,6 @@
 #include "model/kernels/fused_cuda_attention.h"
 
+#include <array>
 #include <cstdint>
 #include <limits>
 
@@ -9,9 +10,62 @@
 #endif
 
 namespace ts {
+namespace {
+
+#if defined(TS_WITH_CUDA_KERNELS)
+// q, k and v as the kernels read them: rows of contiguous values, q and k at one layout. The
+// normalised q̂, k̂ and a view of the qkv product's v already are; anything else is copied.
+std::array<torch::Tensor, 3> Operands(const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v) {
+  const bool shared = q.stride(-1) == 1 && k.strides() == q.strides();
+  return {shared ? q : q.contiguous(), shared ? k : k.contiguous(),
+          v.stride(-1) == 1 ? v : v.contiguous()};
+}
+
+// Fills the operands and the polynomial into `args` and runs `path`'s kernels on q's device.
+void Launch(AttentionPath path, const std::array<torch::Tensor, 3>& qkv, const torch::Tensor& y,
+            const TaylorKernelOptions& options, cuda_kernels::AttentionArgs& args) {
+  args.q = qkv[0].data_ptr<float>();
+  args.k = qkv[1].data_ptr<float>();
+  args.v = qkv[2].data_ptr<float>();
+  args.y = y.data_ptr<float>();
+  args.head_dim = static_cast<int>(qkv[0].size(-1));
+  args.a = static_cast<float>(options.a);
+  args.b = static_cast<float>(options.b);
+  args.c = static_cast<float>(options.c);
+  args.output_normalize = options.output_normalize;
+  compat::WithCudaStream(y.device(), [&](void* stream, int multiprocessors) {
+    const auto raw = static_cast<cudaStream_t>(stream);
+    cudaError_t error = cudaSuccess;
+    if (path == AttentionPath::kDirect) {
+      error = cuda_kernels::LaunchDirect(args, raw);
+    } else {
+      const auto plan = cuda_kernels::PlanEfficient(args, multiprocessors);
+      // The caching allocator hands out memory ordered on the current stream.
+      auto workspace = torch::empty({static_cast<std::int64_t>(plan.workspace_bytes)},
+                                    y.options().dtype(torch::kUInt8));
+      error = cuda_kernels::LaunchEfficient(args, plan, workspace.data_ptr(), raw);
+    }
+    TORCH_CHECK(error == cudaSuccess, "fused CUDA ", AttentionPathName(path),
+                " attention failed to launch: ", cudaGetErrorString(error));
+  });
+}
+#endif
+
+void CheckRunnable(AttentionPath path, const torch::Tensor& q, const torch::Tensor& k,
+                   const torch::Tensor& v, const TaylorKernelOptions& options,
+                   std::int64_t packed_sequences) {
+  TORCH_CHECK(path == AttentionPath::kDirect || path == AttentionPath::kEfficient,
+              "the fused CUDA kernels compute the direct and efficient paths, not ",
+              AttentionPathName(path));
+  const std::string refusal = FusedCudaRefusal(q, k, v, options, packed_sequences);
+  TORCH_CHECK(refusal.empty(), "the fused CUDA kernels cannot run this call: ", refusal);
+}
+
+}  // namespace
 
 std::string FusedCudaRefusal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const KernelChoice& choice) {
+                             const KernelChoice& choice, std::int64_t packed_sequences) {
 #if defined(TS_WITH_CUDA_KERNELS)
   if (!q.is_cuda() || k.device() != q.device() || v.device() != q.device()) {
     return "q, k and v are not on one CUDA device";
@@ -25,17 +79,24 @@ std::string FusedCudaRefusal(const torch::Tensor& q, const torch::Tensor& k, con
       (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
     return "the kernels have no backward (autograd is on)";
   }
-  if (q.dim() != 4 || !cuda_kernels::SupportedHeadDim(static_cast<int>(q.size(3)))) {
+  const bool packed = packed_sequences > 0;
+  if (q.dim() != (packed ? 3 : 4) || k.sizes() != q.sizes() || v.sizes() != q.sizes()) {
+    return packed ? "q, k and v are not [T, H, d]" : "q, k and v are not [B, H, N, d]";
+  }
+  if (!cuda_kernels::SupportedHeadDim(static_cast<int>(q.size(-1)))) {
     return "head dimension not 8, 16, 32 or 64";
   }
-  if (q.size(0) * q.size(1) > 65535) return "more than 65,535 sequences × heads";
-  if (q.size(2) > std::numeric_limits<int>::max()) return "more than 2^31 - 1 tokens";
+  if ((packed ? packed_sequences : q.size(0)) * q.size(1) > 65535) {
+    return "more than 65,535 sequences × heads";
+  }
+  if (q.size(packed ? 0 : 2) > std::numeric_limits<int>::max()) return "more than 2^31 - 1 tokens";
   return "";
 #else
   (void)q;
   (void)k;
   (void)v;
   (void)choice;
+  (void)packed_sequences;
   return "this build has no CUDA kernels (scripts/build --cuda)";
 #endif
 }
@@ -43,16 +104,9 @@ std::string FusedCudaRefusal(const torch::Tensor& q, const torch::Tensor& k, con
 torch::Tensor FusedCudaAttention(AttentionPath path, const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& v, const torch::Tensor& key_padding_mask,
                                  const TaylorKernelOptions& options) {
-  TORCH_CHECK(path == AttentionPath::kDirect || path == AttentionPath::kEfficient,
-              "the fused CUDA kernels compute the direct and efficient paths, not ",
-              AttentionPathName(path));
-  const std::string refusal = FusedCudaRefusal(q, k, v, options);
-  TORCH_CHECK(refusal.empty(), "the fused CUDA kernels cannot run this call: ", refusal);
+  CheckRunnable(path, q, k, v, options, 0);
 #if defined(TS_WITH_CUDA_KERNELS)
-  const auto q_c = q.contiguous();
-  const auto k_c = k.contiguous();
-  const auto v_c = v.contiguous();
-  auto y = torch::empty_like(q_c);
+  auto y = torch::empty(q.sizes(), q.options());
   if (q.numel() == 0) return y;
   const std::int64_t batch = q.size(0), tokens = q.size(2);
   torch::Tensor mask;
@@ -66,41 +120,57 @@ torch::Tensor FusedCudaAttention(AttentionPath path, const torch::Tensor& q, con
     mask = key_padding_mask.to(q.device()).contiguous();
     counts = mask.logical_not().sum(1).clamp_min(1).to(torch::kFloat).contiguous();
   } else {
-    counts = torch::full({batch}, static_cast<double>(tokens), q_c.options());
+    counts = torch::full({batch}, static_cast<double>(tokens), q.options());
   }
+  const auto qkv = Operands(q, k, v);
   cuda_kernels::AttentionArgs args;
-  args.q = q_c.data_ptr<float>();
-  args.k = k_c.data_ptr<float>();
-  args.v = v_c.data_ptr<float>();
+  args.in_layout = {qkv[0].stride(0), qkv[0].stride(1), qkv[0].stride(2)};
+  args.value_layout = {qkv[2].stride(0), qkv[2].stride(1), qkv[2].stride(2)};
+  args.out_layout = {y.stride(0), y.stride(1), y.stride(2)};
   args.key_padding = mask.defined() ? mask.data_ptr<bool>() : nullptr;
   args.counts = counts.data_ptr<float>();
-  args.y = y.data_ptr<float>();
   args.batch = static_cast<int>(batch);
   args.heads = static_cast<int>(q.size(1));
   args.tokens = static_cast<int>(tokens);
-  args.head_dim = static_cast<int>(q.size(3));
-  args.a = static_cast<float>(options.a);
-  args.b = static_cast<float>(options.b);
-  args.c = static_cast<float>(options.c);
-  args.output_normalize = options.output_normalize;
-  compat::WithCudaStream(q.device(), [&](void* stream, int multiprocessors) {
-    const auto raw = static_cast<cudaStream_t>(stream);
-    cudaError_t error = cudaSuccess;
-    if (path == AttentionPath::kDirect) {
-      error = cuda_kernels::LaunchDirect(args, raw);
-    } else {
-      const auto plan = cuda_kernels::PlanEfficient(args, multiprocessors);
-      // The caching allocator hands out memory ordered on the current stream.
-      auto workspace = torch::empty({static_cast<std::int64_t>(plan.workspace_bytes)},
-                                    q_c.options().dtype(torch::kUInt8));
-      error = cuda_kernels::LaunchEfficient(args, plan, workspace.data_ptr(), raw);
-    }
-    TORCH_CHECK(error == cudaSuccess, "fused CUDA ", AttentionPathName(path),
-                " attention failed to launch: ", cudaGetErrorString(error));
-  });
+  Launch(path, qkv, y, options, args);
   return y;
 #else
   (void)key_padding_mask;
+  return {};
+#endif
+}
+
+torch::Tensor FusedCudaPackedAttention(AttentionPath path, const torch::Tensor& q,
+                                       const torch::Tensor& k, const torch::Tensor& v,
+                                       const torch::Tensor& starts, std::int64_t longest,
+                                       const TaylorKernelOptions& options) {
+  TORCH_CHECK(starts.dim() == 1 && starts.size(0) >= 2 && starts.scalar_type() == torch::kInt,
+              "packed attention: starts must be int32 [B + 1], got ", starts.sizes(), " ",
+              starts.scalar_type());
+  CheckRunnable(path, q, k, v, options, starts.size(0) - 1);
+  TORCH_CHECK(longest >= 1 && longest <= q.size(0), "packed attention: the longest sequence (",
+              longest, " rows) must have 1 to the ", q.size(0), " packed rows");
+#if defined(TS_WITH_CUDA_KERNELS)
+  auto y = torch::empty(q.sizes(), q.options());
+  const auto offsets = starts.to(q.device()).contiguous();
+  const auto counts =
+      (offsets.narrow(0, 1, offsets.size(0) - 1) - offsets.narrow(0, 0, offsets.size(0) - 1))
+          .clamp_min(1)
+          .to(torch::kFloat)
+          .contiguous();
+  const auto qkv = Operands(q, k, v);
+  cuda_kernels::AttentionArgs args;
+  args.in_layout = {0, qkv[0].stride(1), qkv[0].stride(0)};
+  args.value_layout = {0, qkv[2].stride(1), qkv[2].stride(0)};
+  args.out_layout = {0, y.stride(1), y.stride(0)};
+  args.starts = offsets.data_ptr<int>();
+  args.counts = counts.data_ptr<float>();
+  args.batch = static_cast<int>(starts.size(0) - 1);
+  args.heads = static_cast<int>(q.size(1));
+  args.tokens = static_cast<int>(longest);
+  Launch(path, qkv, y, options, args);
+  return y;
+#else
   return {};
 #endif
 }

@@ -43,24 +43,25 @@ struct Dims {
 constexpr unsigned char kNoPair = 255;
 
 __device__ __forceinline__ bool KeyReal(const AttentionArgs& args, int batch, int token) {
-  return token < args.tokens &&
+  return token < SequenceRows(args, batch) &&
          (args.key_padding == nullptr ||
           !args.key_padding[static_cast<std::size_t>(batch) * args.tokens + token]);
 }
 
-// x̃ = [α·x | 1] of tile rows [t0, t0 + kTile) into rows[kTile][ext]; rows that are not `real`
-// (past the end, or padded keys when `keys`) are all zero, the 1 included.
+// x̃ = [α·x | 1] of tile rows [t0, t0 + kTile) into rows[kTile][ext], from x (a head's token 0,
+// rows `stride` apart); rows that are not `real` (past the end, or padded keys when `keys`) are
+// all zero, the 1 included.
 template <int D>
 __device__ __forceinline__ void LoadExtendedRows(const AttentionArgs& args, const float* x,
-                                                 int batch, int t0, int end, bool keys,
-                                                 float alpha, float (*rows)[D + 1]) {
+                                                 std::int64_t stride, int batch, int t0, int end,
+                                                 bool keys, float alpha, float (*rows)[D + 1]) {
   for (int e = static_cast<int>(threadIdx.x); e < kTile * (D + 1); e += kThreads) {
     const int t = e / (D + 1);
     const int col = e % (D + 1);
     const int token = t0 + t;
     const bool real = token < end && (!keys || KeyReal(args, batch, token));
     float value = 0.0F;
-    if (real) value = col < D ? x[static_cast<std::size_t>(token) * D + col] * alpha : 1.0F;
+    if (real) value = col < D ? x[token * stride + col] * alpha : 1.0F;
     rows[t][col] = value;
   }
 }
@@ -68,8 +69,9 @@ __device__ __forceinline__ void LoadExtendedRows(const AttentionArgs& args, cons
 // v' rows of keys [t0, t0 + kTile): [v/N | κ] with κ = √(d/N)/N (1/N without output
 // normalisation) and zero padding columns; zero rows for padded keys and past the end.
 template <int D>
-__device__ __forceinline__ void LoadValueRows(const AttentionArgs& args, const float* v, int batch,
-                                              int t0, int end, float value_scale, float constant,
+__device__ __forceinline__ void LoadValueRows(const AttentionArgs& args, const float* v,
+                                              std::int64_t stride, int batch, int t0, int end,
+                                              float value_scale, float constant,
                                               Bf16 (*rows)[Dims<D>::kWidth + kPad16]) {
   constexpr int kWidth = Dims<D>::kWidth;
   for (int e = static_cast<int>(threadIdx.x); e < kTile * kWidth; e += kThreads) {
@@ -79,7 +81,7 @@ __device__ __forceinline__ void LoadValueRows(const AttentionArgs& args, const f
     float value = 0.0F;
     if (token < end && KeyReal(args, batch, token)) {
       if (col < D) {
-        value = v[static_cast<std::size_t>(token) * D + col] * value_scale;
+        value = v[token * stride + col] * value_scale;
       } else if (col == D) {
         value = constant;
       }
@@ -149,16 +151,21 @@ __global__ void __launch_bounds__(kThreads)
   LoadPairs<D>(group * kGroup, pair_i, pair_j);
   const SequenceScales scales = ScalesOf(args, batch, D);
   const float alpha = sqrtf(sqrtf(static_cast<float>(D)));
-  const std::size_t head = static_cast<std::size_t>(bh) * args.tokens * D;
+  const std::int64_t key_head = HeadOffset(args.in_layout, args.starts, batch, bh % args.heads);
+  const std::int64_t value_head =
+      HeadOffset(args.value_layout, args.starts, batch, bh % args.heads);
 
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> state[kWidth / 16];
   for (auto& s : state) wmma::fill_fragment(s, 0.0F);
 
   const int begin = slice * tiles_per_slice * kTile;
-  const int end = min(args.tokens, begin + tiles_per_slice * kTile);
+  // A slice past a short sequence's end sums nothing and writes zeros.
+  const int end = min(SequenceRows(args, batch), begin + tiles_per_slice * kTile);
   for (int t0 = begin; t0 < end; t0 += kTile) {
-    LoadExtendedRows<D>(args, args.k + head, batch, t0, end, /*keys=*/true, alpha, rows);
-    LoadValueRows<D>(args, args.v + head, batch, t0, end, scales.inverse, scales.constant, values);
+    LoadExtendedRows<D>(args, args.k + key_head, args.in_layout.token, batch, t0, end,
+                        /*keys=*/true, alpha, rows);
+    LoadValueRows<D>(args, args.v + value_head, args.value_layout.token, batch, t0, end,
+                     scales.inverse, scales.constant, values);
     __syncthreads();
     BuildFeatures<D>(rows, pair_i, pair_j, features);
     __syncthreads();
@@ -236,10 +243,14 @@ __global__ void __launch_bounds__(kThreads)
 
   const int t0 = static_cast<int>(blockIdx.x) * kTile;
   const int bh = static_cast<int>(blockIdx.y);
+  const int batch = bh / args.heads;
+  const int length = SequenceRows(args, batch);
+  if (t0 >= length) return;  // a tile past a short sequence's end (the whole block)
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const float alpha = sqrtf(sqrtf(static_cast<float>(D)));
-  const std::size_t head = static_cast<std::size_t>(bh) * args.tokens * D;
-  LoadExtendedRows<D>(args, args.q + head, 0, t0, args.tokens, /*keys=*/false, alpha, rows);
+  const std::int64_t head = HeadOffset(args.in_layout, args.starts, batch, bh % args.heads);
+  LoadExtendedRows<D>(args, args.q + head, args.in_layout.token, batch, t0, length,
+                      /*keys=*/false, alpha, rows);
 
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> nom[kWidth / 16];
   for (auto& n : nom) wmma::fill_fragment(n, 0.0F);
@@ -272,13 +283,12 @@ __global__ void __launch_bounds__(kThreads)
                             wmma::mem_row_major);
   }
   __syncthreads();
+  float* y = args.y + HeadOffset(args.out_layout, args.starts, batch, bh % args.heads);
   for (int e = static_cast<int>(threadIdx.x); e < kTile * D; e += kThreads) {
     const int t = e / D;
     const int col = e % D;
     const int token = t0 + t;
-    if (token < args.tokens) {
-      args.y[head + static_cast<std::size_t>(token) * D + col] = out[t][col] / out[t][D];
-    }
+    if (token < length) y[token * args.out_layout.token + col] = out[t][col] / out[t][D];
   }
 }
 
@@ -314,17 +324,19 @@ __global__ void __launch_bounds__(kThreads)
   const int q0 = static_cast<int>(blockIdx.x) * kTile;
   const int bh = static_cast<int>(blockIdx.y);
   const int batch = bh / args.heads;
+  const int length = SequenceRows(args, batch);
+  if (q0 >= length) return;  // a tile past a short sequence's end (the whole block)
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const std::size_t head = static_cast<std::size_t>(bh) * args.tokens * D;
+  const std::int64_t head = HeadOffset(args.in_layout, args.starts, batch, bh % args.heads);
+  const std::int64_t stride = args.in_layout.token;
+  const float* v = args.v + HeadOffset(args.value_layout, args.starts, batch, bh % args.heads);
 
   for (int e = static_cast<int>(threadIdx.x); e < kTile * kDim; e += kThreads) {
     const int t = e / kDim;
     const int col = e % kDim;
     const int token = q0 + t;
-    const float value = token < args.tokens && col < D
-                            ? args.q[head + static_cast<std::size_t>(token) * D + col]
-                            : 0.0F;
+    const float value = token < length && col < D ? args.q[head + token * stride + col] : 0.0F;
     queries[t][col] = __float2bfloat16(value);
   }
   __syncthreads();
@@ -335,15 +347,13 @@ __global__ void __launch_bounds__(kThreads)
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> nom[kWidth / 16];
   for (auto& n : nom) wmma::fill_fragment(n, 0.0F);
 
-  for (int k0 = 0; k0 < args.tokens; k0 += kTile) {
+  for (int k0 = 0; k0 < length; k0 += kTile) {
     __syncthreads();  // the previous tile (or the queries) is consumed
     for (int e = static_cast<int>(threadIdx.x); e < kTile * kDim; e += kThreads) {
       const int t = e / kDim;
       const int col = e % kDim;
       const int token = k0 + t;
-      const float value = token < args.tokens && col < D
-                              ? args.k[head + static_cast<std::size_t>(token) * D + col]
-                              : 0.0F;
+      const float value = token < length && col < D ? args.k[head + token * stride + col] : 0.0F;
       keys[t][col] = __float2bfloat16(value);
     }
     for (int e = static_cast<int>(threadIdx.x); e < kTile * kWidth; e += kThreads) {
@@ -353,7 +363,7 @@ __global__ void __launch_bounds__(kThreads)
       float value = 0.0F;
       if (KeyReal(args, batch, token)) {
         if (col < D) {
-          value = args.v[head + static_cast<std::size_t>(token) * D + col];
+          value = v[token * args.value_layout.token + col];
         } else if (col == D) {
           value = 1.0F;
         }
@@ -401,13 +411,12 @@ __global__ void __launch_bounds__(kThreads)
   __syncwarp();
   const float count = args.counts[batch];
   const float scale = args.output_normalize ? sqrtf(count / static_cast<float>(D)) : 1.0F;
+  float* y = args.y + HeadOffset(args.out_layout, args.starts, batch, bh % args.heads);
   for (int e = lane; e < 16 * D; e += 32) {
     const int t = warp * 16 + e / D;
     const int col = e % D;
     const int token = q0 + t;
-    if (token < args.tokens) {
-      args.y[head + static_cast<std::size_t>(token) * D + col] = out[t][col] / out[t][D] * scale;
-    }
+    if (token < length) y[token * args.out_layout.token + col] = out[t][col] / out[t][D] * scale;
   }
 }
 
@@ -467,7 +476,8 @@ cudaError_t LaunchDirectFor(const AttentionArgs& args, cudaStream_t stream) {
 
 bool ShapeFits(const AttentionArgs& args) {
   return SupportedHeadDim(args.head_dim) && args.batch > 0 && args.heads > 0 &&
-         args.tokens > 0 && static_cast<long long>(args.batch) * args.heads <= kMaxGridYZ;
+         args.tokens > 0 && static_cast<long long>(args.batch) * args.heads <= kMaxGridYZ &&
+         (args.starts == nullptr || args.key_padding == nullptr);
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 // The fused CUDA kernels of TaylorShift attention's forward (model/kernels/taylor_kernels_cuda.cu):
 // torch-free launchers over raw device pointers, for model/kernels/fused_cuda_attention.cc. Both
-// take float32 q̂, k̂ (already normalised, temperature applied) and v, [B, H, N, d] contiguous, an
-// optional key-padding mask [B, N] (true = padded) and each sequence's number of real tokens,
-// and write float32 y [B, H, N, d]. Products run in bfloat16 on tensor cores with float32
-// accumulation; feature maps, scores and denominators never reach global memory.
+// take float32 q̂, k̂ (already normalised, temperature applied) and v, and write float32 y, either
+// as a padded batch ([B, H, N, d] at any strides, an optional key-padding mask [B, N], true =
+// padded) or as a packed one (every sequence's rows one after another, [T, H, d] at any strides,
+// sequences cut by `starts`), with each sequence's number of real tokens. Products run in bfloat16
+// on tensor cores with float32 accumulation; feature maps, scores and denominators never reach
+// global memory.
 //
 // - Efficient path: the state KV = Σ_j ψ(k_j) v'_jᵀ over the (d+1)(d+2)/2 symmetric features of
 //   [k | 1] (built tile by tile in shared memory), summed over slices of the sequence by
@@ -18,6 +20,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 namespace ts::cuda_kernels {
 
@@ -38,13 +41,30 @@ __host__ __device__ inline void FeaturePair(int f, int m, int& i, int& j) {
   j = row + (f - PairBase(row, m));
 }
 
+// Where a head's tokens lie, in elements: token t of head h of sequence b starts at
+// First(b) + h·head + t·token, where First(b) is b·batch for a padded batch and starts[b]·token
+// for a packed one; a row's d values are contiguous. [B, H, N, d] contiguous is
+// {H·N·d, N·d, d}; q of a packed qkv product [T, 3, H, d] is {-, d, 3·H·d}.
+struct TokenLayout {
+  std::int64_t batch = 0;
+  std::int64_t head = 0;
+  std::int64_t token = 0;
+};
+
 struct AttentionArgs {
-  const float* q = nullptr;  // [B, H, N, d]
+  const float* q = nullptr;  // float32 rows at in_layout
   const float* k = nullptr;
-  const float* v = nullptr;
-  const bool* key_padding = nullptr;  // [B, N], true = padded; null when nothing is padded
+  const float* v = nullptr;  // float32 rows at value_layout
+  float* y = nullptr;        // float32 rows at out_layout
+  TokenLayout in_layout;
+  TokenLayout value_layout;
+  TokenLayout out_layout;
+  // Packed batch: sequence b is rows starts[b] .. starts[b + 1] - 1 ([B + 1] int32 on the
+  // device), `tokens` is the longest sequence, and key_padding is null. Null for a padded batch
+  // of `tokens` rows per sequence.
+  const int* starts = nullptr;
+  const bool* key_padding = nullptr;  // padded batch: [B, N], true = padded; null when none is
   const float* counts = nullptr;      // [B]: real tokens per sequence (at least 1)
-  float* y = nullptr;                 // [B, H, N, d]
   int batch = 0;
   int heads = 0;
   int tokens = 0;
@@ -55,6 +75,20 @@ struct AttentionArgs {
   float c = 1.0F;
   bool output_normalize = true;
 };
+
+// The offset of head h of sequence b (its token 0) in a tensor laid out as `layout`.
+__host__ __device__ inline std::int64_t HeadOffset(const TokenLayout& layout, const int* starts,
+                                                   int b, int h) {
+  const std::int64_t first =
+      starts != nullptr ? static_cast<std::int64_t>(starts[b]) * layout.token : b * layout.batch;
+  return first + h * layout.head;
+}
+
+// Rows of sequence b: its own length in a packed batch, `tokens` in a padded one (where the
+// mask says which are real).
+__host__ __device__ inline int SequenceRows(const AttentionArgs& args, int b) {
+  return args.starts != nullptr ? args.starts[b + 1] - args.starts[b] : args.tokens;
+}
 
 // Head dimensions with a kernel: 8, 16, 32, 64.
 bool SupportedHeadDim(int head_dim);

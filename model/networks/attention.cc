@@ -136,4 +136,28 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
   return y;
 }
 
+torch::Tensor TaylorShiftAttentionImpl::ForwardPacked(const torch::Tensor& x,
+                                                      const PackedBatch& batch,
+                                                      AttentionPath path) {
+  TORCH_CHECK(!is_training(), "attention: ForwardPacked runs in eval mode only");
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.dim(), "attention: x must be [T, ",
+              options_.dim(), "], got ", x.sizes());
+  const std::int64_t rows = x.size(0), heads = options_.heads(), d = head_dim();
+  // [T, 3, H, d]: q, k and v are views, their rows read in place by the fused CUDA kernels.
+  const auto qkv_rows = MixedLinear(qkv, qkv_low_, x).view({rows, 3, heads, d});
+  auto q = qkv_rows.select(1, 0);
+  auto k = qkv_rows.select(1, 1);
+  const auto v = qkv_rows.select(1, 2);
+  const AttentionPath concrete = ResolvePath(path, batch.width);
+  if (concrete != AttentionPath::kSoftmax) {
+    if (options_.input_normalize()) {
+      std::tie(q, k) = NormalizeQueryKey(q, k, temperature.view({heads, 1}));
+    } else {
+      q = q * (1.0 / std::sqrt(static_cast<double>(options_.dim())));  // as forward scales
+    }
+  }
+  const auto y = RunPackedAttentionPath(concrete, q, k, v, batch, low_kernel_options_);
+  return MixedLinear(proj, proj_low_, y.reshape({rows, options_.dim()}));
+}
+
 }  // namespace ts

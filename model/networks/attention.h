@@ -9,6 +9,7 @@
 
 #include "model/api/attention_path.h"
 #include "model/kernels/mixed_linear.h"
+#include "model/kernels/packed_attention.h"
 #include "model/kernels/taylor_attention.h"
 
 namespace ts {
@@ -43,6 +44,13 @@ class TaylorShiftAttentionImpl : public torch::nn::Module {
   // `path` may be kAuto (resolved with ResolvePath for this N).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& key_padding_mask = {},
                         AttentionPath path = AttentionPath::kAuto);
+
+  // Inference (eval mode) on a packed batch (model/kernels/packed_attention.h): x [T, C] holds
+  // `batch`'s rows; the qkv and output projections run on those rows alone. kAuto resolves for
+  // the batch's padded width. Each sequence's rows equal forward's on its padded row up to the
+  // order of floating-point sums.
+  torch::Tensor ForwardPacked(const torch::Tensor& x, const PackedBatch& batch,
+                              AttentionPath path = AttentionPath::kAuto);
 
   // The concrete path kAuto means for sequences of `tokens` tokens.
   AttentionPath ResolvePath(AttentionPath path, std::int64_t tokens) const;

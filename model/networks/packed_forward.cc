@@ -16,7 +16,7 @@ torch::Tensor PackedForward(TaylorShiftEncoderImpl& model, const torch::Tensor& 
   const auto ids = tokens.to(torch::kLong);
   const auto lens = lengths.to(torch::kLong);
   const auto positions = torch::arange(length, lens.options()).unsqueeze(0);
-  const auto valid = positions < lens.unsqueeze(1);  // [B, N]
+  const auto valid = positions < lens.unsqueeze(1);  // [B, N], for the conv embedding
 
   // The embedding on the padded layout, as forward computes it; CLS first in every row.
   torch::Tensor x;
@@ -29,28 +29,17 @@ torch::Tensor PackedForward(TaylorShiftEncoderImpl& model, const torch::Tensor& 
   x = torch::cat({model.cls_token.expand({batch, 1, width}), x}, 1);
 
   // The packed rows: the real ones of the padded [B·(N + 1)] rows, CLS included.
-  const auto keep = torch::cat({torch::ones({batch, 1}, valid.options()), valid}, 1);
-  const auto rows = keep.reshape({-1}).nonzero().squeeze(1);      // [T], in sequence order
-  const auto cls_rows = torch::cumsum(lens + 1, 0) - (lens + 1);  // each sequence's first row
-  // Back to the padded layout: a real position takes its packed row, a padded one its
-  // sequence's CLS row (finite values, so that the masked keys' zero weights stay zero; their
-  // outputs are dropped).
-  const auto slots = torch::arange(length + 1, lens.options()).unsqueeze(0);
-  const auto spread_rows =
-      (cls_rows.unsqueeze(1) + torch::where(keep, slots, torch::zeros_like(slots))).reshape({-1});
-  const torch::Tensor key_padding_mask = keep.logical_not();
-  const bool padded = key_padding_mask.any().item<bool>();
+  const PackedBatch packing = PackBatch(lens + 1, length + 1);
   const AttentionPath resolved = model.ResolvePath(path, length + 1, batch);
 
-  auto packed = x.reshape({-1, width}).index_select(0, rows);  // [T, C]
+  auto packed = x.reshape({-1, width}).index_select(0, packing.rows);  // [T, C]
   for (const auto& module : *model.blocks) {
     auto& block = *module->as<TaylorShiftBlockImpl>();
-    const auto normed = block.Norm(block.norm1, packed);
-    const auto spread = normed.index_select(0, spread_rows).view({batch, length + 1, width});
-    const auto attended = block.attn(spread, padded ? key_padding_mask : torch::Tensor(), resolved);
-    packed = packed + attended.reshape({-1, width}).index_select(0, rows);
+    packed = packed + block.attn->ForwardPacked(block.Norm(block.norm1, packed), packing, resolved);
     packed = packed + block.mlp(block.Norm(block.norm2, packed));
   }
+  // Each sequence's first packed row is its CLS.
+  const auto cls_rows = packing.starts.narrow(0, 0, batch).to(torch::kLong);
   return model.head(model.norm(packed.index_select(0, cls_rows)));
 }
 

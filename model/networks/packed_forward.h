@@ -1,10 +1,11 @@
 // The encoder's inference forward over a batch packed without padding: every sequence's real
 // tokens (and its CLS) stand one after another in one [T, C] tensor, so the per-token work — the
 // LayerNorms, the MLPs (two thirds of a block's per-token products) and the residual sums — costs
-// nothing for padding. Attention still sees the padded [B, N + 1, C] layout, where its kernels
-// skip the padded keys per sequence (the Taylor state is per sequence); the embedding runs on it
-// too (the conv embedding's windows must not cross sequences). Results equal
-// TaylorShiftEncoderImpl::forward's up to the order of floating-point sums.
+// nothing for padding, and so do the attention's qkv and output projections
+// (TaylorShiftAttentionImpl::ForwardPacked): on a GPU the fused CUDA kernels read the packed rows
+// in place, every other kernel spreads them to the padded [B, N + 1] layout and back. The
+// embedding runs on the padded layout (the conv embedding's windows must not cross sequences).
+// Results equal TaylorShiftEncoderImpl::forward's up to the order of floating-point sums.
 //
 // Inference only (eval mode, no autograd), read-only on the model: several threads may call it.
 #pragma once

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,35 @@ TEST(TaylorKernelsCudaHostTest, FeaturePairsCoverEveryPairOnceInOrder) {
           << "d=" << d << " feature " << f;
     }
   }
+}
+
+// A packed batch's rows: sequence b's token t of head h at (starts[b] + t)·token + h·head, each
+// sequence with its own number of rows; a padded batch's at b·batch + h·head + t·token, every
+// sequence with `tokens` rows. (q of a qkv product [rows, 3, H, d]: token = 3·H·d, head = d.)
+TEST(TaylorKernelsCudaHostTest, LayoutsAddressPackedAndPaddedRows) {
+  constexpr int kHeads = 4;
+  constexpr int kDim = 8;
+  const int starts[] = {0, 2, 3, 10};
+  const TokenLayout packed{0, kDim, 3 * kHeads * kDim};
+  AttentionArgs args;
+  args.starts = starts;
+  args.tokens = 7;
+  const int lengths[] = {2, 1, 7};
+  for (int b = 0; b < 3; ++b) {
+    EXPECT_EQ(SequenceRows(args, b), lengths[b]);
+    for (int h = 0; h < kHeads; ++h) {
+      for (int t = 0; t < lengths[b]; ++t) {
+        EXPECT_EQ(HeadOffset(packed, starts, b, h) + t * packed.token,
+                  static_cast<std::int64_t>(starts[b] + t) * 3 * kHeads * kDim + h * kDim);
+      }
+    }
+  }
+  args.starts = nullptr;
+  EXPECT_EQ(SequenceRows(args, 2), 7);
+  // [B, N, 3, H, d] read as q [B, H, N, d] (N = 7).
+  const TokenLayout padded{7 * 3 * kHeads * kDim, kDim, 3 * kHeads * kDim};
+  EXPECT_EQ(HeadOffset(padded, nullptr, 2, 3) + 5 * padded.token,
+            ((2 * 7 + 5) * 3 * kHeads + 3) * kDim);
 }
 
 AttentionArgs Shape(int batch, int heads, int tokens, int d) {
