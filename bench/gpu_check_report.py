@@ -144,7 +144,15 @@ def main():
         for name, row in bench["bench-classify"].items():
             ms = f"{row['ms']:.2f}" if row.get("ms") else row.get("error", "-")
             lines.append(f"  {name:48} {ms}")
-    text = "\n".join(lines[:120]) + "\n"
+    fla = load(os.path.join(args.work, "fla.json"))
+    if fla:
+        result["fla"] = fla
+        lines.append(f"flash-linear-attention {fla.get('fla')} (causal; bf16, B {fla.get('batch')}, "
+                     f"H {fla.get('heads')}; ms per call):")
+        for row in fla.get("results", []):
+            ms = f"{row['ms']:.3f}" if "ms" in row else row.get("error", "-")[:80]
+            lines.append(f"  {row['kernel']:24} N {row['tokens']:6} d {row['head_dim']:3} {ms}")
+    text = "\n".join(lines[:160]) + "\n"
     with open(os.path.join(args.out, "summary.txt"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "gpu-check.json"), "w") as f:
