@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "client/channel.h"
 #include "grpcpp/channel.h"
@@ -25,6 +26,10 @@ constexpr int kExitUsage = 2;
 
 // Prints "tsctl: MESSAGE" and a hint to stderr; returns kExitUsage.
 int Usage(absl::string_view message);
+
+// Prints a local error (one that is no RPC's) as "tsctl: CODE: message" to stderr; returns
+// kExitError.
+int LocalError(const absl::Status& status);
 
 // Prints "tsctl: RPC on SERVER failed: CODE: message" to stderr; returns kExitError.
 int RpcFailed(const std::string& rpc, const ConnectionOptions& options, const grpc::Status& status);

@@ -49,13 +49,6 @@ std::unique_ptr<Jobs::Stub> NewJobsStub(const ConnectionOptions& options) {
   return channel == nullptr ? nullptr : Jobs::NewStub(channel);
 }
 
-// Prints a local error the way tsctl reports them ("tsctl: CODE: message"); returns 1.
-int LocalError(const absl::Status& status) {
-  std::cerr << "tsctl: " << GrpcCodeName(ToGrpcStatus(status).error_code()) << ": "
-            << status.message() << "\n";
-  return kExitError;
-}
-
 // A spec file's size at most: the server's default jobs.limits.max_spec_bytes. Checked before
 // the file is read or parsed, so an 80 MB file that is mostly a comment costs nothing.
 constexpr std::uintmax_t kMaxSpecFileBytes = 1 << 20;
@@ -105,6 +98,17 @@ struct JobFlags {
   bool curve = false;
   std::string out;
 };
+
+// The unary call `rpc` with the request that names job flags.id; false after reporting a failure.
+template <typename Request, typename Response>
+bool CallWithId(Jobs::Stub& stub,
+                grpc::Status (Jobs::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                const std::string& rpc, const JobFlags& flags, Response* response) {
+  Request request;
+  request.set_id(flags.id);
+  return CallOrReport(stub, method, rpc, flags.common.connection, UnaryTimeoutMs(flags.common),
+                      request, response);
+}
 
 // 0 when the job SUCCEEDED; otherwise names the state and reason on stderr and returns 1.
 int JobOutcome(const Job& job) {
@@ -224,38 +228,40 @@ int RunJobsList(const ListFlags& flags) {
   return kExitOk;
 }
 
-// Every page of the job's history, followed from the first to the last and concatenated.
-grpc::Status FetchHistory(Jobs::Stub& stub, const ConnectionOptions& connection,
-                          const std::string& id, std::int64_t timeout_ms,
-                          taylorshift::v1::GetJobHistoryResponse* history) {
+// Every page of the job's history, followed from the first to the last and concatenated; false
+// after reporting a failure.
+bool FetchHistory(Jobs::Stub& stub, const ConnectionOptions& connection, const std::string& id,
+                  std::int64_t timeout_ms, taylorshift::v1::GetJobHistoryResponse* history) {
   taylorshift::v1::GetJobHistoryRequest request;
   request.set_id(id);
   request.set_page_size(kHistoryPageSize);
   for (int page = 0; page < kMaxHistoryPages; ++page) {
-    grpc::ClientContext context;
-    PrepareContext(connection, timeout_ms, &context);
     taylorshift::v1::GetJobHistoryResponse response;
-    grpc::Status status = stub.GetJobHistory(&context, request, &response);
-    if (!status.ok()) return status;
+    if (!CallOrReport(stub, &Jobs::Stub::GetJobHistory, "GetJobHistory", connection, timeout_ms,
+                      request, &response)) {
+      return false;
+    }
     const bool empty = response.loss_curve().empty() && response.validations().empty();
-    for (auto& point : *response.mutable_loss_curve()) {
-      *history->add_loss_curve() = std::move(point);
+    history->MergeFrom(response);
+    if (response.next_page_token().empty()) {
+      history->clear_next_page_token();
+      return true;
     }
-    for (auto& report : *response.mutable_validations()) {
-      *history->add_validations() = std::move(report);
-    }
-    if (response.next_page_token().empty()) return grpc::Status::OK;
     // A page that moves nothing forward would repeat forever.
     if (empty || response.next_page_token() == request.page_token()) {
-      return grpc::Status(grpc::StatusCode::INTERNAL,
-                          "the server answered a page without progress (an empty page, or the "
-                          "same page_token again)");
+      RpcFailed("GetJobHistory", connection,
+                grpc::Status(grpc::StatusCode::INTERNAL,
+                             "the server answered a page without progress (an empty page, or the "
+                             "same page_token again)"));
+      return false;
     }
     request.set_page_token(response.next_page_token());
   }
-  return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
-                      absl::StrCat("job ", id, " has more than ", kMaxHistoryPages,
-                                   " pages of history; stopped following them"));
+  RpcFailed("GetJobHistory", connection,
+            grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                         absl::StrCat("job ", id, " has more than ", kMaxHistoryPages,
+                                      " pages of history; stopped following them")));
+  return false;
 }
 
 // "F.png" → ".png"; "" when the file name has no extension.
@@ -287,11 +293,7 @@ int RunJobsPlot(const JobFlags& flags) {
   if (stub == nullptr) return kExitError;
 
   Job job;
-  taylorshift::v1::GetJobRequest request;
-  request.set_id(id);
-  if (!CallOrReport(*stub, &Jobs::Stub::GetJob, "GetJob", connection, timeout_ms, request, &job)) {
-    return kExitError;
-  }
+  if (!CallWithId(*stub, &Jobs::Stub::GetJob, "GetJob", flags, &job)) return kExitError;
   if (job.kind() == taylorshift::v1::JOB_KIND_EVALUATION || job.has_evaluation()) {
     // An empty chart would read as "nothing learned yet"; say what there is instead.
     std::cerr << "tsctl: job " << job.id()
@@ -301,10 +303,7 @@ int RunJobsPlot(const JobFlags& flags) {
     return kExitError;
   }
   taylorshift::v1::GetJobHistoryResponse history;
-  if (const grpc::Status status = FetchHistory(*stub, connection, id, timeout_ms, &history);
-      !status.ok()) {
-    return RpcFailed("GetJobHistory", connection, status);
-  }
+  if (!FetchHistory(*stub, connection, id, timeout_ms, &history)) return kExitError;
   const std::string title =
       absl::StrCat(job.id(), " ", job.name(), ": training loss and validation accuracy");
   const bool csv = absl::EqualsIgnoreCase(Extension(out), ".csv");
@@ -325,38 +324,24 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
   const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
   const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags.common);
   const bool json = flags.json;
-  const bool curve = flags.curve;
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   if (stub == nullptr) return kExitError;
   if (subcommand == "watch") return WatchJob(*stub, connection, id, watch_timeout_ms, json);
 
   Job job;
   if (subcommand == "get") {
-    taylorshift::v1::GetJobRequest request;
-    request.set_id(id);
-    if (!CallOrReport(*stub, &Jobs::Stub::GetJob, "GetJob", connection, timeout_ms, request,
-                      &job)) {
-      return kExitError;
-    }
-    if (!curve) {
+    if (!CallWithId(*stub, &Jobs::Stub::GetJob, "GetJob", flags, &job)) return kExitError;
+    if (!flags.curve) {
       std::cout << (json ? JobJson(job) + "\n" : JobDetails(job));
     } else {
       taylorshift::v1::GetJobHistoryResponse history;
-      if (const grpc::Status fetched = FetchHistory(*stub, connection, id, timeout_ms, &history);
-          !fetched.ok()) {
-        return RpcFailed("GetJobHistory", connection, fetched);
-      }
+      if (!FetchHistory(*stub, connection, id, timeout_ms, &history)) return kExitError;
       std::cout << (json ? JobJson(job, &history) + "\n"
                          : absl::StrCat(JobDetails(job), "\n", HistoryText(history)));
     }
   } else if (subcommand == "delete") {
-    taylorshift::v1::DeleteJobRequest request;
-    request.set_id(id);
     taylorshift::v1::DeleteJobResponse deleted;
-    if (!CallOrReport(*stub, &Jobs::Stub::DeleteJob, "DeleteJob", connection, timeout_ms, request,
-                      &deleted)) {
-      return kExitError;
-    }
+    if (!CallWithId(*stub, &Jobs::Stub::DeleteJob, "DeleteJob", flags, &deleted)) return kExitError;
     if (json) {
       std::cout << DumpJson(MessageJson(deleted)) << "\n";
     } else {
@@ -365,12 +350,7 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
                                    static_cast<double>(deleted.bytes_freed()) / (1 << 20));
     }
   } else {
-    taylorshift::v1::CancelJobRequest request;
-    request.set_id(id);
-    if (!CallOrReport(*stub, &Jobs::Stub::CancelJob, "CancelJob", connection, timeout_ms, request,
-                      &job)) {
-      return kExitError;
-    }
+    if (!CallWithId(*stub, &Jobs::Stub::CancelJob, "CancelJob", flags, &job)) return kExitError;
     // A queued job is cancelled at once; a running one is only asked to stop (its worker gets
     // SIGTERM), so the job CancelJob answers is still RUNNING: do not print that as its state.
     std::cout << (json ? JobJson(job)
@@ -463,9 +443,8 @@ void AddPromoteFlags(CLI::App& command, PromoteFlags* flags) {
       ->check(NonEmpty());
   source->require_option(1);
   command
-      .add_option_function<std::string>(
-          "--model", [request](const std::string& model) { request->set_model(model); },
-          "serve it as model NAME (a new name, or a new version of it)")
+      .add_option("--model", *request->mutable_model(),
+                  "serve it as model NAME (a new name, or a new version of it)")
       ->required()
       ->check(NonEmpty());
   command

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -15,10 +14,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "api/proto_names.h"
 #include "api/v2_raw.h"
@@ -34,9 +33,8 @@ using Json = nlohmann::json;
 using taylorshift::v1::ClassifyRequest;
 using taylorshift::v1::ClassifyResponse;
 
+// Indexed by BenchProtocol.
 constexpr const char* kProtocolNames[] = {"classify", "v2-grpc", "v2-rest", "rest"};
-constexpr BenchProtocol kProtocols[] = {BenchProtocol::kClassify, BenchProtocol::kV2Grpc,
-                                        BenchProtocol::kV2Rest, BenchProtocol::kRest};
 
 // Extra wait beyond the deadline before an HTTP call gives up by itself, so that the server's
 // 504 (its deadline is X-Timeout-Ms) normally arrives first.
@@ -57,6 +55,13 @@ struct V2Tensor {
 
 absl::Status Malformed(absl::string_view what) {
   return absl::InternalError(absl::StrCat("unreadable v2 answer: ", what));
+}
+
+// The decoders read FP32 and BYTES outputs only.
+absl::Status CheckDatatype(const V2Tensor& tensor) {
+  if (tensor.datatype == "FP32" || tensor.datatype == "BYTES") return absl::OkStatus();
+  return Malformed(absl::StrCat("output \"", tensor.name, "\" has datatype '", tensor.datatype,
+                                "' (expected FP32 or BYTES)"));
 }
 
 std::int64_t ElementCount(const std::vector<std::int64_t>& shape) {
@@ -132,12 +137,11 @@ absl::Status FillFromTensors(const std::vector<V2Tensor>& tensors, ClassifyRespo
   }
   if (!have_label && response->probabilities_size() > 0) {
     // Only probabilities asked for: the best one's label, when the answer names it.
-    int best = 0;
-    for (int i = 1; i < response->probabilities_size(); ++i) {
-      if (response->probabilities(i).probability() > response->probabilities(best).probability())
-        best = i;
-    }
-    response->set_label(response->probabilities(best).label());
+    const auto& entries = response->probabilities();
+    const auto best = std::max_element(
+        entries.begin(), entries.end(),
+        [](const auto& a, const auto& b) { return a.probability() < b.probability(); });
+    response->set_label(best->label());
   }
   return absl::OkStatus();
 }
@@ -257,8 +261,8 @@ class HttpCaller {
 }  // namespace
 
 absl::StatusOr<BenchProtocol> ParseBenchProtocol(absl::string_view name) {
-  for (std::size_t i = 0; i < std::size(kProtocols); ++i) {
-    if (name == kProtocolNames[i]) return kProtocols[i];
+  for (std::size_t i = 0; i < std::size(kProtocolNames); ++i) {
+    if (name == kProtocolNames[i]) return static_cast<BenchProtocol>(i);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown protocol '", name, "': expected classify, v2-grpc, v2-rest or rest"));
@@ -327,10 +331,7 @@ inference::ModelInferRequest V2InferRequest(const ClassifyRequest& request) {
   input->set_name("document");
   input->set_datatype("BYTES");
   input->add_shape(1);
-  std::string* raw = infer.add_raw_input_contents();
-  const auto length = static_cast<std::uint32_t>(request.document().size());
-  for (int b = 0; b < 4; ++b) raw->push_back(static_cast<char>((length >> (8 * b)) & 0xff));
-  raw->append(request.document());
+  *infer.add_raw_input_contents() = EncodeRawBytes({request.document()});
   return infer;
 }
 
@@ -379,28 +380,19 @@ absl::Status DecodeV2Response(const inference::ModelInferResponse& answer,
   std::vector<V2Tensor> tensors;
   for (int i = 0; i < answer.outputs_size(); ++i) {
     const auto& output = answer.outputs(i);
-    V2Tensor tensor;
-    tensor.name = output.name();
-    tensor.datatype = output.datatype();
-    tensor.shape.assign(output.shape().begin(), output.shape().end());
+    V2Tensor tensor{
+        output.name(), output.datatype(), {output.shape().begin(), output.shape().end()}, {}, {}};
+    TS_RETURN_IF_ERROR(CheckDatatype(tensor));
+    const auto& contents = output.contents();
     absl::Status decoded;
-    if (tensor.datatype == "FP32") {
-      if (raw) {
-        decoded = ts::DecodeRawFp32(answer.raw_output_contents(i), &tensor.fp32);
-      } else {
-        tensor.fp32.assign(output.contents().fp32_contents().begin(),
-                           output.contents().fp32_contents().end());
-      }
-    } else if (tensor.datatype == "BYTES") {
-      if (raw) {
-        decoded = ts::DecodeRawBytes(answer.raw_output_contents(i), &tensor.bytes);
-      } else {
-        tensor.bytes.assign(output.contents().bytes_contents().begin(),
-                            output.contents().bytes_contents().end());
-      }
+    if (tensor.datatype == "FP32" && raw) {
+      decoded = DecodeRawFp32(answer.raw_output_contents(i), &tensor.fp32);
+    } else if (tensor.datatype == "FP32") {
+      tensor.fp32.assign(contents.fp32_contents().begin(), contents.fp32_contents().end());
+    } else if (raw) {
+      decoded = DecodeRawBytes(answer.raw_output_contents(i), &tensor.bytes);
     } else {
-      return Malformed(absl::StrCat("output \"", tensor.name, "\" has datatype '", tensor.datatype,
-                                    "' (expected FP32 or BYTES)"));
+      tensor.bytes.assign(contents.bytes_contents().begin(), contents.bytes_contents().end());
     }
     if (!decoded.ok()) {
       return Malformed(absl::StrCat("output \"", tensor.name, "\": ", decoded.message()));
@@ -424,13 +416,11 @@ absl::Status DecodeV2JsonResponse(const std::string& body, ClassifyResponse* res
       tensor.datatype = output.at("datatype").get<std::string>();
       tensor.shape = output.at("shape").get<std::vector<std::int64_t>>();
       const Json& data = output.at("data");
+      TS_RETURN_IF_ERROR(CheckDatatype(tensor));
       if (tensor.datatype == "FP32") {
         for (const Json& value : data) tensor.fp32.push_back(value.get<float>());
-      } else if (tensor.datatype == "BYTES") {
-        for (const Json& value : data) tensor.bytes.push_back(value.get<std::string>());
       } else {
-        return Malformed(absl::StrCat("output \"", tensor.name, "\" has datatype '",
-                                      tensor.datatype, "' (expected FP32 or BYTES)"));
+        for (const Json& value : data) tensor.bytes.push_back(value.get<std::string>());
       }
       tensors.push_back(std::move(tensor));
     }
@@ -515,15 +505,12 @@ absl::StatusOr<std::string> HttpBaseUrl(const std::string& http_address,
         "--tls-server-name is not supported over HTTP: give --http the name the server "
         "certificate carries");
   }
-  std::string rest = http_address;
+  absl::string_view rest = http_address;
   std::string scheme;
-  for (const char* prefix : {"http://", "https://"}) {
-    if (absl::StartsWith(rest, prefix)) {
-      scheme = std::string(prefix, std::strlen(prefix) - 3);
-      rest = rest.substr(std::strlen(prefix));
-    }
+  for (const char* name : {"http", "https"}) {
+    if (absl::ConsumePrefix(&rest, absl::StrCat(name, "://"))) scheme = name;
   }
-  if (absl::EndsWith(rest, "/")) rest.pop_back();
+  absl::ConsumeSuffix(&rest, "/");
   if (rest.empty() || rest.find('/') != std::string::npos || rest.rfind(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("--http: expected HOST:PORT (optionally after http:// or https://), got '",

@@ -27,10 +27,9 @@
 namespace ts::client {
 
 std::string ModelJson(const taylorshift::v1::ModelInfo& model);
-// A table with a header row and one row per model, ending in a newline.
 // Rows as left-aligned columns two spaces apart, one line each (rows[0] is the header).
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
-
+// A table with a header row and one row per model, ending in a newline.
 std::string ModelTable(const taylorshift::v1::ListModelsResponse& models);
 // "key: value" lines for one model.
 std::string ModelDetails(const taylorshift::v1::ModelInfo& model);

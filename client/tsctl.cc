@@ -33,6 +33,7 @@
 #include "client/result_format.h"
 #include "common/command_line.h"
 #include "common/json_output.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 
@@ -130,8 +131,6 @@ int RunClassify(const ClassifyInputs& flags) {
     return Usage("'-' (stdin) may be given only once");
   }
   const ClassifyRequest& prototype = flags.classify.prototype;
-  const auto concurrency = static_cast<std::size_t>(flags.concurrency);
-  const std::int64_t timeout_ms = flags.classify.TimeoutMs();
   const bool json = flags.classify.json;
   const ConnectionOptions& connection = flags.classify.common.connection;
 
@@ -166,7 +165,7 @@ int RunClassify(const ClassifyInputs& flags) {
       return;
     }
     grpc::ClientContext context;
-    PrepareContext(connection, timeout_ms, &context);
+    PrepareContext(connection, flags.classify.TimeoutMs(), &context);
     const auto start = std::chrono::steady_clock::now();
     result->status = stub->Classify(&context, request, &result->response);
     result->latency_ms =
@@ -182,7 +181,8 @@ int RunClassify(const ClassifyInputs& flags) {
     }
   };
   std::vector<std::thread> workers;
-  for (std::size_t i = 0; i < std::min(concurrency, inputs.size()); ++i) {
+  for (std::size_t i = 0; i < std::min(static_cast<std::size_t>(flags.concurrency), inputs.size());
+       ++i) {
     workers.emplace_back(worker);
   }
 
@@ -233,7 +233,6 @@ int RunBench(const BenchFlags& flags) {
   if (absl::Status valid = ValidateProtocolFlags(protocol, http, false); !valid.ok()) {
     return Usage(std::string(valid.message()));
   }
-  const auto seed = static_cast<std::uint64_t>(flags.seed);
   const std::int64_t timeout_ms = flags.classify.TimeoutMs();
   const ConnectionOptions& connection = flags.classify.common.connection;
   std::string http_base_url;
@@ -248,11 +247,7 @@ int RunBench(const BenchFlags& flags) {
     std::vector<ClassifyRequest> inputs;
     for (const std::string& file : flags.files) {
       ClassifyRequest input;
-      if (absl::Status read = SetInputFromFile(file, &input); !read.ok()) {
-        std::cerr << "tsctl: " << GrpcCodeName(ToGrpcStatus(read).error_code()) << ": "
-                  << read.message() << "\n";
-        return kExitError;
-      }
+      if (absl::Status read = SetInputFromFile(file, &input); !read.ok()) return LocalError(read);
       if (absl::Status valid = ValidateProtocolFlags(protocol, http, input.has_image());
           !valid.ok()) {
         return Usage(absl::StrCat(file, ": ", valid.message()));
@@ -270,7 +265,8 @@ int RunBench(const BenchFlags& flags) {
     generator.emplace(*std::move(round_robin));
   } else {
     generator.emplace(RequestGenerator::Synthetic(
-        prototype, flags.lengths.value_or(*LengthDistribution::Parse("fixed:1000")), seed));
+        prototype, flags.lengths.value_or(*LengthDistribution::Parse("fixed:1000")),
+        static_cast<std::uint64_t>(flags.seed)));
   }
 
   ClassifyCall call;
@@ -326,28 +322,24 @@ int RunBench(const BenchFlags& flags) {
 }
 
 int RunHealth(const HealthFlags& flags) {
+  using grpc::health::v1::Health;
   const std::string& service = flags.service;
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = flags.common.TimeoutMs(30000);
   std::shared_ptr<grpc::Channel> channel = ConnectOrReport(connection);
-  if (channel == nullptr) return kExitError;
-  grpc::ClientContext context;
-  PrepareContext(connection, timeout_ms, &context);
-  ServingStatus status = grpc::health::v1::HealthCheckResponse::UNKNOWN;
-  const grpc::Status call = CheckHealth(channel, service, &context, &status);
-  if (!call.ok()) {
-    return RpcFailed(service.empty() ? std::string("Health/Check")
-                                     : absl::StrCat("Health/Check of '", service, "'"),
-                     connection, call);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  if (channel == nullptr ||
+      !CallOrReport(*Health::NewStub(channel), &Health::Stub::Check,
+                    service.empty() ? std::string("Health/Check")
+                                    : absl::StrCat("Health/Check of '", service, "'"),
+                    connection, flags.common.TimeoutMs(30000), request, &response)) {
+    return kExitError;
   }
-  if (flags.json) {
-    std::cout << DumpJson(Json{{"service", service}, {"status", ServingStatusName(status)}})
-              << "\n";
-  } else {
-    std::cout << ServingStatusName(status) << "\n";
-  }
-  std::cout.flush();
-  return status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitError;
+  const std::string status = ServingStatusName(response.status());
+  std::cout << (flags.json ? DumpJson(Json{{"service", service}, {"status", status}}) : status)
+            << std::endl;
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitError;
 }
 
 // The request's over_length: the policies the server knows (ClassifyRequest.over_length).
@@ -363,10 +355,7 @@ absl::StatusOr<std::string> ParseOverLength(const std::string& name) {
 void AddClassifyFlags(CLI::App& command, ClassifyFlags* flags) {
   ClassifyRequest* prototype = &flags->prototype;
   prototype->set_path(*ParsePath("auto"));
-  command
-      .add_option_function<std::string>(
-          "--model", [prototype](const std::string& name) { prototype->set_model(name); },
-          "the model to classify with")
+  command.add_option("--model", *prototype->mutable_model(), "the model to classify with")
       ->required()
       ->check(NonEmpty());
   command
@@ -383,15 +372,8 @@ void AddClassifyFlags(CLI::App& command, ClassifyFlags* flags) {
         prototype->set_path(*path);
       },
       "attention path: auto|direct|efficient|softmax (default auto)");
-  command.add_option_function<std::string>(
-      "--over-length",
-      [prototype](const std::string& name) {
-        absl::StatusOr<std::string> policy = ParseOverLength(name);
-        if (!policy.ok()) {
-          throw CLI::ValidationError("--over-length", std::string(policy.status().message()));
-        }
-        prototype->set_over_length(*policy);
-      },
+  AddParsedOption(
+      command, "--over-length", prototype->mutable_over_length(), ParseOverLength,
       "inputs longer than the model's max_length: truncate (keep the head), keep_tail, reject "
       "(INVALID_ARGUMENT) or window (average overlapping windows); default the model's policy");
   command
