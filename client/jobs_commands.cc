@@ -266,10 +266,8 @@ bool FetchHistory(Jobs::Stub& stub, const ConnectionOptions& connection, const s
 
 // "F.png" → ".png"; "" when the file name has no extension.
 std::string Extension(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  const std::size_t dot = path.find_last_of('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
-  return path.substr(dot);
+  const std::size_t dot = path.find_last_of("./");
+  return dot == std::string::npos || path[dot] == '/' ? "" : path.substr(dot);
 }
 
 // jobs plot's --out: a .csv or .svg file name.

@@ -291,6 +291,7 @@ BenchReport RunLoad(const LoadOptions& options, const RequestGenerator& generato
   };
 
   std::vector<std::thread> workers;
+  workers.reserve(static_cast<std::size_t>(options.concurrency));
   for (int i = 0; i < options.concurrency; ++i) workers.emplace_back(worker);
   for (std::thread& thread : workers) thread.join();
 

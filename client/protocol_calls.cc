@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -64,16 +66,6 @@ absl::Status CheckDatatype(const V2Tensor& tensor) {
                                 "' (expected FP32 or BYTES)"));
 }
 
-std::int64_t ElementCount(const std::vector<std::int64_t>& shape) {
-  std::int64_t count = 1;
-  for (const std::int64_t d : shape) count *= d;
-  return count;
-}
-
-std::string ShapeText(const std::vector<std::int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
-
 // "score:index:label" (the label may itself hold colons).
 absl::Status ParseClassificationEntry(const std::string& entry,
                                       taylorshift::v1::ClassProbability* out) {
@@ -96,12 +88,13 @@ absl::Status ParseClassificationEntry(const std::string& entry,
 absl::Status FillFromTensors(const std::vector<V2Tensor>& tensors, ClassifyResponse* response) {
   bool have_label = false, have_probabilities = false;
   for (const V2Tensor& tensor : tensors) {
-    const std::string where = absl::StrCat("output \"", tensor.name, "\" (", tensor.datatype, " ",
-                                           ShapeText(tensor.shape), ")");
+    const std::string where = absl::StrCat("output \"", tensor.name, "\" (", tensor.datatype, " [",
+                                           absl::StrJoin(tensor.shape, ","), "])");
     if (tensor.shape.empty() || tensor.shape[0] != 1) {
       return Malformed(absl::StrCat(where, ": expected a batch of 1"));
     }
-    const std::int64_t count = ElementCount(tensor.shape);
+    const std::int64_t count = std::accumulate(tensor.shape.begin(), tensor.shape.end(),
+                                               std::int64_t{1}, std::multiplies<>());
     const std::int64_t have = static_cast<std::int64_t>(
         tensor.datatype == "FP32" ? tensor.fp32.size() : tensor.bytes.size());
     if (count != have) {

@@ -78,11 +78,10 @@ std::string ModelDetails(const ModelInfo& model) {
   line("crossover_tokens", absl::StrCat(model.crossover_tokens()));
   line("crossover_source", model.crossover_source());
   if (model.crossovers_size() > 0) {
-    std::vector<std::string> entries;
-    for (const auto& c : model.crossovers()) {
-      entries.push_back(absl::StrCat("batch ", c.batch(), ": ", c.tokens(), " tokens"));
-    }
-    line("crossovers", absl::StrJoin(entries, ", "));
+    line("crossovers",
+         absl::StrJoin(model.crossovers(), ", ", [](std::string* text, const auto& c) {
+           absl::StrAppend(text, "batch ", c.batch(), ": ", c.tokens(), " tokens");
+         }));
   }
   line("over_length_policy", model.over_length_policy());
   line("device", model.device());
@@ -118,12 +117,10 @@ std::string ClassifyText(const std::string& file, const ClassifyResponse& respon
       return a->probability() > b->probability();
     });
     if (best.size() > top_k) best.resize(top_k);
-    std::vector<std::string> entries;
-    entries.reserve(best.size());
-    for (const auto* entry : best) {
-      entries.push_back(absl::StrFormat("%s %.3f", entry->label(), entry->probability()));
-    }
-    absl::StrAppend(&out, " top-", best.size(), ": ", absl::StrJoin(entries, ", "));
+    absl::StrAppend(&out, " top-", best.size(), ": ",
+                    absl::StrJoin(best, ", ", [](std::string* text, const auto* entry) {
+                      absl::StrAppendFormat(text, "%s %.3f", entry->label(), entry->probability());
+                    }));
   }
   absl::StrAppendFormat(&out, " path=%s batch=%d tokens=%d", PathName(response.path()),
                         response.timing().batch_size(), response.tokens());

@@ -311,11 +311,9 @@ int RunBench(const BenchFlags& flags) {
   std::cout << (flags.classify.json ? FormatBenchJson(report) + "\n" : FormatBenchText(report));
   std::cout.flush();
   if (report.ok == 0) {
-    std::vector<std::string> errors;
-    for (const auto& [code, count] : report.errors)
-      errors.push_back(absl::StrCat(code, " x", count));
     std::cerr << "tsctl: no request to " << (UsesHttp(protocol) ? http_base_url : connection.server)
-              << " succeeded: " << absl::StrJoin(errors, ", ") << "\n";
+              << " succeeded: " << absl::StrJoin(report.errors, ", ", absl::PairFormatter(" x"))
+              << "\n";
     return kExitError;
   }
   return kExitOk;
