@@ -56,6 +56,8 @@ struct ConnectionFlags {
   std::optional<std::int64_t> timeout_ms;
   // --timeout-ms, else `fallback`.
   std::int64_t TimeoutMs(std::int64_t fallback) const { return timeout_ms.value_or(fallback); }
+  // The deadline of a unary call: --timeout-ms, else 30 s.
+  std::int64_t UnaryTimeoutMs() const { return TimeoutMs(30000); }
 };
 
 // Adds the flags of ConnectionFlags to `command`, parsed into *flags (which must outlive the

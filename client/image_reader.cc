@@ -1,5 +1,6 @@
 #include "client/image_reader.h"
 
+#include <charconv>
 #include <cstdint>
 #include <utility>
 
@@ -46,13 +47,12 @@ class TokenReader {
                                                      absl::string_view(&data_[pos_], 1), "'"));
     }
     std::uint64_t value = 0;
-    while (pos_ < data_.size() && absl::ascii_isdigit(static_cast<unsigned char>(data_[pos_]))) {
-      value = value * 10 + static_cast<std::uint64_t>(data_[pos_] - '0');
-      if (value > (std::uint64_t{1} << 32)) {
-        return absl::InvalidArgumentError(absl::StrCat("the ", what, " is too large"));
-      }
-      ++pos_;
+    const auto [end, error] =
+        std::from_chars(data_.data() + pos_, data_.data() + data_.size(), value);
+    if (error != std::errc() || value > (std::uint64_t{1} << 32)) {
+      return absl::InvalidArgumentError(absl::StrCat("the ", what, " is too large"));
     }
+    pos_ = static_cast<std::size_t>(end - data_.data());
     return value;
   }
 

@@ -35,7 +35,6 @@ using taylorshift::v1::Job;
 using taylorshift::v1::JobEvent;
 using taylorshift::v1::Jobs;
 
-constexpr std::int64_t kDefaultTimeoutMs = 30000;
 // ListJobs answers at most this many jobs per page.
 constexpr std::int64_t kMaxPageSize = 1000;
 // GetJobHistory pages: the server's maximum (entries of a few dozen bytes each, so a page
@@ -75,11 +74,6 @@ absl::StatusOr<std::string> ReadSpec(const std::string& file) {
   return ReadFile(file, "spec file");
 }
 
-// The unary calls' deadline: --timeout-ms (default 30 s).
-std::int64_t UnaryTimeoutMs(const ConnectionFlags& flags) {
-  return flags.TimeoutMs(kDefaultTimeoutMs);
-}
-
 // A watch lasts as long as the job: no deadline unless --timeout-ms is given.
 std::int64_t WatchTimeoutMs(const ConnectionFlags& flags) { return flags.TimeoutMs(0); }
 
@@ -106,7 +100,7 @@ bool CallWithId(Jobs::Stub& stub,
                 const std::string& rpc, const JobFlags& flags, Response* response) {
   Request request;
   request.set_id(flags.id);
-  return CallOrReport(stub, method, rpc, flags.common.connection, UnaryTimeoutMs(flags.common),
+  return CallOrReport(stub, method, rpc, flags.common.connection, flags.common.UnaryTimeoutMs(),
                       request, response);
 }
 
@@ -181,7 +175,7 @@ int Submit(const SubmitFlags& flags,
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   Job job;
   if (stub == nullptr ||
-      !CallOrReport(*stub, submit, rpc, connection, UnaryTimeoutMs(flags.common), request, &job)) {
+      !CallOrReport(*stub, submit, rpc, connection, flags.common.UnaryTimeoutMs(), request, &job)) {
     return kExitError;
   }
   if (!flags.wait) {
@@ -197,7 +191,7 @@ int RunJobsList(const ListFlags& flags) {
   request.set_kind(flags.kind);
   const std::int64_t limit = flags.limit;
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
+  const std::int64_t timeout_ms = flags.common.UnaryTimeoutMs();
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   if (stub == nullptr) return kExitError;
 
@@ -286,7 +280,7 @@ int RunJobsPlot(const JobFlags& flags) {
   const std::string& id = flags.id;
   const std::string& out = flags.out;
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
+  const std::int64_t timeout_ms = flags.common.UnaryTimeoutMs();
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   if (stub == nullptr) return kExitError;
 
@@ -319,7 +313,7 @@ int RunJobsPlot(const JobFlags& flags) {
 int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
   const std::string& id = flags.id;
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
+  const std::int64_t timeout_ms = flags.common.UnaryTimeoutMs();
   const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags.common);
   const bool json = flags.json;
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
@@ -370,7 +364,7 @@ int RunPromote(const PromoteFlags& flags) {
   taylorshift::v1::PromoteCheckpointResponse response;
   if (stub == nullptr ||
       !CallOrReport(*stub, &Jobs::Stub::PromoteCheckpoint, "PromoteCheckpoint", connection,
-                    UnaryTimeoutMs(flags.common), flags.request, &response)) {
+                    flags.common.UnaryTimeoutMs(), flags.request, &response)) {
     return kExitError;
   }
   std::cout << (flags.json ? PromoteJson(response) : PromoteText(response)) << std::endl;

@@ -128,18 +128,6 @@ std::size_t LengthDistribution::Sample(std::mt19937_64& rng) const {
   return min_;
 }
 
-std::string LengthDistribution::ToString() const {
-  switch (kind_) {
-    case Kind::kFixed:
-      return absl::StrCat("fixed:", min_);
-    case Kind::kUniform:
-      return absl::StrCat("uniform:", min_, ":", max_);
-    case Kind::kLogNormal:
-      return absl::StrCat("lognormal:", median_, ":", sigma_, ":", max_);
-  }
-  return "";
-}
-
 RequestGenerator RequestGenerator::Synthetic(ClassifyRequest prototype, LengthDistribution lengths,
                                              std::uint64_t seed) {
   RequestGenerator generator;

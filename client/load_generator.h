@@ -37,8 +37,6 @@ class LengthDistribution {
   static absl::StatusOr<LengthDistribution> Parse(absl::string_view spec);
 
   std::size_t Sample(std::mt19937_64& rng) const;
-  // The spec in Parse's syntax.
-  std::string ToString() const;
 
  private:
   enum class Kind { kFixed, kUniform, kLogNormal };

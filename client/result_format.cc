@@ -137,4 +137,9 @@ std::string ClassifyErrorText(const std::string& file, const grpc::Status& statu
   return absl::StrCat(file, ": ", GrpcCodeName(status.error_code()), ": ", status.error_message());
 }
 
+std::string ServingStatusName(grpc::health::v1::HealthCheckResponse::ServingStatus status) {
+  const std::string& name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(status);
+  return name.empty() ? absl::StrCat("STATUS_", static_cast<int>(status)) : name;
+}
+
 }  // namespace ts::client

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/support/status.h"
 #include "taylorshift/v1/classifier.pb.h"
 
@@ -44,5 +45,9 @@ std::string ClassifyText(const std::string& file, const taylorshift::v1::Classif
                          double latency_ms, std::uint32_t top_k = 0);
 // "a.txt: INVALID_ARGUMENT: message".
 std::string ClassifyErrorText(const std::string& file, const grpc::Status& status);
+
+// tsctl health's answer (grpc.health.v1.Health/Check): "UNKNOWN", "SERVING", "NOT_SERVING",
+// "SERVICE_UNKNOWN"; "STATUS_<n>" for a value a newer server may add (proto3 keeps its number).
+std::string ServingStatusName(grpc::health::v1::HealthCheckResponse::ServingStatus status);
 
 }  // namespace ts::client

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -19,13 +20,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "api/proto_names.h"
 #include "client/channel.h"
 #include "client/classify_input.h"
 #include "client/command_line.h"
 #include "client/file_util.h"
-#include "client/health_check.h"
 #include "client/jobs_commands.h"
 #include "client/load_generator.h"
 #include "client/progress_line.h"
@@ -60,7 +59,7 @@ struct ClassifyFlags {
   std::optional<std::int64_t> deadline_ms;
   bool json = false;
   // The deadline of each Classify call: --deadline-ms, else --timeout-ms.
-  std::int64_t TimeoutMs() const { return deadline_ms.value_or(common.TimeoutMs(30000)); }
+  std::int64_t TimeoutMs() const { return deadline_ms.value_or(common.UnaryTimeoutMs()); }
 };
 
 struct ClassifyInputs {
@@ -97,7 +96,7 @@ int RunModels(const ModelsFlags& flags) {
   std::unique_ptr<Classifier::Stub> stub = NewStub(flags.common.connection);
   taylorshift::v1::ListModelsResponse response;
   if (stub == nullptr || !CallOrReport(*stub, &Classifier::Stub::ListModels, "ListModels",
-                                       flags.common.connection, flags.common.TimeoutMs(30000),
+                                       flags.common.connection, flags.common.UnaryTimeoutMs(),
                                        taylorshift::v1::ListModelsRequest(), &response)) {
     return kExitError;
   }
@@ -117,7 +116,7 @@ int RunModel(const ModelsFlags& flags) {
   taylorshift::v1::ModelInfo response;
   if (stub == nullptr ||
       !CallOrReport(*stub, &Classifier::Stub::GetModel, "GetModel", flags.common.connection,
-                    flags.common.TimeoutMs(30000), request, &response)) {
+                    flags.common.UnaryTimeoutMs(), request, &response)) {
     return kExitError;
   }
   std::cout << (flags.json ? ModelJson(response) + "\n" : ModelDetails(response));
@@ -142,59 +141,51 @@ int RunClassify(const ClassifyInputs& flags) {
   if (stub == nullptr) return kExitError;
 
   struct Result {
-    bool done = false;
     grpc::Status status;
     ClassifyResponse response;
     double latency_ms = 0;
   };
-  std::vector<Result> results(inputs.size());
-  absl::Mutex mu;
+  // Each input's result, set by the worker that sends it.
+  std::vector<std::promise<Result>> results(inputs.size());
   std::atomic<std::size_t> next{0};
 
-  const auto classify_one = [&](std::size_t index, Result* result) {
+  const auto classify_one = [&](std::size_t index) {
+    Result result;
     ClassifyRequest request = prototype;
     request.set_request_id(absl::StrCat("tsctl-", index));
     if (inputs[index] == "-") {
       if (!stdin_document->ok()) {
-        result->status = ToGrpcStatus(stdin_document->status());
-        return;
+        result.status = ToGrpcStatus(stdin_document->status());
+        return result;
       }
       request.set_document(**stdin_document);
     } else if (absl::Status read = SetInputFromFile(inputs[index], &request); !read.ok()) {
-      result->status = ToGrpcStatus(read);
-      return;
+      result.status = ToGrpcStatus(read);
+      return result;
     }
     grpc::ClientContext context;
     PrepareContext(connection, flags.classify.TimeoutMs(), &context);
     const auto start = std::chrono::steady_clock::now();
-    result->status = stub->Classify(&context, request, &result->response);
-    result->latency_ms =
+    result.status = stub->Classify(&context, request, &result.response);
+    result.latency_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return result;
   };
   const auto worker = [&] {
     for (std::size_t index = next.fetch_add(1); index < inputs.size(); index = next.fetch_add(1)) {
-      Result result;
-      classify_one(index, &result);
-      result.done = true;
-      absl::MutexLock lock(&mu);
-      results[index] = std::move(result);
+      results[index].set_value(classify_one(index));
     }
   };
+  const auto concurrency = static_cast<std::size_t>(flags.concurrency);
   std::vector<std::thread> workers;
-  for (std::size_t i = 0; i < std::min(static_cast<std::size_t>(flags.concurrency), inputs.size());
-       ++i) {
+  for (std::size_t i = 0; i < std::min(concurrency, inputs.size()); ++i) {
     workers.emplace_back(worker);
   }
 
   // Print strictly in input order, each line as soon as it and all before it are done.
   std::size_t failed = 0;
   for (std::size_t index = 0; index < inputs.size(); ++index) {
-    Result result;
-    {
-      absl::MutexLock lock(&mu);
-      mu.Await(absl::Condition(&results[index].done));
-      result = std::move(results[index]);
-    }
+    const Result result = results[index].get_future().get();
     const std::string& file = inputs[index];
     if (result.status.ok()) {
       std::cout << (json
@@ -331,7 +322,7 @@ int RunHealth(const HealthFlags& flags) {
       !CallOrReport(*Health::NewStub(channel), &Health::Stub::Check,
                     service.empty() ? std::string("Health/Check")
                                     : absl::StrCat("Health/Check of '", service, "'"),
-                    connection, flags.common.TimeoutMs(30000), request, &response)) {
+                    connection, flags.common.UnaryTimeoutMs(), request, &response)) {
     return kExitError;
   }
   const std::string status = ServingStatusName(response.status());
