@@ -325,7 +325,7 @@ Progress WatchProgress(const Job& job) {
 
 std::string JobDetails(const Job& job) {
   std::string out;
-  const auto line = [&](absl::string_view key, const std::string& value) {
+  const auto line = [&](absl::string_view key, const absl::AlphaNum& value) {
     absl::StrAppend(&out, key, ": ", value, "\n");
   };
   const auto& progress = job.progress();
@@ -342,9 +342,9 @@ std::string JobDetails(const Job& job) {
     line("loss", Significant(progress.loss(), 4));
     line("learning_rate", Significant(progress.learning_rate(), 3));
     line("examples_per_second", absl::StrFormat("%.1f", progress.examples_per_second()));
-    line("train_examples", absl::StrCat(progress.train_examples()));
-    line("validation_examples", absl::StrCat(progress.validation_examples()));
-    if (progress.resumes() > 0) line("resumes", absl::StrCat(progress.resumes()));
+    line("train_examples", progress.train_examples());
+    line("validation_examples", progress.validation_examples());
+    if (progress.resumes() > 0) line("resumes", progress.resumes());
     if (progress.memory_estimate_bytes() > 0) {
       line("memory_estimate",
            absl::StrFormat("%.2f GiB", static_cast<double>(progress.memory_estimate_bytes()) /
@@ -358,10 +358,8 @@ std::string JobDetails(const Job& job) {
       line("examples_per_second", absl::StrFormat("%.1f", job.report().examples_per_second()));
     }
   }
-  if (progress.retries() > 0) line("retries", absl::StrCat(progress.retries()));
-  if (progress.skipped_examples() > 0) {
-    line("skipped_examples", absl::StrCat(progress.skipped_examples()));
-  }
+  if (progress.retries() > 0) line("retries", progress.retries());
+  if (progress.skipped_examples() > 0) line("skipped_examples", progress.skipped_examples());
   if (!job.labels().empty()) line("labels", absl::StrJoin(job.labels(), ", "));
   if (IsTraining(job) && job.has_validation()) line("validation", ReportSummary(job.validation()));
   const EvaluationReport* metrics = JobMetrics(job);

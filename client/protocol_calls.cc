@@ -114,12 +114,10 @@ absl::Status FillFromTensors(const std::vector<V2Tensor>& tensors, ClassifyRespo
           entry->set_index(static_cast<std::uint32_t>(i));
           entry->set_probability(tensor.fp32[i]);
         }
-      } else if (tensor.datatype == "BYTES") {
+      } else {  // BYTES: the decoders take no other datatype (CheckDatatype)
         for (const std::string& element : tensor.bytes) {
           TS_RETURN_IF_ERROR(ParseClassificationEntry(element, response->add_probabilities()));
         }
-      } else {
-        return Malformed(absl::StrCat(where, ": expected FP32 or BYTES"));
       }
       have_probabilities = true;
     }

@@ -63,19 +63,19 @@ std::string ModelTable(const taylorshift::v1::ListModelsResponse& models) {
 
 std::string ModelDetails(const ModelInfo& model) {
   std::string out;
-  const auto line = [&](absl::string_view key, const std::string& value) {
+  const auto line = [&](absl::string_view key, const absl::AlphaNum& value) {
     absl::StrAppend(&out, key, ": ", value, "\n");
   };
   line("name", model.name());
   line("version", model.version());
   line("modality", model.modality());
   line("labels", absl::StrJoin(model.labels(), ", "));
-  line("max_length", absl::StrCat(model.max_length()));
-  line("embed_dim", absl::StrCat(model.embed_dim()));
-  line("depth", absl::StrCat(model.depth()));
-  line("heads", absl::StrCat(model.heads()));
-  line("head_dim", absl::StrCat(model.head_dim()));
-  line("crossover_tokens", absl::StrCat(model.crossover_tokens()));
+  line("max_length", model.max_length());
+  line("embed_dim", model.embed_dim());
+  line("depth", model.depth());
+  line("heads", model.heads());
+  line("head_dim", model.head_dim());
+  line("crossover_tokens", model.crossover_tokens());
   line("crossover_source", model.crossover_source());
   if (model.crossovers_size() > 0) {
     line("crossovers",

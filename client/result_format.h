@@ -1,19 +1,9 @@
 // How tsctl prints API results: one compact JSON object per line (--json) or aligned text.
 // Stateless and thread-safe.
 //
-// Model JSON (models: one per line; model: one line):
-//   {"name":"imdb","version":"v3","modality":"bytes","labels":["neg","pos"],"max_length":4096,
-//    "embed_dim":64,"depth":2,"heads":4,"head_dim":16,"crossover_tokens":1100,
-//    "crossover_source":"calibration","over_length_policy":"truncate","device":"cuda:0"}
-// Classify result JSON (one per input, in input order):
-//   {"file":"a.txt","label":"pos",
-//    "probabilities":[{"label":"neg","index":0,"probability":0.08},
-//                     {"label":"pos","index":1,"probability":0.92}],
-//    "path":"efficient","batch_size":4,"batch_tokens":2052,"model_version":"v3",
-//    "tokens":513,"truncated":false,"windows":1,"queue_ms":1.2,"compute_ms":3.4,
-//    "latency_ms":5.9,"request_id":"tsctl-0"}
-// `probabilities` is an array in the server's order: every class in class order, or the
-// top_k best when --top-k is set. Classify error JSON:
+// The model and classify result JSON are api/api_json.h's (models: one model per line; classify:
+// one object per input, in input order, "file" first). `probabilities` is in the server's
+// order: every class in class order, or the top_k best when --top-k is set. Classify error JSON:
 //   {"file":"b.txt","error":{"code":"INVALID_ARGUMENT","message":"..."}}
 #pragma once
 
