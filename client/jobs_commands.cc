@@ -224,15 +224,16 @@ int RunJobsList(const ListFlags& flags) {
 
 // Every page of the job's history, followed from the first to the last and concatenated; false
 // after reporting a failure.
-bool FetchHistory(Jobs::Stub& stub, const ConnectionOptions& connection, const std::string& id,
-                  std::int64_t timeout_ms, taylorshift::v1::GetJobHistoryResponse* history) {
+bool FetchHistory(Jobs::Stub& stub, const JobFlags& flags,
+                  taylorshift::v1::GetJobHistoryResponse* history) {
+  const ConnectionOptions& connection = flags.common.connection;
   taylorshift::v1::GetJobHistoryRequest request;
-  request.set_id(id);
+  request.set_id(flags.id);
   request.set_page_size(kHistoryPageSize);
   for (int page = 0; page < kMaxHistoryPages; ++page) {
     taylorshift::v1::GetJobHistoryResponse response;
-    if (!CallOrReport(stub, &Jobs::Stub::GetJobHistory, "GetJobHistory", connection, timeout_ms,
-                      request, &response)) {
+    if (!CallOrReport(stub, &Jobs::Stub::GetJobHistory, "GetJobHistory", connection,
+                      flags.common.UnaryTimeoutMs(), request, &response)) {
       return false;
     }
     const bool empty = response.loss_curve().empty() && response.validations().empty();
@@ -253,7 +254,7 @@ bool FetchHistory(Jobs::Stub& stub, const ConnectionOptions& connection, const s
   }
   RpcFailed("GetJobHistory", connection,
             grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
-                         absl::StrCat("job ", id, " has more than ", kMaxHistoryPages,
+                         absl::StrCat("job ", flags.id, " has more than ", kMaxHistoryPages,
                                       " pages of history; stopped following them")));
   return false;
 }
@@ -277,11 +278,8 @@ std::string CheckPlotName(const std::string& out) {
 // jobs plot ID --out F.csv|F.svg: the job's loss curve and validation runs as CSV data or an
 // SVG picture.
 int RunJobsPlot(const JobFlags& flags) {
-  const std::string& id = flags.id;
   const std::string& out = flags.out;
-  const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = flags.common.UnaryTimeoutMs();
-  std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
+  std::unique_ptr<Jobs::Stub> stub = NewJobsStub(flags.common.connection);
   if (stub == nullptr) return kExitError;
 
   Job job;
@@ -295,7 +293,7 @@ int RunJobsPlot(const JobFlags& flags) {
     return kExitError;
   }
   taylorshift::v1::GetJobHistoryResponse history;
-  if (!FetchHistory(*stub, connection, id, timeout_ms, &history)) return kExitError;
+  if (!FetchHistory(*stub, flags, &history)) return kExitError;
   const std::string title =
       absl::StrCat(job.id(), " ", job.name(), ": training loss and validation accuracy");
   const bool csv = absl::EqualsIgnoreCase(Extension(out), ".csv");
@@ -313,7 +311,6 @@ int RunJobsPlot(const JobFlags& flags) {
 int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
   const std::string& id = flags.id;
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = flags.common.UnaryTimeoutMs();
   const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags.common);
   const bool json = flags.json;
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
@@ -327,7 +324,7 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
       std::cout << (json ? JobJson(job) + "\n" : JobDetails(job));
     } else {
       taylorshift::v1::GetJobHistoryResponse history;
-      if (!FetchHistory(*stub, connection, id, timeout_ms, &history)) return kExitError;
+      if (!FetchHistory(*stub, flags, &history)) return kExitError;
       std::cout << (json ? JobJson(job, &history) + "\n"
                          : absl::StrCat(JobDetails(job), "\n", HistoryText(history)));
     }

@@ -119,8 +119,7 @@ int RunModel(const ModelsFlags& flags) {
                     flags.common.UnaryTimeoutMs(), request, &response)) {
     return kExitError;
   }
-  std::cout << (flags.json ? ModelJson(response) + "\n" : ModelDetails(response));
-  std::cout.flush();
+  std::cout << (flags.json ? ModelJson(response) + "\n" : ModelDetails(response)) << std::flush;
   return kExitOk;
 }
 
@@ -299,8 +298,8 @@ int RunBench(const BenchFlags& flags) {
     if (!ok) failed.fetch_add(1);
   });
   progress.Stop();
-  std::cout << (flags.classify.json ? FormatBenchJson(report) + "\n" : FormatBenchText(report));
-  std::cout.flush();
+  std::cout << (flags.classify.json ? FormatBenchJson(report) + "\n" : FormatBenchText(report))
+            << std::flush;
   if (report.ok == 0) {
     std::cerr << "tsctl: no request to " << (UsesHttp(protocol) ? http_base_url : connection.server)
               << " succeeded: " << absl::StrJoin(report.errors, ", ", absl::PairFormatter(" x"))
