@@ -461,30 +461,28 @@ absl::Status DecodeRestClassifyResponse(const std::string& body, ClassifyRespons
   return absl::OkStatus();
 }
 
-ClassifyCall MakeClassifyCall(std::shared_ptr<grpc::Channel> channel,
-                              const ConnectionOptions& connection, std::int64_t timeout_ms) {
-  auto stub = std::shared_ptr<taylorshift::v1::Classifier::Stub>(
-      taylorshift::v1::Classifier::NewStub(std::move(channel)));
+ClassifyCall MakeGrpcCall(BenchProtocol protocol, std::shared_ptr<grpc::Channel> channel,
+                          const ConnectionOptions& connection, std::int64_t timeout_ms) {
+  if (protocol == BenchProtocol::kV2Grpc) {
+    std::shared_ptr<inference::GRPCInferenceService::Stub> stub =
+        inference::GRPCInferenceService::NewStub(std::move(channel));
+    return
+        [stub, connection, timeout_ms](const ClassifyRequest& request, ClassifyResponse* response) {
+          grpc::ClientContext context;
+          PrepareContext(connection, timeout_ms, &context);
+          inference::ModelInferResponse answer;
+          grpc::Status status = stub->ModelInfer(&context, V2InferRequest(request), &answer);
+          if (!status.ok()) return status;
+          return ToGrpcStatus(DecodeV2Response(answer, response));
+        };
+  }
+  std::shared_ptr<taylorshift::v1::Classifier::Stub> stub =
+      taylorshift::v1::Classifier::NewStub(std::move(channel));
   return
       [stub, connection, timeout_ms](const ClassifyRequest& request, ClassifyResponse* response) {
         grpc::ClientContext context;
         PrepareContext(connection, timeout_ms, &context);
         return stub->Classify(&context, request, response);
-      };
-}
-
-ClassifyCall MakeV2GrpcCall(std::shared_ptr<grpc::Channel> channel,
-                            const ConnectionOptions& connection, std::int64_t timeout_ms) {
-  auto stub = std::shared_ptr<inference::GRPCInferenceService::Stub>(
-      inference::GRPCInferenceService::NewStub(std::move(channel)));
-  return
-      [stub, connection, timeout_ms](const ClassifyRequest& request, ClassifyResponse* response) {
-        grpc::ClientContext context;
-        PrepareContext(connection, timeout_ms, &context);
-        inference::ModelInferResponse answer;
-        grpc::Status status = stub->ModelInfer(&context, V2InferRequest(request), &answer);
-        if (!status.ok()) return status;
-        return ToGrpcStatus(DecodeV2Response(answer, response));
       };
 }
 

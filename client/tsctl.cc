@@ -268,8 +268,7 @@ int RunBench(const BenchFlags& flags) {
   } else {
     std::shared_ptr<grpc::Channel> channel = ConnectOrReport(connection);
     if (channel == nullptr) return kExitError;
-    call = protocol == BenchProtocol::kV2Grpc ? MakeV2GrpcCall(channel, connection, timeout_ms)
-                                              : MakeClassifyCall(channel, connection, timeout_ms);
+    call = MakeGrpcCall(protocol, channel, connection, timeout_ms);
   }
   // Progress on stderr while the load runs (the report on stdout stays as it was).
   std::atomic<std::int64_t> completed{0}, failed{0};
