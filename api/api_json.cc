@@ -20,42 +20,38 @@ using taylorshift::v1::ModelInfo;
 Json ScalarJson(const pb::Message& message, const pb::FieldDescriptor& field, int index,
                 bool all_fields) {
   const pb::Reflection& reflection = *message.GetReflection();
-  const bool repeated = field.is_repeated();
+  // The field's value, or its element `index` when it is repeated.
+  const auto get = [&](auto single, auto element) {
+    return field.is_repeated() ? (reflection.*element)(message, &field, index)
+                               : (reflection.*single)(message, &field);
+  };
+  using R = pb::Reflection;
   switch (field.cpp_type()) {
     case pb::FieldDescriptor::CPPTYPE_INT32:
-      return repeated ? reflection.GetRepeatedInt32(message, &field, index)
-                      : reflection.GetInt32(message, &field);
+      return get(&R::GetInt32, &R::GetRepeatedInt32);
     case pb::FieldDescriptor::CPPTYPE_INT64:
-      return repeated ? reflection.GetRepeatedInt64(message, &field, index)
-                      : reflection.GetInt64(message, &field);
+      return get(&R::GetInt64, &R::GetRepeatedInt64);
     case pb::FieldDescriptor::CPPTYPE_UINT32:
-      return repeated ? reflection.GetRepeatedUInt32(message, &field, index)
-                      : reflection.GetUInt32(message, &field);
+      return get(&R::GetUInt32, &R::GetRepeatedUInt32);
     case pb::FieldDescriptor::CPPTYPE_UINT64:
-      return repeated ? reflection.GetRepeatedUInt64(message, &field, index)
-                      : reflection.GetUInt64(message, &field);
+      return get(&R::GetUInt64, &R::GetRepeatedUInt64);
     case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-      return JsonNumber(repeated ? reflection.GetRepeatedDouble(message, &field, index)
-                                 : reflection.GetDouble(message, &field));
+      return JsonNumber(get(&R::GetDouble, &R::GetRepeatedDouble));
     case pb::FieldDescriptor::CPPTYPE_FLOAT:
-      return JsonFloat(repeated ? reflection.GetRepeatedFloat(message, &field, index)
-                                : reflection.GetFloat(message, &field));
+      return JsonFloat(get(&R::GetFloat, &R::GetRepeatedFloat));
     case pb::FieldDescriptor::CPPTYPE_BOOL:
-      return repeated ? reflection.GetRepeatedBool(message, &field, index)
-                      : reflection.GetBool(message, &field);
+      return get(&R::GetBool, &R::GetRepeatedBool);
     case pb::FieldDescriptor::CPPTYPE_STRING:
-      return repeated ? reflection.GetRepeatedString(message, &field, index)
-                      : reflection.GetString(message, &field);
+      return get(&R::GetString, &R::GetRepeatedString);
     case pb::FieldDescriptor::CPPTYPE_ENUM: {
-      const int number = repeated ? reflection.GetRepeatedEnumValue(message, &field, index)
-                                  : reflection.GetEnumValue(message, &field);
+      const int number = get(&R::GetEnumValue, &R::GetRepeatedEnumValue);
       const std::string name = EnumValueName(*field.enum_type(), number);
       if (name.empty()) return number;
       return absl::AsciiStrToLower(name);
     }
     case pb::FieldDescriptor::CPPTYPE_MESSAGE:
-      return MessageJson(repeated ? reflection.GetRepeatedMessage(message, &field, index)
-                                  : reflection.GetMessage(message, &field),
+      return MessageJson(field.is_repeated() ? reflection.GetRepeatedMessage(message, &field, index)
+                                             : reflection.GetMessage(message, &field),
                          all_fields);
   }
   return nullptr;

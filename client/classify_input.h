@@ -5,13 +5,9 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "client/image_reader.h"
 #include "taylorshift/v1/classifier.pb.h"
 
 namespace ts::client {
-
-// Sets request->image from `image`.
-void SetImage(const PnmImage& image, taylorshift::v1::ClassifyRequest* request);
 
 // Reads `path` into the request's input (image or document, by extension). Errors are the
 // file's read or parse error, naming the path.

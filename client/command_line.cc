@@ -15,6 +15,12 @@ int Usage(absl::string_view message) {
   return kExitUsage;
 }
 
+int LocalError(const absl::Status& status) {
+  std::cerr << "tsctl: " << GrpcCodeName(ToGrpcStatus(status).error_code()) << ": "
+            << status.message() << "\n";
+  return kExitError;
+}
+
 int RpcFailed(const std::string& rpc, const ConnectionOptions& options,
               const grpc::Status& status) {
   std::cerr << "tsctl: " << rpc << " on " << options.server
@@ -24,48 +30,40 @@ int RpcFailed(const std::string& rpc, const ConnectionOptions& options,
 }
 
 void AddConnectionFlags(CLI::App& command, ConnectionFlags* flags) {
-  constexpr char kGroup[] = "Connection";
+  // The flags added here are listed under "Connection" in the help.
+  const std::string group = command.option_defaults()->get_group();
+  command.option_defaults()->group("Connection");
   ConnectionOptions& connection = flags->connection;
   command.add_option("--server", connection.server, "server address (host:port or a gRPC target)")
       ->capture_default_str()
-      ->check(NonEmpty())
-      ->group(kGroup);
-  command.add_flag("--tls", connection.tls, "use TLS with the system CA roots")->group(kGroup);
-  command
-      .add_option("--ca-file", connection.ca_file,
-                  "verify the server with this PEM CA bundle (implies --tls)")
-      ->group(kGroup);
+      ->check(NonEmpty());
+  command.add_flag("--tls", connection.tls, "use TLS with the system CA roots");
+  command.add_option("--ca-file", connection.ca_file,
+                     "verify the server with this PEM CA bundle (implies --tls)");
   CLI::Option* cert =
-      command
-          .add_option("--cert-file", connection.cert_file,
-                      "PEM client certificate for mutual TLS, with --key-file (implies --tls)")
-          ->group(kGroup);
+      command.add_option("--cert-file", connection.cert_file,
+                         "PEM client certificate for mutual TLS, with --key-file (implies --tls)");
   CLI::Option* key =
-      command.add_option("--key-file", connection.key_file, "PEM private key of --cert-file")
-          ->group(kGroup);
+      command.add_option("--key-file", connection.key_file, "PEM private key of --cert-file");
   cert->needs(key);
   key->needs(cert);
-  command
-      .add_option("--tls-server-name", connection.tls_server_name,
-                  "name to check in the server certificate (implies --tls)")
-      ->group(kGroup);
+  command.add_option("--tls-server-name", connection.tls_server_name,
+                     "name to check in the server certificate (implies --tls)");
   command
       .add_option("--token", connection.token, "send \"authorization: Bearer TOKEN\" on every call")
-      ->envname("TSCTL_TOKEN")
-      ->group(kGroup);
+      ->envname("TSCTL_TOKEN");
   command
       .add_option("--timeout-ms", flags->timeout_ms,
                   "deadline of each call (default 30000; 0 = none); classify and bench use "
                   "--deadline-ms instead when it is given; following a job (--wait, jobs "
                   "watch) has no deadline unless this is given")
-      ->check(IntegerIn(0, INT32_MAX))
-      ->group(kGroup);
+      ->check(IntegerIn(0, INT32_MAX));
   command
       .add_option("--max-message-bytes", connection.max_message_bytes,
                   "largest message sent or received")
       ->capture_default_str()
-      ->check(IntegerIn(1, std::int64_t{1} << 31))
-      ->group(kGroup);
+      ->check(IntegerIn(1, std::int64_t{1} << 31));
+  command.option_defaults()->group(group);
 }
 
 Commands::Commands() : app_("tsctl: the remote CLI for TaylorShift Serve", "tsctl") {
@@ -97,12 +95,9 @@ int Commands::Run(std::vector<std::string> args) {
 
 std::shared_ptr<grpc::Channel> ConnectOrReport(const ConnectionOptions& options) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(options);
-  if (!channel.ok()) {
-    std::cerr << "tsctl: " << GrpcCodeName(ToGrpcStatus(channel.status()).error_code()) << ": "
-              << channel.status().message() << "\n";
-    return nullptr;
-  }
-  return *std::move(channel);
+  if (channel.ok()) return *std::move(channel);
+  LocalError(channel.status());
+  return nullptr;
 }
 
 }  // namespace ts::client

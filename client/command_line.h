@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "client/channel.h"
 #include "grpcpp/channel.h"
@@ -25,6 +26,10 @@ constexpr int kExitUsage = 2;
 
 // Prints "tsctl: MESSAGE" and a hint to stderr; returns kExitUsage.
 int Usage(absl::string_view message);
+
+// Prints a local error (one that is no RPC's) as "tsctl: CODE: message" to stderr; returns
+// kExitError.
+int LocalError(const absl::Status& status);
 
 // Prints "tsctl: RPC on SERVER failed: CODE: message" to stderr; returns kExitError.
 int RpcFailed(const std::string& rpc, const ConnectionOptions& options, const grpc::Status& status);
@@ -51,6 +56,8 @@ struct ConnectionFlags {
   std::optional<std::int64_t> timeout_ms;
   // --timeout-ms, else `fallback`.
   std::int64_t TimeoutMs(std::int64_t fallback) const { return timeout_ms.value_or(fallback); }
+  // The deadline of a unary call: --timeout-ms, else 30 s.
+  std::int64_t UnaryTimeoutMs() const { return TimeoutMs(30000); }
 };
 
 // Adds the flags of ConnectionFlags to `command`, parsed into *flags (which must outlive the

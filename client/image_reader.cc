@@ -1,5 +1,6 @@
 #include "client/image_reader.h"
 
+#include <charconv>
 #include <cstdint>
 #include <utility>
 
@@ -46,13 +47,12 @@ class TokenReader {
                                                      absl::string_view(&data_[pos_], 1), "'"));
     }
     std::uint64_t value = 0;
-    while (pos_ < data_.size() && absl::ascii_isdigit(static_cast<unsigned char>(data_[pos_]))) {
-      value = value * 10 + static_cast<std::uint64_t>(data_[pos_] - '0');
-      if (value > (std::uint64_t{1} << 32)) {
-        return absl::InvalidArgumentError(absl::StrCat("the ", what, " is too large"));
-      }
-      ++pos_;
+    const auto [end, error] =
+        std::from_chars(data_.data() + pos_, data_.data() + data_.size(), value);
+    if (error != std::errc() || value > (std::uint64_t{1} << 32)) {
+      return absl::InvalidArgumentError(absl::StrCat("the ", what, " is too large"));
     }
+    pos_ = static_cast<std::size_t>(end - data_.data());
     return value;
   }
 
@@ -63,8 +63,12 @@ class TokenReader {
   std::size_t pos_;
 };
 
-// Maps a sample in 0..maxval onto 0..255, rounding to nearest.
-char Rescale(std::uint64_t sample, std::uint64_t maxval) {
+// Maps sample `i`, in 0..maxval, onto 0..255, rounding to nearest; INVALID_ARGUMENT above maxval.
+absl::StatusOr<char> Rescale(std::uint64_t i, std::uint64_t sample, std::uint64_t maxval) {
+  if (sample > maxval) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sample ", i, " is ", sample, ", above maxval ", maxval));
+  }
   if (maxval == 255) return static_cast<char>(sample);
   return static_cast<char>((sample * 255 + maxval / 2) / maxval);
 }
@@ -128,11 +132,7 @@ absl::StatusOr<PnmImage> ParsePnm(absl::string_view data) {
         return absl::InvalidArgumentError(
             absl::StrCat("bad sample ", i, ": ", sample.status().message()));
       }
-      if (*sample > *maxval) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sample ", i, " is ", *sample, ", above maxval ", *maxval));
-      }
-      image.pixels[i] = Rescale(*sample, *maxval);
+      TS_ASSIGN_OR_RETURN(image.pixels[i], Rescale(i, *sample, *maxval));
     }
     if (reader.SkipSeparators()) {
       return absl::InvalidArgumentError(
@@ -155,12 +155,8 @@ absl::StatusOr<PnmImage> ParsePnm(absl::string_view data) {
                                                    image.channels, "), found ", raster_bytes));
   }
   for (std::uint64_t i = 0; i < sample_count; ++i) {
-    const auto sample = static_cast<unsigned char>(data[pos + i]);
-    if (sample > *maxval) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sample ", i, " is ", static_cast<int>(sample), ", above maxval ", *maxval));
-    }
-    image.pixels[i] = Rescale(sample, *maxval);
+    TS_ASSIGN_OR_RETURN(image.pixels[i],
+                        Rescale(i, static_cast<unsigned char>(data[pos + i]), *maxval));
   }
   return image;
 }

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/time.h"
 #include "api/api_json.h"
 #include "api/proto_names.h"
 #include "client/result_format.h"
@@ -28,11 +27,10 @@ using taylorshift::v1::JobEvent;
 using taylorshift::v1::JobKind;
 using taylorshift::v1::JobState;
 
-bool HasTime(const pb::Timestamp& time) { return time.seconds() != 0 || time.nanos() != 0; }
-
-std::string FormatTime(const pb::Timestamp& time) {
-  const absl::Time t = absl::FromUnixSeconds(time.seconds()) + absl::Nanoseconds(time.nanos());
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", t, absl::UTCTimeZone());
+// RFC 3339 in UTC as in the JSON, or "-" when unset.
+std::string TimeText(const pb::Timestamp& time) {
+  const Json text = MessageJson(time);
+  return text.is_null() ? "-" : text.get<std::string>();
 }
 
 // A number with `digits` significant digits, for people ("0.00099", "1.234").
@@ -65,6 +63,15 @@ Json CheckpointJson(const CheckpointInfo& checkpoint) {
   return object;
 }
 
+// "best step 40 val acc 0.62: <path>" (no accuracy when none was recorded).
+std::string CheckpointText(const CheckpointInfo& checkpoint) {
+  std::string out = absl::StrCat(checkpoint.kind(), " step ", checkpoint.step());
+  if (checkpoint.has_validation_accuracy()) {
+    absl::StrAppend(&out, " val acc ", Significant(checkpoint.validation_accuracy(), 4));
+  }
+  return absl::StrCat(out, ": ", checkpoint.path());
+}
+
 bool IsTraining(const Job& job) {
   return job.kind() == taylorshift::v1::JOB_KIND_TRAINING || job.has_training();
 }
@@ -85,11 +92,30 @@ std::string StepText(const Job& job) {
 // set's size) before; the server reports no partial count while it runs.
 std::string ExamplesText(const Job& job) {
   const std::uint64_t total = job.progress().validation_examples();
-  if (job.has_report()) {
-    return total > 0 ? absl::StrCat(job.report().examples(), "/", total, " examples")
-                     : absl::StrCat(job.report().examples(), " examples");
+  if (!job.has_report()) return absl::StrCat(total, " examples");
+  return absl::StrCat(job.report().examples(), total > 0 ? absl::StrCat("/", total) : "",
+                      " examples");
+}
+
+// The report a job is judged by: a training job's best validation (else its latest), an
+// evaluation job's report; nullptr when there is none yet.
+const EvaluationReport* JobMetrics(const Job& job) {
+  if (IsTraining(job)) {
+    if (job.has_best_validation()) return &job.best_validation();
+    if (job.has_validation()) return &job.validation();
+    return nullptr;
   }
-  return absl::StrCat(total, " examples");
+  return job.has_report() ? &job.report() : nullptr;
+}
+
+// "acc 0.62 f1 0.58 loss 0.9 (step 40, 512 examples)"; the step only when non-zero.
+std::string ReportSummary(const EvaluationReport& report) {
+  std::string out = absl::StrCat("acc ", Significant(report.accuracy(), 4), " f1 ",
+                                 Significant(report.macro_f1(), 4), " loss ",
+                                 Significant(report.loss(), 4), " (");
+  if (report.step() > 0) absl::StrAppend(&out, "step ", report.step(), ", ");
+  absl::StrAppend(&out, report.examples(), " examples)");
+  return out;
 }
 
 }  // namespace
@@ -120,15 +146,6 @@ bool IsFinalState(JobState state) {
   return state == taylorshift::v1::JOB_STATE_SUCCEEDED ||
          state == taylorshift::v1::JOB_STATE_FAILED ||
          state == taylorshift::v1::JOB_STATE_CANCELLED;
-}
-
-const EvaluationReport* JobMetrics(const Job& job) {
-  if (IsTraining(job)) {
-    if (job.has_best_validation()) return &job.best_validation();
-    if (job.has_validation()) return &job.validation();
-    return nullptr;
-  }
-  return job.has_report() ? &job.report() : nullptr;
 }
 
 std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse* history) {
@@ -226,15 +243,6 @@ std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& respon
   return DumpJson(object);
 }
 
-std::string ReportSummary(const EvaluationReport& report) {
-  std::string out = absl::StrCat("acc ", Significant(report.accuracy(), 4), " f1 ",
-                                 Significant(report.macro_f1(), 4), " loss ",
-                                 Significant(report.loss(), 4), " (");
-  if (report.step() > 0) absl::StrAppend(&out, "step ", report.step(), ", ");
-  absl::StrAppend(&out, report.examples(), " examples)");
-  return out;
-}
-
 std::string JobEventText(const JobEvent& event) {
   const Job& job = event.job();
   const auto& progress = job.progress();
@@ -261,14 +269,8 @@ std::string JobEventText(const JobEvent& event) {
     }
     case JobEvent::VALIDATION:
       return absl::StrCat("val ", ReportSummary(job.validation()));
-    case JobEvent::CHECKPOINT: {
-      const CheckpointInfo& checkpoint = event.checkpoint();
-      std::string out = absl::StrCat("checkpoint ", checkpoint.kind(), " step ", checkpoint.step());
-      if (checkpoint.has_validation_accuracy()) {
-        absl::StrAppend(&out, " val acc ", Significant(checkpoint.validation_accuracy(), 4));
-      }
-      return absl::StrCat(out, ": ", checkpoint.path());
-    }
+    case JobEvent::CHECKPOINT:
+      return absl::StrCat("checkpoint ", CheckpointText(event.checkpoint()));
     case JobEvent::SNAPSHOT: {
       std::string out =
           absl::StrCat("job ", job.id(), " ", job.name(), " (", Lower(JobKindName(job.kind())),
@@ -323,27 +325,26 @@ Progress WatchProgress(const Job& job) {
 
 std::string JobDetails(const Job& job) {
   std::string out;
-  const auto line = [&](absl::string_view key, const std::string& value) {
+  const auto line = [&](absl::string_view key, const absl::AlphaNum& value) {
     absl::StrAppend(&out, key, ": ", value, "\n");
   };
-  const auto time = [](const pb::Timestamp& t) { return HasTime(t) ? FormatTime(t) : "-"; };
   const auto& progress = job.progress();
   line("id", job.id());
   line("name", job.name());
   line("kind", Lower(JobKindName(job.kind())));
   line("state", JobStateName(job.state()));
   if (!job.reason().empty()) line("reason", job.reason());
-  line("created", time(job.create_time()));
-  line("started", time(job.start_time()));
-  line("ended", time(job.end_time()));
+  line("created", TimeText(job.create_time()));
+  line("started", TimeText(job.start_time()));
+  line("ended", TimeText(job.end_time()));
   if (IsTraining(job)) {
     line("step", absl::StrCat(StepText(job), " (epoch ", Significant(progress.epoch(), 3), ")"));
     line("loss", Significant(progress.loss(), 4));
     line("learning_rate", Significant(progress.learning_rate(), 3));
     line("examples_per_second", absl::StrFormat("%.1f", progress.examples_per_second()));
-    line("train_examples", absl::StrCat(progress.train_examples()));
-    line("validation_examples", absl::StrCat(progress.validation_examples()));
-    if (progress.resumes() > 0) line("resumes", absl::StrCat(progress.resumes()));
+    line("train_examples", progress.train_examples());
+    line("validation_examples", progress.validation_examples());
+    if (progress.resumes() > 0) line("resumes", progress.resumes());
     if (progress.memory_estimate_bytes() > 0) {
       line("memory_estimate",
            absl::StrFormat("%.2f GiB", static_cast<double>(progress.memory_estimate_bytes()) /
@@ -357,10 +358,8 @@ std::string JobDetails(const Job& job) {
       line("examples_per_second", absl::StrFormat("%.1f", job.report().examples_per_second()));
     }
   }
-  if (progress.retries() > 0) line("retries", absl::StrCat(progress.retries()));
-  if (progress.skipped_examples() > 0) {
-    line("skipped_examples", absl::StrCat(progress.skipped_examples()));
-  }
+  if (progress.retries() > 0) line("retries", progress.retries());
+  if (progress.skipped_examples() > 0) line("skipped_examples", progress.skipped_examples());
   if (!job.labels().empty()) line("labels", absl::StrJoin(job.labels(), ", "));
   if (IsTraining(job) && job.has_validation()) line("validation", ReportSummary(job.validation()));
   const EvaluationReport* metrics = JobMetrics(job);
@@ -397,11 +396,7 @@ std::string JobDetails(const Job& job) {
     }
   }
   for (const CheckpointInfo& checkpoint : job.checkpoints()) {
-    std::string text = absl::StrCat(checkpoint.kind(), " step ", checkpoint.step());
-    if (checkpoint.has_validation_accuracy()) {
-      absl::StrAppend(&text, " val acc ", Significant(checkpoint.validation_accuracy(), 4));
-    }
-    line("checkpoint", absl::StrCat(text, ": ", checkpoint.path()));
+    line("checkpoint", CheckpointText(checkpoint));
   }
   return out;
 }
@@ -414,7 +409,7 @@ std::string JobTable(const std::vector<Job>& jobs) {
     rows.push_back({job.id(), Lower(JobKindName(job.kind())), job.name(), JobStateName(job.state()),
                     StepText(job),
                     metrics != nullptr ? absl::StrFormat("%.4f", metrics->accuracy()) : "-",
-                    HasTime(job.create_time()) ? FormatTime(job.create_time()) : "-"});
+                    TimeText(job.create_time())});
   }
   return FormatTable(rows);
 }

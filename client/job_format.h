@@ -60,10 +60,6 @@ absl::StatusOr<taylorshift::v1::JobKind> ParseJobKind(absl::string_view name);
 // SUCCEEDED, FAILED or CANCELLED: the job will not change any more.
 bool IsFinalState(taylorshift::v1::JobState state);
 
-// The report a job is judged by: a training job's best validation (else its latest), an
-// evaluation job's report; nullptr when there is none yet.
-const taylorshift::v1::EvaluationReport* JobMetrics(const taylorshift::v1::Job& job);
-
 // With `history` (tsctl jobs get --curve --json), the object ends in
 //   "history":{"loss_curve":[{"step":10,"loss":1.09,"learning_rate":0.0003,
 //                             "examples_per_second":812.5,"time":"…"},…],
@@ -82,8 +78,6 @@ std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& respon
 //   validation  val acc 0.62 f1 0.58 loss 0.9 (step 40, 512 examples)
 //   checkpoint  checkpoint best step 40 val acc 0.62: <path>
 std::string JobEventText(const taylorshift::v1::JobEvent& event);
-// "acc 0.62 f1 0.58 loss 0.9 (step 40, 512 examples)"; the step only when non-zero.
-std::string ReportSummary(const taylorshift::v1::EvaluationReport& report);
 // What the progress display of --wait / watch shows for the job as last heard of: a training
 // job's steps (of total_steps) and loss; an evaluation's examples as a detail, since the
 // server reports no partial count while it runs; the state when it is not RUNNING.

@@ -104,13 +104,11 @@ std::string TextChart(const std::vector<ChartPoint>& points, const TextChartOpti
   if (finite.empty()) return "";
   const int width = std::max(options.width, 2);
   const int height = std::max(options.height, 2);
-  double x_min = finite[0].x, x_max = finite[0].x, y_min = finite[0].y, y_max = finite[0].y;
-  for (const ChartPoint& point : finite) {
-    x_min = std::min(x_min, point.x);
-    x_max = std::max(x_max, point.x);
-    y_min = std::min(y_min, point.y);
-    y_max = std::max(y_max, point.y);
-  }
+  const auto [x_lo, x_hi] = std::minmax_element(
+      finite.begin(), finite.end(), [](const auto& a, const auto& b) { return a.x < b.x; });
+  const auto [y_lo, y_hi] = std::minmax_element(
+      finite.begin(), finite.end(), [](const auto& a, const auto& b) { return a.y < b.y; });
+  const double x_min = x_lo->x, x_max = x_hi->x, y_min = y_lo->y, y_max = y_hi->y;
   std::vector<std::string> rows(static_cast<std::size_t>(height),
                                 std::string(static_cast<std::size_t>(width), ' '));
   const bool flat = !(y_max > y_min);

@@ -35,7 +35,6 @@ using taylorshift::v1::Job;
 using taylorshift::v1::JobEvent;
 using taylorshift::v1::Jobs;
 
-constexpr std::int64_t kDefaultTimeoutMs = 30000;
 // ListJobs answers at most this many jobs per page.
 constexpr std::int64_t kMaxPageSize = 1000;
 // GetJobHistory pages: the server's maximum (entries of a few dozen bytes each, so a page
@@ -47,13 +46,6 @@ constexpr int kMaxHistoryPages = 10000;
 std::unique_ptr<Jobs::Stub> NewJobsStub(const ConnectionOptions& options) {
   std::shared_ptr<grpc::Channel> channel = ConnectOrReport(options);
   return channel == nullptr ? nullptr : Jobs::NewStub(channel);
-}
-
-// Prints a local error the way tsctl reports them ("tsctl: CODE: message"); returns 1.
-int LocalError(const absl::Status& status) {
-  std::cerr << "tsctl: " << GrpcCodeName(ToGrpcStatus(status).error_code()) << ": "
-            << status.message() << "\n";
-  return kExitError;
 }
 
 // A spec file's size at most: the server's default jobs.limits.max_spec_bytes. Checked before
@@ -82,11 +74,6 @@ absl::StatusOr<std::string> ReadSpec(const std::string& file) {
   return ReadFile(file, "spec file");
 }
 
-// The unary calls' deadline: --timeout-ms (default 30 s).
-std::int64_t UnaryTimeoutMs(const ConnectionFlags& flags) {
-  return flags.TimeoutMs(kDefaultTimeoutMs);
-}
-
 // A watch lasts as long as the job: no deadline unless --timeout-ms is given.
 std::int64_t WatchTimeoutMs(const ConnectionFlags& flags) { return flags.TimeoutMs(0); }
 
@@ -105,6 +92,17 @@ struct JobFlags {
   bool curve = false;
   std::string out;
 };
+
+// The unary call `rpc` with the request that names job flags.id; false after reporting a failure.
+template <typename Request, typename Response>
+bool CallWithId(Jobs::Stub& stub,
+                grpc::Status (Jobs::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                const std::string& rpc, const JobFlags& flags, Response* response) {
+  Request request;
+  request.set_id(flags.id);
+  return CallOrReport(stub, method, rpc, flags.common.connection, flags.common.UnaryTimeoutMs(),
+                      request, response);
+}
 
 // 0 when the job SUCCEEDED; otherwise names the state and reason on stderr and returns 1.
 int JobOutcome(const Job& job) {
@@ -177,7 +175,7 @@ int Submit(const SubmitFlags& flags,
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   Job job;
   if (stub == nullptr ||
-      !CallOrReport(*stub, submit, rpc, connection, UnaryTimeoutMs(flags.common), request, &job)) {
+      !CallOrReport(*stub, submit, rpc, connection, flags.common.UnaryTimeoutMs(), request, &job)) {
     return kExitError;
   }
   if (!flags.wait) {
@@ -193,7 +191,7 @@ int RunJobsList(const ListFlags& flags) {
   request.set_kind(flags.kind);
   const std::int64_t limit = flags.limit;
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
+  const std::int64_t timeout_ms = flags.common.UnaryTimeoutMs();
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   if (stub == nullptr) return kExitError;
 
@@ -224,46 +222,47 @@ int RunJobsList(const ListFlags& flags) {
   return kExitOk;
 }
 
-// Every page of the job's history, followed from the first to the last and concatenated.
-grpc::Status FetchHistory(Jobs::Stub& stub, const ConnectionOptions& connection,
-                          const std::string& id, std::int64_t timeout_ms,
-                          taylorshift::v1::GetJobHistoryResponse* history) {
+// Every page of the job's history, followed from the first to the last and concatenated; false
+// after reporting a failure.
+bool FetchHistory(Jobs::Stub& stub, const JobFlags& flags,
+                  taylorshift::v1::GetJobHistoryResponse* history) {
+  const ConnectionOptions& connection = flags.common.connection;
   taylorshift::v1::GetJobHistoryRequest request;
-  request.set_id(id);
+  request.set_id(flags.id);
   request.set_page_size(kHistoryPageSize);
   for (int page = 0; page < kMaxHistoryPages; ++page) {
-    grpc::ClientContext context;
-    PrepareContext(connection, timeout_ms, &context);
     taylorshift::v1::GetJobHistoryResponse response;
-    grpc::Status status = stub.GetJobHistory(&context, request, &response);
-    if (!status.ok()) return status;
+    if (!CallOrReport(stub, &Jobs::Stub::GetJobHistory, "GetJobHistory", connection,
+                      flags.common.UnaryTimeoutMs(), request, &response)) {
+      return false;
+    }
     const bool empty = response.loss_curve().empty() && response.validations().empty();
-    for (auto& point : *response.mutable_loss_curve()) {
-      *history->add_loss_curve() = std::move(point);
+    history->MergeFrom(response);
+    if (response.next_page_token().empty()) {
+      history->clear_next_page_token();
+      return true;
     }
-    for (auto& report : *response.mutable_validations()) {
-      *history->add_validations() = std::move(report);
-    }
-    if (response.next_page_token().empty()) return grpc::Status::OK;
     // A page that moves nothing forward would repeat forever.
     if (empty || response.next_page_token() == request.page_token()) {
-      return grpc::Status(grpc::StatusCode::INTERNAL,
-                          "the server answered a page without progress (an empty page, or the "
-                          "same page_token again)");
+      RpcFailed("GetJobHistory", connection,
+                grpc::Status(grpc::StatusCode::INTERNAL,
+                             "the server answered a page without progress (an empty page, or the "
+                             "same page_token again)"));
+      return false;
     }
     request.set_page_token(response.next_page_token());
   }
-  return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
-                      absl::StrCat("job ", id, " has more than ", kMaxHistoryPages,
-                                   " pages of history; stopped following them"));
+  RpcFailed("GetJobHistory", connection,
+            grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                         absl::StrCat("job ", flags.id, " has more than ", kMaxHistoryPages,
+                                      " pages of history; stopped following them")));
+  return false;
 }
 
 // "F.png" → ".png"; "" when the file name has no extension.
 std::string Extension(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  const std::size_t dot = path.find_last_of('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
-  return path.substr(dot);
+  const std::size_t dot = path.find_last_of("./");
+  return dot == std::string::npos || path[dot] == '/' ? "" : path.substr(dot);
 }
 
 // jobs plot's --out: a .csv or .svg file name.
@@ -279,19 +278,12 @@ std::string CheckPlotName(const std::string& out) {
 // jobs plot ID --out F.csv|F.svg: the job's loss curve and validation runs as CSV data or an
 // SVG picture.
 int RunJobsPlot(const JobFlags& flags) {
-  const std::string& id = flags.id;
   const std::string& out = flags.out;
-  const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
-  std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
+  std::unique_ptr<Jobs::Stub> stub = NewJobsStub(flags.common.connection);
   if (stub == nullptr) return kExitError;
 
   Job job;
-  taylorshift::v1::GetJobRequest request;
-  request.set_id(id);
-  if (!CallOrReport(*stub, &Jobs::Stub::GetJob, "GetJob", connection, timeout_ms, request, &job)) {
-    return kExitError;
-  }
+  if (!CallWithId(*stub, &Jobs::Stub::GetJob, "GetJob", flags, &job)) return kExitError;
   if (job.kind() == taylorshift::v1::JOB_KIND_EVALUATION || job.has_evaluation()) {
     // An empty chart would read as "nothing learned yet"; say what there is instead.
     std::cerr << "tsctl: job " << job.id()
@@ -301,10 +293,7 @@ int RunJobsPlot(const JobFlags& flags) {
     return kExitError;
   }
   taylorshift::v1::GetJobHistoryResponse history;
-  if (const grpc::Status status = FetchHistory(*stub, connection, id, timeout_ms, &history);
-      !status.ok()) {
-    return RpcFailed("GetJobHistory", connection, status);
-  }
+  if (!FetchHistory(*stub, flags, &history)) return kExitError;
   const std::string title =
       absl::StrCat(job.id(), " ", job.name(), ": training loss and validation accuracy");
   const bool csv = absl::EqualsIgnoreCase(Extension(out), ".csv");
@@ -322,41 +311,26 @@ int RunJobsPlot(const JobFlags& flags) {
 int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
   const std::string& id = flags.id;
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = UnaryTimeoutMs(flags.common);
   const std::int64_t watch_timeout_ms = WatchTimeoutMs(flags.common);
   const bool json = flags.json;
-  const bool curve = flags.curve;
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   if (stub == nullptr) return kExitError;
   if (subcommand == "watch") return WatchJob(*stub, connection, id, watch_timeout_ms, json);
 
   Job job;
   if (subcommand == "get") {
-    taylorshift::v1::GetJobRequest request;
-    request.set_id(id);
-    if (!CallOrReport(*stub, &Jobs::Stub::GetJob, "GetJob", connection, timeout_ms, request,
-                      &job)) {
-      return kExitError;
-    }
-    if (!curve) {
+    if (!CallWithId(*stub, &Jobs::Stub::GetJob, "GetJob", flags, &job)) return kExitError;
+    if (!flags.curve) {
       std::cout << (json ? JobJson(job) + "\n" : JobDetails(job));
     } else {
       taylorshift::v1::GetJobHistoryResponse history;
-      if (const grpc::Status fetched = FetchHistory(*stub, connection, id, timeout_ms, &history);
-          !fetched.ok()) {
-        return RpcFailed("GetJobHistory", connection, fetched);
-      }
+      if (!FetchHistory(*stub, flags, &history)) return kExitError;
       std::cout << (json ? JobJson(job, &history) + "\n"
                          : absl::StrCat(JobDetails(job), "\n", HistoryText(history)));
     }
   } else if (subcommand == "delete") {
-    taylorshift::v1::DeleteJobRequest request;
-    request.set_id(id);
     taylorshift::v1::DeleteJobResponse deleted;
-    if (!CallOrReport(*stub, &Jobs::Stub::DeleteJob, "DeleteJob", connection, timeout_ms, request,
-                      &deleted)) {
-      return kExitError;
-    }
+    if (!CallWithId(*stub, &Jobs::Stub::DeleteJob, "DeleteJob", flags, &deleted)) return kExitError;
     if (json) {
       std::cout << DumpJson(MessageJson(deleted)) << "\n";
     } else {
@@ -365,12 +339,7 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
                                    static_cast<double>(deleted.bytes_freed()) / (1 << 20));
     }
   } else {
-    taylorshift::v1::CancelJobRequest request;
-    request.set_id(id);
-    if (!CallOrReport(*stub, &Jobs::Stub::CancelJob, "CancelJob", connection, timeout_ms, request,
-                      &job)) {
-      return kExitError;
-    }
+    if (!CallWithId(*stub, &Jobs::Stub::CancelJob, "CancelJob", flags, &job)) return kExitError;
     // A queued job is cancelled at once; a running one is only asked to stop (its worker gets
     // SIGTERM), so the job CancelJob answers is still RUNNING: do not print that as its state.
     std::cout << (json ? JobJson(job)
@@ -392,7 +361,7 @@ int RunPromote(const PromoteFlags& flags) {
   taylorshift::v1::PromoteCheckpointResponse response;
   if (stub == nullptr ||
       !CallOrReport(*stub, &Jobs::Stub::PromoteCheckpoint, "PromoteCheckpoint", connection,
-                    UnaryTimeoutMs(flags.common), flags.request, &response)) {
+                    flags.common.UnaryTimeoutMs(), flags.request, &response)) {
     return kExitError;
   }
   std::cout << (flags.json ? PromoteJson(response) : PromoteText(response)) << std::endl;
@@ -463,9 +432,8 @@ void AddPromoteFlags(CLI::App& command, PromoteFlags* flags) {
       ->check(NonEmpty());
   source->require_option(1);
   command
-      .add_option_function<std::string>(
-          "--model", [request](const std::string& model) { request->set_model(model); },
-          "serve it as model NAME (a new name, or a new version of it)")
+      .add_option("--model", *request->mutable_model(),
+                  "serve it as model NAME (a new name, or a new version of it)")
       ->required()
       ->check(NonEmpty());
   command

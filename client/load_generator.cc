@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <thread>
 #include <utility>
 
@@ -52,53 +53,63 @@ std::uint64_t UniformBelow(std::uint64_t n, std::mt19937_64& rng) {
   return draw % n;
 }
 
+// Uniform in [0, 1) from the top 53 bits of one draw.
+double UniformUnit(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+// Standard normal (Box-Muller on two UniformUnit draws).
+double StandardNormal(std::mt19937_64& rng) {
+  // 1 - u lies in (0, 1], so the log is finite.
+  const double u1 = 1.0 - UniformUnit(rng);
+  const double u2 = UniformUnit(rng);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+// `length` bytes drawn uniformly from printable ASCII (0x20..0x7e).
+std::string RandomPrintableDocument(std::size_t length, std::mt19937_64& rng) {
+  constexpr int kFirst = 0x20, kCount = 0x7f - 0x20;
+  std::string document(length, ' ');
+  for (char& c : document) c = static_cast<char>(kFirst + UniformBelow(kCount, rng));
+  return document;
+}
+
 }  // namespace
 
 absl::StatusOr<LengthDistribution> LengthDistribution::Parse(absl::string_view spec) {
   const std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
   LengthDistribution dist;
-  const auto usage = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad length distribution '", spec,
-                     "': expected fixed:N, uniform:MIN:MAX or lognormal:MEDIAN:SIGMA:MAX"));
-  };
   if (parts[0] == "fixed" && parts.size() == 2) {
-    TS_ASSIGN_OR_RETURN(std::size_t n, ParseLength(parts[1], spec));
-    dist.kind_ = Kind::kFixed;
-    dist.min_ = dist.max_ = n;
+    TS_ASSIGN_OR_RETURN(dist.min_, ParseLength(parts[1], spec));
+    dist.max_ = dist.min_;
     return dist;
   }
   if (parts[0] == "uniform" && parts.size() == 3) {
-    TS_ASSIGN_OR_RETURN(std::size_t low, ParseLength(parts[1], spec));
-    TS_ASSIGN_OR_RETURN(std::size_t high, ParseLength(parts[2], spec));
-    if (low > high) {
+    dist.kind_ = Kind::kUniform;
+    TS_ASSIGN_OR_RETURN(dist.min_, ParseLength(parts[1], spec));
+    TS_ASSIGN_OR_RETURN(dist.max_, ParseLength(parts[2], spec));
+    if (dist.min_ > dist.max_) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad length distribution '", spec, "': MIN is above MAX"));
     }
-    dist.kind_ = Kind::kUniform;
-    dist.min_ = low;
-    dist.max_ = high;
     return dist;
   }
   if (parts[0] == "lognormal" && parts.size() == 4) {
-    double median = 0, sigma = 0;
-    if (!absl::SimpleAtod(parts[1], &median) || !std::isfinite(median) || median <= 0) {
+    dist.kind_ = Kind::kLogNormal;
+    if (!absl::SimpleAtod(parts[1], &dist.median_) || !std::isfinite(dist.median_) ||
+        dist.median_ <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad MEDIAN '", parts[1], "' in '", spec, "': expected a number > 0"));
     }
-    if (!absl::SimpleAtod(parts[2], &sigma) || !std::isfinite(sigma) || sigma < 0) {
+    if (!absl::SimpleAtod(parts[2], &dist.sigma_) || !std::isfinite(dist.sigma_) ||
+        dist.sigma_ < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad SIGMA '", parts[2], "' in '", spec, "': expected a number >= 0"));
     }
-    TS_ASSIGN_OR_RETURN(std::size_t high, ParseLength(parts[3], spec));
-    dist.kind_ = Kind::kLogNormal;
-    dist.min_ = 1;
-    dist.max_ = high;
-    dist.median_ = median;
-    dist.sigma_ = sigma;
+    TS_ASSIGN_OR_RETURN(dist.max_, ParseLength(parts[3], spec));
     return dist;
   }
-  return usage();
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad length distribution '", spec,
+                   "': expected fixed:N, uniform:MIN:MAX or lognormal:MEDIAN:SIGMA:MAX"));
 }
 
 std::size_t LengthDistribution::Sample(std::mt19937_64& rng) const {
@@ -115,37 +126,6 @@ std::size_t LengthDistribution::Sample(std::mt19937_64& rng) const {
     }
   }
   return min_;
-}
-
-std::size_t LengthDistribution::min_length() const { return min_; }
-std::size_t LengthDistribution::max_length() const { return max_; }
-
-std::string LengthDistribution::ToString() const {
-  switch (kind_) {
-    case Kind::kFixed:
-      return absl::StrCat("fixed:", min_);
-    case Kind::kUniform:
-      return absl::StrCat("uniform:", min_, ":", max_);
-    case Kind::kLogNormal:
-      return absl::StrCat("lognormal:", median_, ":", sigma_, ":", max_);
-  }
-  return "";
-}
-
-double UniformUnit(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-double StandardNormal(std::mt19937_64& rng) {
-  // 1 - u lies in (0, 1], so the log is finite.
-  const double u1 = 1.0 - UniformUnit(rng);
-  const double u2 = UniformUnit(rng);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-}
-
-std::string RandomPrintableDocument(std::size_t length, std::mt19937_64& rng) {
-  constexpr int kFirst = 0x20, kCount = 0x7f - 0x20;
-  std::string document(length, ' ');
-  for (char& c : document) c = static_cast<char>(kFirst + UniformBelow(kCount, rng));
-  return document;
 }
 
 RequestGenerator RequestGenerator::Synthetic(ClassifyRequest prototype, LengthDistribution lengths,
@@ -232,8 +212,7 @@ BenchReport BenchAggregator::Summarize(double elapsed_s) const {
   report.latency_max_ms = NearestRankPercentile(sorted, 100);
   report.latency_min_ms = NearestRankPercentile(sorted, 0);
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  double sum = 0;
-  for (double latency : sorted) sum += latency;
+  const double sum = std::accumulate(sorted.begin(), sorted.end(), 0.0);
   const double ok = static_cast<double>(report.ok);
   report.latency_mean_ms = report.ok > 0 ? sum / ok : nan;
   report.errors = errors_;
@@ -263,9 +242,6 @@ absl::Status ValidateLoadOptions(const LoadOptions& options) {
 BenchReport RunLoad(const LoadOptions& options, const RequestGenerator& generator,
                     const ClassifyCall& call, const RequestDone& done) {
   using Clock = std::chrono::steady_clock;
-  const auto ms_between = [](Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration<double, std::milli>(to - from).count();
-  };
   BenchAggregator aggregator;
   std::atomic<std::uint64_t> next_index{0};
   const Clock::time_point start = Clock::now();
@@ -291,7 +267,8 @@ BenchReport RunLoad(const LoadOptions& options, const RequestGenerator& generato
       ClassifyResponse response;
       const Clock::time_point sent = options.rate_rps > 0 ? due : Clock::now();
       const grpc::Status status = call(request, &response);
-      const double latency_ms = ms_between(sent, Clock::now());
+      const double latency_ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
       if (status.ok()) {
         aggregator.RecordOk(latency_ms, response);
       } else {

@@ -28,7 +28,7 @@
 
 namespace ts::client {
 
-// Document lengths in bytes; every sample lies in [min_length(), max_length()] and is >= 1.
+// Document lengths in bytes; every sample is >= 1 and within the spec's bounds.
 class LengthDistribution {
  public:
   // "fixed:N" (N >= 1), "uniform:MIN:MAX" (1 <= MIN <= MAX, inclusive), or
@@ -37,10 +37,6 @@ class LengthDistribution {
   static absl::StatusOr<LengthDistribution> Parse(absl::string_view spec);
 
   std::size_t Sample(std::mt19937_64& rng) const;
-  std::size_t min_length() const;
-  std::size_t max_length() const;
-  // The spec in Parse's syntax.
-  std::string ToString() const;
 
  private:
   enum class Kind { kFixed, kUniform, kLogNormal };
@@ -52,13 +48,6 @@ class LengthDistribution {
   double median_ = 1.0;
   double sigma_ = 0.0;
 };
-
-// Uniform in [0, 1) from the top 53 bits of one draw.
-double UniformUnit(std::mt19937_64& rng);
-// Standard normal (Box-Muller on two UniformUnit draws).
-double StandardNormal(std::mt19937_64& rng);
-// `length` bytes drawn uniformly from printable ASCII (0x20..0x7e).
-std::string RandomPrintableDocument(std::size_t length, std::mt19937_64& rng);
 
 // Request i of a bench run. Immutable after construction; Request() is thread-safe.
 class RequestGenerator {

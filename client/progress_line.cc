@@ -74,10 +74,8 @@ std::string ProgressLine::Text(double now_s, const Progress& progress) const {
 }
 
 void ProgressLine::Update(double now_s, const Progress& progress) {
-  if (!started_) {
-    // Plain lines wait one interval before the first, so a short run adds none.
-    if (!options_.terminal) last_shown_s_ = now_s;
-  }
+  // Plain lines wait one interval before the first, so a short run adds none.
+  if (!started_ && !options_.terminal) last_shown_s_ = now_s;
   if (!started_ || progress.unit != first_unit_) {
     // The first count of this kind (a watch learns the job's step from its first event).
     started_ = true;

@@ -4,10 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -15,10 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "api/proto_names.h"
 #include "api/v2_raw.h"
@@ -34,9 +35,8 @@ using Json = nlohmann::json;
 using taylorshift::v1::ClassifyRequest;
 using taylorshift::v1::ClassifyResponse;
 
+// Indexed by BenchProtocol.
 constexpr const char* kProtocolNames[] = {"classify", "v2-grpc", "v2-rest", "rest"};
-constexpr BenchProtocol kProtocols[] = {BenchProtocol::kClassify, BenchProtocol::kV2Grpc,
-                                        BenchProtocol::kV2Rest, BenchProtocol::kRest};
 
 // Extra wait beyond the deadline before an HTTP call gives up by itself, so that the server's
 // 504 (its deadline is X-Timeout-Ms) normally arrives first.
@@ -59,14 +59,11 @@ absl::Status Malformed(absl::string_view what) {
   return absl::InternalError(absl::StrCat("unreadable v2 answer: ", what));
 }
 
-std::int64_t ElementCount(const std::vector<std::int64_t>& shape) {
-  std::int64_t count = 1;
-  for (const std::int64_t d : shape) count *= d;
-  return count;
-}
-
-std::string ShapeText(const std::vector<std::int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+// The decoders read FP32 and BYTES outputs only.
+absl::Status CheckDatatype(const V2Tensor& tensor) {
+  if (tensor.datatype == "FP32" || tensor.datatype == "BYTES") return absl::OkStatus();
+  return Malformed(absl::StrCat("output \"", tensor.name, "\" has datatype '", tensor.datatype,
+                                "' (expected FP32 or BYTES)"));
 }
 
 // "score:index:label" (the label may itself hold colons).
@@ -91,12 +88,13 @@ absl::Status ParseClassificationEntry(const std::string& entry,
 absl::Status FillFromTensors(const std::vector<V2Tensor>& tensors, ClassifyResponse* response) {
   bool have_label = false, have_probabilities = false;
   for (const V2Tensor& tensor : tensors) {
-    const std::string where = absl::StrCat("output \"", tensor.name, "\" (", tensor.datatype, " ",
-                                           ShapeText(tensor.shape), ")");
+    const std::string where = absl::StrCat("output \"", tensor.name, "\" (", tensor.datatype, " [",
+                                           absl::StrJoin(tensor.shape, ","), "])");
     if (tensor.shape.empty() || tensor.shape[0] != 1) {
       return Malformed(absl::StrCat(where, ": expected a batch of 1"));
     }
-    const std::int64_t count = ElementCount(tensor.shape);
+    const std::int64_t count = std::accumulate(tensor.shape.begin(), tensor.shape.end(),
+                                               std::int64_t{1}, std::multiplies<>());
     const std::int64_t have = static_cast<std::int64_t>(
         tensor.datatype == "FP32" ? tensor.fp32.size() : tensor.bytes.size());
     if (count != have) {
@@ -116,12 +114,10 @@ absl::Status FillFromTensors(const std::vector<V2Tensor>& tensors, ClassifyRespo
           entry->set_index(static_cast<std::uint32_t>(i));
           entry->set_probability(tensor.fp32[i]);
         }
-      } else if (tensor.datatype == "BYTES") {
+      } else {  // BYTES: the decoders take no other datatype (CheckDatatype)
         for (const std::string& element : tensor.bytes) {
           TS_RETURN_IF_ERROR(ParseClassificationEntry(element, response->add_probabilities()));
         }
-      } else {
-        return Malformed(absl::StrCat(where, ": expected FP32 or BYTES"));
       }
       have_probabilities = true;
     }
@@ -132,12 +128,11 @@ absl::Status FillFromTensors(const std::vector<V2Tensor>& tensors, ClassifyRespo
   }
   if (!have_label && response->probabilities_size() > 0) {
     // Only probabilities asked for: the best one's label, when the answer names it.
-    int best = 0;
-    for (int i = 1; i < response->probabilities_size(); ++i) {
-      if (response->probabilities(i).probability() > response->probabilities(best).probability())
-        best = i;
-    }
-    response->set_label(response->probabilities(best).label());
+    const auto& entries = response->probabilities();
+    const auto best = std::max_element(
+        entries.begin(), entries.end(),
+        [](const auto& a, const auto& b) { return a.probability() < b.probability(); });
+    response->set_label(best->label());
   }
   return absl::OkStatus();
 }
@@ -257,8 +252,8 @@ class HttpCaller {
 }  // namespace
 
 absl::StatusOr<BenchProtocol> ParseBenchProtocol(absl::string_view name) {
-  for (std::size_t i = 0; i < std::size(kProtocols); ++i) {
-    if (name == kProtocolNames[i]) return kProtocols[i];
+  for (std::size_t i = 0; i < std::size(kProtocolNames); ++i) {
+    if (name == kProtocolNames[i]) return static_cast<BenchProtocol>(i);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown protocol '", name, "': expected classify, v2-grpc, v2-rest or rest"));
@@ -327,10 +322,7 @@ inference::ModelInferRequest V2InferRequest(const ClassifyRequest& request) {
   input->set_name("document");
   input->set_datatype("BYTES");
   input->add_shape(1);
-  std::string* raw = infer.add_raw_input_contents();
-  const auto length = static_cast<std::uint32_t>(request.document().size());
-  for (int b = 0; b < 4; ++b) raw->push_back(static_cast<char>((length >> (8 * b)) & 0xff));
-  raw->append(request.document());
+  *infer.add_raw_input_contents() = EncodeRawBytes({request.document()});
   return infer;
 }
 
@@ -379,28 +371,19 @@ absl::Status DecodeV2Response(const inference::ModelInferResponse& answer,
   std::vector<V2Tensor> tensors;
   for (int i = 0; i < answer.outputs_size(); ++i) {
     const auto& output = answer.outputs(i);
-    V2Tensor tensor;
-    tensor.name = output.name();
-    tensor.datatype = output.datatype();
-    tensor.shape.assign(output.shape().begin(), output.shape().end());
+    V2Tensor tensor{
+        output.name(), output.datatype(), {output.shape().begin(), output.shape().end()}, {}, {}};
+    TS_RETURN_IF_ERROR(CheckDatatype(tensor));
+    const auto& contents = output.contents();
     absl::Status decoded;
-    if (tensor.datatype == "FP32") {
-      if (raw) {
-        decoded = ts::DecodeRawFp32(answer.raw_output_contents(i), &tensor.fp32);
-      } else {
-        tensor.fp32.assign(output.contents().fp32_contents().begin(),
-                           output.contents().fp32_contents().end());
-      }
-    } else if (tensor.datatype == "BYTES") {
-      if (raw) {
-        decoded = ts::DecodeRawBytes(answer.raw_output_contents(i), &tensor.bytes);
-      } else {
-        tensor.bytes.assign(output.contents().bytes_contents().begin(),
-                            output.contents().bytes_contents().end());
-      }
+    if (tensor.datatype == "FP32" && raw) {
+      decoded = DecodeRawFp32(answer.raw_output_contents(i), &tensor.fp32);
+    } else if (tensor.datatype == "FP32") {
+      tensor.fp32.assign(contents.fp32_contents().begin(), contents.fp32_contents().end());
+    } else if (raw) {
+      decoded = DecodeRawBytes(answer.raw_output_contents(i), &tensor.bytes);
     } else {
-      return Malformed(absl::StrCat("output \"", tensor.name, "\" has datatype '", tensor.datatype,
-                                    "' (expected FP32 or BYTES)"));
+      tensor.bytes.assign(contents.bytes_contents().begin(), contents.bytes_contents().end());
     }
     if (!decoded.ok()) {
       return Malformed(absl::StrCat("output \"", tensor.name, "\": ", decoded.message()));
@@ -424,13 +407,11 @@ absl::Status DecodeV2JsonResponse(const std::string& body, ClassifyResponse* res
       tensor.datatype = output.at("datatype").get<std::string>();
       tensor.shape = output.at("shape").get<std::vector<std::int64_t>>();
       const Json& data = output.at("data");
+      TS_RETURN_IF_ERROR(CheckDatatype(tensor));
       if (tensor.datatype == "FP32") {
         for (const Json& value : data) tensor.fp32.push_back(value.get<float>());
-      } else if (tensor.datatype == "BYTES") {
-        for (const Json& value : data) tensor.bytes.push_back(value.get<std::string>());
       } else {
-        return Malformed(absl::StrCat("output \"", tensor.name, "\" has datatype '",
-                                      tensor.datatype, "' (expected FP32 or BYTES)"));
+        for (const Json& value : data) tensor.bytes.push_back(value.get<std::string>());
       }
       tensors.push_back(std::move(tensor));
     }
@@ -480,30 +461,28 @@ absl::Status DecodeRestClassifyResponse(const std::string& body, ClassifyRespons
   return absl::OkStatus();
 }
 
-ClassifyCall MakeClassifyCall(std::shared_ptr<grpc::Channel> channel,
-                              const ConnectionOptions& connection, std::int64_t timeout_ms) {
-  auto stub = std::shared_ptr<taylorshift::v1::Classifier::Stub>(
-      taylorshift::v1::Classifier::NewStub(std::move(channel)));
+ClassifyCall MakeGrpcCall(BenchProtocol protocol, std::shared_ptr<grpc::Channel> channel,
+                          const ConnectionOptions& connection, std::int64_t timeout_ms) {
+  if (protocol == BenchProtocol::kV2Grpc) {
+    std::shared_ptr<inference::GRPCInferenceService::Stub> stub =
+        inference::GRPCInferenceService::NewStub(std::move(channel));
+    return
+        [stub, connection, timeout_ms](const ClassifyRequest& request, ClassifyResponse* response) {
+          grpc::ClientContext context;
+          PrepareContext(connection, timeout_ms, &context);
+          inference::ModelInferResponse answer;
+          grpc::Status status = stub->ModelInfer(&context, V2InferRequest(request), &answer);
+          if (!status.ok()) return status;
+          return ToGrpcStatus(DecodeV2Response(answer, response));
+        };
+  }
+  std::shared_ptr<taylorshift::v1::Classifier::Stub> stub =
+      taylorshift::v1::Classifier::NewStub(std::move(channel));
   return
       [stub, connection, timeout_ms](const ClassifyRequest& request, ClassifyResponse* response) {
         grpc::ClientContext context;
         PrepareContext(connection, timeout_ms, &context);
         return stub->Classify(&context, request, response);
-      };
-}
-
-ClassifyCall MakeV2GrpcCall(std::shared_ptr<grpc::Channel> channel,
-                            const ConnectionOptions& connection, std::int64_t timeout_ms) {
-  auto stub = std::shared_ptr<inference::GRPCInferenceService::Stub>(
-      inference::GRPCInferenceService::NewStub(std::move(channel)));
-  return
-      [stub, connection, timeout_ms](const ClassifyRequest& request, ClassifyResponse* response) {
-        grpc::ClientContext context;
-        PrepareContext(connection, timeout_ms, &context);
-        inference::ModelInferResponse answer;
-        grpc::Status status = stub->ModelInfer(&context, V2InferRequest(request), &answer);
-        if (!status.ok()) return status;
-        return ToGrpcStatus(DecodeV2Response(answer, response));
       };
 }
 
@@ -515,15 +494,12 @@ absl::StatusOr<std::string> HttpBaseUrl(const std::string& http_address,
         "--tls-server-name is not supported over HTTP: give --http the name the server "
         "certificate carries");
   }
-  std::string rest = http_address;
+  absl::string_view rest = http_address;
   std::string scheme;
-  for (const char* prefix : {"http://", "https://"}) {
-    if (absl::StartsWith(rest, prefix)) {
-      scheme = std::string(prefix, std::strlen(prefix) - 3);
-      rest = rest.substr(std::strlen(prefix));
-    }
+  for (const char* name : {"http", "https"}) {
+    if (absl::ConsumePrefix(&rest, absl::StrCat(name, "://"))) scheme = name;
   }
-  if (absl::EndsWith(rest, "/")) rest.pop_back();
+  absl::ConsumeSuffix(&rest, "/");
   if (rest.empty() || rest.find('/') != std::string::npos || rest.rfind(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("--http: expected HOST:PORT (optionally after http:// or https://), got '",

@@ -91,13 +91,10 @@ absl::Status DecodeRestClassifyResponse(const std::string& body,
 
 // --- The calls. Each is thread-safe and may be called from `concurrency` threads at once.
 
-// Classifier/Classify on `channel`: context from PrepareContext(connection, timeout_ms).
-ClassifyCall MakeClassifyCall(std::shared_ptr<grpc::Channel> channel,
-                              const ConnectionOptions& connection, std::int64_t timeout_ms);
-
-// GRPCInferenceService/ModelInfer on `channel`, the same context as MakeClassifyCall.
-ClassifyCall MakeV2GrpcCall(std::shared_ptr<grpc::Channel> channel,
-                            const ConnectionOptions& connection, std::int64_t timeout_ms);
+// v2-grpc (GRPCInferenceService/ModelInfer) or else classify (Classifier/Classify) on
+// `channel`, each call's context from PrepareContext(connection, timeout_ms).
+ClassifyCall MakeGrpcCall(BenchProtocol protocol, std::shared_ptr<grpc::Channel> channel,
+                          const ConnectionOptions& connection, std::int64_t timeout_ms);
 
 // The HTTP base URL for --http: "HOST:PORT" becomes http://HOST:PORT (https:// when the
 // connection asks for TLS: --tls, --ca-file or a client certificate); "http://…" and

@@ -63,26 +63,25 @@ std::string ModelTable(const taylorshift::v1::ListModelsResponse& models) {
 
 std::string ModelDetails(const ModelInfo& model) {
   std::string out;
-  const auto line = [&](absl::string_view key, const std::string& value) {
+  const auto line = [&](absl::string_view key, const absl::AlphaNum& value) {
     absl::StrAppend(&out, key, ": ", value, "\n");
   };
   line("name", model.name());
   line("version", model.version());
   line("modality", model.modality());
   line("labels", absl::StrJoin(model.labels(), ", "));
-  line("max_length", absl::StrCat(model.max_length()));
-  line("embed_dim", absl::StrCat(model.embed_dim()));
-  line("depth", absl::StrCat(model.depth()));
-  line("heads", absl::StrCat(model.heads()));
-  line("head_dim", absl::StrCat(model.head_dim()));
-  line("crossover_tokens", absl::StrCat(model.crossover_tokens()));
+  line("max_length", model.max_length());
+  line("embed_dim", model.embed_dim());
+  line("depth", model.depth());
+  line("heads", model.heads());
+  line("head_dim", model.head_dim());
+  line("crossover_tokens", model.crossover_tokens());
   line("crossover_source", model.crossover_source());
   if (model.crossovers_size() > 0) {
-    std::vector<std::string> entries;
-    for (const auto& c : model.crossovers()) {
-      entries.push_back(absl::StrCat("batch ", c.batch(), ": ", c.tokens(), " tokens"));
-    }
-    line("crossovers", absl::StrJoin(entries, ", "));
+    line("crossovers",
+         absl::StrJoin(model.crossovers(), ", ", [](std::string* text, const auto& c) {
+           absl::StrAppend(text, "batch ", c.batch(), ": ", c.tokens(), " tokens");
+         }));
   }
   line("over_length_policy", model.over_length_policy());
   line("device", model.device());
@@ -118,12 +117,10 @@ std::string ClassifyText(const std::string& file, const ClassifyResponse& respon
       return a->probability() > b->probability();
     });
     if (best.size() > top_k) best.resize(top_k);
-    std::vector<std::string> entries;
-    entries.reserve(best.size());
-    for (const auto* entry : best) {
-      entries.push_back(absl::StrFormat("%s %.3f", entry->label(), entry->probability()));
-    }
-    absl::StrAppend(&out, " top-", best.size(), ": ", absl::StrJoin(entries, ", "));
+    absl::StrAppend(&out, " top-", best.size(), ": ",
+                    absl::StrJoin(best, ", ", [](std::string* text, const auto* entry) {
+                      absl::StrAppendFormat(text, "%s %.3f", entry->label(), entry->probability());
+                    }));
   }
   absl::StrAppendFormat(&out, " path=%s batch=%d tokens=%d", PathName(response.path()),
                         response.timing().batch_size(), response.tokens());
@@ -138,6 +135,11 @@ std::string ClassifyText(const std::string& file, const ClassifyResponse& respon
 
 std::string ClassifyErrorText(const std::string& file, const grpc::Status& status) {
   return absl::StrCat(file, ": ", GrpcCodeName(status.error_code()), ": ", status.error_message());
+}
+
+std::string ServingStatusName(grpc::health::v1::HealthCheckResponse::ServingStatus status) {
+  const std::string& name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(status);
+  return name.empty() ? absl::StrCat("STATUS_", static_cast<int>(status)) : name;
 }
 
 }  // namespace ts::client

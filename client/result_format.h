@@ -1,19 +1,9 @@
 // How tsctl prints API results: one compact JSON object per line (--json) or aligned text.
 // Stateless and thread-safe.
 //
-// Model JSON (models: one per line; model: one line):
-//   {"name":"imdb","version":"v3","modality":"bytes","labels":["neg","pos"],"max_length":4096,
-//    "embed_dim":64,"depth":2,"heads":4,"head_dim":16,"crossover_tokens":1100,
-//    "crossover_source":"calibration","over_length_policy":"truncate","device":"cuda:0"}
-// Classify result JSON (one per input, in input order):
-//   {"file":"a.txt","label":"pos",
-//    "probabilities":[{"label":"neg","index":0,"probability":0.08},
-//                     {"label":"pos","index":1,"probability":0.92}],
-//    "path":"efficient","batch_size":4,"batch_tokens":2052,"model_version":"v3",
-//    "tokens":513,"truncated":false,"windows":1,"queue_ms":1.2,"compute_ms":3.4,
-//    "latency_ms":5.9,"request_id":"tsctl-0"}
-// `probabilities` is an array in the server's order: every class in class order, or the
-// top_k best when --top-k is set. Classify error JSON:
+// The model and classify result JSON are api/api_json.h's (models: one model per line; classify:
+// one object per input, in input order, "file" first). `probabilities` is in the server's
+// order: every class in class order, or the top_k best when --top-k is set. Classify error JSON:
 //   {"file":"b.txt","error":{"code":"INVALID_ARGUMENT","message":"..."}}
 #pragma once
 
@@ -21,16 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/support/status.h"
 #include "taylorshift/v1/classifier.pb.h"
 
 namespace ts::client {
 
 std::string ModelJson(const taylorshift::v1::ModelInfo& model);
-// A table with a header row and one row per model, ending in a newline.
 // Rows as left-aligned columns two spaces apart, one line each (rows[0] is the header).
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
-
+// A table with a header row and one row per model, ending in a newline.
 std::string ModelTable(const taylorshift::v1::ListModelsResponse& models);
 // "key: value" lines for one model.
 std::string ModelDetails(const taylorshift::v1::ModelInfo& model);
@@ -45,5 +35,9 @@ std::string ClassifyText(const std::string& file, const taylorshift::v1::Classif
                          double latency_ms, std::uint32_t top_k = 0);
 // "a.txt: INVALID_ARGUMENT: message".
 std::string ClassifyErrorText(const std::string& file, const grpc::Status& status);
+
+// tsctl health's answer (grpc.health.v1.Health/Check): "UNKNOWN", "SERVING", "NOT_SERVING",
+// "SERVICE_UNKNOWN"; "STATUS_<n>" for a value a newer server may add (proto3 keeps its number).
+std::string ServingStatusName(grpc::health::v1::HealthCheckResponse::ServingStatus status);
 
 }  // namespace ts::client

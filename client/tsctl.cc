@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -19,13 +20,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "api/proto_names.h"
 #include "client/channel.h"
 #include "client/classify_input.h"
 #include "client/command_line.h"
 #include "client/file_util.h"
-#include "client/health_check.h"
 #include "client/jobs_commands.h"
 #include "client/load_generator.h"
 #include "client/progress_line.h"
@@ -33,6 +32,7 @@
 #include "client/result_format.h"
 #include "common/command_line.h"
 #include "common/json_output.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 
@@ -59,7 +59,7 @@ struct ClassifyFlags {
   std::optional<std::int64_t> deadline_ms;
   bool json = false;
   // The deadline of each Classify call: --deadline-ms, else --timeout-ms.
-  std::int64_t TimeoutMs() const { return deadline_ms.value_or(common.TimeoutMs(30000)); }
+  std::int64_t TimeoutMs() const { return deadline_ms.value_or(common.UnaryTimeoutMs()); }
 };
 
 struct ClassifyInputs {
@@ -96,7 +96,7 @@ int RunModels(const ModelsFlags& flags) {
   std::unique_ptr<Classifier::Stub> stub = NewStub(flags.common.connection);
   taylorshift::v1::ListModelsResponse response;
   if (stub == nullptr || !CallOrReport(*stub, &Classifier::Stub::ListModels, "ListModels",
-                                       flags.common.connection, flags.common.TimeoutMs(30000),
+                                       flags.common.connection, flags.common.UnaryTimeoutMs(),
                                        taylorshift::v1::ListModelsRequest(), &response)) {
     return kExitError;
   }
@@ -116,11 +116,10 @@ int RunModel(const ModelsFlags& flags) {
   taylorshift::v1::ModelInfo response;
   if (stub == nullptr ||
       !CallOrReport(*stub, &Classifier::Stub::GetModel, "GetModel", flags.common.connection,
-                    flags.common.TimeoutMs(30000), request, &response)) {
+                    flags.common.UnaryTimeoutMs(), request, &response)) {
     return kExitError;
   }
-  std::cout << (flags.json ? ModelJson(response) + "\n" : ModelDetails(response));
-  std::cout.flush();
+  std::cout << (flags.json ? ModelJson(response) + "\n" : ModelDetails(response)) << std::flush;
   return kExitOk;
 }
 
@@ -130,8 +129,6 @@ int RunClassify(const ClassifyInputs& flags) {
     return Usage("'-' (stdin) may be given only once");
   }
   const ClassifyRequest& prototype = flags.classify.prototype;
-  const auto concurrency = static_cast<std::size_t>(flags.concurrency);
-  const std::int64_t timeout_ms = flags.classify.TimeoutMs();
   const bool json = flags.classify.json;
   const ConnectionOptions& connection = flags.classify.common.connection;
 
@@ -143,44 +140,42 @@ int RunClassify(const ClassifyInputs& flags) {
   if (stub == nullptr) return kExitError;
 
   struct Result {
-    bool done = false;
     grpc::Status status;
     ClassifyResponse response;
     double latency_ms = 0;
   };
-  std::vector<Result> results(inputs.size());
-  absl::Mutex mu;
+  // Each input's result, set by the worker that sends it.
+  std::vector<std::promise<Result>> results(inputs.size());
   std::atomic<std::size_t> next{0};
 
-  const auto classify_one = [&](std::size_t index, Result* result) {
+  const auto classify_one = [&](std::size_t index) {
+    Result result;
     ClassifyRequest request = prototype;
     request.set_request_id(absl::StrCat("tsctl-", index));
     if (inputs[index] == "-") {
       if (!stdin_document->ok()) {
-        result->status = ToGrpcStatus(stdin_document->status());
-        return;
+        result.status = ToGrpcStatus(stdin_document->status());
+        return result;
       }
       request.set_document(**stdin_document);
     } else if (absl::Status read = SetInputFromFile(inputs[index], &request); !read.ok()) {
-      result->status = ToGrpcStatus(read);
-      return;
+      result.status = ToGrpcStatus(read);
+      return result;
     }
     grpc::ClientContext context;
-    PrepareContext(connection, timeout_ms, &context);
+    PrepareContext(connection, flags.classify.TimeoutMs(), &context);
     const auto start = std::chrono::steady_clock::now();
-    result->status = stub->Classify(&context, request, &result->response);
-    result->latency_ms =
+    result.status = stub->Classify(&context, request, &result.response);
+    result.latency_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return result;
   };
   const auto worker = [&] {
     for (std::size_t index = next.fetch_add(1); index < inputs.size(); index = next.fetch_add(1)) {
-      Result result;
-      classify_one(index, &result);
-      result.done = true;
-      absl::MutexLock lock(&mu);
-      results[index] = std::move(result);
+      results[index].set_value(classify_one(index));
     }
   };
+  const auto concurrency = static_cast<std::size_t>(flags.concurrency);
   std::vector<std::thread> workers;
   for (std::size_t i = 0; i < std::min(concurrency, inputs.size()); ++i) {
     workers.emplace_back(worker);
@@ -189,12 +184,7 @@ int RunClassify(const ClassifyInputs& flags) {
   // Print strictly in input order, each line as soon as it and all before it are done.
   std::size_t failed = 0;
   for (std::size_t index = 0; index < inputs.size(); ++index) {
-    Result result;
-    {
-      absl::MutexLock lock(&mu);
-      mu.Await(absl::Condition(&results[index].done));
-      result = std::move(results[index]);
-    }
+    const Result result = results[index].get_future().get();
     const std::string& file = inputs[index];
     if (result.status.ok()) {
       std::cout << (json
@@ -233,7 +223,6 @@ int RunBench(const BenchFlags& flags) {
   if (absl::Status valid = ValidateProtocolFlags(protocol, http, false); !valid.ok()) {
     return Usage(std::string(valid.message()));
   }
-  const auto seed = static_cast<std::uint64_t>(flags.seed);
   const std::int64_t timeout_ms = flags.classify.TimeoutMs();
   const ConnectionOptions& connection = flags.classify.common.connection;
   std::string http_base_url;
@@ -248,11 +237,7 @@ int RunBench(const BenchFlags& flags) {
     std::vector<ClassifyRequest> inputs;
     for (const std::string& file : flags.files) {
       ClassifyRequest input;
-      if (absl::Status read = SetInputFromFile(file, &input); !read.ok()) {
-        std::cerr << "tsctl: " << GrpcCodeName(ToGrpcStatus(read).error_code()) << ": "
-                  << read.message() << "\n";
-        return kExitError;
-      }
+      if (absl::Status read = SetInputFromFile(file, &input); !read.ok()) return LocalError(read);
       if (absl::Status valid = ValidateProtocolFlags(protocol, http, input.has_image());
           !valid.ok()) {
         return Usage(absl::StrCat(file, ": ", valid.message()));
@@ -270,7 +255,8 @@ int RunBench(const BenchFlags& flags) {
     generator.emplace(*std::move(round_robin));
   } else {
     generator.emplace(RequestGenerator::Synthetic(
-        prototype, flags.lengths.value_or(*LengthDistribution::Parse("fixed:1000")), seed));
+        prototype, flags.lengths.value_or(*LengthDistribution::Parse("fixed:1000")),
+        static_cast<std::uint64_t>(flags.seed)));
   }
 
   ClassifyCall call;
@@ -282,8 +268,7 @@ int RunBench(const BenchFlags& flags) {
   } else {
     std::shared_ptr<grpc::Channel> channel = ConnectOrReport(connection);
     if (channel == nullptr) return kExitError;
-    call = protocol == BenchProtocol::kV2Grpc ? MakeV2GrpcCall(channel, connection, timeout_ms)
-                                              : MakeClassifyCall(channel, connection, timeout_ms);
+    call = MakeGrpcCall(protocol, channel, connection, timeout_ms);
   }
   // Progress on stderr while the load runs (the report on stdout stays as it was).
   std::atomic<std::int64_t> completed{0}, failed{0};
@@ -312,42 +297,36 @@ int RunBench(const BenchFlags& flags) {
     if (!ok) failed.fetch_add(1);
   });
   progress.Stop();
-  std::cout << (flags.classify.json ? FormatBenchJson(report) + "\n" : FormatBenchText(report));
-  std::cout.flush();
+  std::cout << (flags.classify.json ? FormatBenchJson(report) + "\n" : FormatBenchText(report))
+            << std::flush;
   if (report.ok == 0) {
-    std::vector<std::string> errors;
-    for (const auto& [code, count] : report.errors)
-      errors.push_back(absl::StrCat(code, " x", count));
     std::cerr << "tsctl: no request to " << (UsesHttp(protocol) ? http_base_url : connection.server)
-              << " succeeded: " << absl::StrJoin(errors, ", ") << "\n";
+              << " succeeded: " << absl::StrJoin(report.errors, ", ", absl::PairFormatter(" x"))
+              << "\n";
     return kExitError;
   }
   return kExitOk;
 }
 
 int RunHealth(const HealthFlags& flags) {
+  using grpc::health::v1::Health;
   const std::string& service = flags.service;
   const ConnectionOptions& connection = flags.common.connection;
-  const std::int64_t timeout_ms = flags.common.TimeoutMs(30000);
   std::shared_ptr<grpc::Channel> channel = ConnectOrReport(connection);
-  if (channel == nullptr) return kExitError;
-  grpc::ClientContext context;
-  PrepareContext(connection, timeout_ms, &context);
-  ServingStatus status = grpc::health::v1::HealthCheckResponse::UNKNOWN;
-  const grpc::Status call = CheckHealth(channel, service, &context, &status);
-  if (!call.ok()) {
-    return RpcFailed(service.empty() ? std::string("Health/Check")
-                                     : absl::StrCat("Health/Check of '", service, "'"),
-                     connection, call);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  if (channel == nullptr ||
+      !CallOrReport(*Health::NewStub(channel), &Health::Stub::Check,
+                    service.empty() ? std::string("Health/Check")
+                                    : absl::StrCat("Health/Check of '", service, "'"),
+                    connection, flags.common.UnaryTimeoutMs(), request, &response)) {
+    return kExitError;
   }
-  if (flags.json) {
-    std::cout << DumpJson(Json{{"service", service}, {"status", ServingStatusName(status)}})
-              << "\n";
-  } else {
-    std::cout << ServingStatusName(status) << "\n";
-  }
-  std::cout.flush();
-  return status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitError;
+  const std::string status = ServingStatusName(response.status());
+  std::cout << (flags.json ? DumpJson(Json{{"service", service}, {"status", status}}) : status)
+            << std::endl;
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitError;
 }
 
 // The request's over_length: the policies the server knows (ClassifyRequest.over_length).
@@ -363,10 +342,7 @@ absl::StatusOr<std::string> ParseOverLength(const std::string& name) {
 void AddClassifyFlags(CLI::App& command, ClassifyFlags* flags) {
   ClassifyRequest* prototype = &flags->prototype;
   prototype->set_path(*ParsePath("auto"));
-  command
-      .add_option_function<std::string>(
-          "--model", [prototype](const std::string& name) { prototype->set_model(name); },
-          "the model to classify with")
+  command.add_option("--model", *prototype->mutable_model(), "the model to classify with")
       ->required()
       ->check(NonEmpty());
   command
@@ -383,15 +359,8 @@ void AddClassifyFlags(CLI::App& command, ClassifyFlags* flags) {
         prototype->set_path(*path);
       },
       "attention path: auto|direct|efficient|softmax (default auto)");
-  command.add_option_function<std::string>(
-      "--over-length",
-      [prototype](const std::string& name) {
-        absl::StatusOr<std::string> policy = ParseOverLength(name);
-        if (!policy.ok()) {
-          throw CLI::ValidationError("--over-length", std::string(policy.status().message()));
-        }
-        prototype->set_over_length(*policy);
-      },
+  AddParsedOption(
+      command, "--over-length", prototype->mutable_over_length(), ParseOverLength,
       "inputs longer than the model's max_length: truncate (keep the head), keep_tail, reject "
       "(INVALID_ARGUMENT) or window (average overlapping windows); default the model's policy");
   command

@@ -2,11 +2,11 @@
 // the published wire format that gRPC's health service (upb-encoded) speaks, and the status
 // names tsctl health prints (the call itself is tested against tsserver in
 // tests/server/tsctl_integration_test.cc).
-#include "client/health_check.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "client/result_format.h"
 
 namespace ts::client {
 namespace {
