@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 
@@ -78,6 +80,13 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
+  return absl::OkStatus();
+}
+
+absl::Status CreateDirectories(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
   return absl::OkStatus();
 }
 

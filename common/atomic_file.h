@@ -18,4 +18,7 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
 // NOT_FOUND for ENOENT and ENOTDIR, INTERNAL otherwise.
 absl::Status FileErrorStatus(int error_number, const std::string& message);
 
+// Creates the directory `dir` and its missing parents; INTERNAL "cannot create DIR: WHY".
+absl::Status CreateDirectories(const std::string& dir);
+
 }  // namespace ts

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,16 +46,6 @@ struct GpuTelemetry::Api {
   }
 };
 
-namespace {
-
-template <typename F>
-bool Bind(void* handle, const char* name, F* out) {
-  *out = reinterpret_cast<F>(dlsym(handle, name));
-  return *out != nullptr;
-}
-
-}  // namespace
-
 GpuTelemetry::GpuTelemetry(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 GpuTelemetry::~GpuTelemetry() = default;
 
@@ -66,24 +57,22 @@ absl::StatusOr<std::unique_ptr<GpuTelemetry>> GpuTelemetry::Open(const std::stri
     return absl::NotFoundError(absl::StrCat("NVML: cannot load ", library, ": ",
                                             error != nullptr ? error : "unknown error"));
   }
-  void* h = api->handle;
-  const std::array<std::pair<const char*, bool>, 8> bound = {{
-      {"nvmlInit_v2", Bind(h, "nvmlInit_v2", &api->init)},
-      {"nvmlShutdown", Bind(h, "nvmlShutdown", &api->shutdown)},
-      {"nvmlErrorString", Bind(h, "nvmlErrorString", &api->error_string)},
-      {"nvmlDeviceGetCount_v2", Bind(h, "nvmlDeviceGetCount_v2", &api->device_count)},
-      {"nvmlDeviceGetHandleByIndex_v2",
-       Bind(h, "nvmlDeviceGetHandleByIndex_v2", &api->handle_by_index)},
-      {"nvmlDeviceGetUtilizationRates",
-       Bind(h, "nvmlDeviceGetUtilizationRates", &api->utilization)},
-      {"nvmlDeviceGetMemoryInfo", Bind(h, "nvmlDeviceGetMemoryInfo", &api->memory)},
-      {"nvmlDeviceGetUUID", Bind(h, "nvmlDeviceGetUUID", &api->uuid)},
-  }};
-  for (const auto& [name, ok] : bound) {
-    if (!ok) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("NVML: ", library, " has no symbol ", name));
-    }
+  const char* missing = nullptr;  // the first symbol the library lacks
+  const auto bind = [&](const char* name, auto* out) {
+    *out = reinterpret_cast<std::remove_pointer_t<decltype(out)>>(dlsym(api->handle, name));
+    if (*out == nullptr && missing == nullptr) missing = name;
+  };
+  bind("nvmlInit_v2", &api->init);
+  bind("nvmlShutdown", &api->shutdown);
+  bind("nvmlErrorString", &api->error_string);
+  bind("nvmlDeviceGetCount_v2", &api->device_count);
+  bind("nvmlDeviceGetHandleByIndex_v2", &api->handle_by_index);
+  bind("nvmlDeviceGetUtilizationRates", &api->utilization);
+  bind("nvmlDeviceGetMemoryInfo", &api->memory);
+  bind("nvmlDeviceGetUUID", &api->uuid);
+  if (missing != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("NVML: ", library, " has no symbol ", missing));
   }
   const NvmlReturn status = api->init();
   if (status != 0) {

@@ -20,14 +20,10 @@ absl::Status ReadDocument(const std::string& yaml_text,
   }
 }
 
-std::string LineOf(const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  if (mark.is_null()) return "";
-  return absl::StrCat(" (line ", mark.line + 1, ")");
-}
-
 absl::Status NodeError(const YAML::Node& node, const std::string& path, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": ", why, LineOf(node)));
+  const YAML::Mark mark = node.Mark();  // null for a node that did not come from a document
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": ", why, mark.is_null() ? "" : absl::StrCat(" (line ", mark.line + 1, ")")));
 }
 
 std::string KindOf(const YAML::Node& node) {
@@ -98,6 +94,24 @@ absl::Status ReadInt64(const YAML::Node& node, const std::string& path, std::int
   return absl::OkStatus();
 }
 
+absl::Status ReadBool(const YAML::Node& node, const std::string& path, bool* out) {
+  bool value = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+    return NodeError(node, path, absl::StrCat("expected true or false, got ", KindOf(node)));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+namespace {
+
+template <typename T>
+FieldReader Reader(T* out, absl::Status (*read)(const YAML::Node&, const std::string&, T*)) {
+  return [out, read](const YAML::Node& node, const std::string& path) {
+    return read(node, path, out);
+  };
+}
+
 absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out) {
   std::int64_t value = 0;
   TS_RETURN_IF_ERROR(ReadInt64(node, path, &value));
@@ -108,34 +122,17 @@ absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out) 
   return absl::OkStatus();
 }
 
-absl::Status ReadBool(const YAML::Node& node, const std::string& path, bool* out) {
-  bool value = false;
-  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
-    return NodeError(node, path, absl::StrCat("expected true or false, got ", KindOf(node)));
-  }
-  *out = value;
-  return absl::OkStatus();
-}
+}  // namespace
 
-FieldReader String(std::string* out) {
-  return [out](const YAML::Node& node, const std::string& path) {
-    return ReadScalar(node, path, out);
+FieldReader String(std::string* out) { return Reader(out, ReadScalar); }
+FieldReader Int64(std::int64_t* out) { return Reader(out, ReadInt64); }
+FieldReader Int(int* out) { return Reader(out, ReadInt); }
+FieldReader Bool(bool* out) { return Reader(out, ReadBool); }
+
+FieldReader Map(Fields fields) {
+  return [fields = std::move(fields)](const YAML::Node& node, const std::string& path) {
+    return ReadMap(node, path, fields);
   };
-}
-
-FieldReader Int64(std::int64_t* out) {
-  return
-      [out](const YAML::Node& node, const std::string& path) { return ReadInt64(node, path, out); };
-}
-
-FieldReader Int(int* out) {
-  return
-      [out](const YAML::Node& node, const std::string& path) { return ReadInt(node, path, out); };
-}
-
-FieldReader Bool(bool* out) {
-  return
-      [out](const YAML::Node& node, const std::string& path) { return ReadBool(node, path, out); };
 }
 
 }  // namespace ts::yaml_fields

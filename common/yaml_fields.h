@@ -23,9 +23,6 @@ namespace ts::yaml_fields {
 absl::Status ReadDocument(const std::string& yaml_text,
                           const std::function<absl::Status(const YAML::Node& root)>& read);
 
-// " (line N)" for a node that came from a document, "" otherwise.
-std::string LineOf(const YAML::Node& node);
-
 // INVALID_ARGUMENT "<path>: <why> (line N)".
 absl::Status NodeError(const YAML::Node& node, const std::string& path, const std::string& why);
 
@@ -48,7 +45,6 @@ absl::Status ReadMap(const YAML::Node& node, const std::string& path, const Fiel
 
 absl::Status ReadScalar(const YAML::Node& node, const std::string& path, std::string* out);
 absl::Status ReadInt64(const YAML::Node& node, const std::string& path, std::int64_t* out);
-absl::Status ReadInt(const YAML::Node& node, const std::string& path, int* out);
 absl::Status ReadBool(const YAML::Node& node, const std::string& path, bool* out);
 
 // Handlers that store into `out` (which must outlive the ReadMap call).
@@ -56,5 +52,7 @@ FieldReader String(std::string* out);
 FieldReader Int64(std::int64_t* out);
 FieldReader Int(int* out);
 FieldReader Bool(bool* out);
+// A nested mapping, read by ReadMap with `fields`.
+FieldReader Map(Fields fields);
 
 }  // namespace ts::yaml_fields

@@ -44,10 +44,6 @@ void SetThreads(int intra_op_threads) {
   }
 }
 
-void SetThisThreadIntraOpThreads(int intra_op_threads) {
-  at::set_num_threads(std::max(1, intra_op_threads));
-}
-
 void SetThisThreadParallelism(int threads) { omp_set_num_threads(std::max(1, threads)); }
 
 int DefaultIntraOpThreads() {

@@ -15,13 +15,6 @@ namespace ts::compat {
 // remembers the count as the process's serving default (see UseDefaultThreadsOnThisThread).
 void SetThreads(int intra_op_threads);
 
-// Intra-op threads of the calling thread only. With LibTorch's OpenMP backend the team size is
-// a per-thread setting, so a training job's thread can run on 1-2 threads while the serving
-// threads keep theirs. (LibTorch also takes the count as the default of threads that have not
-// run parallel work yet; threads that do torch work should therefore call this, or
-// UseDefaultThreadsOnThisThread, before their first op.)
-void SetThisThreadIntraOpThreads(int intra_op_threads);
-
 // The intra-op threads of the parallel regions this thread starts, and nothing else: unlike
 // at::set_num_threads it leaves the process-wide count and LibTorch's other thread pools alone,
 // so it is cheap enough to call per batch. (LibTorch's OpenMP build reads this per-thread
@@ -30,7 +23,10 @@ void SetThisThreadParallelism(int threads);
 
 // The count last given to SetThreads, or at::get_num_threads() if it was never called.
 int DefaultIntraOpThreads();
-// SetThisThreadIntraOpThreads(the count last given to SetThreads), once per thread.
+// The intra-op threads of the calling thread only (at::set_num_threads) to the count last given
+// to SetThreads, once per thread. With LibTorch's OpenMP backend the team size is a per-thread
+// setting (and LibTorch takes the count as the default of threads that have not run parallel
+// work yet): threads that do torch work call this before their first op.
 void UseDefaultThreadsOnThisThread();
 
 // softmax(q kᵀ / sqrt(d)) v with padded keys excluded. `key_keep` is [B, 1, 1, N] bool

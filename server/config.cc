@@ -1,5 +1,6 @@
 #include "server/config.h"
 
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -33,6 +34,7 @@ using yaml_fields::Fields;
 using yaml_fields::Int;
 using yaml_fields::Int64;
 using yaml_fields::KindOf;
+using yaml_fields::Map;
 using yaml_fields::NodeError;
 using yaml_fields::ReadDocument;
 using yaml_fields::ReadInt64;
@@ -177,46 +179,37 @@ FieldReader OverLength(LengthPolicy* out) {
   };
 }
 
-absl::Status ReadBatching(const YAML::Node& node, const std::string& path,
-                          LengthBucketBatcherOptions* batching) {
-  return ReadMap(
-      node, path,
-      {
-          {"bucket_boundaries", Int64List(&batching->bucket_boundaries)},
-          {"max_batch_tokens", Int64(&batching->max_batch_tokens)},
-          {"max_batch_size", Int64(&batching->max_batch_size)},
-          {"max_queue_delay_us", Duration(&batching->max_queue_delay, absl::Microseconds(1))},
-          {"max_queue_size", Int64(&batching->max_queue_size)},
-          {"batch_threads", Int(&batching->batch_threads)},
-          {"start_when_idle", Bool(&batching->start_when_idle)},
-      });
-}
-
 absl::Status ReadModel(const YAML::Node& node, const std::string& path, ModelConfig* model) {
   if (!node.IsMap()) {
     return NodeError(
         node, path,
         absl::StrCat("expected a mapping with name and checkpoint, got ", KindOf(node)));
   }
-  TS_RETURN_IF_ERROR(
-      ReadMap(node, path,
-              {
-                  {"name", String(&model->name)},
-                  {"checkpoint", String(&model->checkpoint)},
-                  {"device", String(&model->device)},
-                  {"max_length", Int64(&model->max_length)},
-                  {"over_length", OverLength(&model->over_length)},
-                  {"window_stride", Int64(&model->window_stride)},
-                  {"max_windows", Int64(&model->max_windows)},
-                  {"calibration", String(&model->calibration)},
-                  {"calibrate_at_start", Bool(&model->calibrate_at_start)},
-                  {"precision", PrecisionField(&model->precision, &model->precision_auto)},
-                  {"single_thread_tokens", Int64(&model->single_thread_tokens)},
-                  {"batching",
-                   [model](const YAML::Node& value, const std::string& key_path) {
-                     return ReadBatching(value, key_path, &model->batching);
-                   }},
-              }));
+  TS_RETURN_IF_ERROR(ReadMap(
+      node, path,
+      {
+          {"name", String(&model->name)},
+          {"checkpoint", String(&model->checkpoint)},
+          {"device", String(&model->device)},
+          {"max_length", Int64(&model->max_length)},
+          {"over_length", OverLength(&model->over_length)},
+          {"window_stride", Int64(&model->window_stride)},
+          {"max_windows", Int64(&model->max_windows)},
+          {"calibration", String(&model->calibration)},
+          {"calibrate_at_start", Bool(&model->calibrate_at_start)},
+          {"precision", PrecisionField(&model->precision, &model->precision_auto)},
+          {"single_thread_tokens", Int64(&model->single_thread_tokens)},
+          {"batching", Map({
+                           {"bucket_boundaries", Int64List(&model->batching.bucket_boundaries)},
+                           {"max_batch_tokens", Int64(&model->batching.max_batch_tokens)},
+                           {"max_batch_size", Int64(&model->batching.max_batch_size)},
+                           {"max_queue_delay_us",
+                            Duration(&model->batching.max_queue_delay, absl::Microseconds(1))},
+                           {"max_queue_size", Int64(&model->batching.max_queue_size)},
+                           {"batch_threads", Int(&model->batching.batch_threads)},
+                           {"start_when_idle", Bool(&model->batching.start_when_idle)},
+                       })},
+      }));
   for (const char* required : {"name", "checkpoint"}) {
     if (!node[required].IsDefined() || node[required].IsNull()) {
       return NodeError(node, ChildPath(path, required), "required");
@@ -335,51 +328,43 @@ absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status ReadJobs(const YAML::Node& node, const std::string& path, JobsConfig* jobs) {
+FieldReader Jobs(JobsConfig* jobs) {
   JobLimits& limits = jobs->limits;
-  return ReadMap(
-      node, path,
-      {
-          {"enabled", Bool(&jobs->enabled)},
-          {"max_concurrent", Int(&jobs->max_concurrent)},
-          {"max_queued", Int(&jobs->max_queued)},
-          {"threads_per_job", Int(&jobs->threads_per_job)},
-          {"serving_reserved_cores", Int(&jobs->serving_reserved_cores)},
-          {"keep_checkpoints", Int(&jobs->keep_checkpoints)},
-          {"retention_s", Duration(&jobs->retention, absl::Seconds(1))},
-          {"retention_sweep_interval_s",
-           Duration(&jobs->retention_sweep_interval, absl::Seconds(1))},
-          {"worker_binary", String(&jobs->worker_binary)},
-          {"heartbeat_interval_ms", Duration(&jobs->heartbeat_interval, absl::Milliseconds(1))},
-          {"heartbeat_timeout_ms", Duration(&jobs->heartbeat_timeout, absl::Milliseconds(1))},
-          {"stop_grace_ms", Duration(&jobs->stop_grace, absl::Milliseconds(1))},
-          {"memory_budget_bytes", Int64(&jobs->memory_budget_bytes)},
-          {"memory_admission", Bool(&jobs->memory_admission)},
-          {"onednn_primitive_cache_capacity", Int(&jobs->onednn_primitive_cache_capacity)},
-          {"worker_address_space_overhead_bytes",
-           Int64(&jobs->worker_address_space_overhead_bytes)},
-          {"limits",
-           [&limits](const YAML::Node& value, const std::string& at) {
-             return ReadMap(value, at,
-                            {
-                                {"max_steps", Int64(&limits.max_steps)},
-                                {"max_batch_size", Int64(&limits.max_batch_size)},
-                                {"max_length", Int64(&limits.max_length)},
-                                {"max_embed_dim", Int64(&limits.max_embed_dim)},
-                                {"max_depth", Int64(&limits.max_depth)},
-                                {"max_threads", Int(&limits.max_threads)},
-                                {"max_generate_count", Int64(&limits.max_generate_count)},
-                                {"max_epochs", Int64(&limits.max_epochs)},
-                                {"max_workers", Int(&limits.max_workers)},
-                                {"max_retries", Int(&limits.max_retries)},
-                                {"max_spec_bytes", Int64(&limits.max_spec_bytes)},
-                                {"max_labels", Int(&limits.max_labels)},
-                                {"max_label_bytes", Int(&limits.max_label_bytes)},
-                                {"max_data_files", Int64(&limits.max_data_files)},
-                                {"max_data_bytes", Int64(&limits.max_data_bytes)},
-                            });
-           }},
-      });
+  return Map({
+      {"enabled", Bool(&jobs->enabled)},
+      {"max_concurrent", Int(&jobs->max_concurrent)},
+      {"max_queued", Int(&jobs->max_queued)},
+      {"threads_per_job", Int(&jobs->threads_per_job)},
+      {"serving_reserved_cores", Int(&jobs->serving_reserved_cores)},
+      {"keep_checkpoints", Int(&jobs->keep_checkpoints)},
+      {"retention_s", Duration(&jobs->retention, absl::Seconds(1))},
+      {"retention_sweep_interval_s", Duration(&jobs->retention_sweep_interval, absl::Seconds(1))},
+      {"worker_binary", String(&jobs->worker_binary)},
+      {"heartbeat_interval_ms", Duration(&jobs->heartbeat_interval, absl::Milliseconds(1))},
+      {"heartbeat_timeout_ms", Duration(&jobs->heartbeat_timeout, absl::Milliseconds(1))},
+      {"stop_grace_ms", Duration(&jobs->stop_grace, absl::Milliseconds(1))},
+      {"memory_budget_bytes", Int64(&jobs->memory_budget_bytes)},
+      {"memory_admission", Bool(&jobs->memory_admission)},
+      {"onednn_primitive_cache_capacity", Int(&jobs->onednn_primitive_cache_capacity)},
+      {"worker_address_space_overhead_bytes", Int64(&jobs->worker_address_space_overhead_bytes)},
+      {"limits", Map({
+                     {"max_steps", Int64(&limits.max_steps)},
+                     {"max_batch_size", Int64(&limits.max_batch_size)},
+                     {"max_length", Int64(&limits.max_length)},
+                     {"max_embed_dim", Int64(&limits.max_embed_dim)},
+                     {"max_depth", Int64(&limits.max_depth)},
+                     {"max_threads", Int(&limits.max_threads)},
+                     {"max_generate_count", Int64(&limits.max_generate_count)},
+                     {"max_epochs", Int64(&limits.max_epochs)},
+                     {"max_workers", Int(&limits.max_workers)},
+                     {"max_retries", Int(&limits.max_retries)},
+                     {"max_spec_bytes", Int64(&limits.max_spec_bytes)},
+                     {"max_labels", Int(&limits.max_labels)},
+                     {"max_label_bytes", Int(&limits.max_label_bytes)},
+                     {"max_data_files", Int64(&limits.max_data_files)},
+                     {"max_data_bytes", Int64(&limits.max_data_bytes)},
+                 })},
+  });
 }
 
 // The ListOps generator's own ceiling (model/data/listops_generator.h); a larger limit could never
@@ -451,19 +436,8 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
 
 std::int64_t MemoryBudgetBytes(const JobsConfig& jobs) {
   if (jobs.memory_budget_bytes > 0) return jobs.memory_budget_bytes;
-  std::int64_t limit = 0;
-  {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key;
-    std::int64_t kib = 0;
-    while (meminfo >> key >> kib) {
-      if (key == "MemTotal:") {
-        limit = kib * 1024;
-        break;
-      }
-      meminfo.ignore(256, '\n');
-    }
-  }
+  // The machine's memory (MemTotal).
+  std::int64_t limit = std::int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE);
   std::ifstream cgroup("/sys/fs/cgroup/memory.max");  // cgroup v2; "max" = no limit
   std::string text;
   std::int64_t cgroup_limit = 0;
@@ -586,46 +560,33 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
             {"max_concurrent_streams", Int(&config.max_concurrent_streams)},
             {"max_infer_batch", Int64(&config.max_infer_batch)},
             {"http",
-             [&config](const YAML::Node& node, const std::string& path) {
-               return ReadMap(
-                   node, path,
-                   {
-                       {"listen", String(&config.http.listen)},
-                       {"threads", Int(&config.http.threads)},
-                       {"max_connections", Int(&config.http.max_connections)},
-                       {"read_timeout_ms",
-                        Duration(&config.http.read_timeout, absl::Milliseconds(1))},
-                       {"max_json_depth", Int(&config.http.max_json_depth)},
-                       {"max_body_bytes", Int64(&config.http.max_body_bytes)},
-                       {"default_timeout_ms",
-                        Duration(&config.http.default_timeout, absl::Milliseconds(1))},
-                       {"keep_alive_ms", Duration(&config.http.keep_alive, absl::Milliseconds(1))},
-                       {"keep_alive_max_requests", Int(&config.http.keep_alive_max_requests)},
-                   });
-             }},
+             Map({
+                 {"listen", String(&config.http.listen)},
+                 {"threads", Int(&config.http.threads)},
+                 {"max_connections", Int(&config.http.max_connections)},
+                 {"read_timeout_ms", Duration(&config.http.read_timeout, absl::Milliseconds(1))},
+                 {"max_json_depth", Int(&config.http.max_json_depth)},
+                 {"max_body_bytes", Int64(&config.http.max_body_bytes)},
+                 {"default_timeout_ms",
+                  Duration(&config.http.default_timeout, absl::Milliseconds(1))},
+                 {"keep_alive_ms", Duration(&config.http.keep_alive, absl::Milliseconds(1))},
+                 {"keep_alive_max_requests", Int(&config.http.keep_alive_max_requests)},
+             })},
             {"shutdown_grace_ms", Duration(&config.shutdown_grace, absl::Milliseconds(1))},
             {"state_dir", String(&config.state_dir)},
             {"data_root", String(&config.data_root)},
-            {"tls",
-             [&config](const YAML::Node& node, const std::string& path) {
-               return ReadMap(node, path,
-                              {
-                                  {"cert_file", String(&config.tls.cert_file)},
-                                  {"key_file", String(&config.tls.key_file)},
-                                  {"client_ca_file", String(&config.tls.client_ca_file)},
-                              });
-             }},
-            {"auth",
-             [&config](const YAML::Node& node, const std::string& path) {
-               return ReadMap(node, path,
-                              {
-                                  {"tokens",
-                                   [&config](const YAML::Node& tokens, const std::string& at) {
-                                     return ReadTokens(tokens, at, &config.auth);
-                                   }},
-                                  {"tokens_file", String(&config.auth.tokens_file)},
-                              });
-             }},
+            {"tls", Map({
+                        {"cert_file", String(&config.tls.cert_file)},
+                        {"key_file", String(&config.tls.key_file)},
+                        {"client_ca_file", String(&config.tls.client_ca_file)},
+                    })},
+            {"auth", Map({
+                         {"tokens",
+                          [&config](const YAML::Node& tokens, const std::string& at) {
+                            return ReadTokens(tokens, at, &config.auth);
+                          }},
+                         {"tokens_file", String(&config.auth.tokens_file)},
+                     })},
             {"models",
              [&](const YAML::Node& node, const std::string& path) {
                if (!node.IsSequence()) {
@@ -639,20 +600,16 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                }
                return absl::OkStatus();
              }},
-            {"jobs",
-             [&config](const YAML::Node& node, const std::string& path) {
-               return ReadJobs(node, path, &config.jobs);
-             }},
+            {"jobs", Jobs(&config.jobs)},
         });
   };
   TS_RETURN_IF_ERROR(ReadDocument(yaml_text, read_root));
 
-  config.state_dir = ResolvePath(base_dir, config.state_dir);
-  config.data_root = ResolvePath(base_dir, config.data_root);
-  config.tls.cert_file = ResolvePath(base_dir, config.tls.cert_file);
-  config.tls.key_file = ResolvePath(base_dir, config.tls.key_file);
-  config.tls.client_ca_file = ResolvePath(base_dir, config.tls.client_ca_file);
-  config.auth.tokens_file = ResolvePath(base_dir, config.auth.tokens_file);
+  for (std::string* path :
+       {&config.state_dir, &config.data_root, &config.tls.cert_file, &config.tls.key_file,
+        &config.tls.client_ca_file, &config.auth.tokens_file}) {
+    *path = ResolvePath(base_dir, *path);
+  }
   for (ModelConfig& model : config.models) {
     model.checkpoint = ResolvePath(base_dir, model.checkpoint);
     model.calibration = ResolvePath(base_dir, model.calibration);
@@ -670,12 +627,7 @@ absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path) {
   std::error_code error;
   fs::path base_dir = fs::absolute(fs::path(path), error).parent_path();
   if (error) base_dir = fs::path(path).parent_path();
-  absl::StatusOr<ServerConfig> config = ParseServerConfig(text, base_dir.string());
-  if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(path, ": ", config.status().message()));
-  }
-  return config;
+  return Prefixed(ParseServerConfig(text, base_dir.string()), path + ": ");
 }
 
 absl::StatusOr<ModelConfig> ParseModelFlag(const std::string& flag) {

@@ -30,6 +30,11 @@
 namespace ts::server {
 namespace {
 
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
 // /proc/PID/stat's fields after the command name (which may hold spaces and parentheses).
 std::vector<std::string> StatFields(int pid) {
   std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
@@ -51,12 +56,30 @@ double CpuSeconds(int pid) {
   return (std::stod(fields[11]) + std::stod(fields[12])) / ticks;
 }
 
-// Resident set size of a process in bytes (/proc/PID/statm); 0 if unreadable.
-double ResidentBytes(int pid) {
+// Virtual and resident size of a process in bytes (/proc/PID/statm: total program size and
+// resident set size, in pages); 0 if unreadable.
+std::pair<double, double> VirtualAndResidentBytes(const std::string& pid) {
   std::ifstream statm(absl::StrCat("/proc/", pid, "/statm"));
   long long size_pages = 0, resident_pages = 0;
-  if (!(statm >> size_pages >> resident_pages)) return 0;
-  return static_cast<double>(resident_pages) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (!(statm >> size_pages >> resident_pages)) return {0, 0};
+  const double page_bytes = static_cast<double>(sysconf(_SC_PAGESIZE));
+  return {static_cast<double>(size_pages) * page_bytes,
+          static_cast<double>(resident_pages) * page_bytes};
+}
+
+// Remove() takes the series itself; Has() first, so that a series never set is not created.
+void RemoveSeries(Family<Gauge>& family, const prometheus::Labels& labels) {
+  if (family.Has(labels)) family.Remove(&family.Add(labels));
+}
+
+// Removes from `families` the series in `series` that are not in `now`, and keeps `now`.
+void KeepOnly(std::set<prometheus::Labels> now, std::set<prometheus::Labels>& series,
+              std::initializer_list<Family<Gauge>*> families) {
+  for (const prometheus::Labels& labels : series) {
+    if (now.count(labels) != 0) continue;
+    for (Family<Gauge>* family : families) RemoveSeries(*family, labels);
+  }
+  series = std::move(now);
 }
 
 // This process's start time since the Unix epoch: boot time (/proc/stat btime) plus stat field
@@ -74,11 +97,6 @@ double ProcessStartSeconds() {
   if (fields.size() < 20 || boot == 0) return 0;
   return boot + std::stod(fields[19]) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
-
-using prometheus::Counter;
-using prometheus::Family;
-using prometheus::Gauge;
-using prometheus::Histogram;
 
 // Latencies: log-spaced 1-2.5-5 steps from 0.5 ms to 60 s.
 Histogram::BucketBoundaries LatencyBuckets() {
@@ -136,126 +154,16 @@ HttpAnswer AnswerScrape(const HttpExchange& request, const std::function<std::st
   return answer;
 }
 
+#if defined(TS_WITH_CUDA)
+constexpr char kCudaBuild[] = "true";
+#else
+constexpr char kCudaBuild[] = "false";
+#endif
+
 }  // namespace
 
 struct Metrics::Impl {
-  explicit Impl(std::shared_ptr<prometheus::Registry> r)
-      : registry(std::move(r)),
-        requests(AddCounter(
-            *registry, "taylorshift_requests_total",
-            "Finished classification requests by model, front end (protocol: grpc for Classify "
-            "and ClassifyStream, v2_grpc and v2_rest for KServe v2, rest for the plain HTTP "
-            "route) and status code (gRPC code names); a v2 request of several inputs counts "
-            "one per input.")),
-        request_duration(
-            AddHistogram(*registry, "taylorshift_request_duration_seconds",
-                         "Time from receiving a request to sending its response, in seconds.")),
-        queue_duration(AddHistogram(
-            *registry, "taylorshift_queue_duration_seconds",
-            "Time a request waited in its model's batcher before its batch started, in seconds.")),
-        compute_duration(AddHistogram(
-            *registry, "taylorshift_compute_duration_seconds",
-            "Forward-pass time of one batch by attention path (direct or efficient), in seconds.")),
-        batch_size(AddHistogram(*registry, "taylorshift_batch_size",
-                                "Requests per computed batch by attention path.")),
-        batch_tokens(AddHistogram(
-            *registry, "taylorshift_batch_tokens",
-            "Padded tokens per computed batch (batch size times bucket length) by attention "
-            "path and length bucket.")),
-        padding_ratio(AddHistogram(
-            *registry, "taylorshift_padding_ratio",
-            "Share of a batch's padded tokens that are padding (1 - real / padded tokens).")),
-        sequence_length(AddHistogram(*registry, "taylorshift_sequence_length",
-                                     "Tokens per request, including CLS, before any truncation "
-                                     "or windowing.")),
-        attention_path(
-            AddCounter(*registry, "taylorshift_attention_path_total",
-                       "Batches computed by attention path (direct, efficient, or softmax "
-                       "when requested), chosen per batch from the crossover.")),
-        queue_depth(
-            AddGauge(*registry, "taylorshift_queue_depth",
-                     "Requests waiting in a model's batcher, all length buckets together.")),
-        rejected(AddCounter(*registry, "taylorshift_rejected_total",
-                            "Requests finished without computing them, by reason (queue_full, "
-                            "deadline_exceeded, cancelled, unknown_model, invalid_argument, "
-                            "unauthorized, shutting_down).")),
-        model_info(AddGauge(*registry, "taylorshift_model_info",
-                            "Served model versions (always 1); labels describe the model and the "
-                            "direct/efficient crossover in tokens.")),
-        resident_memory(AddGauge(*registry, "taylorshift_process_resident_memory_bytes",
-                                 "Resident set size of the server process, in bytes.")
-                            .Add({})),
-        virtual_memory(AddGauge(*registry, "taylorshift_process_virtual_memory_bytes",
-                                "Virtual memory size of the server process, in bytes.")
-                           .Add({})),
-        device_allocated(AddGauge(*registry, "taylorshift_device_memory_allocated_bytes",
-                                  "Bytes held by live tensors on a CUDA device (LibTorch caching "
-                                  "allocator).")),
-        device_reserved(AddGauge(*registry, "taylorshift_device_memory_reserved_bytes",
-                                 "Bytes reserved from a CUDA device by LibTorch's caching "
-                                 "allocator, including cached free blocks.")),
-        job_state(AddGauge(*registry, "taylorshift_job_state",
-                           "1 for a job's current state (queued, running, succeeded, failed, "
-                           "cancelled), 0 for its other states; by job_id and kind.")),
-        jobs_total(AddCounter(*registry, "taylorshift_jobs_total",
-                              "Jobs that reached a final state (succeeded, failed, cancelled), "
-                              "by kind (training, evaluation).")),
-        job_loss(AddGauge(*registry, "taylorshift_job_loss",
-                          "Training loss (mean cross-entropy of the last logged batch) per "
-                          "job_id.")),
-        job_step(AddGauge(*registry, "taylorshift_job_step",
-                          "Optimizer steps a training job has taken, per job_id.")),
-        job_examples_per_second(
-            AddGauge(*registry, "taylorshift_job_examples_per_second",
-                     "Training examples per second since the last progress report, per job_id.")),
-        job_validation_accuracy(AddGauge(*registry, "taylorshift_job_validation_accuracy",
-                                         "Accuracy of the latest validation run, per job_id.")),
-        jobs_deleted(AddCounter(*registry, "taylorshift_jobs_deleted_total",
-                                "Finished jobs deleted with their files, by reason (request: "
-                                "DeleteJob; retention: older than jobs.retention_s).")),
-        job_store_errors(AddCounter(*registry, "taylorshift_job_store_errors_total",
-                                    "Writes to the job store (state_dir/jobs.db) that failed, by "
-                                    "operation (update_job, append_metric, record_checkpoint, "
-                                    "...); each is also logged with its job id.")),
-        job_final_states_unwritten(
-            AddGauge(*registry, "taylorshift_job_final_states_unwritten",
-                     "Finished jobs whose final state the job store refused (a full disk) and "
-                     "that the server keeps in memory and writes again; a restart before they "
-                     "are written queues them again.")
-                .Add({})),
-        http_responses(AddCounter(*registry, "taylorshift_http_responses_total",
-                                  "Answers of the HTTP/JSON front end by status code (404, 405 "
-                                  "and 413 included).")),
-        batches_in_flight(AddGauge(*registry, "taylorshift_batches_in_flight",
-                                   "Batches whose forward pass is running now, per model.")),
-        process_cpu(AddCounter(*registry, "taylorshift_process_cpu_seconds_total",
-                               "User and system CPU time of the server process, in seconds.")
-                        .Add({})),
-        process_start(AddGauge(*registry, "taylorshift_process_start_time_seconds",
-                               "Start time of the server process since the Unix epoch, in "
-                               "seconds.")
-                          .Add({})),
-        build_info(AddGauge(*registry, "taylorshift_build_info",
-                            "Always 1; labels: the server's version, the LibTorch version it "
-                            "was built against, and whether it is the CUDA build.")),
-        worker_memory(AddGauge(*registry, "taylorshift_job_worker_resident_memory_bytes",
-                               "Resident set size of a running job's worker process (tsworker), "
-                               "per job_id and rank, in bytes.")),
-        worker_cpu(AddGauge(*registry, "taylorshift_job_worker_cpu_seconds",
-                            "User and system CPU time a running job's worker process (tsworker) "
-                            "has used since it started, per job_id and rank, in seconds.")),
-        gpu_utilization(AddGauge(*registry, "taylorshift_gpu_utilization_ratio",
-                                 "Share of NVML's last sample period in which a kernel ran on the "
-                                 "GPU (0..1), per gpu (NVML's index) and uuid; all processes.")),
-        gpu_memory_utilization(
-            AddGauge(*registry, "taylorshift_gpu_memory_utilization_ratio",
-                     "Share of NVML's last sample period in which the GPU's memory was read or "
-                     "written (0..1), per gpu and uuid.")),
-        gpu_memory_used(AddGauge(*registry, "taylorshift_gpu_memory_used_bytes",
-                                 "GPU memory in use by every process on the GPU (NVML), per gpu "
-                                 "and uuid, in bytes.")),
-        gpu_memory_total(AddGauge(*registry, "taylorshift_gpu_memory_total_bytes",
-                                  "GPU memory in all (NVML), per gpu and uuid, in bytes.")) {
+  Impl() {
     // Every operation has a series from the start: a panel shows 0, not "no data".
     for (const char* operation : {"create_job", "update_job", "delete_job", "append_metric",
                                   "append_evaluation", "truncate_history", "record_checkpoint",
@@ -263,20 +171,7 @@ struct Metrics::Impl {
       job_store_errors.Add({{"operation", operation}});
     }
     process_start.Set(ProcessStartSeconds());
-    build_info
-        .Add({
-          {"version", TS_VERSION}, {"torch", TORCH_VERSION},
-#if defined(TS_WITH_CUDA)
-          {
-            "cuda", "true"
-          }
-        })
-#else
-          {
-            "cuda", "false"
-          }
-        })
-#endif
+    build_info.Add({{"version", TS_VERSION}, {"torch", TORCH_VERSION}, {"cuda", kCudaBuild}})
         .Set(1);
   }
 
@@ -304,18 +199,13 @@ struct Metrics::Impl {
     for (const Metrics::WorkerProcess& worker : running) {
       const prometheus::Labels labels = {{"job_id", worker.job_id},
                                          {"rank", absl::StrCat(worker.rank)}};
-      const double resident = ResidentBytes(worker.pid);
+      const double resident = VirtualAndResidentBytes(absl::StrCat(worker.pid)).second;
       if (resident <= 0) continue;  // gone between the listing and the read
       worker_memory.Add(labels).Set(resident);
       worker_cpu.Add(labels).Set(CpuSeconds(worker.pid));
       now.insert(labels);
     }
-    for (const prometheus::Labels& labels : worker_series) {
-      if (now.count(labels) != 0) continue;
-      if (worker_memory.Has(labels)) worker_memory.Remove(&worker_memory.Add(labels));
-      if (worker_cpu.Has(labels)) worker_cpu.Remove(&worker_cpu.Add(labels));
-    }
-    worker_series = std::move(now);
+    KeepOnly(std::move(now), worker_series, {&worker_memory, &worker_cpu});
   }
 
   // GPU gauges for the GPUs NVML answers for now; series of GPUs that stopped answering are
@@ -332,25 +222,14 @@ struct Metrics::Impl {
       gpu_memory_total.Add(labels).Set(static_cast<double>(gpu.memory_total_bytes));
       now.insert(labels);
     }
-    for (const prometheus::Labels& labels : gpu_series) {
-      if (now.count(labels) != 0) continue;
-      for (Family<Gauge>* family :
-           {&gpu_utilization, &gpu_memory_utilization, &gpu_memory_used, &gpu_memory_total}) {
-        if (family->Has(labels)) family->Remove(&family->Add(labels));
-      }
-    }
-    gpu_series = std::move(now);
+    KeepOnly(std::move(now), gpu_series,
+             {&gpu_utilization, &gpu_memory_utilization, &gpu_memory_used, &gpu_memory_total});
   }
 
   void UpdateMemory() {
-    // /proc/self/statm: total program size and resident set size, in pages.
-    std::ifstream statm("/proc/self/statm");
-    long long size_pages = 0;
-    long long resident_pages = 0;
-    if (statm >> size_pages >> resident_pages) {
-      const double page_bytes = static_cast<double>(sysconf(_SC_PAGESIZE));
-      virtual_memory.Set(static_cast<double>(size_pages) * page_bytes);
-      resident_memory.Set(static_cast<double>(resident_pages) * page_bytes);
+    if (const auto [size, resident] = VirtualAndResidentBytes("self"); resident > 0) {
+      virtual_memory.Set(size);
+      resident_memory.Set(resident);
     }
     UpdateCpu();
     UpdateWorkers();
@@ -366,43 +245,129 @@ struct Metrics::Impl {
     }
   }
 
-  std::shared_ptr<prometheus::Registry> registry;
-  Family<Counter>& requests;
-  Family<Histogram>& request_duration;
-  Family<Histogram>& queue_duration;
-  Family<Histogram>& compute_duration;
-  Family<Histogram>& batch_size;
-  Family<Histogram>& batch_tokens;
-  Family<Histogram>& padding_ratio;
-  Family<Histogram>& sequence_length;
-  Family<Counter>& attention_path;
-  Family<Gauge>& queue_depth;
-  Family<Counter>& rejected;
-  Family<Gauge>& model_info;
-  Gauge& resident_memory;
-  Gauge& virtual_memory;
-  Family<Gauge>& device_allocated;
-  Family<Gauge>& device_reserved;
-  Family<Gauge>& job_state;
-  Family<Counter>& jobs_total;
-  Family<Gauge>& job_loss;
-  Family<Gauge>& job_step;
-  Family<Gauge>& job_examples_per_second;
-  Family<Gauge>& job_validation_accuracy;
-  Family<Counter>& jobs_deleted;
-  Family<Counter>& job_store_errors;
-  Gauge& job_final_states_unwritten;
-  Family<Counter>& http_responses;
-  Family<Gauge>& batches_in_flight;
-  Counter& process_cpu;
-  Gauge& process_start;
-  Family<Gauge>& build_info;
-  Family<Gauge>& worker_memory;
-  Family<Gauge>& worker_cpu;
-  Family<Gauge>& gpu_utilization;
-  Family<Gauge>& gpu_memory_utilization;
-  Family<Gauge>& gpu_memory_used;
-  Family<Gauge>& gpu_memory_total;
+  prometheus::Registry registry;
+  Family<Counter>& requests = AddCounter(
+      registry, "taylorshift_requests_total",
+      "Finished classification requests by model, front end (protocol: grpc for Classify and "
+      "ClassifyStream, v2_grpc and v2_rest for KServe v2, rest for the plain HTTP route) and "
+      "status code (gRPC code names); a v2 request of several inputs counts one per input.");
+  Family<Histogram>& request_duration =
+      AddHistogram(registry, "taylorshift_request_duration_seconds",
+                   "Time from receiving a request to sending its response, in seconds.");
+  Family<Histogram>& queue_duration = AddHistogram(
+      registry, "taylorshift_queue_duration_seconds",
+      "Time a request waited in its model's batcher before its batch started, in seconds.");
+  Family<Histogram>& compute_duration = AddHistogram(
+      registry, "taylorshift_compute_duration_seconds",
+      "Forward-pass time of one batch by attention path (direct or efficient), in seconds.");
+  Family<Histogram>& batch_size = AddHistogram(registry, "taylorshift_batch_size",
+                                               "Requests per computed batch by attention path.");
+  Family<Histogram>& batch_tokens =
+      AddHistogram(registry, "taylorshift_batch_tokens",
+                   "Padded tokens per computed batch (batch size times bucket length) by attention "
+                   "path and length bucket.");
+  Family<Histogram>& padding_ratio =
+      AddHistogram(registry, "taylorshift_padding_ratio",
+                   "Share of a batch's padded tokens that are padding (1 - real / padded tokens).");
+  Family<Histogram>& sequence_length =
+      AddHistogram(registry, "taylorshift_sequence_length",
+                   "Tokens per request, including CLS, before any truncation or windowing.");
+  Family<Counter>& attention_path =
+      AddCounter(registry, "taylorshift_attention_path_total",
+                 "Batches computed by attention path (direct, efficient, or softmax when "
+                 "requested), chosen per batch from the crossover.");
+  Family<Gauge>& queue_depth =
+      AddGauge(registry, "taylorshift_queue_depth",
+               "Requests waiting in a model's batcher, all length buckets together.");
+  Family<Counter>& rejected = AddCounter(
+      registry, "taylorshift_rejected_total",
+      "Requests finished without computing them, by reason (queue_full, deadline_exceeded, "
+      "cancelled, unknown_model, invalid_argument, unauthorized, shutting_down).");
+  Family<Gauge>& model_info = AddGauge(registry, "taylorshift_model_info",
+                                       "Served model versions (always 1); labels describe the "
+                                       "model and the direct/efficient crossover in tokens.");
+  Gauge& resident_memory = AddGauge(registry, "taylorshift_process_resident_memory_bytes",
+                                    "Resident set size of the server process, in bytes.")
+                               .Add({});
+  Gauge& virtual_memory = AddGauge(registry, "taylorshift_process_virtual_memory_bytes",
+                                   "Virtual memory size of the server process, in bytes.")
+                              .Add({});
+  Family<Gauge>& device_allocated =
+      AddGauge(registry, "taylorshift_device_memory_allocated_bytes",
+               "Bytes held by live tensors on a CUDA device (LibTorch caching allocator).");
+  Family<Gauge>& device_reserved = AddGauge(registry, "taylorshift_device_memory_reserved_bytes",
+                                            "Bytes reserved from a CUDA device by LibTorch's "
+                                            "caching allocator, including cached free blocks.");
+  Family<Gauge>& job_state =
+      AddGauge(registry, "taylorshift_job_state",
+               "1 for a job's current state (queued, running, succeeded, failed, cancelled), 0 for "
+               "its other states; by job_id and kind.");
+  Family<Counter>& jobs_total = AddCounter(registry, "taylorshift_jobs_total",
+                                           "Jobs that reached a final state (succeeded, failed, "
+                                           "cancelled), by kind (training, evaluation).");
+  Family<Gauge>& job_loss =
+      AddGauge(registry, "taylorshift_job_loss",
+               "Training loss (mean cross-entropy of the last logged batch) per job_id.");
+  Family<Gauge>& job_step = AddGauge(registry, "taylorshift_job_step",
+                                     "Optimizer steps a training job has taken, per job_id.");
+  Family<Gauge>& job_examples_per_second =
+      AddGauge(registry, "taylorshift_job_examples_per_second",
+               "Training examples per second since the last progress report, per job_id.");
+  Family<Gauge>& job_validation_accuracy =
+      AddGauge(registry, "taylorshift_job_validation_accuracy",
+               "Accuracy of the latest validation run, per job_id.");
+  Family<Counter>& jobs_deleted =
+      AddCounter(registry, "taylorshift_jobs_deleted_total",
+                 "Finished jobs deleted with their files, by reason (request: DeleteJob; "
+                 "retention: older than jobs.retention_s).");
+  Family<Counter>& job_store_errors = AddCounter(
+      registry, "taylorshift_job_store_errors_total",
+      "Writes to the job store (state_dir/jobs.db) that failed, by operation (update_job, "
+      "append_metric, record_checkpoint, ...); each is also logged with its job id.");
+  Gauge& job_final_states_unwritten =
+      AddGauge(
+          registry, "taylorshift_job_final_states_unwritten",
+          "Finished jobs whose final state the job store refused (a full disk) and that the server "
+          "keeps in memory and writes again; a restart before they are written queues them again.")
+          .Add({});
+  Family<Counter>& http_responses =
+      AddCounter(registry, "taylorshift_http_responses_total",
+                 "Answers of the HTTP/JSON front end by status code (404, 405 and 413 included).");
+  Family<Gauge>& batches_in_flight =
+      AddGauge(registry, "taylorshift_batches_in_flight",
+               "Batches whose forward pass is running now, per model.");
+  Counter& process_cpu = AddCounter(registry, "taylorshift_process_cpu_seconds_total",
+                                    "User and system CPU time of the server process, in seconds.")
+                             .Add({});
+  Gauge& process_start =
+      AddGauge(registry, "taylorshift_process_start_time_seconds",
+               "Start time of the server process since the Unix epoch, in seconds.")
+          .Add({});
+  Family<Gauge>& build_info =
+      AddGauge(registry, "taylorshift_build_info",
+               "Always 1; labels: the server's version, the LibTorch version it was built against, "
+               "and whether it is the CUDA build.");
+  Family<Gauge>& worker_memory = AddGauge(registry, "taylorshift_job_worker_resident_memory_bytes",
+                                          "Resident set size of a running job's worker process "
+                                          "(tsworker), per job_id and rank, in bytes.");
+  Family<Gauge>& worker_cpu =
+      AddGauge(registry, "taylorshift_job_worker_cpu_seconds",
+               "User and system CPU time a running job's worker process (tsworker) has used since "
+               "it started, per job_id and rank, in seconds.");
+  Family<Gauge>& gpu_utilization =
+      AddGauge(registry, "taylorshift_gpu_utilization_ratio",
+               "Share of NVML's last sample period in which a kernel ran on the GPU (0..1), per "
+               "gpu (NVML's index) and uuid; all processes.");
+  Family<Gauge>& gpu_memory_utilization =
+      AddGauge(registry, "taylorshift_gpu_memory_utilization_ratio",
+               "Share of NVML's last sample period in which the GPU's memory was read or written "
+               "(0..1), per gpu and uuid.");
+  Family<Gauge>& gpu_memory_used =
+      AddGauge(registry, "taylorshift_gpu_memory_used_bytes",
+               "GPU memory in use by every process on the GPU (NVML), per gpu and uuid, in bytes.");
+  Family<Gauge>& gpu_memory_total =
+      AddGauge(registry, "taylorshift_gpu_memory_total_bytes",
+               "GPU memory in all (NVML), per gpu and uuid, in bytes.");
 
   absl::Mutex cpu_mu;
   double last_cpu_seconds ABSL_GUARDED_BY(cpu_mu) = 0;
@@ -423,13 +388,13 @@ struct Metrics::Impl {
   std::unique_ptr<HttpListener> endpoint;
 };
 
-Metrics::Metrics() : impl_(std::make_unique<Impl>(std::make_shared<prometheus::Registry>())) {}
+Metrics::Metrics() : impl_(std::make_unique<Impl>()) {}
 
 Metrics::~Metrics() { impl_->endpoint.reset(); }
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen) {
   std::unique_ptr<Metrics> metrics(new Metrics());
-  metrics->UpdateMemory();
+  metrics->impl_->UpdateMemory();
   if (listen.empty()) return metrics;
 
   // Memory gauges are read when scraped (no background thread): each scrape sees current
@@ -447,7 +412,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& list
                       HttpListener::Start(options, [impl](const HttpExchange& request) {
                         return AnswerScrape(request, [impl] {
                           impl->UpdateMemory();
-                          return prometheus::TextSerializer().Serialize(impl->registry->Collect());
+                          return prometheus::TextSerializer().Serialize(impl->registry.Collect());
                         });
                       }));
   impl->bound_address = impl->endpoint->address();
@@ -542,17 +507,13 @@ void Metrics::SetJobValidationAccuracy(const std::string& job_id, double accurac
 
 void Metrics::RemoveJob(const std::string& job_id, const std::string& kind,
                         const std::string& reason) {
-  // Remove() takes the series itself; Has() first, so that a series never set is not created.
-  const auto remove = [](Family<Gauge>& family, const prometheus::Labels& labels) {
-    if (family.Has(labels)) family.Remove(&family.Add(labels));
-  };
   for (const char* s : {"queued", "running", "succeeded", "failed", "cancelled"}) {
-    remove(impl_->job_state, {{"job_id", job_id}, {"kind", kind}, {"state", s}});
+    RemoveSeries(impl_->job_state, {{"job_id", job_id}, {"kind", kind}, {"state", s}});
   }
   const prometheus::Labels labels = {{"job_id", job_id}};
   for (Family<Gauge>* family : {&impl_->job_step, &impl_->job_loss, &impl_->job_examples_per_second,
                                 &impl_->job_validation_accuracy}) {
-    remove(*family, labels);
+    RemoveSeries(*family, labels);
   }
   impl_->jobs_deleted.Add({{"reason", reason}}).Increment();
 }
@@ -591,14 +552,10 @@ void Metrics::RemoveModelInfo(const std::string& model, const std::string& versi
   impl_->model_info_gauges.erase(it);
 }
 
-void Metrics::UpdateMemory() { impl_->UpdateMemory(); }
-
-prometheus::Registry& Metrics::registry() { return *impl_->registry; }
-
 std::string Metrics::Serialize() const {
   // Like a scrape: memory gauges are current.
   impl_->UpdateMemory();
-  return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
+  return prometheus::TextSerializer().Serialize(impl_->registry.Collect());
 }
 
 std::string Metrics::bound_address() const { return impl_->bound_address; }

@@ -12,10 +12,6 @@
 #include "absl/status/statusor.h"
 #include "common/gpu_telemetry.h"
 
-namespace prometheus {
-class Registry;
-}
-
 namespace ts::server {
 
 class Metrics {
@@ -76,12 +72,9 @@ class Metrics {
   // The GPUs' utilisation and memory (common/gpu_telemetry.h, NVML), read at each scrape;
   // `source` must be thread-safe. Without one (no NVML), the GPU gauges have no series.
   void SetGpuSource(std::function<std::vector<GpuTelemetry::Sample>()> source);
-  // Reads /proc/self/statm and stat, the job workers' (SetWorkerSource), the GPUs'
-  // (SetGpuSource) and (on CUDA) the device allocator; called before each scrape.
-  void UpdateMemory();
-
-  prometheus::Registry& registry();
-  // The text exposition of every metric (what /metrics serves).
+  // The text exposition of every metric (what /metrics serves), with the memory, CPU, worker and
+  // GPU gauges read now (/proc/self/statm and stat, SetWorkerSource, SetGpuSource and, on CUDA,
+  // the device allocator), as before each scrape.
   std::string Serialize() const;
   // "host:port" the exposer actually bound (port 0 in `listen` picks a free one).
   std::string bound_address() const;

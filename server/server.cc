@@ -43,10 +43,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsCo
   return grpc::SslServerCredentials(options);
 }
 
-absl::Status Prefixed(const std::string& prefix, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
-
 // The GPU gauges from NVML, when `library` is set and loads; says in the log what it found.
 void ReadGpusInto(const std::string& library, Metrics& metrics,
                   const std::function<void(const std::string&)>& log) {
@@ -98,16 +94,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   // A mistyped TS_CPU_CAPABILITY would otherwise leave the kernels silently uncapped.
   if (auto cap = CpuCapabilityFromEnvironment(); !cap.ok()) return cap.status();
   p.log(absl::StrCat("CPU kernels: ", DescribeCpuCapability()));
-  auto metrics = Metrics::Create(config.metrics_listen);
-  if (!metrics.ok()) return Prefixed("metrics: ", metrics.status());
-  p.metrics = std::move(*metrics);
+  TS_ASSIGN_OR_RETURN(p.metrics, Prefixed(Metrics::Create(config.metrics_listen), "metrics: "));
   ReadGpusInto(config.nvml_library, *p.metrics, p.log);
-  auto authorizer = Authorizer::Create(config.auth);
-  if (!authorizer.ok()) return Prefixed("auth: ", authorizer.status());
-  p.authorizer = std::move(*authorizer);
-  auto registry = ModelRegistry::Create(config.models, p.metrics.get(), clock);
-  if (!registry.ok()) return Prefixed("loading models: ", registry.status());
-  p.registry = std::move(*registry);
+  TS_ASSIGN_OR_RETURN(p.authorizer, Prefixed(Authorizer::Create(config.auth), "auth: "));
+  TS_ASSIGN_OR_RETURN(
+      p.registry,
+      Prefixed(ModelRegistry::Create(config.models, p.metrics.get(), clock), "loading models: "));
   for (const auto& model : p.registry->List()) {
     p.log(absl::StrCat("model '", model->name(), "' version ", model->version(), " on ",
                        model->device().str(), " at ", PrecisionName(model->config().precision),
@@ -136,13 +128,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
       if (p.health != nullptr) p.health->SetServingStatus(name, true);
     };
     job_options.log = p.log;
-    auto created = JobManager::Create(job_options, p.registry.get(), p.metrics.get(), clock);
-    if (!created.ok()) return Prefixed("jobs: ", created.status());
-    p.jobs = std::move(*created);
+    TS_ASSIGN_OR_RETURN(
+        p.jobs, Prefixed(JobManager::Create(job_options, p.registry.get(), p.metrics.get(), clock),
+                         "jobs: "));
     p.jobs->RestorePromotions();
   }
-  auto credentials = Credentials(config.tls);
-  if (!credentials.ok()) return Prefixed("tls: ", credentials.status());
+  TS_ASSIGN_OR_RETURN(const auto credentials, Prefixed(Credentials(config.tls), "tls: "));
 
   p.inference =
       std::make_unique<InferenceCore>(p.registry.get(), p.authorizer.get(), p.metrics.get(), clock);
@@ -151,7 +142,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, *credentials, &p.port);
+  builder.AddListeningPort(config.listen, credentials, &p.port);
   builder.RegisterService(p.classifier.get());
   builder.RegisterService(p.kserve.get());
   if (p.jobs != nullptr) {

@@ -1,16 +1,12 @@
 #include "worker/job_data.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/data/dataset_readers.h"
 #include "model/data/listops_generator.h"
 
 namespace ts::worker {
 namespace pb = taylorshift::v1;
-
-absl::Status Prefixed(const absl::Status& status, const std::string& prefix) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
 
 absl::StatusOr<Dataset> LoadSource(const DataRoot& root, const pb::DataSource& source,
                                    const std::vector<std::string>& labels, const std::string& field,
@@ -47,8 +43,7 @@ absl::StatusOr<Dataset> LoadSource(const DataRoot& root, const pb::DataSource& s
           absl::StrCat(field, ".format: unknown format \"", source.format().substr(0, 64), "\""));
     }
   }
-  if (!dataset.ok()) return Prefixed(dataset.status(), absl::StrCat(field, ": "));
-  return dataset;
+  return Prefixed(std::move(dataset), absl::StrCat(field, ": "));
 }
 
 pb::EvaluationReport ToReport(const EvaluationResult& result,

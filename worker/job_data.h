@@ -27,7 +27,4 @@ taylorshift::v1::EvaluationReport ToReport(const EvaluationResult& result,
                                            const std::vector<std::string>& labels,
                                            std::int64_t step);
 
-// `status` with `prefix` before its message (OK stays OK).
-absl::Status Prefixed(const absl::Status& status, const std::string& prefix);
-
 }  // namespace ts::worker

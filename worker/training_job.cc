@@ -1,6 +1,7 @@
 // A training job as one rank of a data-parallel world (a world of one when alone). Every rank
 // loads the data and builds the same model; rank 0 validates, writes checkpoints and the
 // training state, and reports. The ranks agree on stopping at each step boundary.
+#include <google/protobuf/util/time_util.h>
 #include <sys/stat.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "api/proto_convert.h"
+#include "common/atomic_file.h"
 #include "common/quoted.h"
 #include "common/status_macros.h"
 #include "job_contract/job_spec.h"
@@ -33,13 +35,6 @@ namespace {
 constexpr char kTrainingStateFile[] = "training_state.pt";
 constexpr char kBestCheckpointFile[] = "best.tsckpt";
 constexpr char kAccuracyKey[] = "validation_accuracy";
-
-void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
-  const std::int64_t seconds = absl::ToUnixSeconds(time);
-  out->set_seconds(seconds);
-  out->set_nanos(
-      static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1)));
-}
 
 // The spec's labels against the training data's, before the model is built: every example's
 // label is one of them (the readers check names; the fixed-label formats, listops, lra_tsv and
@@ -74,9 +69,8 @@ absl::Status CheckLabelsAgainstData(const std::vector<std::string>& labels, cons
 
 absl::StatusOr<TrainingOptions> OptionsFromSpec(const pb::TrainingSpec& spec) {
   TrainingOptions options;
-  auto optimizer = ParseOptimizerKind(spec.optimizer().name());
-  if (!optimizer.ok()) return Prefixed(optimizer.status(), "optimizer.name: ");
-  options.optimizer = *optimizer;
+  TS_ASSIGN_OR_RETURN(options.optimizer,
+                      Prefixed(ParseOptimizerKind(spec.optimizer().name()), "optimizer.name: "));
   options.lr = spec.optimizer().lr();
   options.weight_decay = spec.optimizer().weight_decay();
   options.beta1 = spec.optimizer().beta1();
@@ -149,22 +143,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(
     const std::string& state_path, TrainingData& data, CheckpointMetadata& metadata) {
   std::error_code exists_error;
   if (fs::exists(state_path, exists_error)) {
-    auto resumed = Trainer::Resume(state_path, options, std::move(data.train.examples),
-                                   std::move(data.validation));
-    if (!resumed.ok()) return Prefixed(resumed.status(), "resuming from the training state: ");
-    return std::move(*resumed);
+    return Prefixed(Trainer::Resume(state_path, options, std::move(data.train.examples),
+                                    std::move(data.validation)),
+                    "resuming from the training state: ");
   }
   const std::int64_t num_classes = static_cast<std::int64_t>(data.labels.size());
   if (!task.init_from_path().empty()) {
-    auto loaded = LoadCheckpoint(task.init_from_path());
-    if (!loaded.ok()) return Prefixed(loaded.status(), "init_from: ");
-    if (loaded->options.num_classes() != num_classes) {
+    TS_ASSIGN_OR_RETURN(auto loaded,
+                        Prefixed(LoadCheckpoint(task.init_from_path()), "init_from: "));
+    if (loaded.options.num_classes() != num_classes) {
       return absl::FailedPreconditionError(absl::StrCat("init_from: the checkpoint has ",
-                                                        loaded->options.num_classes(),
+                                                        loaded.options.num_classes(),
                                                         " classes, the data has ", num_classes));
     }
     metadata.provenance["init_from"] = spec.init_from();
-    return Trainer::Create(std::move(loaded->model), loaded->options, options,
+    return Trainer::Create(std::move(loaded.model), loaded.options, options,
                            std::move(data.train.examples), std::move(data.validation));
   }
   const auto& m = spec.model();
@@ -285,7 +278,8 @@ absl::Status TrainingLoop::SaveCheckpoint(const std::string& path, const std::st
     info->set_validation_accuracy(*last_accuracy_);
     info->set_has_validation_accuracy(true);
   }
-  SetTimestamp(context_.clock->Now(), info->mutable_time());
+  *info->mutable_time() = google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
+      absl::ToUnixNanos(context_.clock->Now()));
   for (const pb::CheckpointInfo& removed : retention_.Add(*info)) {
     std::error_code error;
     fs::remove(removed.path(), error);
@@ -383,11 +377,7 @@ absl::Status RunTrainingJob(const JobContext& context) {
     context.emit(std::move(message));
   };
   const std::string dir = task.job_dir();
-  std::error_code dir_error;
-  fs::create_directories(dir, dir_error);
-  if (dir_error) {
-    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", dir_error.message()));
-  }
+  TS_RETURN_IF_ERROR(CreateDirectories(dir));
   TS_ASSIGN_OR_RETURN(const DataRoot root, DataRoot::Create(task.data_root()));
 
   // A stop while the data loads (it can take long) ends the job here, "stopped" like one at a

@@ -11,16 +11,18 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <set>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/atomic_file.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
@@ -282,9 +284,8 @@ absl::Status CheckOptionsDescribeModel(const TaylorShiftEncoderOptions& options,
     static constexpr absl::string_view kShapeFields[] = {
         "vocab_size", "embed_dim",   "depth",    "heads",      "mlp_hidden",
         "max_length", "num_classes", "qkv_bias", "conv_embed", "input_normalize"};
-    bool shape_field = false;
-    for (auto name : kShapeFields) shape_field |= given[i].first == name;
-    if (shape_field && given[i].second != actual[i].second) {
+    if (absl::c_linear_search(kShapeFields, given[i].first) &&
+        given[i].second != actual[i].second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "options do not describe the model: ", given[i].first, " differs (options: ",
           DescribeEncoderOptions(options), "; model: ", DescribeEncoderOptions(model), ")"));
@@ -307,15 +308,6 @@ std::uint32_t Crc32(const void* data, std::size_t size) {
       crc32_z(crc32_z(0L, Z_NULL, 0), static_cast<const Bytef*>(data), size));
 }
 
-std::string UtcTimestampNow() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  ::gmtime_r(&now, &utc);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return buffer;
-}
-
 absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& metadata,
                                         std::int64_t num_classes) {
   if (metadata.modality != "bytes" && metadata.modality != "pixels") {
@@ -329,22 +321,23 @@ absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& metadata,
   return absl::OkStatus();
 }
 
+// The model's parameters and buffers by name, the model's own tensors.
+std::map<std::string, torch::Tensor> NamedTensors(TaylorShiftEncoder& model) {
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) tensors.emplace(item.pair());
+  for (const auto& item : model->named_buffers(/*recurse=*/true)) tensors.emplace(item.pair());
+  return tensors;
+}
+
 std::map<std::string, torch::Tensor> StateDict(TaylorShiftEncoder& model) {
-  std::map<std::string, torch::Tensor> state;
-  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
-    state.emplace(item.key(), item.value().detach().cpu().contiguous());
-  }
-  for (const auto& item : model->named_buffers(/*recurse=*/true)) {
-    state.emplace(item.key(), item.value().detach().cpu().contiguous());
-  }
+  std::map<std::string, torch::Tensor> state = NamedTensors(model);
+  for (auto& [name, tensor] : state) tensor = tensor.detach().cpu().contiguous();
   return state;
 }
 
 absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
                            TaylorShiftEncoder& model) {
-  std::map<std::string, torch::Tensor> expected;
-  for (const auto& item : model->named_parameters(true)) expected.emplace(item.key(), item.value());
-  for (const auto& item : model->named_buffers(true)) expected.emplace(item.key(), item.value());
+  const std::map<std::string, torch::Tensor> expected = NamedTensors(model);
 
   std::vector<std::string> missing;
   std::vector<std::string> unexpected;
@@ -391,12 +384,7 @@ absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
   auto copied = CatchTorch("loading state dict", [&] {
     torch::NoGradGuard no_grad;
     if (dtype) model->to(dtype->second);
-    for (const auto& item : model->named_parameters(true)) {
-      item.value().copy_(state.at(item.key()));
-    }
-    for (const auto& item : model->named_buffers(true)) {
-      item.value().copy_(state.at(item.key()));
-    }
+    for (auto& [name, tensor] : NamedTensors(model)) tensor.copy_(state.at(name));
     return true;
   });
   return copied.status();
@@ -409,7 +397,8 @@ absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOpt
   TS_RETURN_IF_ERROR(CheckOptionsDescribeModel(options, model->options()));
   TS_RETURN_IF_ERROR(ValidateCheckpointMetadata(metadata, options.num_classes()));
   CheckpointMetadata stamped = metadata;
-  stamped.provenance.try_emplace("created_at", UtcTimestampNow());
+  stamped.provenance.try_emplace(
+      "created_at", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()));
   stamped.provenance.try_emplace("libtorch_version", compat::TorchVersion());
 
   TS_ASSIGN_OR_RETURN(
@@ -498,7 +487,7 @@ absl::StatusOr<LoadedCheckpoint> ParseCheckpoint(std::string_view file, const st
   TS_ASSIGN_OR_RETURN(auto model,
                       CatchTorch("building model", [&] { return TaylorShiftEncoder(options); }));
   if (auto status = LoadStateDict(state, model); !status.ok()) {
-    return absl::Status(status.code(), absl::StrCat(name, ": ", status.message()));
+    return Prefixed(status, name + ": ");
   }
   auto moved = CatchTorch("moving model to device", [&] {
     model->to(device);

@@ -82,9 +82,6 @@ absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
 // The model's parameters and buffers by name (CPU, contiguous, detached copies).
 std::map<std::string, torch::Tensor> StateDict(TaylorShiftEncoder& model);
 
-// Current UTC time as ISO-8601 ("2024-05-01T12:34:56Z").
-std::string UtcTimestampNow();
-
 // CRC-32 (IEEE 802.3, as zlib's crc32) of `size` bytes.
 std::uint32_t Crc32(const void* data, std::size_t size);
 

@@ -69,8 +69,7 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadStateDict(const std::st
   return state;
 }
 
-}  // namespace
-
+// The architecture (options) the reference state dict describes.
 absl::StatusOr<TaylorShiftEncoderOptions> InferReferenceArchitecture(
     const std::map<std::string, torch::Tensor>& state, const ReferenceImportOptions& options) {
   // Depth: one more than the largest N of "blocks.N.*".
@@ -150,6 +149,8 @@ absl::StatusOr<TaylorShiftEncoderOptions> InferReferenceArchitecture(
   return inferred;
 }
 
+}  // namespace
+
 absl::StatusOr<ImportedModel> ImportReferenceState(
     const std::map<std::string, torch::Tensor>& state, const ReferenceImportOptions& options) {
   TS_ASSIGN_OR_RETURN(const TaylorShiftEncoderOptions architecture,
@@ -170,7 +171,7 @@ absl::StatusOr<ImportedModel> ImportReferenceState(
   TS_ASSIGN_OR_RETURN(
       auto model, CatchTorch("building model", [&] { return TaylorShiftEncoder(architecture); }));
   if (auto status = LoadStateDict(state, model); !status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("reference ", status.message()));
+    return Prefixed(status, "reference ");
   }
   model->eval();
   return ImportedModel{architecture, std::move(metadata), std::move(model)};
@@ -181,12 +182,7 @@ absl::StatusOr<ImportedModel> ImportReferenceStateDict(const std::string& path,
   TS_ASSIGN_OR_RETURN(const auto state, ReadStateDict(path));
   ReferenceImportOptions with_source = options;
   with_source.provenance.try_emplace("source", path);
-  auto imported = ImportReferenceState(state, with_source);
-  if (!imported.ok()) {
-    return absl::Status(imported.status().code(),
-                        absl::StrCat(path, ": ", imported.status().message()));
-  }
-  return imported;
+  return Prefixed(ImportReferenceState(state, with_source), path + ": ");
 }
 
 }  // namespace ts

@@ -50,8 +50,4 @@ absl::StatusOr<ImportedModel> ImportReferenceStateDict(const std::string& path,
 absl::StatusOr<ImportedModel> ImportReferenceState(
     const std::map<std::string, torch::Tensor>& state, const ReferenceImportOptions& options);
 
-// Only the inferred architecture (options), without building the model.
-absl::StatusOr<TaylorShiftEncoderOptions> InferReferenceArchitecture(
-    const std::map<std::string, torch::Tensor>& state, const ReferenceImportOptions& options);
-
 }  // namespace ts

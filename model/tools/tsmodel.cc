@@ -205,25 +205,18 @@ struct PredictItem {
 // Each file's bytes as tokens (the first `max_length`), or the error that reading it gave.
 std::vector<PredictItem> ReadPredictItems(const std::vector<std::string>& files,
                                           std::int64_t max_length) {
-  using Item = PredictItem;
-  std::vector<Item> items;
+  std::vector<PredictItem> items;
   for (const auto& file : files) {
-    Item item;
+    PredictItem& item = items.emplace_back();
     item.file = file;
     absl::StatusOr<std::string> read = ReadFile(file);
     if (!read.ok()) {
       item.error = read.status();
-      items.push_back(std::move(item));
       continue;
     }
-    const std::string& bytes = *read;
-    item.truncated = static_cast<std::int64_t>(bytes.size()) > max_length;
-    const std::size_t kept = std::min<std::size_t>(bytes.size(), max_length);
-    item.tokens.reserve(kept);
-    for (std::size_t i = 0; i < kept; ++i) {
-      item.tokens.push_back(static_cast<unsigned char>(bytes[i]));
-    }
-    items.push_back(std::move(item));
+    const auto* bytes = reinterpret_cast<const unsigned char*>(read->data());
+    item.truncated = static_cast<std::int64_t>(read->size()) > max_length;
+    item.tokens.assign(bytes, bytes + std::min<std::size_t>(read->size(), max_length));
   }
   return items;
 }
@@ -554,15 +547,12 @@ int Main(int argc, char** argv) {
     command->add_option("--count", flags->options.count, "examples")
         ->required()
         ->check(IntegerIn(0, INT64_MAX));
-    command->add_option("--min-length", flags->options.min_length)
-        ->capture_default_str()
-        ->check(IntegerIn(0, INT64_MAX));
-    command->add_option("--max-length", flags->options.max_length)
-        ->capture_default_str()
-        ->check(IntegerIn(0, INT64_MAX));
-    command->add_option("--seed", flags->seed)
-        ->capture_default_str()
-        ->check(IntegerIn(0, INT64_MAX));
+    for (auto [name, value] :
+         {std::pair<const char*, std::int64_t*>{"--min-length", &flags->options.min_length},
+          {"--max-length", &flags->options.max_length},
+          {"--seed", &flags->seed}}) {
+      command->add_option(name, *value)->capture_default_str()->check(IntegerIn(0, INT64_MAX));
+    }
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "help") args[0] = "--help";

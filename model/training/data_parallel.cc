@@ -58,8 +58,6 @@ bool HaveNccl() { return false; }
 
 #ifdef TS_HAVE_GLOO
 
-bool HaveDataParallel() { return true; }
-
 // c10d's Work type is named differently across LibTorch versions (ProcessGroup::Work in 1.x,
 // Work in 2.x); the allreduce result names it for both.
 using WorkPtr = decltype(std::declval<c10d::ProcessGroupGloo&>().allreduce(
@@ -209,8 +207,6 @@ absl::Status DataParallelGroup::Broadcast(const std::vector<torch::Tensor>& tens
 }
 
 #else  // !TS_HAVE_GLOO
-
-bool HaveDataParallel() { return false; }
 
 struct DataParallelGroup::Backend {};
 

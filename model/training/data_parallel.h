@@ -45,8 +45,6 @@ struct DataParallelOptions {
 // needs the other three). INVALID_ARGUMENT naming the variable for a malformed value.
 absl::StatusOr<DataParallelOptions> DataParallelFromEnvironment();
 
-// True when this build has c10d's Gloo backend.
-bool HaveDataParallel();
 // True when this build has c10d's NCCL backend (CUDA ranks).
 bool HaveNccl();
 

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/file_io.h"
@@ -79,11 +80,6 @@ Batch MakeBatch(const std::vector<const LabeledSequence*>& examples, std::int64_
 torch::Device ModelDevice(TaylorShiftEncoder& model) {
   for (const auto& p : model->parameters()) return p.device();
   return torch::kCPU;
-}
-
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
@@ -289,7 +285,7 @@ void Trainer::BuildOptimizer() {
   for (const auto& item : model_->named_parameters()) {
     if (!item.value().requires_grad()) continue;
     // Matrices are decayed; biases, norms, cls_token and temperatures are not.
-    if (item.value().dim() >= 2 && EndsWith(item.key(), ".weight")) {
+    if (item.value().dim() >= 2 && absl::EndsWith(item.key(), ".weight")) {
       decay.push_back(item.value());
     } else {
       no_decay.push_back(item.value());
@@ -515,25 +511,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Resume(const std::string& path
   absl::StatusOr<Saved> saved = CatchTorch("reading the training state", [&] {
     std::istringstream stream(bytes);
     archive->load_from(stream, options.device);
-    Saved s;
-    torch::IValue value;
-    archive->read("format", value);
-    TORCH_CHECK(value.toStringRef() == kStateFormat, "unknown format ", value.toStringRef());
-    archive->read("encoder", value);
-    s.encoder = value.toStringRef();
-    archive->read("optimizer_kind", value);
-    s.optimizer_kind = value.toStringRef();
-    archive->read("step", value);
-    s.step = value.toInt();
-    archive->read("epoch", value);
-    s.epoch = value.toInt();
-    archive->read("epoch_index", value);
-    s.epoch_index = value.toInt();
-    archive->read("seed", value);
-    s.seed = value.toInt();
-    archive->read("train_size", value);
-    s.train_size = value.toInt();
-    return s;
+    const auto read = [&archive](const char* key) {
+      torch::IValue value;
+      archive->read(key, value);
+      return value;
+    };
+    const std::string format = read("format").toStringRef();
+    TORCH_CHECK(format == kStateFormat, "unknown format ", format);
+    return Saved{read("encoder").toStringRef(), read("optimizer_kind").toStringRef(),
+                 read("step").toInt(),          read("epoch").toInt(),
+                 read("epoch_index").toInt(),   read("seed").toInt(),
+                 read("train_size").toInt()};
   });
   if (!saved.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": ", saved.status().message()));

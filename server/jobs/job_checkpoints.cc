@@ -13,11 +13,6 @@ namespace ts::server {
 namespace pb = taylorshift::v1;
 namespace fs = std::filesystem;
 
-absl::Status Prefixed(const absl::Status& status, const std::string& prefix) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
-
 absl::StatusOr<std::string> ChooseCheckpoint(const pb::Job& job, pb::CheckpointChoice which) {
   if (job.kind() != pb::JOB_KIND_TRAINING) {
     return absl::FailedPreconditionError(
@@ -86,8 +81,8 @@ absl::StatusOr<std::string> CheckpointResolver::JobCheckpoint(const std::string&
 absl::StatusOr<std::string> CheckpointResolver::Resolve(const std::string& reference,
                                                         const std::string& field) const {
   if (absl::StartsWith(reference, "job:")) {
-    auto path = JobCheckpoint(reference.substr(4), pb::CHECKPOINT_CHOICE_BEST);
-    return path.ok() ? path : Prefixed(path.status(), absl::StrCat(field, ": "));
+    return Prefixed(JobCheckpoint(reference.substr(4), pb::CHECKPOINT_CHOICE_BEST),
+                    absl::StrCat(field, ": "));
   }
   auto resolved = data_root_->Resolve(reference);
   if (!resolved.ok()) return Prefixed(resolved.status(), absl::StrCat(field, ": "));

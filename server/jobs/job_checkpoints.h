@@ -61,7 +61,4 @@ class CheckpointResolver {
   const JobQueue* const jobs_;
 };
 
-// `status` with `prefix` before its message (OK stays OK).
-absl::Status Prefixed(const absl::Status& status, const std::string& prefix);
-
 }  // namespace ts::server

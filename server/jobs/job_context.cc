@@ -1,5 +1,7 @@
 #include "server/jobs/job_context.h"
 
+#include <google/protobuf/util/time_util.h>
+
 #include <cstdint>
 
 #include "absl/strings/ascii.h"
@@ -24,10 +26,7 @@ bool IsFinalJobState(pb::JobState state) {
 }
 
 void SetTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
-  const std::int64_t seconds = absl::ToUnixSeconds(time);
-  out->set_seconds(seconds);
-  out->set_nanos(
-      static_cast<std::int32_t>((time - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1)));
+  *out = google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(time));
 }
 
 void JobContext::Log(const std::string& line) const {

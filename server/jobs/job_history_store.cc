@@ -1,5 +1,6 @@
 #include "server/jobs/job_history_store.h"
 
+#include <google/protobuf/util/time_util.h>
 #include <sqlite3.h>
 
 #include <cstdint>
@@ -20,6 +21,7 @@
 namespace ts::server {
 namespace {
 
+using google::protobuf::util::TimeUtil;
 using taylorshift::v1::CheckpointInfo;
 using taylorshift::v1::EvaluationReport;
 
@@ -218,7 +220,7 @@ absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> JobHistoryStore::History(
       entry->set_loss(points.ColumnDouble(2));
       entry->set_learning_rate(points.ColumnDouble(3));
       entry->set_examples_per_second(points.ColumnDouble(4));
-      *entry->mutable_time() = FromUnixMillis(points.ColumnInt(5));
+      *entry->mutable_time() = TimeUtil::MillisecondsToTimestamp(points.ColumnInt(5));
       TS_ASSIGN_OR_RETURN(point_row, points.Step());
     } else {
       last = position(validations, kValidationEntry);
@@ -254,7 +256,7 @@ absl::Status JobHistoryStore::RecordCheckpoint(const std::string& job_id,
       .BindOptionalDouble(5, checkpoint.has_validation_accuracy()
                                  ? std::optional<double>(checkpoint.validation_accuracy())
                                  : std::nullopt)
-      .BindInt(6, ToUnixMillis(checkpoint.time()));
+      .BindInt(6, TimeUtil::TimestampToMilliseconds(checkpoint.time()));
   return RunChildInsert(upsert, job_id);
 }
 
@@ -304,7 +306,7 @@ absl::StatusOr<std::vector<CheckpointInfo>> JobHistoryStore::Checkpoints(
       checkpoint.set_validation_accuracy(*accuracy);
       checkpoint.set_has_validation_accuracy(true);
     }
-    *checkpoint.mutable_time() = FromUnixMillis(select.ColumnInt(4));
+    *checkpoint.mutable_time() = TimeUtil::MillisecondsToTimestamp(select.ColumnInt(4));
   }
   if (checkpoints.empty()) {
     TS_RETURN_IF_ERROR(CheckJobExists(db, job_id));

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "server/jobs/process_worker_launcher.h"
 #include "server/serving/model_registry.h"
@@ -14,13 +15,6 @@ namespace pb = taylorshift::v1;
 namespace fs = std::filesystem;
 
 namespace {
-
-absl::Status MakeDirectories(const std::string& dir) {
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
-  return absl::OkStatus();
-}
 
 JobQueueOptions QueueOptions(const JobsConfig& jobs) {
   JobQueueOptions options;
@@ -63,8 +57,8 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
                                                                Metrics* metrics, Clock* clock) {
   // threads_per_job 0 (automatic) becomes this machine's number once, before any spec uses it.
   options.jobs.threads_per_job = ThreadsPerJob(options.jobs, options.num_cores);
-  TS_RETURN_IF_ERROR(MakeDirectories(options.state_dir));
-  TS_RETURN_IF_ERROR(MakeDirectories(options.data_root));
+  TS_RETURN_IF_ERROR(CreateDirectories(options.state_dir));
+  TS_RETURN_IF_ERROR(CreateDirectories(options.data_root));
   TS_ASSIGN_OR_RETURN(auto data_root, DataRoot::Create(options.data_root));
   // A store that cannot be written is opened read-only (a full disk must not keep the server and
   // its serving from starting); one whose content is refused fails the start.

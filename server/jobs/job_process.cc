@@ -227,9 +227,8 @@ JobProcessOutcome JobProcess::Wait() {
       if (rank->exited && !killed && !stop_requested_) {
         // A rank that failed on its own ends the others (they would wait for it).
         if (rank->exit.signal != 0) {
-          end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid,
-                                            ") was killed by signal ", rank->exit.signal, " (",
-                                            SignalName(rank->exit.signal), ")",
+          end_all(rank->index, absl::StrCat("worker rank ", rank->index, " (pid ", rank->pid, ") ",
+                                            ExitDescription(rank->exit),
                                             rank->exit.signal == SIGKILL
                                                 ? "; out of memory (the kernel's OOM killer) or "
                                                   "killed from outside"

@@ -82,9 +82,7 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
   }
   const std::string version = CheckpointVersion(bytes);
   const std::string dir = (fs::path(options_.models_dir) / request.model()).string();
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  TS_RETURN_IF_ERROR(CreateDirectories(dir));
   const std::string destination = (fs::path(dir) / absl::StrCat(version, ".tsckpt")).string();
   TS_RETURN_IF_ERROR(WriteFileAtomically(destination, bytes));
 

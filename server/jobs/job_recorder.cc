@@ -16,8 +16,7 @@ void JobRecorder::Apply(ActiveJob& active, const pb::WorkerMessage& message) {
       const pb::WorkerStarted& started = message.started();
       queue_->Update(active, [&](pb::Job& job) {
         if (started.has_spec()) *job.mutable_training() = started.spec();
-        job.clear_labels();
-        for (const auto& label : started.labels()) job.add_labels(label);
+        *job.mutable_labels() = started.labels();
         auto* progress = job.mutable_progress();
         progress->set_total_steps(started.total_steps());
         progress->set_train_examples(started.train_examples());

@@ -151,12 +151,7 @@ absl::StatusOr<pb::WorkerTask> JobRunner::MakeTask(const ActiveJob& active) cons
 absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   const std::string& id = active.id;
   TS_ASSIGN_OR_RETURN(auto task, MakeTask(active));
-  std::error_code error;
-  fs::create_directories(task.job_dir(), error);
-  if (error) {
-    return absl::InternalError(
-        absl::StrCat("cannot create ", task.job_dir(), ": ", error.message()));
-  }
+  TS_RETURN_IF_ERROR(CreateDirectories(task.job_dir()));
   const std::string task_file = (fs::path(task.job_dir()) / "task.pb").string();
   TS_RETURN_IF_ERROR(WriteFileAtomically(task_file, task.SerializeAsString()));
 
@@ -196,10 +191,8 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
           [this, id](int rank, const std::string& line) {
             context_->Log(absl::StrCat("job ", id, " rank ", rank, ": ", line));
           }));
-  std::vector<std::string> pids;
-  for (const pid_t pid : process->pids()) pids.push_back(absl::StrCat(pid));
   context_->Log(absl::StrCat("job ", id, ": worker process", world > 1 ? "es " : " ",
-                             absl::StrJoin(pids, ", "), " started (", world, " rank",
+                             absl::StrJoin(process->pids(), ", "), " started (", world, " rank",
                              world > 1 ? "s" : "", ", address space limit ",
                              launch.address_space_bytes, " bytes each)"));
   active.SetProcess(process.get());

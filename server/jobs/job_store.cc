@@ -1,5 +1,7 @@
 #include "server/jobs/job_store.h"
 
+#include <google/protobuf/util/time_util.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -19,6 +21,7 @@
 namespace ts::server {
 namespace {
 
+using google::protobuf::util::TimeUtil;
 using taylorshift::v1::Job;
 using taylorshift::v1::ListJobsRequest;
 using taylorshift::v1::ListJobsResponse;
@@ -74,7 +77,7 @@ absl::StatusOr<Job> JobStore::CreateJob(Job job) {
       insert.BindInt(1, job.kind())
           .BindInt(2, job.state())
           .BindText(3, job.name())
-          .BindInt(4, ToUnixMillis(job.create_time()))
+          .BindInt(4, TimeUtil::TimestampToMilliseconds(job.create_time()))
           .BindInt(5, now_ms);
       TS_RETURN_IF_ERROR(insert.Run());
     }
@@ -99,7 +102,7 @@ absl::Status JobStore::UpdateJob(const Job& job) {
       .BindInt(2, job.kind())
       .BindInt(3, job.state())
       .BindText(4, job.name())
-      .BindInt(5, ToUnixMillis(job.create_time()))
+      .BindInt(5, TimeUtil::TimestampToMilliseconds(job.create_time()))
       .BindInt(6, absl::ToUnixMillis(clock_->Now()))
       .BindBlob(7, job.SerializeAsString());
   TS_RETURN_IF_ERROR(update.Run());

@@ -5,6 +5,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "server/serving/grpc_call.h"
 #include "server/serving/grpc_status.h"
 #include "server/serving/inference_core.h"
 
@@ -17,16 +18,18 @@ constexpr char kAdminRole[] = "admin";
 // (state, validation and checkpoint events are always delivered).
 constexpr std::size_t kMaxPendingEvents = 256;
 
-// Runs `body` (returning absl::Status or StatusOr<T> assigned into the response) after the
-// admin check and finishes the unary call.
-template <typename Body>
+// Runs `body` after the admin check and finishes the unary call; the value of the StatusOr it
+// returns becomes `*response`.
+template <typename Response, typename Body>
 grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const Authorizer* authorizer,
-                                Body&& body) {
-  auto* reactor = context->DefaultReactor();
+                                Response* response, Body&& body) {
   absl::Status status = authorizer->Check(*context, kAdminRole);
-  if (status.ok()) status = body();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  if (status.ok()) {
+    auto result = body();
+    status = result.status();
+    if (status.ok()) *response = *std::move(result);
+  }
+  return FinishUnary(*context, status);
 }
 
 class WatchReactor final : public grpc::ServerWriteReactor<pb::JobEvent> {
@@ -144,63 +147,44 @@ class WatchReactor final : public grpc::ServerWriteReactor<pb::JobEvent> {
 grpc::ServerUnaryReactor* JobsService::SubmitTraining(grpc::CallbackServerContext* context,
                                                       const pb::SubmitTrainingRequest* request,
                                                       pb::Job* response) {
-  return Unary(context, authorizer_, [&]() -> absl::Status {
-    TS_ASSIGN_OR_RETURN(*response, manager_->SubmitTraining(request->spec()));
-    return absl::OkStatus();
-  });
+  return Unary(context, authorizer_, response,
+               [&] { return manager_->SubmitTraining(request->spec()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(grpc::CallbackServerContext* context,
                                                         const pb::SubmitEvaluationRequest* request,
                                                         pb::Job* response) {
-  return Unary(context, authorizer_, [&]() -> absl::Status {
-    TS_ASSIGN_OR_RETURN(*response, manager_->SubmitEvaluation(request->spec()));
-    return absl::OkStatus();
-  });
+  return Unary(context, authorizer_, response,
+               [&] { return manager_->SubmitEvaluation(request->spec()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
                                               const pb::GetJobRequest* request, pb::Job* response) {
-  return Unary(context, authorizer_, [&]() -> absl::Status {
-    TS_ASSIGN_OR_RETURN(*response, manager_->GetJob(request->id()));
-    return absl::OkStatus();
-  });
+  return Unary(context, authorizer_, response, [&] { return manager_->GetJob(request->id()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* context,
                                                 const pb::ListJobsRequest* request,
                                                 pb::ListJobsResponse* response) {
-  return Unary(context, authorizer_, [&]() -> absl::Status {
-    TS_ASSIGN_OR_RETURN(*response, manager_->ListJobs(*request));
-    return absl::OkStatus();
-  });
+  return Unary(context, authorizer_, response, [&] { return manager_->ListJobs(*request); });
 }
 
 grpc::ServerUnaryReactor* JobsService::GetJobHistory(grpc::CallbackServerContext* context,
                                                      const pb::GetJobHistoryRequest* request,
                                                      pb::GetJobHistoryResponse* response) {
-  return Unary(context, authorizer_, [&]() -> absl::Status {
-    TS_ASSIGN_OR_RETURN(*response, manager_->GetJobHistory(*request));
-    return absl::OkStatus();
-  });
+  return Unary(context, authorizer_, response, [&] { return manager_->GetJobHistory(*request); });
 }
 
 grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* context,
                                                  const pb::CancelJobRequest* request,
                                                  pb::Job* response) {
-  return Unary(context, authorizer_, [&]() -> absl::Status {
-    TS_ASSIGN_OR_RETURN(*response, manager_->CancelJob(request->id()));
-    return absl::OkStatus();
-  });
+  return Unary(context, authorizer_, response, [&] { return manager_->CancelJob(request->id()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::DeleteJob(grpc::CallbackServerContext* context,
                                                  const pb::DeleteJobRequest* request,
                                                  pb::DeleteJobResponse* response) {
-  return Unary(context, authorizer_, [&]() -> absl::Status {
-    TS_ASSIGN_OR_RETURN(*response, manager_->DeleteJob(request->id()));
-    return absl::OkStatus();
-  });
+  return Unary(context, authorizer_, response, [&] { return manager_->DeleteJob(request->id()); });
 }
 
 grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(grpc::CallbackServerContext* context,
@@ -211,18 +195,20 @@ grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(grpc::CallbackServ
 grpc::ServerUnaryReactor* JobsService::PromoteCheckpoint(
     grpc::CallbackServerContext* context, const pb::PromoteCheckpointRequest* request,
     pb::PromoteCheckpointResponse* response) {
-  return Unary(context, authorizer_, [&]() -> absl::Status {
-    TS_ASSIGN_OR_RETURN(auto promotion, manager_->Promote(*request));
-    FillModelInfo(*promotion.model, response->mutable_model());
-    response->set_previous_version(promotion.previous_version);
-    if (promotion.validation_accuracy) {
-      response->set_validation_accuracy(*promotion.validation_accuracy);
-    }
-    if (promotion.previous_validation_accuracy) {
-      response->set_previous_validation_accuracy(*promotion.previous_validation_accuracy);
-    }
-    return absl::OkStatus();
-  });
+  return Unary(
+      context, authorizer_, response, [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
+        TS_ASSIGN_OR_RETURN(auto promotion, manager_->Promote(*request));
+        pb::PromoteCheckpointResponse promoted;
+        FillModelInfo(*promotion.model, promoted.mutable_model());
+        promoted.set_previous_version(promotion.previous_version);
+        if (promotion.validation_accuracy) {
+          promoted.set_validation_accuracy(*promotion.validation_accuracy);
+        }
+        if (promotion.previous_validation_accuracy) {
+          promoted.set_previous_validation_accuracy(*promotion.previous_validation_accuracy);
+        }
+        return promoted;
+      });
 }
 
 }  // namespace ts::server

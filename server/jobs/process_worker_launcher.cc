@@ -279,8 +279,7 @@ std::vector<WorkerEvent> WorkerProcesses::Next(absl::Time /*deadline*/) {
   return events;
 }
 
-}  // namespace
-
+// A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT).
 absl::StatusOr<int> PickFreeLoopbackPort() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
@@ -298,6 +297,8 @@ absl::StatusOr<int> PickFreeLoopbackPort() {
   close(fd);
   return static_cast<int>(ntohs(address.sin_port));
 }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerHandle>> ProcessWorkerLauncher::Launch(
     const WorkerLaunchOptions& options) {

@@ -23,7 +23,4 @@ class ProcessWorkerLauncher final : public WorkerLauncher {
   absl::StatusOr<std::unique_ptr<WorkerHandle>> Launch(const WorkerLaunchOptions& options) override;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT).
-absl::StatusOr<int> PickFreeLoopbackPort();
-
 }  // namespace ts::server

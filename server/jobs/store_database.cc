@@ -126,6 +126,38 @@ absl::Status NotAJobStore(const std::string& path) {
       "job store ", path, " holds tables but no schema version: not a job store database"));
 }
 
+// Runs `sql` (no result rows) on `db`.
+absl::Status Exec(sqlite3* db, const std::string& path, const char* sql, absl::string_view what) {
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  return rc == SQLITE_OK ? absl::OkStatus() : SqliteError(db, rc, path, what);
+}
+
+// The first column of the first row of `sql` into `value`; returns SQLite's result code of the
+// step (SQLITE_ROW when there was a row) or of preparing.
+int QueryInt(sqlite3* db, const char* sql, std::int64_t* value) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) *value = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  return rc;
+}
+
+// Runs `body` in one transaction, rolled back when anything fails. BEGIN IMMEDIATE takes the
+// write lock up front, so it waits (busy timeout) for another writer instead of failing halfway
+// through.
+absl::Status InTransaction(sqlite3* db, const std::string& path,
+                           absl::FunctionRef<absl::Status()> body) {
+  TS_RETURN_IF_ERROR(Exec(db, path, "BEGIN IMMEDIATE", "beginning a transaction"));
+  absl::Status status = body();
+  if (status.ok()) status = Exec(db, path, "COMMIT", "committing");
+  // SQLite may already have rolled back (e.g. after SQLITE_FULL); autocommit then is on.
+  if (!status.ok() && sqlite3_get_autocommit(db) == 0) {
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  return status;
+}
+
 // The start of the SQL text, for error messages.
 std::string Summary(const char* sql) {
   absl::string_view text(sql);
@@ -188,9 +220,7 @@ absl::StatusOr<SqliteStatement> StoreDatabase::Session::Prepare(const char* sql)
 absl::Status StoreDatabase::Session::Exec(const char* sql, absl::string_view what) {
   // Exec runs the writes: transactions, compaction, the schema.
   if (!database_->write_error_.ok()) return database_->RefusedWrite();
-  const int rc = sqlite3_exec(database_->db_.get(), sql, nullptr, nullptr, nullptr);
-  if (rc != SQLITE_OK) return SqliteError(database_->db_.get(), rc, database_->path_, what);
-  return absl::OkStatus();
+  return ts::server::Exec(database_->db_.get(), database_->path_, sql, what);
 }
 
 absl::StatusOr<std::int64_t> StoreDatabase::Session::QueryInt(const char* sql) {
@@ -209,16 +239,8 @@ std::int64_t StoreDatabase::Session::LastInsertRowid() const {
 }
 
 absl::Status StoreDatabase::Session::Transaction(absl::FunctionRef<absl::Status()> body) {
-  // BEGIN IMMEDIATE takes the write lock up front, so it waits (busy timeout) for another writer
-  // instead of failing halfway through.
-  TS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "beginning a transaction"));
-  absl::Status status = body();
-  if (status.ok()) status = Exec("COMMIT", "committing");
-  // SQLite may already have rolled back (e.g. after SQLITE_FULL); autocommit then is on.
-  if (!status.ok() && sqlite3_get_autocommit(database_->db_.get()) == 0) {
-    sqlite3_exec(database_->db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  return status;
+  if (!database_->write_error_.ok()) return database_->RefusedWrite();
+  return InTransaction(database_->db_.get(), database_->path_, body);
 }
 
 absl::Status StoreDatabase::Session::GiveSpaceBack() {
@@ -320,10 +342,6 @@ absl::StatusOr<std::unique_ptr<sqlite3, StoreDatabase::Closer>> StoreDatabase::O
   if (rc != SQLITE_OK) return SqliteError(db.get(), rc, path, "opening");
   sqlite3_extended_result_codes(db.get(), 1);
   sqlite3_busy_timeout(db.get(), kBusyTimeoutMs);
-  const auto exec = [&db, &path](const char* sql, absl::string_view what) -> absl::Status {
-    const int result = sqlite3_exec(db.get(), sql, nullptr, nullptr, nullptr);
-    return result == SQLITE_OK ? absl::OkStatus() : SqliteError(db.get(), result, path, what);
-  };
   // WAL: readers never block the writer, and a commit is one append to the -wal file.
   {
     sqlite3_stmt* journal = nullptr;
@@ -344,8 +362,8 @@ absl::StatusOr<std::unique_ptr<sqlite3, StoreDatabase::Closer>> StoreDatabase::O
   // loss can roll back the last committed transactions (e.g. a job's SUCCEEDED state, or a
   // promotion, that a client was already told about). FULL fsyncs the WAL at every commit;
   // the store's write rate (state changes, a metric row per log interval) makes that cheap.
-  TS_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL", "setting synchronous"));
-  TS_RETURN_IF_ERROR(exec("PRAGMA foreign_keys=ON", "enabling foreign keys"));
+  TS_RETURN_IF_ERROR(Exec(db.get(), path, "PRAGMA synchronous=FULL", "setting synchronous"));
+  TS_RETURN_IF_ERROR(Exec(db.get(), path, "PRAGMA foreign_keys=ON", "enabling foreign keys"));
   TS_RETURN_IF_ERROR(Migrate(db.get(), path));
   return db;
 }
@@ -368,21 +386,10 @@ absl::StatusOr<std::unique_ptr<sqlite3, StoreDatabase::Closer>> StoreDatabase::O
       return std::unique_ptr<sqlite3, Closer>();
     }
   }
-  sqlite3_stmt* stmt = nullptr;
   std::int64_t version = -1;
   std::int64_t tables = -1;
-  int step = sqlite3_prepare_v2(db.get(), "PRAGMA user_version", -1, &stmt, nullptr);
-  if (step == SQLITE_OK && (step = sqlite3_step(stmt)) == SQLITE_ROW) {
-    version = sqlite3_column_int64(stmt, 0);
-  }
-  sqlite3_finalize(stmt);
-  if (version >= 0) {
-    step = sqlite3_prepare_v2(db.get(), "SELECT count(*) FROM sqlite_master", -1, &stmt, nullptr);
-    if (step == SQLITE_OK && (step = sqlite3_step(stmt)) == SQLITE_ROW) {
-      tables = sqlite3_column_int64(stmt, 0);
-    }
-    sqlite3_finalize(stmt);
-  }
+  int step = QueryInt(db.get(), "PRAGMA user_version", &version);
+  if (version >= 0) step = QueryInt(db.get(), "SELECT count(*) FROM sqlite_master", &tables);
   // Content the read-write opening refuses too: never served.
   if ((step & 0xff) == SQLITE_NOTADB || (step & 0xff) == SQLITE_CORRUPT) {
     return SqliteError(db.get(), step, path, "reading the schema version");
@@ -394,16 +401,9 @@ absl::StatusOr<std::unique_ptr<sqlite3, StoreDatabase::Closer>> StoreDatabase::O
 }
 
 absl::Status StoreDatabase::Migrate(sqlite3* db, const std::string& path) {
-  const auto exec = [db, &path](const char* sql, absl::string_view what) -> absl::Status {
-    const int result = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
-    return result == SQLITE_OK ? absl::OkStatus() : SqliteError(db, result, path, what);
-  };
   const auto query_int = [db, &path](const char* sql) -> absl::StatusOr<std::int64_t> {
-    sqlite3_stmt* stmt = nullptr;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
-    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
-    const std::int64_t value = rc == SQLITE_ROW ? sqlite3_column_int64(stmt, 0) : 0;
-    sqlite3_finalize(stmt);
+    std::int64_t value = 0;
+    const int rc = QueryInt(db, sql, &value);
     if (rc != SQLITE_ROW) return SqliteError(db, rc, path, sql);
     return value;
   };
@@ -411,9 +411,7 @@ absl::Status StoreDatabase::Migrate(sqlite3* db, const std::string& path) {
   if (version > kSchemaVersion) return TooNew(path, version);
   if (version == kSchemaVersion) return absl::OkStatus();
 
-  // One transaction; BEGIN IMMEDIATE waits (busy timeout) for another writer.
-  TS_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE", "beginning a transaction"));
-  absl::Status status = [&]() -> absl::Status {
+  return InTransaction(db, path, [&]() -> absl::Status {
     // Another process may have migrated the file between the read above and the lock.
     TS_ASSIGN_OR_RETURN(version, query_int("PRAGMA user_version"));
     if (version > kSchemaVersion) return TooNew(path, version);
@@ -426,19 +424,13 @@ absl::Status StoreDatabase::Migrate(sqlite3* db, const std::string& path) {
       if (tables > 0) return NotAJobStore(path);
     }
     for (std::int64_t v = version; v < kSchemaVersion; ++v) {
-      TS_RETURN_IF_ERROR(
-          exec(kMigrations[v], absl::StrCat("migrating schema version ", v, " to ", v + 1)));
+      TS_RETURN_IF_ERROR(Exec(db, path, kMigrations[v],
+                              absl::StrCat("migrating schema version ", v, " to ", v + 1)));
     }
     // PRAGMA takes no bound parameters; the value is this binary's constant.
     const std::string set_version = absl::StrCat("PRAGMA user_version = ", kSchemaVersion);
-    return exec(set_version.c_str(), "setting the schema version");
-  }();
-  if (status.ok()) status = exec("COMMIT", "committing");
-  // SQLite may already have rolled back (e.g. after SQLITE_FULL); autocommit then is on.
-  if (!status.ok() && sqlite3_get_autocommit(db) == 0) {
-    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  return status;
+    return Exec(db, path, set_version.c_str(), "setting the schema version");
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -453,23 +445,6 @@ absl::Status CheckJobExists(StoreDatabase::Session& db, const std::string& job_i
   select.BindText(1, job_id);
   TS_ASSIGN_OR_RETURN(bool row, select.Step());
   return row ? absl::OkStatus() : JobNotFound(job_id);
-}
-
-std::int64_t ToUnixMillis(const google::protobuf::Timestamp& time) {
-  return time.seconds() * 1000 + time.nanos() / 1000000;
-}
-
-google::protobuf::Timestamp FromUnixMillis(std::int64_t ms) {
-  google::protobuf::Timestamp time;
-  std::int64_t seconds = ms / 1000;
-  std::int64_t rest_ms = ms % 1000;
-  if (rest_ms < 0) {  // nanos must be non-negative
-    --seconds;
-    rest_ms += 1000;
-  }
-  time.set_seconds(seconds);
-  time.set_nanos(static_cast<std::int32_t>(rest_ms * 1000000));
-  return time;
 }
 
 }  // namespace ts::server

@@ -36,7 +36,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "google/protobuf/timestamp.pb.h"
 
 namespace ts::server {
 
@@ -222,8 +221,5 @@ inline constexpr std::size_t kEchoedIdBytes = 100;
 absl::Status JobNotFound(absl::string_view id);
 // NOT_FOUND unless `job_id` names a stored job.
 absl::Status CheckJobExists(StoreDatabase::Session& db, const std::string& job_id);
-// Timestamps are stored as Unix milliseconds.
-std::int64_t ToUnixMillis(const google::protobuf::Timestamp& time);
-google::protobuf::Timestamp FromUnixMillis(std::int64_t ms);
 
 }  // namespace ts::server

@@ -131,23 +131,19 @@ ClassifierService::ClassifyStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* ClassifierService::ListModels(grpc::CallbackServerContext* context,
                                                         const pb::ListModelsRequest* /*request*/,
                                                         pb::ListModelsResponse* response) {
-  auto* reactor = context->DefaultReactor();
   auto models = inference_->ListModels(CallFrom(*context));
   if (models.ok()) {
     for (auto& model : *models) *response->add_models() = std::move(model);
   }
-  reactor->Finish(ToGrpcStatus(models.status()));
-  return reactor;
+  return FinishUnary(*context, models.status());
 }
 
 grpc::ServerUnaryReactor* ClassifierService::GetModel(grpc::CallbackServerContext* context,
                                                       const pb::GetModelRequest* request,
                                                       pb::ModelInfo* response) {
-  auto* reactor = context->DefaultReactor();
   auto model = inference_->GetModel(CallFrom(*context), request->name());
   if (model.ok()) *response = std::move(*model);
-  reactor->Finish(ToGrpcStatus(model.status()));
-  return reactor;
+  return FinishUnary(*context, model.status());
 }
 
 }  // namespace ts::server

@@ -1,6 +1,7 @@
 #include "server/serving/grpc_call.h"
 
 #include "absl/time/clock.h"
+#include "server/serving/grpc_status.h"
 
 namespace ts::server {
 
@@ -17,6 +18,13 @@ CallContext CallFrom(grpc::CallbackServerContext& context) {
   }
   call.cancelled = [&context] { return context.IsCancelled(); };
   return call;
+}
+
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext& context,
+                                      const absl::Status& status) {
+  auto* reactor = context.DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
 }  // namespace ts::server

@@ -11,4 +11,8 @@ namespace ts::server {
 // outlive every use of the result's `cancelled`.
 CallContext CallFrom(grpc::CallbackServerContext& context);
 
+// Finishes a unary call at once with `status` (ToGrpcStatus); the response is filled when OK.
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext& context,
+                                      const absl::Status& status);
+
 }  // namespace ts::server

@@ -12,51 +12,41 @@ grpc::ServerUnaryReactor* KServeService::ServerLive(grpc::CallbackServerContext*
                                                     const v2::ServerLiveRequest* /*request*/,
                                                     v2::ServerLiveResponse* response) {
   response->set_live(true);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishUnary(*context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerReady(grpc::CallbackServerContext* context,
                                                      const v2::ServerReadyRequest* /*request*/,
                                                      v2::ServerReadyResponse* response) {
   response->set_ready(inference_->Ready());
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishUnary(*context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelReady(grpc::CallbackServerContext* context,
                                                     const v2::ModelReadyRequest* request,
                                                     v2::ModelReadyResponse* response) {
-  auto* reactor = context->DefaultReactor();
   auto model = inference_->GetModel(CallFrom(*context), request->name());
   absl::Status status = model.status();
   if (status.ok()) status = kserve::CheckVersion(*model, request->version());
   if (status.ok()) response->set_ready(inference_->Ready());
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishUnary(*context, status);
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerMetadata(
     grpc::CallbackServerContext* context, const v2::ServerMetadataRequest* /*request*/,
     v2::ServerMetadataResponse* response) {
   *response = kserve::ServerMetadata();
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishUnary(*context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelMetadata(grpc::CallbackServerContext* context,
                                                        const v2::ModelMetadataRequest* request,
                                                        v2::ModelMetadataResponse* response) {
-  auto* reactor = context->DefaultReactor();
   auto model = inference_->GetModel(CallFrom(*context), request->name());
   absl::Status status = model.status();
   if (status.ok()) status = kserve::CheckVersion(*model, request->version());
   if (status.ok()) *response = kserve::ModelMetadata(*model);
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishUnary(*context, status);
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext* context,

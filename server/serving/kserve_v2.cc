@@ -1,6 +1,7 @@
 #include "server/serving/kserve_v2.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -130,12 +131,10 @@ absl::Status PlanOutputs(const v2::ModelInferRequest& request, std::uint32_t top
 
 }  // namespace
 
-std::string ServerVersion() { return TS_VERSION; }
-
 v2::ServerMetadataResponse ServerMetadata() {
   v2::ServerMetadataResponse response;
   response.set_name(kServerName);
-  response.set_version(ServerVersion());
+  response.set_version(TS_VERSION);
   response.add_extensions("classification");
   return response;
 }
@@ -145,24 +144,21 @@ v2::ModelMetadataResponse ModelMetadata(const pb::ModelInfo& model) {
   response.set_name(model.name());
   response.add_versions(model.version());
   response.set_platform(kPlatform);
-  auto* input = response.add_inputs();
-  input->set_name(InputName(model));
+  const auto describe = [](v2::ModelMetadataResponse::TensorMetadata* tensor,
+                           const std::string& name, const char* datatype,
+                           std::initializer_list<std::int64_t> shape) {
+    tensor->set_name(name);
+    tensor->set_datatype(datatype);
+    tensor->mutable_shape()->Add(shape.begin(), shape.end());
+  };
+  // Images are [B, H, W] ([B, H, W, 3] for RGB).
   if (IsPixelModel(model)) {
-    input->set_datatype("UINT8");
-    for (int i = 0; i < 3; ++i) input->add_shape(-1);  // [B, H, W]; [B, H, W, 3] for RGB
+    describe(response.add_inputs(), InputName(model), "UINT8", {-1, -1, -1});
   } else {
-    input->set_datatype("BYTES");
-    input->add_shape(-1);
+    describe(response.add_inputs(), InputName(model), "BYTES", {-1});
   }
-  auto* probabilities = response.add_outputs();
-  probabilities->set_name(kProbabilities);
-  probabilities->set_datatype("FP32");
-  probabilities->add_shape(-1);
-  probabilities->add_shape(model.labels_size());
-  auto* label = response.add_outputs();
-  label->set_name(kLabel);
-  label->set_datatype("BYTES");
-  label->add_shape(-1);
+  describe(response.add_outputs(), kProbabilities, "FP32", {-1, model.labels_size()});
+  describe(response.add_outputs(), kLabel, "BYTES", {-1});
   return response;
 }
 
@@ -411,9 +407,7 @@ void Infer(Inference* inference, const CallContext& call, const v2::ModelInferRe
           for (std::size_t j = 0; j < n; ++j) {
             const absl::Status& failed = join->statuses[j];
             if (failed.ok()) continue;
-            return done(n == 1 ? failed
-                               : absl::Status(failed.code(), absl::StrCat("batch element ", j, ": ",
-                                                                          failed.message())),
+            return done(n == 1 ? failed : Prefixed(failed, absl::StrCat("batch element ", j, ": ")),
                         {});
           }
           done(absl::OkStatus(), Assemble(*shared_request, *info, *shared_plan, join->responses));

@@ -32,8 +32,6 @@ inline constexpr char kPlatform[] = "taylorshift_libtorch";
 inline constexpr char kProbabilities[] = "probabilities";
 inline constexpr char kLabel[] = "label";
 
-// The project version ServerMetadata reports.
-std::string ServerVersion();
 inference::ServerMetadataResponse ServerMetadata();
 inference::ModelMetadataResponse ModelMetadata(const taylorshift::v1::ModelInfo& model);
 // OK when `version` is empty or the served version; NOT_FOUND naming both otherwise.

@@ -93,47 +93,36 @@ absl::StatusOr<CrossoverTable> ServedModel::CalibrateAtStart(ServedModel& model,
 
 absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig& given,
                                                                Metrics* metrics, Clock* clock) {
-  const std::string where = absl::StrCat("model '", given.name, "'");
-  auto device = ResolveDevice(given.device);
-  if (!device.ok())
-    return absl::Status(device.status().code(),
-                        absl::StrCat(where, ": ", device.status().message()));
+  const std::string where = absl::StrCat("model '", given.name, "': ");
+  TS_ASSIGN_OR_RETURN(const torch::Device device, Prefixed(ResolveDevice(given.device), where));
   ModelConfig config = given;
   if (config.precision_auto) {
     // bf16 where tensor cores compute it (CUDA 8.0+); fp32 elsewhere, the CPU included.
     config.precision =
-        compat::CudaComputeCapabilityMajor(*device) >= 8 ? Precision::kBf16 : Precision::kFp32;
+        compat::CudaComputeCapabilityMajor(device) >= 8 ? Precision::kBf16 : Precision::kFp32;
     config.precision_auto = false;
   }
-  if (auto supported = CheckPrecisionSupported(config.precision, *device); !supported.ok()) {
-    return absl::Status(supported.code(), absl::StrCat(where, ": ", supported.message()));
-  }
-  auto loaded = LoadCheckpoint(config.checkpoint, *device);
-  if (!loaded.ok()) {
-    return absl::Status(loaded.status().code(),
-                        absl::StrCat(where, ": ", loaded.status().message()));
-  }
+  TS_RETURN_IF_ERROR(Prefixed(CheckPrecisionSupported(config.precision, device), where));
+  TS_ASSIGN_OR_RETURN(auto loaded, Prefixed(LoadCheckpoint(config.checkpoint, device), where));
   TS_ASSIGN_OR_RETURN(auto version, FileVersion(config.checkpoint));
-  std::shared_ptr<ServedModel> model(new ServedModel(config, std::move(*loaded)));
-  model->device_ = *device;
+  std::shared_ptr<ServedModel> model(new ServedModel(config, std::move(loaded)));
+  model->device_ = device;
   model->version_ = version;
   model->metrics_ = metrics;
   model->clock_ = clock;
   const auto& options = model->options();
   model->max_length_ = config.max_length > 0 ? config.max_length : options.max_length();
   if (model->max_length_ > options.max_length()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": max_length ", config.max_length,
+    return absl::InvalidArgumentError(absl::StrCat(where, "max_length ", config.max_length,
                                                    " exceeds the checkpoint's ",
                                                    options.max_length()));
   }
   const std::int64_t head_dim = options.embed_dim() / options.heads();
   if (!config.calibration.empty()) {
-    auto table = LoadCrossovers(config.calibration, head_dim, options.heads(), config.precision);
-    if (!table.ok()) {
-      return absl::Status(table.status().code(),
-                          absl::StrCat(where, ": ", table.status().message()));
-    }
-    model->crossover_table_ = *std::move(table);
+    TS_ASSIGN_OR_RETURN(
+        model->crossover_table_,
+        Prefixed(LoadCrossovers(config.calibration, head_dim, options.heads(), config.precision),
+                 where));
     model->crossover_source_ = "calibration";
   } else if (config.calibrate_at_start) {
     TS_ASSIGN_OR_RETURN(model->crossover_table_, CalibrateAtStart(*model, head_dim));
@@ -160,14 +149,13 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
                           model->crossover_tokens_);
   }
   ServedModel* raw = model.get();
-  auto batcher = ClassifyBatcher::Create(
-      config.batching, [raw](Batch<ClassifyWork>& batch) { return raw->RunBatch(batch); }, clock,
-      observer);
-  if (!batcher.ok()) {
-    return absl::Status(batcher.status().code(),
-                        absl::StrCat(where, ": ", batcher.status().message()));
-  }
-  model->batcher_ = std::move(*batcher);
+  TS_ASSIGN_OR_RETURN(
+      model->batcher_,
+      Prefixed(
+          ClassifyBatcher::Create(
+              config.batching, [raw](Batch<ClassifyWork>& batch) { return raw->RunBatch(batch); },
+              clock, observer),
+          where));
   return model;
 }
 
