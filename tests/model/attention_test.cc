@@ -49,7 +49,10 @@ TEST_P(TaylorPathsTest, AllPathsMatchFloat64Formula) {
   TaylorKernelOptions options;
   options.efficient_chunk_tokens = 128;     // several chunks at N = 300 and 2000
   options.direct_block_elements = 1 << 16;  // several query blocks at N = 300 and 2000
-  const double tolerance = fp64 ? 1e-12 : 1e-5;
+  // float32: the efficient path's state sums N keys, in an order that depends on the BLAS and
+  // the CPU (PyPI LibTorch 2.11's on an AMD EPYC gave 1.15e-5 at N = 2000, d = 4); a wrong
+  // formula is off by far more.
+  const double tolerance = fp64 ? 1e-12 : (n >= 2000 ? 4e-5 : 1e-5);
   for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient,
                           AttentionPath::kDirectReference, AttentionPath::kEfficientReference}) {
     torch::NoGradGuard no_grad;
