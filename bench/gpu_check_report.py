@@ -1,6 +1,7 @@
 """scripts/gpu-check's last phase: one page of text (summary.txt) and one JSON (gpu-check.json)
 from the phases' results, plus the CUDA tests' results merged into tests.json. Standard library
-only. Benchmarks: Google Benchmark JSON files bench-*.json in --out."""
+only. Benchmarks: Google Benchmark JSON files bench-*.json in --out, and the training benchmark's
+train.json in --work (merged into gpu-check.json: $OUT holds at most 8 files)."""
 import argparse
 import glob
 import json
@@ -61,7 +62,8 @@ def benchmarks(path):
             continue
         ms = b["real_time"] * {"ms": 1, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b.get("time_unit", "ms")]
         rows[b["name"]] = (ms, {k: v for k, v in b.items() if k in ("peak_MiB", "paper_FLOP/s",
-                                                                     "tokens/s", "FLOP/s")})
+                                                                     "tokens/s", "FLOP/s",
+                                                                     "examples/s")})
     return rows
 
 
@@ -87,6 +89,28 @@ def attention_table(rows):
         direct_ratio = f"{flash / direct:>14.2f}x" if flash and direct else f"{'-':>15}"
         cells = "".join(f"{times[c]:>15.3f}" if times.get(c) else f"{'-':>15}" for c in present)
         lines.append(f"{d:>5} {n:>6} {cells} {ratio} {direct_ratio}")
+    return lines
+
+
+def train_table(rows):
+    """Lines: per sequence length, each path's ms per training step and peak MiB, and the softmax
+    (SDPA) step's time over each Taylor path's."""
+    by_length = {}
+    for name, (ms, counters) in rows.items():
+        m = re.match(r"BM_TrainStep_(\w+?)/L:(\d+)", name)
+        if m:
+            by_length.setdefault(int(m.group(2)), {})[m.group(1)] = (ms, counters)
+    lines = []
+    for length, paths in sorted(by_length.items()):
+        softmax = (paths.get("softmax") or (None, {}))[0]
+        cells = []
+        for path, (ms, counters) in sorted(paths.items()):
+            if ms is None:
+                cells.append(f"{path} {counters.get('error', 'error')[:60]}")
+                continue
+            ratio = f" ({softmax / ms:.2f}x SDPA)" if softmax and path != "softmax" else ""
+            cells.append(f"{path} {ms:.1f} ms, {counters.get('peak_MiB', 0):.0f} MiB{ratio}")
+        lines.append(f"  L {length:6}: " + "; ".join(cells))
     return lines
 
 
@@ -144,6 +168,13 @@ def main():
         for name, row in bench["bench-classify"].items():
             ms = f"{row['ms']:.2f}" if row.get("ms") else row.get("error", "-")
             lines.append(f"  {name:48} {ms}")
+    train = os.path.join(args.work, "train.json")
+    if os.path.exists(train):
+        rows = benchmarks(train)
+        result["train"] = {name: {"ms": ms, **counters} for name, (ms, counters) in rows.items()}
+        lines.append("train (Trainer::Step, bf16 autocast, AdamW; ms per step, peak MiB above the "
+                     "step's start):")
+        lines += train_table(rows)
     fla = load(os.path.join(args.work, "fla.json"))
     if fla:
         result["fla"] = fla
