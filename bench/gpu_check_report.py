@@ -6,6 +6,7 @@ import argparse
 import glob
 import json
 import os
+import math
 import re
 
 
@@ -92,6 +93,78 @@ def attention_table(rows):
     return lines
 
 
+def times_by(rows, prefix):
+    """{(variant, d or None, N): ms} of the benchmarks named prefix + variant + "/N:..."."""
+    out = {}
+    for name, (ms, _) in rows.items():
+        m = re.match(prefix + r"(\w+?)/N:(\d+)(?:/d:(\d+))?", name)
+        if m and ms:
+            out[(m.group(1), int(m.group(3)) if m.group(3) else None, int(m.group(2)))] = ms
+    return out
+
+
+def crossover(direct, efficient):
+    """The N at which the efficient path's time meets the direct path's, interpolated on log N
+    between the two measured lengths around it; None where it does not cross in the range."""
+    ns = sorted(set(direct) & set(efficient))
+    for lo, hi in zip(ns, ns[1:]):
+        a, b = direct[lo] - efficient[lo], direct[hi] - efficient[hi]
+        if a <= 0 < b:
+            t = -a / (b - a)
+            return round(2 ** ((1 - t) * math.log2(lo) + t * math.log2(hi)))
+    if ns and direct[ns[0]] > efficient[ns[0]]:
+        return f"<= {ns[0]}"
+    return None
+
+
+def targets(out):
+    """Issue 27's targets, each as (what, measured, met): bf16, B 1, H 8, d 32 at attention-b1's
+    shapes and the paper-size encoder; None where the run has no figure for it."""
+    b1 = benchmarks(os.path.join(out, "bench-attention-b1.json"))
+    att = times_by(b1, "BM_Attention_")
+    d = 32
+    found = []
+
+    def at(variant, n):
+        return att.get((variant, d, n))
+
+    def best_sdpa(n):
+        times = [ms for (v, dd, nn), ms in att.items() if v.startswith("softmax") and dd == d
+                 and nn == n]
+        return min(times) if times else None
+
+    for n, goal in ((16384, 10), (4096, 3)):
+        sdpa, fused = best_sdpa(n), at("efficient_cuda", n)
+        ratio = sdpa / fused if sdpa and fused else None
+        found.append((f"efficient forward at N {n}: best SDPA / fused >= {goal}x", ratio,
+                      ratio is not None and ratio >= goal))
+    gemm = max((c.get("FLOP/s", 0) for name, (ms, c) in b1.items()
+                if name.startswith("BM_Gemm_bf16")), default=0)
+    rates = [c.get("paper_FLOP/s", 0) for name, (ms, c) in b1.items()
+             if name.startswith("BM_Attention_efficient_cuda/") and f"/d:{d}/" in name]
+    share = max(rates) / gemm if rates and gemm else None
+    found.append(("efficient forward: paper FLOP/s over the bf16 GEMM rate of the run >= 0.5",
+                  share, share is not None and share >= 0.5))
+    flash_ratios = [at("direct_cuda", n) / at("softmax_flash", n)
+                    for n in sorted({nn for (_, _, nn) in att})
+                    if at("direct_cuda", n) and at("softmax_flash", n)]
+    worst = max(flash_ratios) if flash_ratios else None
+    found.append(("direct forward / SDPA flash, worst N <= 1.3", worst,
+                  worst is not None and worst <= 1.3))
+    direct = {n: ms for (v, dd, n), ms in att.items() if v == "direct_cuda" and dd == d}
+    efficient = {n: ms for (v, dd, n), ms in att.items() if v == "efficient_cuda" and dd == d}
+    cross = crossover(direct, efficient)
+    found.append(("crossover direct / efficient (fused) <= 2000 tokens", cross,
+                  isinstance(cross, int) and cross <= 2000 or isinstance(cross, str)))
+    enc = times_by(benchmarks(os.path.join(out, "bench-encoder.json")), "BM_Encoder_")
+    flash = enc.get(("softmax_flash", None, 16384))
+    taylor = [ms for (v, _, n), ms in enc.items() if v.startswith("efficient") and n == 16384]
+    ratio = flash / min(taylor) if flash and taylor else None
+    found.append(("paper encoder at N 16384: softmax (flash) / efficient >= 5x", ratio,
+                  ratio is not None and ratio >= 5))
+    return found
+
+
 def train_table(rows):
     """Lines: per sequence length, each path's ms per training step and peak MiB, and the softmax
     (SDPA) step's time over each Taylor path's."""
@@ -158,6 +231,14 @@ def main():
             lines.append(f"{name} (ms per call, bf16, H 8):")
             lines += ["  " + line for line in attention_table(benchmarks(
                 os.path.join(args.out, name + ".json")))]
+    goals = targets(args.out)
+    result["targets"] = [{"target": what, "measured": value, "met": met}
+                         for what, value, met in goals]
+    lines.append("issue 27's targets (d 32, bf16):")
+    for what, value, met in goals:
+        shown = "no figure" if value is None else (
+            f"{value:.2f}" if isinstance(value, float) else str(value))
+        lines.append(f"  {'met    ' if met else 'NOT met'} {what}: {shown}")
     if "bench-encoder" in bench:
         lines.append("bench-encoder (C 512, depth 4, H 16, bf16, B 1; ms per forward):")
         for name, row in bench["bench-encoder"].items():
