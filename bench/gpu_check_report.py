@@ -117,9 +117,10 @@ def crossover(direct, efficient):
     return None
 
 
-def targets(out):
+def targets(out, serve=None):
     """Issue 27's targets, each as (what, measured, met): bf16, B 1, H 8, d 32 at attention-b1's
-    shapes and the paper-size encoder; None where the run has no figure for it."""
+    shapes, the paper-size encoder, and serving's load runs (`serve`: gpu_check_serve.py's
+    report); None where the run has no figure for it."""
     b1 = benchmarks(os.path.join(out, "bench-attention-b1.json"))
     att = times_by(b1, "BM_Attention_")
     d = 32
@@ -162,6 +163,13 @@ def targets(out):
     ratio = flash / min(taylor) if flash and taylor else None
     found.append(("paper encoder at N 16384: softmax (flash) / efficient >= 5x", ratio,
                   ratio is not None and ratio >= 5))
+    load = (serve or {}).get("load") or {}
+    ratio = load.get("ratio")
+    found.append(("serving source-lang at 4000 bytes: GPU requests/s / 2 CPU cores' >= 50x",
+                  ratio, ratio is not None and ratio >= 50))
+    p99 = ((load.get("gpu") or {}).get("latency_ms") or {}).get("p99")
+    found.append(("serving on the GPU at that load: p99 <= 50 ms", p99,
+                  p99 is not None and p99 <= 50))
     return found
 
 
@@ -231,7 +239,7 @@ def main():
             lines.append(f"{name} (ms per call, bf16, H 8):")
             lines += ["  " + line for line in attention_table(benchmarks(
                 os.path.join(args.out, name + ".json")))]
-    goals = targets(args.out)
+    goals = targets(args.out, serve)
     result["targets"] = [{"target": what, "measured": value, "met": met}
                          for what, value, met in goals]
     lines.append("issue 27's targets (d 32, bf16):")

@@ -69,6 +69,11 @@ class ReportTest(unittest.TestCase):
                      {"peak_MiB": 200.0, "examples/s": 800.0}),
                     ("BM_TrainStep_direct/L:16384/C:256/H:8/depth:2/batch:8", None,
                      "CUDA out of memory. Tried to allocate 32.00 GiB")]), f)
+            with open(os.path.join(work, "serve.json"), "w") as f:
+                json.dump({"cases": [], "jobs": [], "load": {
+                    "gpu": {"requests_per_s": 600.0, "latency_ms": {"p99": 40.0}},
+                    "cpu2": {"requests_per_s": 10.0, "latency_ms": {"p99": 900.0}},
+                    "ratio": 60.0}}, f)
             subprocess.run([sys.executable, os.path.join(BENCH, "gpu_check_report.py"),
                             "--work", work, "--out", out, "--gpu", "test GPU"], check=True)
             with open(os.path.join(out, "gpu-check.json")) as f:
@@ -87,6 +92,8 @@ class ReportTest(unittest.TestCase):
         cross, cross_met = met["crossover direct / efficient (fused) <= 2000 tokens"]
         self.assertTrue(1024 < cross < 2048 and cross_met, cross)
         self.assertAlmostEqual(met["paper encoder at N 16384"][0], 6.0)
+        self.assertEqual(met["serving source-lang at 4000 bytes"], (60.0, True))
+        self.assertEqual(met["serving on the GPU at that load"], (40.0, True))
         self.assertIn("  met     efficient forward at N 16384: best SDPA / fused >= 10x: 10.80",
                       summary)
         self.assertNotIn("NOT met", summary)
@@ -98,7 +105,7 @@ class ReportTest(unittest.TestCase):
     def test_missing_figures_are_not_met(self):
         with tempfile.TemporaryDirectory() as out:
             goals = gpu_check_report.targets(out)
-        self.assertEqual(len(goals), 6)
+        self.assertEqual(len(goals), 8)
         self.assertTrue(all(value is None and not met for _, value, met in goals))
 
 
