@@ -7,6 +7,7 @@ mismatch or failure. Standard library only (the GPU machines' python3 runs it)."
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -82,6 +83,10 @@ jobs: {{enabled: false}}
 models:
   - {{name: source-lang, checkpoint: {args.root}/models/source-lang-demo.tsckpt, device: cpu, precision: fp32}}
 """
+    if shutil.which("taskset") is None:
+        load["cpu2"] = {"error": "no taskset on this machine: the 2-core server was not run"}
+        report["load"] = load
+        return
     server, log, cpu_grpc, _ = start_server(args, work, "cpu2", cpu_config,
                                             prefix=("taskset", "-c", "0,1"))
     try:
