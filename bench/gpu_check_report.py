@@ -1,10 +1,12 @@
 """scripts/gpu-check's last phase: one page of text (summary.txt) and one JSON (gpu-check.json)
 from the phases' results, plus the CUDA tests' results merged into tests.json. Standard library
-only. Benchmarks: Google Benchmark JSON files bench-*.json in --out."""
+only. Benchmarks: Google Benchmark JSON files bench-*.json in --out, and the training benchmark's
+train.json in --work (merged into gpu-check.json: $OUT holds at most 8 files)."""
 import argparse
 import glob
 import json
 import os
+import math
 import re
 
 
@@ -61,7 +63,8 @@ def benchmarks(path):
             continue
         ms = b["real_time"] * {"ms": 1, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b.get("time_unit", "ms")]
         rows[b["name"]] = (ms, {k: v for k, v in b.items() if k in ("peak_MiB", "paper_FLOP/s",
-                                                                     "tokens/s", "FLOP/s")})
+                                                                     "tokens/s", "FLOP/s",
+                                                                     "examples/s")})
     return rows
 
 
@@ -87,6 +90,108 @@ def attention_table(rows):
         direct_ratio = f"{flash / direct:>14.2f}x" if flash and direct else f"{'-':>15}"
         cells = "".join(f"{times[c]:>15.3f}" if times.get(c) else f"{'-':>15}" for c in present)
         lines.append(f"{d:>5} {n:>6} {cells} {ratio} {direct_ratio}")
+    return lines
+
+
+def times_by(rows, prefix):
+    """{(variant, d or None, N): ms} of the benchmarks named prefix + variant + "/N:..."."""
+    out = {}
+    for name, (ms, _) in rows.items():
+        m = re.match(prefix + r"(\w+?)/N:(\d+)(?:/d:(\d+))?", name)
+        if m and ms:
+            out[(m.group(1), int(m.group(3)) if m.group(3) else None, int(m.group(2)))] = ms
+    return out
+
+
+def crossover(direct, efficient):
+    """The N at which the efficient path's time meets the direct path's, interpolated on log N
+    between the two measured lengths around it; None where it does not cross in the range."""
+    ns = sorted(set(direct) & set(efficient))
+    for lo, hi in zip(ns, ns[1:]):
+        a, b = direct[lo] - efficient[lo], direct[hi] - efficient[hi]
+        if a <= 0 < b:
+            t = -a / (b - a)
+            return round(2 ** ((1 - t) * math.log2(lo) + t * math.log2(hi)))
+    if ns and direct[ns[0]] > efficient[ns[0]]:
+        return f"<= {ns[0]}"
+    return None
+
+
+def targets(out, serve=None):
+    """Issue 27's targets, each as (what, measured, met): bf16, B 1, H 8, d 32 at attention-b1's
+    shapes, the paper-size encoder, and serving's load runs (`serve`: gpu_check_serve.py's
+    report); None where the run has no figure for it."""
+    b1 = benchmarks(os.path.join(out, "bench-attention-b1.json"))
+    att = times_by(b1, "BM_Attention_")
+    d = 32
+    found = []
+
+    def at(variant, n):
+        return att.get((variant, d, n))
+
+    def best_sdpa(n):
+        times = [ms for (v, dd, nn), ms in att.items() if v.startswith("softmax") and dd == d
+                 and nn == n]
+        return min(times) if times else None
+
+    for n, goal in ((16384, 10), (4096, 3)):
+        sdpa, fused = best_sdpa(n), at("efficient_cuda", n)
+        ratio = sdpa / fused if sdpa and fused else None
+        found.append((f"efficient forward at N {n}: best SDPA / fused >= {goal}x", ratio,
+                      ratio is not None and ratio >= goal))
+    gemm = max((c.get("FLOP/s", 0) for name, (ms, c) in b1.items()
+                if name.startswith("BM_Gemm_bf16")), default=0)
+    rates = [c.get("paper_FLOP/s", 0) for name, (ms, c) in b1.items()
+             if name.startswith("BM_Attention_efficient_cuda/") and f"/d:{d}/" in name]
+    share = max(rates) / gemm if rates and gemm else None
+    found.append(("efficient forward: paper FLOP/s over the bf16 GEMM rate of the run >= 0.5",
+                  share, share is not None and share >= 0.5))
+    flash_ratios = [at("direct_cuda", n) / at("softmax_flash", n)
+                    for n in sorted({nn for (_, _, nn) in att})
+                    if at("direct_cuda", n) and at("softmax_flash", n)]
+    worst = max(flash_ratios) if flash_ratios else None
+    found.append(("direct forward / SDPA flash, worst N <= 1.3", worst,
+                  worst is not None and worst <= 1.3))
+    direct = {n: ms for (v, dd, n), ms in att.items() if v == "direct_cuda" and dd == d}
+    efficient = {n: ms for (v, dd, n), ms in att.items() if v == "efficient_cuda" and dd == d}
+    cross = crossover(direct, efficient)
+    found.append(("crossover direct / efficient (fused) <= 2000 tokens", cross,
+                  isinstance(cross, int) and cross <= 2000 or isinstance(cross, str)))
+    enc = times_by(benchmarks(os.path.join(out, "bench-encoder.json")), "BM_Encoder_")
+    flash = enc.get(("softmax_flash", None, 16384))
+    taylor = [ms for (v, _, n), ms in enc.items() if v.startswith("efficient") and n == 16384]
+    ratio = flash / min(taylor) if flash and taylor else None
+    found.append(("paper encoder at N 16384: softmax (flash) / efficient >= 5x", ratio,
+                  ratio is not None and ratio >= 5))
+    load = (serve or {}).get("load") or {}
+    ratio = load.get("ratio")
+    found.append(("serving source-lang at 4000 bytes: GPU requests/s / 2 CPU cores' >= 50x",
+                  ratio, ratio is not None and ratio >= 50))
+    p99 = ((load.get("gpu") or {}).get("latency_ms") or {}).get("p99")
+    found.append(("serving on the GPU at that load: p99 <= 50 ms", p99,
+                  p99 is not None and p99 <= 50))
+    return found
+
+
+def train_table(rows):
+    """Lines: per sequence length, each path's ms per training step and peak MiB, and the softmax
+    (SDPA) step's time over each Taylor path's."""
+    by_length = {}
+    for name, (ms, counters) in rows.items():
+        m = re.match(r"BM_TrainStep_(\w+?)/L:(\d+)", name)
+        if m:
+            by_length.setdefault(int(m.group(2)), {})[m.group(1)] = (ms, counters)
+    lines = []
+    for length, paths in sorted(by_length.items()):
+        softmax = (paths.get("softmax") or (None, {}))[0]
+        cells = []
+        for path, (ms, counters) in sorted(paths.items()):
+            if ms is None:
+                cells.append(f"{path} {counters.get('error', 'error')[:60]}")
+                continue
+            ratio = f" ({softmax / ms:.2f}x SDPA)" if softmax and path != "softmax" else ""
+            cells.append(f"{path} {ms:.1f} ms, {counters.get('peak_MiB', 0):.0f} MiB{ratio}")
+        lines.append(f"  L {length:6}: " + "; ".join(cells))
     return lines
 
 
@@ -134,6 +239,14 @@ def main():
             lines.append(f"{name} (ms per call, bf16, H 8):")
             lines += ["  " + line for line in attention_table(benchmarks(
                 os.path.join(args.out, name + ".json")))]
+    goals = targets(args.out, serve)
+    result["targets"] = [{"target": what, "measured": value, "met": met}
+                         for what, value, met in goals]
+    lines.append("issue 27's targets (d 32, bf16):")
+    for what, value, met in goals:
+        shown = "no figure" if value is None else (
+            f"{value:.2f}" if isinstance(value, float) else str(value))
+        lines.append(f"  {'met    ' if met else 'NOT met'} {what}: {shown}")
     if "bench-encoder" in bench:
         lines.append("bench-encoder (C 512, depth 4, H 16, bf16, B 1; ms per forward):")
         for name, row in bench["bench-encoder"].items():
@@ -144,6 +257,13 @@ def main():
         for name, row in bench["bench-classify"].items():
             ms = f"{row['ms']:.2f}" if row.get("ms") else row.get("error", "-")
             lines.append(f"  {name:48} {ms}")
+    train = os.path.join(args.work, "train.json")
+    if os.path.exists(train):
+        rows = benchmarks(train)
+        result["train"] = {name: {"ms": ms, **counters} for name, (ms, counters) in rows.items()}
+        lines.append("train (Trainer::Step, bf16 autocast, AdamW; ms per step, peak MiB above the "
+                     "step's start):")
+        lines += train_table(rows)
     fla = load(os.path.join(args.work, "fla.json"))
     if fla:
         result["fla"] = fla

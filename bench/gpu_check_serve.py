@@ -1,10 +1,13 @@
 """scripts/gpu-check's serving phase: tsserver with both demo models on the GPU (bf16), real files
 classified through tsctl (gRPC) and the KServe v2 REST route, each answer compared with the
-CPU's (tsmodel predict, fp32) for the same file. Writes a JSON report; exits 1 on any mismatch or
-failure. Standard library only (the GPU machines' python3 runs it)."""
+CPU's (tsmodel predict, fp32) for the same file; then load at 4000-byte documents (tsctl bench,
+closed loop) on the GPU server and on a second tsserver held to 2 CPU cores (taskset, 2 threads,
+fp32), side by side in the same run: requests/s and p99. Writes a JSON report; exits 1 on any
+mismatch or failure. Standard library only (the GPU machines' python3 runs it)."""
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +26,76 @@ CASES = [
 ]
 LISTOPS = ["[MAX 4 3 [MIN 2 3 ] 1 0 [MED 2 9 ] ]", "[SM 1 2 [MAX 3 4 ] 5 ]", "[FIRST 7 [LAST 1 2 ] ]"]
 BF16_TOLERANCE = 0.02  # probabilities, absolute: bf16 products against the CPU's fp32
+LOAD_SECONDS = 8  # each load run
+LOAD_CONCURRENCY = {"gpu": 64, "cpu2": 4}  # closed-loop workers
+
+
+def start_server(args, work, name, config_text, prefix=()):
+    """tsserver on `config_text` (under `prefix`, e.g. taskset), waited for: (process, log, grpc,
+    http)."""
+    config = os.path.join(work, name + ".yaml")
+    with open(config, "w") as f:
+        f.write(config_text)
+    ready = os.path.join(work, name + ".ready")
+    log = open(os.path.join(work, name + ".log"), "w")
+    server = subprocess.Popen(list(prefix) + [os.path.join(args.bin, "tsserver"), "--config",
+                                              config, "--ready-file", ready], stderr=log)
+    for _ in range(600):
+        if os.path.exists(ready) or server.poll() is not None:
+            break
+        time.sleep(0.1)
+    if not os.path.exists(ready):
+        stop_server(server, log)
+        raise RuntimeError(f"tsserver ({name}) did not start: " + open(log.name).read()[-2000:])
+    fields = dict(item.split("=", 1) for item in open(ready).read().split())
+    return server, log, fields["grpc"], fields.get("http")
+
+
+def stop_server(server, log):
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    log.close()
+
+
+def bench(args, grpc, concurrency):
+    """tsctl bench on source-lang at 4000-byte documents: its JSON report, or {"error": ...}."""
+    answer = subprocess.run(
+        [os.path.join(args.bin, "tsctl"), "bench", "--server", grpc, "--model", "source-lang",
+         "--lengths", "fixed:4000", "--concurrency", str(concurrency), "--requests", "0",
+         "--duration-s", str(LOAD_SECONDS), "--json"],
+        capture_output=True, text=True, timeout=LOAD_SECONDS + 60)
+    if answer.returncode != 0:
+        return {"error": answer.stderr[-500:]}
+    return json.loads(answer.stdout.splitlines()[-1])
+
+
+def run_load(args, grpc, work, report):
+    """The GPU server's load, then the same on a tsserver held to 2 CPU cores."""
+    load = {"gpu": bench(args, grpc, LOAD_CONCURRENCY["gpu"])}
+    cpu_config = f"""listen: 127.0.0.1:0
+metrics_listen: ""
+state_dir: {work}/state-cpu
+intra_op_threads: 2
+jobs: {{enabled: false}}
+models:
+  - {{name: source-lang, checkpoint: {args.root}/models/source-lang-demo.tsckpt, device: cpu, precision: fp32}}
+"""
+    if shutil.which("taskset") is None:
+        load["cpu2"] = {"error": "no taskset on this machine: the 2-core server was not run"}
+        report["load"] = load
+        return
+    server, log, cpu_grpc, _ = start_server(args, work, "cpu2", cpu_config,
+                                            prefix=("taskset", "-c", "0,1"))
+    try:
+        load["cpu2"] = bench(args, cpu_grpc, LOAD_CONCURRENCY["cpu2"])
+    finally:
+        stop_server(server, log)
+    gpu, cpu = load["gpu"].get("requests_per_s"), load["cpu2"].get("requests_per_s")
+    load["ratio"] = gpu / cpu if gpu and cpu else None
+    report["load"] = load
 
 
 def main():
@@ -34,6 +107,8 @@ def main():
     parser.add_argument("--precision", default="bf16", help="the served models' precision")
     parser.add_argument("--no-jobs", dest="jobs", action="store_false",
                         help="skip the training and evaluation jobs on the device")
+    parser.add_argument("--no-load", dest="load", action="store_false",
+                        help="skip the load runs (GPU server against 2 CPU cores)")
     args = parser.parse_args()
     args.root = os.path.abspath(args.root)
     work = tempfile.mkdtemp(prefix="gpu-check-serve-")
@@ -46,9 +121,11 @@ def main():
             f.write(text)
         inputs.append(("listops", path, None))
 
-    config = os.path.join(work, "gpu.yaml")
-    with open(config, "w") as f:
-        f.write(f"""listen: 127.0.0.1:0
+    os.makedirs(os.path.join(work, "data"), exist_ok=True)
+    report = {"cases": [], "errors": [], "jobs": []}
+    server = None
+    try:
+        server, log, grpc, http = start_server(args, work, "gpu", f"""listen: 127.0.0.1:0
 metrics_listen: ""
 state_dir: {work}/state
 data_root: {work}/data
@@ -58,21 +135,6 @@ models:
   - {{name: listops, checkpoint: {args.root}/models/listops-demo.tsckpt, device: {args.device}, precision: {args.precision}}}
   - {{name: source-lang, checkpoint: {args.root}/models/source-lang-demo.tsckpt, device: {args.device}, precision: {args.precision}}}
 """)
-    os.makedirs(os.path.join(work, "data"), exist_ok=True)
-    report = {"cases": [], "errors": [], "jobs": []}
-    ready = os.path.join(work, "ready")
-    log = open(os.path.join(work, "server.log"), "w")
-    server = subprocess.Popen([os.path.join(args.bin, "tsserver"), "--config", config,
-                               "--ready-file", ready], stderr=log)
-    try:
-        for _ in range(600):
-            if os.path.exists(ready) or server.poll() is not None:
-                break
-            time.sleep(0.1)
-        if not os.path.exists(ready):
-            raise RuntimeError("tsserver did not start: " + open(log.name).read()[-2000:])
-        fields = dict(item.split("=", 1) for item in open(ready).read().split())
-        grpc, http = fields["grpc"], fields["http"]
         report["server"] = {"grpc": grpc, "http": http}
         for model, path, expected in inputs:
             case = {"model": model, "file": os.path.relpath(path, args.root), "expected": expected}
@@ -101,20 +163,20 @@ models:
             case["rest_ms"] = round(1000 * (time.time() - start), 1)
             case["problems"] = check(case)
             report["cases"].append(case)
+        if args.load:
+            run_load(args, grpc, work, report)
         if args.jobs:
             run_jobs(args, grpc, work, report)
     except Exception as error:  # the report says what failed; the exit status says that it did
         report["errors"].append(repr(error))
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-        report["server_log_tail"] = open(log.name).read()[-3000:]
+        if server is not None:
+            stop_server(server, log)
+            report["server_log_tail"] = open(log.name).read()[-3000:]
+    load_errors = [v["error"] for v in report.get("load", {}).values()
+                   if isinstance(v, dict) and "error" in v]
     report["passed"] = (not report["errors"] and all(not c["problems"] for c in report["cases"])
-                        and all(not j["problems"] for j in report["jobs"]))
+                        and all(not j["problems"] for j in report["jobs"]) and not load_errors)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     for case in report["cases"]:
@@ -124,6 +186,10 @@ models:
     for job in report["jobs"]:
         print(f"job {job['kind']:10} on {args.device}: {job.get('state')} in {job.get('seconds')} s "
               f"{json.dumps(job.get('figures', {}))} {'; '.join(job['problems']) or 'ok'}")
+    for name, load in report.get("load", {}).items():
+        if isinstance(load, dict):
+            print(f"load {name}: {load.get('requests_per_s')} requests/s, p99 "
+                  f"{(load.get('latency_ms') or {}).get('p99')} ms {load.get('error', '')}")
     for error in report["errors"]:
         print("error:", error)
     return 0 if report["passed"] else 1

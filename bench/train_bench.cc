@@ -1,13 +1,17 @@
 // Training throughput: ts::Trainer::Step (forward, backward, gradient clipping and an AdamW
 // step) on generated ListOps batches whose every sequence is exactly L bytes, for the direct,
-// efficient and auto attention paths, so the paths can be compared on the work a training job
-// does (docs/PERFORMANCE.md, "Training throughput"). Reports examples/s and tokens/s as rates
-// and `peak_MiB`, by how much one step raises the process's peak resident memory above what it
-// held before the step (activations saved for backward, gradients, temporaries; see
-// MeasurePeakResidentBytes for why not the tensor-counting allocator).
+// efficient and auto attention paths (and softmax, the baseline: PyTorch's SDPA on CUDA), so the
+// paths can be compared on the work a training job does (docs/PERFORMANCE.md, "Training
+// throughput"; on a GPU, scripts/gpu-check's train phase). Reports examples/s and tokens/s as
+// rates and `peak_MiB`, by how much one step raises peak memory above what was held before the
+// step (activations saved for backward, gradients, temporaries): on the CPU the process's peak
+// resident memory (see MeasurePeakResidentBytes for why not the tensor-counting allocator), on
+// CUDA the caching allocator's peak.
 //
-//   train_bench [--threads=N] [--lengths=500,1000,2000] [--heads=4,2] [--embed_dim=64]
-//               [--depth=2] [--batch=8] [benchmark flags, e.g. --benchmark_out=FILE
+//   train_bench [--device=cpu|cuda[:N]] [--precision=fp32|bf16] [--threads=N]
+//               [--lengths=500,1000,2000] [--heads=4,2] [--embed_dim=64] [--depth=2] [--batch=8]
+//               [--paths=direct,efficient,auto] [--min_time=1]
+//               [benchmark flags, e.g. --benchmark_out=FILE
 //               --benchmark_out_format=json]
 //
 // --heads takes a list: each head count is one model (head dim d = embed_dim / heads), so the
@@ -35,7 +39,10 @@
 #include "bench/peak_memory.h"
 #include "common/command_line.h"
 #include "model/data/listops_generator.h"
+#include "model/api/attention_path.h"
+#include "model/api/precision.h"
 #include "model/heap_policy.h"
+#include "model/kernels/mixed_linear.h"
 #include "model/networks/encoder.h"
 #include "model/torch_compat.h"
 #include "model/training/training.h"
@@ -44,12 +51,16 @@ namespace ts::bench {
 namespace {
 
 struct Flags {
+  std::string device = "cpu";
+  std::string precision = "fp32";
+  std::vector<std::string> paths = {"direct", "efficient", "auto"};
   int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   std::vector<std::int64_t> lengths = {500, 1000, 2000};
   std::vector<std::int64_t> heads = {4, 2};
   std::int64_t embed_dim = 64;
   std::int64_t depth = 2;
   std::int64_t batch = 8;
+  double min_time_s = 1.0;  // per benchmark, after the warm-up step
 };
 
 // Examples in each generated training set: enough for a few distinct batches.
@@ -94,7 +105,7 @@ std::string DescribeModel(const Flags& flags) {
   return "embed_dim=" + std::to_string(flags.embed_dim) + " depth=" + std::to_string(flags.depth) +
          " mlp_hidden=" + std::to_string(2 * flags.embed_dim) +
          " max_length=" + std::to_string(ModelMaxLength(flags)) +
-         " batch=" + std::to_string(flags.batch) + " optimizer=adamw";
+         " batch=" + std::to_string(flags.batch) + " optimizer=adamw precision=" + flags.precision;
 }
 
 void BM_TrainStep(benchmark::State& state, AttentionPath path, std::int64_t length,
@@ -113,6 +124,8 @@ void BM_TrainStep(benchmark::State& state, AttentionPath path, std::int64_t leng
   // schedule then keeps the learning rate at `lr`.
   options.steps = std::int64_t{1} << 40;
   options.path = path;
+  options.device = torch::Device(flags.device);
+  options.precision = *ParsePrecision(flags.precision);
   auto trainer = Trainer::Create(encoder, options, *examples, {});
   if (!trainer.ok()) {
     state.SkipWithError(std::string(trainer.status().message()).c_str());
@@ -122,10 +135,18 @@ void BM_TrainStep(benchmark::State& state, AttentionPath path, std::int64_t leng
   const auto step = [&] {
     if (auto result = (*trainer)->Step(); !result.ok()) status = result.status();
   };
-  // The first step doubles as the warm-up (thread pool start, first page faults). The AdamW
-  // moments it allocates (2 floats per parameter, under 1 MiB for the default model) are within
-  // its peak.
-  const std::int64_t peak = MeasurePeakResidentBytes(step);
+  // The first step doubles as the warm-up (thread pool start, first page faults, CUDA kernels'
+  // first launches). The AdamW moments it allocates (2 floats per parameter, under 1 MiB for the
+  // default model) are within its peak. Step() reads the loss back, so it ends when the device
+  // has finished.
+  std::int64_t peak = -1;
+  try {
+    peak = options.device.is_cuda() ? MeasurePeakBytes(options.device, step)
+                                    : MeasurePeakResidentBytes(step);
+  } catch (const std::exception& e) {
+    // Out of memory at this length is a result, not a failure of the run.
+    status = absl::ResourceExhaustedError(std::string(e.what()).substr(0, 200));
+  }
   if (!status.ok()) {
     state.SkipWithError(std::string(status.message()).c_str());
     return;
@@ -167,6 +188,17 @@ void AddFlags(CLI::App& app, Flags* flags) {
       "Other flags go to Google Benchmark (--benchmark_filter=REGEX, --benchmark_out=FILE).");
   app.add_option("--threads", flags->threads, "intra-op threads (default: every core)")
       ->check(IntegerIn(1, INT32_MAX));
+  app.add_option("--device", flags->device, "cpu|cuda[:N]")->capture_default_str();
+  app.add_option("--precision", flags->precision, "fp32|bf16 (bf16: autocast mixed precision)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--paths", flags->paths, "attention paths (softmax: the baseline)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember({"direct", "efficient", "auto", "softmax"}));
+  app.add_option("--min_time", flags->min_time_s, "seconds each benchmark runs after its warm-up")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   AddParsedOption(app, "--lengths", &flags->lengths, ParseList,
                   "sequence lengths L (default 500,1000,2000)");
   AddParsedOption(app, "--heads", &flags->heads, ParseList,
@@ -182,8 +214,8 @@ void AddFlags(CLI::App& app, Flags* flags) {
 void RegisterAll(const Flags& flags) {
   for (const std::int64_t heads : flags.heads) {
     for (const std::int64_t length : flags.lengths) {
-      for (const auto path :
-           {AttentionPath::kDirect, AttentionPath::kEfficient, AttentionPath::kAuto}) {
+      for (const std::string& path_name : flags.paths) {
+        const AttentionPath path = *ParseAttentionPath(path_name);
         const std::string name =
             "BM_TrainStep_" + std::string(AttentionPathName(path)) +
             "/L:" + std::to_string(length) + "/C:" + std::to_string(flags.embed_dim) +
@@ -193,7 +225,7 @@ void RegisterAll(const Flags& flags) {
             name.c_str(), [=](benchmark::State& s) { BM_TrainStep(s, path, length, heads, flags); })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime()
-            ->MinTime(1.0);
+            ->MinTime(flags.min_time_s);
       }
     }
   }
@@ -215,7 +247,18 @@ int main(int argc, char** argv) try {
     benchmark::AddCustomContext("heap_keep_freed_bytes",
                                 std::to_string(ts::kDefaultHeapKeepFreedBytes));
   }
-  benchmark::AddCustomContext("device", "cpu");
+  const torch::Device device(flags.device);
+  if (const absl::Status supported =
+          ts::CheckPrecisionSupported(*ts::ParsePrecision(flags.precision), device);
+      !supported.ok()) {
+    std::cerr << "train_bench: " << supported.message() << "\n";
+    return 2;
+  }
+  if (device.is_cuda() && ts::compat::CudaDeviceCount() == 0) {
+    std::cerr << "train_bench: --device=" << flags.device << ": this process sees no CUDA device\n";
+    return 2;
+  }
+  benchmark::AddCustomContext("device", flags.device);
   benchmark::AddCustomContext("torch_version", ts::compat::TorchVersion());
   benchmark::AddCustomContext("model", ts::bench::DescribeModel(flags));
   ts::bench::RegisterAll(flags);
