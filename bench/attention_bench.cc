@@ -181,9 +181,9 @@ void RegisterAll(const Flags& flags) {
   const torch::Device device(flags.device);
   const bool bf16 = flags.precision == "bf16";
   // A GPU reaches its tensor-core rate only on larger products.
-  const std::vector<std::int64_t> gemm_sizes =
-      device.is_cuda() ? std::vector<std::int64_t>{2048, 4096, 8192}
-                       : std::vector<std::int64_t>{512, 1024, 2048};
+  const std::vector<std::int64_t> gemm_sizes = device.is_cuda()
+                                                   ? std::vector<std::int64_t>{2048, 4096, 8192}
+                                                   : std::vector<std::int64_t>{512, 1024, 2048};
   for (const std::int64_t n : gemm_sizes) {
     benchmark::RegisterBenchmark(
         (std::string(bf16 ? "BM_Gemm_bf16" : "BM_Sgemm") + "/n:" + std::to_string(n)).c_str(),
