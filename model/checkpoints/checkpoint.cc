@@ -125,15 +125,11 @@ absl::StatusOr<CheckpointMetadata> DecodeMetadata(const c10::IValue& value) {
   }
   metadata.modality = modality.toStringRef();
   TS_ASSIGN_OR_RETURN(const auto labels, Require(entries, "labels", "checkpoint metadata"));
-  if (!labels.isList()) {
+  const auto is_string = [](const c10::IValue& label) { return label.isString(); };
+  if (!labels.isList() || !absl::c_all_of(labels.toListRef(), is_string)) {
     return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
   }
-  for (const auto& label : labels.toListRef()) {
-    if (!label.isString()) {
-      return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
-    }
-    metadata.labels.push_back(label.toStringRef());
-  }
+  for (const auto& label : labels.toListRef()) metadata.labels.push_back(label.toStringRef());
   TS_ASSIGN_OR_RETURN(const auto provenance_value,
                       Require(entries, "provenance", "checkpoint metadata"));
   TS_ASSIGN_OR_RETURN(const auto provenance,
