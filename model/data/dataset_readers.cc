@@ -314,17 +314,13 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
       TS_RETURN_IF_ERROR(CheckStop(options, root, dataset));
       TS_RETURN_IF_ERROR(CheckInsideRoot(file.string(), options.confine_to));
       absl::StatusOr<std::string> bytes = ReadFile(file.string());
-      std::string problem;
-      if (!bytes.ok()) {
-        problem = absl::StrCat("unreadable: ", std::string(bytes.status().message()));
-      } else if (bytes->empty()) {
-        problem = "empty file";
+      if (bytes.ok() && !bytes->empty()) {
+        dataset.examples.push_back(Example{std::move(*bytes), static_cast<std::int64_t>(label)});
+      } else {
+        TS_RETURN_IF_ERROR(malformed.Report(
+            file.string(),
+            bytes.ok() ? "empty file" : absl::StrCat("unreadable: ", bytes.status().message())));
       }
-      if (!problem.empty()) {
-        TS_RETURN_IF_ERROR(malformed.Report(file.string(), problem));
-        continue;
-      }
-      dataset.examples.push_back(Example{std::move(*bytes), static_cast<std::int64_t>(label)});
     }
   }
   if (dataset.examples.empty()) return NoExamplesError(root, dataset);
@@ -375,9 +371,9 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
     const char* record = data.data() + i * kCifarRecordBytes;
     const int label = static_cast<unsigned char>(record[0]);
     if (label > 9) {
-      const std::string where = absl::StrCat(path, ": record ", i);
       TS_RETURN_IF_ERROR(
-          malformed.Report(where, absl::StrCat("label byte ", label, " is not a class 0-9")));
+          malformed.Report(absl::StrCat(path, ": record ", i),
+                           absl::StrCat("label byte ", label, " is not a class 0-9")));
       continue;
     }
     // Planar (all R, all G, all B) → interleaved RGB, the layout ImageToTokens takes.
@@ -391,9 +387,9 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
     dataset.examples.push_back(Example{std::move(gray), label});
   }
   if (const std::int64_t tail = size % kCifarRecordBytes; tail != 0) {
-    const std::string where = absl::StrCat(path, ": record ", records);
     TS_RETURN_IF_ERROR(malformed.Report(
-        where, absl::StrCat("truncated record: ", tail, " of ", kCifarRecordBytes, " bytes")));
+        absl::StrCat(path, ": record ", records),
+        absl::StrCat("truncated record: ", tail, " of ", kCifarRecordBytes, " bytes")));
   }
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);
   dataset.label_names = {"airplane", "automobile", "bird",  "cat",  "deer",
