@@ -416,7 +416,7 @@ absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
     double loss_sum = 0.0;
     std::vector<std::int64_t> labels;
     std::vector<std::int64_t> predictions;
-    labels.reserve(examples.size());
+    for (const LabeledSequence& e : examples) labels.push_back(e.label);
     predictions.reserve(examples.size());
     const auto chunk_size = static_cast<std::size_t>(batch_size);
     for (std::size_t begin = 0; begin < examples.size(); begin += chunk_size) {
@@ -431,12 +431,9 @@ absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
                       logits, batch.labels,
                       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                       .item<double>();
-      const torch::Tensor predicted = logits.argmax(1).to(torch::kCPU);
-      const torch::Tensor truth = batch.labels.to(torch::kCPU);
-      for (std::int64_t i = 0; i < predicted.size(0); ++i) {
-        predictions.push_back(predicted[i].item<std::int64_t>());
-        labels.push_back(truth[i].item<std::int64_t>());
-      }
+      const torch::Tensor predicted = logits.argmax(1).to(torch::kCPU).contiguous();
+      predictions.insert(predictions.end(), predicted.data_ptr<std::int64_t>(),
+                         predicted.data_ptr<std::int64_t>() + predicted.numel());
     }
     EvaluationResult r;
     r.examples = static_cast<std::int64_t>(examples.size());
