@@ -41,27 +41,18 @@ constexpr std::int64_t kMaxInferredIntegerLabel = 65535;
 constexpr std::int64_t kCifarImageBytes = 3 * 1024;
 constexpr std::int64_t kCifarRecordBytes = 1 + kCifarImageBytes;
 
-// Records a malformed record: an error in fail mode, a counted skip otherwise.
-class MalformedRecords {
- public:
-  MalformedRecords(const DatasetReadOptions& options, Dataset* dataset)
-      : options_(options), dataset_(dataset) {}
-
-  // OK when the record is skipped; the INVALID_ARGUMENT to return otherwise.
-  absl::Status Report(const std::string& where, const std::string& why) {
-    std::string message = absl::StrCat(where, ": ", why);
-    if (!options_.skip_malformed) return absl::InvalidArgumentError(message);
-    ++dataset_->skipped;
-    if (static_cast<std::int64_t>(dataset_->skip_reasons.size()) < options_.max_skip_reasons) {
-      dataset_->skip_reasons.push_back(std::move(message));
-    }
-    return absl::OkStatus();
+// A malformed record: the INVALID_ARGUMENT to return in fail mode; with skip_malformed, OK and
+// counted in `dataset` (its reason kept while there are fewer than max_skip_reasons).
+absl::Status ReportMalformed(const DatasetReadOptions& options, Dataset& dataset,
+                             const std::string& where, const std::string& why) {
+  std::string message = absl::StrCat(where, ": ", why);
+  if (!options.skip_malformed) return absl::InvalidArgumentError(message);
+  ++dataset.skipped;
+  if (static_cast<std::int64_t>(dataset.skip_reasons.size()) < options.max_skip_reasons) {
+    dataset.skip_reasons.push_back(std::move(message));
   }
-
- private:
-  const DatasetReadOptions& options_;
-  Dataset* dataset_;
-};
+  return absl::OkStatus();
+}
 
 absl::Status OpenError(const std::string& path, int error_number) {
   std::error_code ec;
@@ -169,7 +160,6 @@ absl::StatusOr<nlohmann::json> ParseJsonLine(const std::string& line) {
 absl::Status ReadLineRecords(
     LineReader& reader, const std::string& path, const DatasetReadOptions& options,
     Dataset& dataset, const std::function<absl::StatusOr<Example>(const std::string&)>& parse) {
-  MalformedRecords malformed(options, &dataset);
   std::string line;
   while (reader.Next(&line)) {
     TS_RETURN_IF_ERROR(CheckStop(options, path, dataset));
@@ -178,8 +168,9 @@ absl::Status ReadLineRecords(
     if (example.ok()) {
       dataset.examples.push_back(*std::move(example));
     } else {
-      TS_RETURN_IF_ERROR(malformed.Report(absl::StrCat(path, ":", reader.line_number()),
-                                          std::string(example.status().message())));
+      TS_RETURN_IF_ERROR(ReportMalformed(options, dataset,
+                                         absl::StrCat(path, ":", reader.line_number()),
+                                         std::string(example.status().message())));
     }
   }
   if (reader.failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
@@ -281,7 +272,6 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
   }
   TS_RETURN_IF_ERROR(CheckInsideRoot(root, options.confine_to));
   Dataset dataset;
-  MalformedRecords malformed(options, &dataset);
 
   std::vector<std::string> classes = options.labels;
   if (classes.empty()) {
@@ -317,8 +307,8 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
       if (bytes.ok() && !bytes->empty()) {
         dataset.examples.push_back(Example{std::move(*bytes), static_cast<std::int64_t>(label)});
       } else {
-        TS_RETURN_IF_ERROR(malformed.Report(
-            file.string(),
+        TS_RETURN_IF_ERROR(ReportMalformed(
+            options, dataset, file.string(),
             bytes.ok() ? "empty file" : absl::StrCat("unreadable: ", bytes.status().message())));
       }
     }
@@ -362,7 +352,6 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
                                            const DatasetReadOptions& options) {
   TS_ASSIGN_OR_RETURN(const std::string data, ReadFile(path));
   Dataset dataset;
-  MalformedRecords malformed(options, &dataset);
   const std::int64_t size = static_cast<std::int64_t>(data.size());
   const std::int64_t records = size / kCifarRecordBytes;
   std::string rgb(kCifarImageBytes, '\0');
@@ -372,8 +361,8 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
     const int label = static_cast<unsigned char>(record[0]);
     if (label > 9) {
       TS_RETURN_IF_ERROR(
-          malformed.Report(absl::StrCat(path, ": record ", i),
-                           absl::StrCat("label byte ", label, " is not a class 0-9")));
+          ReportMalformed(options, dataset, absl::StrCat(path, ": record ", i),
+                          absl::StrCat("label byte ", label, " is not a class 0-9")));
       continue;
     }
     // Planar (all R, all G, all B) → interleaved RGB, the layout ImageToTokens takes.
@@ -387,8 +376,8 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
     dataset.examples.push_back(Example{std::move(gray), label});
   }
   if (const std::int64_t tail = size % kCifarRecordBytes; tail != 0) {
-    TS_RETURN_IF_ERROR(malformed.Report(
-        absl::StrCat(path, ": record ", records),
+    TS_RETURN_IF_ERROR(ReportMalformed(
+        options, dataset, absl::StrCat(path, ": record ", records),
         absl::StrCat("truncated record: ", tail, " of ", kCifarRecordBytes, " bytes")));
   }
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);
