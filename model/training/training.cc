@@ -89,13 +89,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 std::string_view OptimizerKindName(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kAdamW:
-      return "adamw";
-    case OptimizerKind::kLamb:
-      return "lamb";
-  }
-  return "unknown";
+  return kind == OptimizerKind::kLamb ? "lamb" : "adamw";
 }
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name) {
