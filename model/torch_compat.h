@@ -62,10 +62,10 @@ class NoAutocast {
   c10::impl::ExcludeDispatchKeyGuard guard_{c10::autocast_dispatch_keyset};
 };
 
-// The CUDA device `device` names: its index, or the current device for "cuda" without one.
 // CUDA devices this process sees: 0 in a CPU build or without a visible GPU.
 int CudaDeviceCount();
 
+// The CUDA device `device` names: its index, or the current device for "cuda" without one.
 int CudaDeviceIndex(const torch::Device& device);
 
 // Restricts scaled_dot_product_attention to one backend ("flash", "efficient", "cudnn", "math"),
