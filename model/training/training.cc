@@ -410,6 +410,7 @@ absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
     double loss_sum = 0.0;
     std::vector<std::int64_t> labels;
     std::vector<std::int64_t> predictions;
+    labels.reserve(examples.size());
     for (const LabeledSequence& e : examples) labels.push_back(e.label);
     predictions.reserve(examples.size());
     const auto chunk_size = static_cast<std::size_t>(batch_size);
