@@ -160,7 +160,7 @@ bool CudaAllocatorStarted() { return c10::cuda::CUDACachingAllocator::get()->ini
 }  // namespace
 #endif
 
-DeviceMemory GetDeviceMemory(const torch::Device& device) {
+DeviceMemory GetDeviceMemory([[maybe_unused]] const torch::Device& device) {
   DeviceMemory memory;
 #if defined(TS_WITH_CUDA)
   if (device.is_cuda() && CudaAllocatorStarted()) {
@@ -170,23 +170,19 @@ DeviceMemory GetDeviceMemory(const torch::Device& device) {
     memory.reserved_bytes = stats.reserved_bytes[0].current;
     memory.peak_allocated_bytes = stats.allocated_bytes[0].peak;
   }
-#else
-  (void)device;
 #endif
   return memory;
 }
 
-void ResetPeakDeviceMemory(const torch::Device& device) {
+void ResetPeakDeviceMemory([[maybe_unused]] const torch::Device& device) {
 #if defined(TS_WITH_CUDA)
   if (device.is_cuda() && CudaAllocatorStarted()) {
     c10::cuda::CUDACachingAllocator::resetPeakStats(CudaDeviceIndex(device));
   }
-#else
-  (void)device;
 #endif
 }
 
-std::int64_t CudaAvailableBytes(const torch::Device& device) {
+std::int64_t CudaAvailableBytes([[maybe_unused]] const torch::Device& device) {
 #if defined(TS_WITH_CUDA)
   if (device.is_cuda()) {
     const int index = CudaDeviceIndex(device);
@@ -198,18 +194,14 @@ std::int64_t CudaAvailableBytes(const torch::Device& device) {
     return static_cast<std::int64_t>(free) + stats.reserved_bytes[0].current -
            stats.allocated_bytes[0].current;
   }
-#else
-  (void)device;
 #endif
   return 0;
 }
 
-void SetCudaTf32(bool allow) {
+void SetCudaTf32([[maybe_unused]] bool allow) {
 #if defined(TS_WITH_CUDA)
   at::globalContext().setAllowTF32CuBLAS(allow);
   at::globalContext().setAllowTF32CuDNN(allow);
-#else
-  (void)allow;
 #endif
 }
 
@@ -243,28 +235,21 @@ void WithCudaStream(const torch::Device& device,
 #endif
 }
 
-int CudaComputeCapabilityMajor(const torch::Device& device) {
+int CudaComputeCapabilityMajor([[maybe_unused]] const torch::Device& device) {
 #if defined(TS_WITH_CUDA)
   if (device.is_cuda()) {
     return at::cuda::getDeviceProperties(CudaDeviceIndex(device))->major;
   }
-#else
-  (void)device;
 #endif
   return 0;
 }
 
 std::string TorchVersion() { return TORCH_VERSION; }
 
-}  // namespace ts::compat
-
-namespace ts::compat {
 void Synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
-}  // namespace ts::compat
 
-namespace ts::compat {
 namespace {
 
 // LibTorch 2.3 made Allocator::allocate non-const and added the pure virtual copy_data.

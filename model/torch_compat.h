@@ -62,10 +62,10 @@ class NoAutocast {
   c10::impl::ExcludeDispatchKeyGuard guard_{c10::autocast_dispatch_keyset};
 };
 
-// The CUDA device `device` names: its index, or the current device for "cuda" without one.
 // CUDA devices this process sees: 0 in a CPU build or without a visible GPU.
 int CudaDeviceCount();
 
+// The CUDA device `device` names: its index, or the current device for "cuda" without one.
 int CudaDeviceIndex(const torch::Device& device);
 
 // Restricts scaled_dot_product_attention to one backend ("flash", "efficient", "cudnn", "math"),
@@ -123,14 +123,9 @@ void WithCudaStream(const torch::Device& device,
 // "1.13.0" / "2.3.1": the LibTorch version this binary was compiled against.
 std::string TorchVersion();
 
-}  // namespace ts::compat
-
-namespace ts::compat {
 // Waits for queued work on `device` (no-op on CPU), so wall-clock timings are real.
 void Synchronize(const torch::Device& device);
-}  // namespace ts::compat
 
-namespace ts::compat {
 // Bytes held by CPU tensors, counted by a wrapper around LibTorch's CPU allocator. Counting
 // starts with the first call of CountCpuAllocations() (tensors allocated earlier are not seen).
 struct CpuAllocationCounts {
@@ -140,4 +135,5 @@ struct CpuAllocationCounts {
 void CountCpuAllocations();
 CpuAllocationCounts GetCpuAllocationCounts();
 void ResetPeakCpuAllocations();
+
 }  // namespace ts::compat

@@ -37,7 +37,7 @@ constexpr std::array<char, 8> kMagic = {'T', 'S', 'C', 'K', 'P', 'T', '\0', '\1'
 constexpr std::size_t kHeaderBytes = kMagic.size() + sizeof(std::uint32_t) + sizeof(std::uint64_t);
 constexpr std::size_t kTrailerBytes = sizeof(std::uint32_t);
 
-void AppendLittleEndian(std::vector<char>& out, std::uint64_t value, int bytes) {
+void AppendLittleEndian(std::string& out, std::uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
@@ -47,10 +47,6 @@ std::uint64_t ReadLittleEndian(const char* data, int bytes) {
     value |= static_cast<std::uint64_t>(static_cast<unsigned char>(data[i])) << (8 * i);
   }
   return value;
-}
-
-std::string ShapeText(c10::IntArrayRef sizes) {
-  return absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
 }
 
 // The entries of a pickled Dict[str, T] as a std::map.
@@ -87,13 +83,11 @@ c10::IValue EncodePayload(const TaylorShiftEncoderOptions& options,
                    const auto& v) { architecture.insert(c10::IValue(field), c10::IValue(v)); },
                value);
   }
-  c10::List<std::string> labels;
-  for (const auto& label : metadata.labels) labels.push_back(label);
   c10::Dict<std::string, std::string> provenance;
   for (const auto& [key, value] : metadata.provenance) provenance.insert(key, value);
   c10::impl::GenericDict meta(c10::StringType::get(), c10::AnyType::get());
   meta.insert(c10::IValue("modality"), c10::IValue(metadata.modality));
-  meta.insert(c10::IValue("labels"), c10::IValue(labels));
+  meta.insert(c10::IValue("labels"), c10::IValue(metadata.labels));
   meta.insert(c10::IValue("provenance"), c10::IValue(provenance));
   c10::Dict<std::string, torch::Tensor> tensors;
   for (const auto& [name, tensor] : state) tensors.insert(name, tensor);
@@ -131,15 +125,11 @@ absl::StatusOr<CheckpointMetadata> DecodeMetadata(const c10::IValue& value) {
   }
   metadata.modality = modality.toStringRef();
   TS_ASSIGN_OR_RETURN(const auto labels, Require(entries, "labels", "checkpoint metadata"));
-  if (!labels.isList()) {
+  const auto is_string = [](const c10::IValue& label) { return label.isString(); };
+  if (!labels.isList() || !absl::c_all_of(labels.toListRef(), is_string)) {
     return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
   }
-  for (const auto& label : labels.toListRef()) {
-    if (!label.isString()) {
-      return absl::InvalidArgumentError("checkpoint metadata 'labels' must be a list of strings");
-    }
-    metadata.labels.push_back(label.toStringRef());
-  }
+  for (const auto& label : labels.toListRef()) metadata.labels.push_back(label.toStringRef());
   TS_ASSIGN_OR_RETURN(const auto provenance_value,
                       Require(entries, "provenance", "checkpoint metadata"));
   TS_ASSIGN_OR_RETURN(const auto provenance,
@@ -221,7 +211,7 @@ absl::Status CheckStateTensor(const std::string& name, const torch::Tensor& tens
                               std::set<const void*>& storages) {
   const auto corrupt = [&](absl::string_view what) {
     return absl::DataLossError(
-        absl::StrCat("checkpoint state '", name, "' ", ShapeText(tensor.sizes()), " ", what));
+        absl::StrCat("checkpoint state '", name, "' ", c10::str(tensor.sizes()), " ", what));
   };
   if (!tensor.defined() || !tensor.has_storage()) return corrupt("has no storage");
   std::int64_t elements = 1;
@@ -343,7 +333,7 @@ absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
   std::vector<std::string> unexpected;
   for (const auto& [name, tensor] : expected) {
     if (state.count(name) == 0) {
-      missing.push_back(absl::StrCat(name, " ", ShapeText(tensor.sizes())));
+      missing.push_back(absl::StrCat(name, " ", c10::str(tensor.sizes())));
     }
   }
   for (const auto& [name, tensor] : state) {
@@ -365,8 +355,8 @@ absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
     }
     if (tensor.sizes() != target.sizes()) {
       return absl::InvalidArgumentError(absl::StrCat("state dict entry ", name, " has shape ",
-                                                     ShapeText(tensor.sizes()), ", expected ",
-                                                     ShapeText(target.sizes())));
+                                                     c10::str(tensor.sizes()), ", expected ",
+                                                     c10::str(target.sizes())));
     }
     if (!tensor.is_floating_point()) {
       return absl::InvalidArgumentError(absl::StrCat("state dict entry ", name, " has dtype ",
@@ -381,13 +371,11 @@ absl::Status LoadStateDict(const std::map<std::string, torch::Tensor>& state,
           ", expected ", c10::toString(dtype->second), " (the dtype of ", dtype->first, ")"));
     }
   }
-  auto copied = CatchTorch("loading state dict", [&] {
+  return CatchTorch("loading state dict", [&] {
     torch::NoGradGuard no_grad;
     if (dtype) model->to(dtype->second);
     for (auto& [name, tensor] : NamedTensors(model)) tensor.copy_(state.at(name));
-    return true;
   });
-  return copied.status();
 }
 
 absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOptions& options,
@@ -406,14 +394,13 @@ absl::Status SaveCheckpoint(const std::string& path, const TaylorShiftEncoderOpt
         return torch::pickle_save(EncodePayload(options, stamped, StateDict(model)));
       }));
 
-  std::vector<char> file;
+  std::string file(kMagic.begin(), kMagic.end());
   file.reserve(kHeaderBytes + payload.size() + kTrailerBytes);
-  file.insert(file.end(), kMagic.begin(), kMagic.end());
   AppendLittleEndian(file, kCheckpointFormatVersion, 4);
   AppendLittleEndian(file, payload.size(), 8);
-  file.insert(file.end(), payload.begin(), payload.end());
+  file.append(payload.begin(), payload.end());
   AppendLittleEndian(file, Crc32(payload.data(), payload.size()), 4);
-  return WriteFileAtomically(path, std::string(file.data(), file.size()));
+  return WriteFileAtomically(path, file);
 }
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, torch::Device device) {
@@ -486,15 +473,11 @@ absl::StatusOr<LoadedCheckpoint> ParseCheckpoint(std::string_view file, const st
 
   TS_ASSIGN_OR_RETURN(auto model,
                       CatchTorch("building model", [&] { return TaylorShiftEncoder(options); }));
-  if (auto status = LoadStateDict(state, model); !status.ok()) {
-    return Prefixed(status, name + ": ");
-  }
-  auto moved = CatchTorch("moving model to device", [&] {
+  TS_RETURN_IF_ERROR(Prefixed(LoadStateDict(state, model), name + ": "));
+  TS_RETURN_IF_ERROR(CatchTorch("moving model to device", [&] {
     model->to(device);
     model->eval();
-    return true;
-  });
-  TS_RETURN_IF_ERROR(moved.status());
+  }));
   return LoadedCheckpoint{options, std::move(metadata), std::move(model)};
 }
 

@@ -24,51 +24,22 @@ struct Argument {
 
 // The opcodes the unpickler reads (pickler.h's PickleOpCode); none other may appear.
 std::optional<Argument> ArgumentOf(unsigned char opcode) {
-  switch (opcode) {
-    case '(':   // MARK
-    case '.':   // STOP
-    case 'N':   // NONE
-    case 'Q':   // BINPERSID
-    case 'R':   // REDUCE
-    case 'b':   // BUILD
-    case 'd':   // DICT
-    case '}':   // EMPTY_DICT
-    case 'e':   // APPENDS
-    case 'l':   // LIST
-    case ']':   // EMPTY_LIST
-    case 's':   // SETITEM
-    case 't':   // TUPLE
-    case ')':   // EMPTY_TUPLE
-    case 'u':   // SETITEMS
-    case 0x81:  // NEWOBJ
-    case 0x85:  // TUPLE1
-    case 0x86:  // TUPLE2
-    case 0x87:  // TUPLE3
-    case 0x88:  // NEWTRUE
-    case 0x89:  // NEWFALSE
-      return Argument{};
-    case 0x80:  // PROTO
-    case 'K':   // BININT1
-    case 'h':   // BINGET
-    case 'q':   // BINPUT
-      return Argument{Argument::kFixed, 1};
-    case 'M':  // BININT2
-      return Argument{Argument::kFixed, 2};
-    case 'J':  // BININT
-    case 'j':  // LONG_BINGET
-    case 'r':  // LONG_BINPUT
-      return Argument{Argument::kFixed, 4};
-    case 'G':  // BINFLOAT
-      return Argument{Argument::kFixed, 8};
-    case 0x8a:  // LONG1
-      return Argument{Argument::kLengthPrefixed, 1};
-    case 'X':  // BINUNICODE
-      return Argument{Argument::kLengthPrefixed, 4};
-    case 'c':  // GLOBAL
-      return Argument{Argument::kTwoLines, 0};
-    default:
-      return std::nullopt;
-  }
+  const auto one_of = [opcode](std::string_view opcodes) {
+    return opcodes.find(static_cast<char>(opcode)) != std::string_view::npos;
+  };
+  // MARK, STOP, NONE, BINPERSID, REDUCE, BUILD, DICT, EMPTY_DICT, APPENDS, LIST, EMPTY_LIST,
+  // SETITEM, TUPLE, EMPTY_TUPLE, SETITEMS, NEWOBJ, TUPLE1, TUPLE2, TUPLE3, NEWTRUE, NEWFALSE
+  if (one_of("(.NQRbd}el]st)u\x81\x85\x86\x87\x88\x89")) return Argument{};
+  // PROTO, BININT1, BINGET, BINPUT
+  if (one_of("\x80Khq")) return Argument{Argument::kFixed, 1};
+  if (opcode == 'M') return Argument{Argument::kFixed, 2};  // BININT2
+  // BININT, LONG_BINGET, LONG_BINPUT
+  if (one_of("Jjr")) return Argument{Argument::kFixed, 4};
+  if (opcode == 'G') return Argument{Argument::kFixed, 8};            // BINFLOAT
+  if (opcode == 0x8a) return Argument{Argument::kLengthPrefixed, 1};  // LONG1
+  if (opcode == 'X') return Argument{Argument::kLengthPrefixed, 4};   // BINUNICODE
+  if (opcode == 'c') return Argument{Argument::kTwoLines, 0};         // GLOBAL
+  return std::nullopt;
 }
 
 std::uint64_t ReadLittleEndian(std::string_view bytes) {
@@ -186,7 +157,7 @@ std::optional<std::string> Fill(Value& container, const std::vector<Value>& elem
   return std::nullopt;
 }
 
-// What `opcode` (its argument `argument`) does to the stack.
+// What `opcode`, one ArgumentOf accepts, does (its argument `argument`) to the stack.
 std::optional<std::string> Run(StackModel& stack, unsigned char opcode, std::string_view argument) {
   switch (opcode) {
     case 0x80:  // PROTO
@@ -196,17 +167,6 @@ std::optional<std::string> Run(StackModel& stack, unsigned char opcode, std::str
       return std::nullopt;
     case '.':  // STOP: the unpickler checks that exactly one value is left
       return stack.Need(1);
-    case 'N':
-    case 0x88:
-    case 0x89:
-    case 'K':
-    case 'M':
-    case 'J':
-    case 'G':
-    case 0x8a:
-    case 'X':
-    case 'c':  // a scalar (GLOBAL pushes the index of the function it names)
-      return stack.Push(Value{});
     case '}':
     case ']':
     case ')':  // EMPTY_DICT, EMPTY_LIST, EMPTY_TUPLE
@@ -266,8 +226,10 @@ std::optional<std::string> Run(StackModel& stack, unsigned char opcode, std::str
       if (auto missing = stack.Need(1)) return missing;
       stack.Pop(1);
       return stack.Push(Value{});
+    // The rest push a scalar: NONE, NEWTRUE, NEWFALSE, BININT1, BININT2, BININT, BINFLOAT,
+    // LONG1, BINUNICODE and GLOBAL (which pushes the index of the function it names).
     default:
-      return std::string("is not one LibTorch's unpickler reads");
+      return stack.Push(Value{});
   }
 }
 

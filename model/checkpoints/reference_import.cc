@@ -8,17 +8,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "model/torch_status.h"
 
 namespace ts {
 namespace {
-
-std::string ShapeText(c10::IntArrayRef sizes) {
-  return absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
-}
 
 // The tensor `key` with `dims` dimensions; `expected` describes its shape for messages.
 absl::StatusOr<torch::Tensor> RequireTensor(const std::map<std::string, torch::Tensor>& state,
@@ -31,7 +26,7 @@ absl::StatusOr<torch::Tensor> RequireTensor(const std::map<std::string, torch::T
   }
   if (it->second.dim() != dims) {
     return absl::InvalidArgumentError(absl::StrCat("reference state dict entry ", key,
-                                                   " has shape ", ShapeText(it->second.sizes()),
+                                                   " has shape ", c10::str(it->second.sizes()),
                                                    ", expected ", expected));
   }
   return it->second;
@@ -114,7 +109,7 @@ absl::StatusOr<TaylorShiftEncoderOptions> InferReferenceArchitecture(
     if (heads != 0 && heads != inferred) {
       return absl::InvalidArgumentError(
           absl::StrCat("heads ", heads, " was given but blocks.0.attn.temperature ",
-                       ShapeText(temperature.sizes()), " says ", inferred));
+                       c10::str(temperature.sizes()), " says ", inferred));
     }
     heads = inferred;
   } else if (heads <= 0) {
@@ -151,7 +146,7 @@ absl::StatusOr<TaylorShiftEncoderOptions> InferReferenceArchitecture(
 
 }  // namespace
 
-absl::StatusOr<ImportedModel> ImportReferenceState(
+absl::StatusOr<LoadedCheckpoint> ImportReferenceState(
     const std::map<std::string, torch::Tensor>& state, const ReferenceImportOptions& options) {
   TS_ASSIGN_OR_RETURN(const TaylorShiftEncoderOptions architecture,
                       InferReferenceArchitecture(state, options));
@@ -170,15 +165,13 @@ absl::StatusOr<ImportedModel> ImportReferenceState(
 
   TS_ASSIGN_OR_RETURN(
       auto model, CatchTorch("building model", [&] { return TaylorShiftEncoder(architecture); }));
-  if (auto status = LoadStateDict(state, model); !status.ok()) {
-    return Prefixed(status, "reference ");
-  }
+  TS_RETURN_IF_ERROR(Prefixed(LoadStateDict(state, model), "reference "));
   model->eval();
-  return ImportedModel{architecture, std::move(metadata), std::move(model)};
+  return LoadedCheckpoint{architecture, std::move(metadata), std::move(model)};
 }
 
-absl::StatusOr<ImportedModel> ImportReferenceStateDict(const std::string& path,
-                                                       const ReferenceImportOptions& options) {
+absl::StatusOr<LoadedCheckpoint> ImportReferenceStateDict(const std::string& path,
+                                                          const ReferenceImportOptions& options) {
   TS_ASSIGN_OR_RETURN(const auto state, ReadStateDict(path));
   ReferenceImportOptions with_source = options;
   with_source.provenance.try_emplace("source", path);

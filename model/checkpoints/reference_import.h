@@ -41,13 +41,11 @@ struct ReferenceImportOptions {
 
 // The imported model (eval mode, CPU, in the state dict's dtype) with its options and metadata,
 // ready for SaveCheckpoint.
-using ImportedModel = LoadedCheckpoint;
-
-absl::StatusOr<ImportedModel> ImportReferenceStateDict(const std::string& path,
-                                                       const ReferenceImportOptions& options = {});
+absl::StatusOr<LoadedCheckpoint> ImportReferenceStateDict(
+    const std::string& path, const ReferenceImportOptions& options = {});
 
 // Same, from tensors already in memory (name → tensor).
-absl::StatusOr<ImportedModel> ImportReferenceState(
+absl::StatusOr<LoadedCheckpoint> ImportReferenceState(
     const std::map<std::string, torch::Tensor>& state, const ReferenceImportOptions& options);
 
 }  // namespace ts

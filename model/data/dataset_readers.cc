@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -40,27 +41,18 @@ constexpr std::int64_t kMaxInferredIntegerLabel = 65535;
 constexpr std::int64_t kCifarImageBytes = 3 * 1024;
 constexpr std::int64_t kCifarRecordBytes = 1 + kCifarImageBytes;
 
-// Records a malformed record: an error in fail mode, a counted skip otherwise.
-class MalformedRecords {
- public:
-  MalformedRecords(const DatasetReadOptions& options, Dataset* dataset)
-      : options_(options), dataset_(dataset) {}
-
-  // OK when the record is skipped; the INVALID_ARGUMENT to return otherwise.
-  absl::Status Report(const std::string& where, const std::string& why) {
-    std::string message = absl::StrCat(where, ": ", why);
-    if (!options_.skip_malformed) return absl::InvalidArgumentError(message);
-    ++dataset_->skipped;
-    if (static_cast<std::int64_t>(dataset_->skip_reasons.size()) < options_.max_skip_reasons) {
-      dataset_->skip_reasons.push_back(std::move(message));
-    }
-    return absl::OkStatus();
+// A malformed record: the INVALID_ARGUMENT to return in fail mode; with skip_malformed, OK and
+// counted in `dataset` (its reason kept while there are fewer than max_skip_reasons).
+absl::Status ReportMalformed(const DatasetReadOptions& options, Dataset& dataset,
+                             const std::string& where, const std::string& why) {
+  std::string message = absl::StrCat(where, ": ", why);
+  if (!options.skip_malformed) return absl::InvalidArgumentError(message);
+  ++dataset.skipped;
+  if (static_cast<std::int64_t>(dataset.skip_reasons.size()) < options.max_skip_reasons) {
+    dataset.skip_reasons.push_back(std::move(message));
   }
-
- private:
-  const DatasetReadOptions& options_;
-  Dataset* dataset_;
-};
+  return absl::OkStatus();
+}
 
 absl::Status OpenError(const std::string& path, int error_number) {
   std::error_code ec;
@@ -163,91 +155,94 @@ absl::StatusOr<nlohmann::json> ParseJsonLine(const std::string& line) {
   return object;
 }
 
+// The examples of a text file, one per non-blank line: `parse` gives a line's example, or the
+// INVALID_ARGUMENT that says why it is malformed.
+absl::Status ReadLineRecords(
+    LineReader& reader, const std::string& path, const DatasetReadOptions& options,
+    Dataset& dataset, const std::function<absl::StatusOr<Example>(const std::string&)>& parse) {
+  std::string line;
+  while (reader.Next(&line)) {
+    TS_RETURN_IF_ERROR(CheckStop(options, path, dataset));
+    if (IsBlank(line)) continue;
+    absl::StatusOr<Example> example = parse(line);
+    if (example.ok()) {
+      dataset.examples.push_back(*std::move(example));
+    } else {
+      TS_RETURN_IF_ERROR(ReportMalformed(options, dataset,
+                                         absl::StrCat(path, ":", reader.line_number()),
+                                         std::string(example.status().message())));
+    }
+  }
+  if (reader.failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  if (dataset.examples.empty()) return NoExamplesError(path, dataset);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
                                              const DatasetReadOptions& options) {
   TS_ASSIGN_OR_RETURN(LineReader reader, LineReader::Open(path));
   Dataset dataset;
-  MalformedRecords malformed(options, &dataset);
   const bool infer = options.labels.empty();
   // Inferred string labels are mapped to indices once every name is known.
   std::vector<std::string> string_labels;
   std::optional<bool> integer_kind;  // inferred labels: the kind the first record set
   std::int64_t max_integer_label = -1;
-
-  std::string line;
-  while (reader.Next(&line)) {
-    TS_RETURN_IF_ERROR(CheckStop(options, path, dataset));
-    if (IsBlank(line)) continue;
-    const std::string where = absl::StrCat(path, ":", reader.line_number());
-    absl::StatusOr<nlohmann::json> object = ParseJsonLine(line);
-    if (!object.ok()) {
-      TS_RETURN_IF_ERROR(malformed.Report(where, std::string(object.status().message())));
-      continue;
+  const auto parse = [&](const std::string& line) -> absl::StatusOr<Example> {
+    TS_ASSIGN_OR_RETURN(nlohmann::json object, ParseJsonLine(line));
+    const auto text = object.find("text");
+    const auto label = object.find("label");
+    if (text == object.end()) return absl::InvalidArgumentError("missing \"text\"");
+    if (!text->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"text\" must be a string, got ", text->type_name()));
     }
-    auto text = object->find("text");
-    auto label = object->find("label");
-    std::string problem;
-    if (text == object->end()) {
-      problem = "missing \"text\"";
-    } else if (!text->is_string()) {
-      problem = absl::StrCat("\"text\" must be a string, got ", text->type_name());
-    } else if (text->get_ref<const std::string&>().empty()) {
-      problem = "empty \"text\"";
-    } else if (label == object->end()) {
-      problem = "missing \"label\"";
+    if (text->get_ref<const std::string&>().empty()) {
+      return absl::InvalidArgumentError("empty \"text\"");
     }
+    if (label == object.end()) return absl::InvalidArgumentError("missing \"label\"");
     std::int64_t index = -1;
-    if (problem.empty()) {
-      const nlohmann::json& value = *label;
-      if (value.is_string()) {
-        const std::string& name = value.get_ref<const std::string&>();
-        if (infer) {
-          if (integer_kind.value_or(false)) {
-            problem = "string label in a file whose labels are integers";
-          } else {
-            integer_kind = false;
-            string_labels.push_back(name);
-          }
-        } else {
-          auto it = std::find(options.labels.begin(), options.labels.end(), name);
-          if (it == options.labels.end()) {
-            problem = absl::StrCat("label \"", name, "\" is not one of the ", options.labels.size(),
-                                   " labels");
-          } else {
-            index = it - options.labels.begin();
-          }
+    if (label->is_string()) {
+      const std::string& name = label->get_ref<const std::string&>();
+      if (infer) {
+        if (integer_kind.value_or(false)) {
+          return absl::InvalidArgumentError("string label in a file whose labels are integers");
         }
-      } else if (value.is_number_integer()) {
-        // Written without fraction or exponent (1.0 and 1e2 are not integers); the parser
-        // makes every non-negative one unsigned.
-        const std::int64_t limit =
-            infer ? kMaxInferredIntegerLabel + 1 : static_cast<std::int64_t>(options.labels.size());
-        const bool in_range = value.is_number_unsigned() &&
-                              value.get<std::uint64_t>() < static_cast<std::uint64_t>(limit);
-        if (!in_range) {
-          problem = absl::StrCat("integer label ", value.dump(), " is outside [0, ", limit, ")");
-        } else if (infer && integer_kind.has_value() && !*integer_kind) {
-          problem = "integer label in a file whose labels are strings";
-        } else {
-          integer_kind = true;
-          index = value.get<std::int64_t>();
-          max_integer_label = std::max(max_integer_label, index);
-        }
+        integer_kind = false;
+        string_labels.push_back(name);
       } else {
-        problem = absl::StrCat("\"label\" must be a string or a non-negative integer, got ",
-                               value.is_number() ? value.dump() : value.type_name());
+        auto it = std::find(options.labels.begin(), options.labels.end(), name);
+        if (it == options.labels.end()) {
+          return absl::InvalidArgumentError(absl::StrCat("label \"", name, "\" is not one of the ",
+                                                         options.labels.size(), " labels"));
+        }
+        index = it - options.labels.begin();
       }
+    } else if (label->is_number_integer()) {
+      // Written without fraction or exponent (1.0 and 1e2 are not integers); the parser
+      // makes every non-negative one unsigned.
+      const std::int64_t limit =
+          infer ? kMaxInferredIntegerLabel + 1 : static_cast<std::int64_t>(options.labels.size());
+      if (!label->is_number_unsigned() ||
+          label->get<std::uint64_t>() >= static_cast<std::uint64_t>(limit)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("integer label ", label->dump(), " is outside [0, ", limit, ")"));
+      }
+      if (infer && integer_kind.has_value() && !*integer_kind) {
+        return absl::InvalidArgumentError("integer label in a file whose labels are strings");
+      }
+      integer_kind = true;
+      index = label->get<std::int64_t>();
+      max_integer_label = std::max(max_integer_label, index);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"label\" must be a string or a non-negative integer, got ",
+                       label->is_number() ? label->dump() : label->type_name()));
     }
-    if (!problem.empty()) {
-      TS_RETURN_IF_ERROR(malformed.Report(where, problem));
-      continue;
-    }
-    dataset.examples.push_back(Example{std::move(text->get_ref<std::string&>()), index});
-  }
-  if (reader.failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
-  if (dataset.examples.empty()) return NoExamplesError(path, dataset);
+    return Example{std::move(text->get_ref<std::string&>()), index};
+  };
+  TS_RETURN_IF_ERROR(ReadLineRecords(reader, path, options, dataset, parse));
 
   if (!infer) {
     dataset.label_names = options.labels;
@@ -277,7 +272,6 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
   }
   TS_RETURN_IF_ERROR(CheckInsideRoot(root, options.confine_to));
   Dataset dataset;
-  MalformedRecords malformed(options, &dataset);
 
   std::vector<std::string> classes = options.labels;
   if (classes.empty()) {
@@ -310,17 +304,13 @@ absl::StatusOr<Dataset> ReadFolderDataset(const std::string& root,
       TS_RETURN_IF_ERROR(CheckStop(options, root, dataset));
       TS_RETURN_IF_ERROR(CheckInsideRoot(file.string(), options.confine_to));
       absl::StatusOr<std::string> bytes = ReadFile(file.string());
-      std::string problem;
-      if (!bytes.ok()) {
-        problem = absl::StrCat("unreadable: ", std::string(bytes.status().message()));
-      } else if (bytes->empty()) {
-        problem = "empty file";
+      if (bytes.ok() && !bytes->empty()) {
+        dataset.examples.push_back(Example{std::move(*bytes), static_cast<std::int64_t>(label)});
+      } else {
+        TS_RETURN_IF_ERROR(ReportMalformed(
+            options, dataset, file.string(),
+            bytes.ok() ? "empty file" : absl::StrCat("unreadable: ", bytes.status().message())));
       }
-      if (!problem.empty()) {
-        TS_RETURN_IF_ERROR(malformed.Report(file.string(), problem));
-        continue;
-      }
-      dataset.examples.push_back(Example{std::move(*bytes), static_cast<std::int64_t>(label)});
     }
   }
   if (dataset.examples.empty()) return NoExamplesError(root, dataset);
@@ -332,38 +322,28 @@ absl::StatusOr<Dataset> ReadListOpsTsvDataset(const std::string& path,
                                               const DatasetReadOptions& options) {
   TS_ASSIGN_OR_RETURN(LineReader reader, LineReader::Open(path));
   Dataset dataset;
-  MalformedRecords malformed(options, &dataset);
   std::string line;
   if (!reader.Next(&line) || line != "Source\tTarget") {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ":1: expected the header line \"Source<TAB>Target\""));
   }
-  while (reader.Next(&line)) {
-    TS_RETURN_IF_ERROR(CheckStop(options, path, dataset));
-    if (IsBlank(line)) continue;
-    const std::string where = absl::StrCat(path, ":", reader.line_number());
-    const std::vector<absl::string_view> columns = absl::StrSplit(line, '\t');
-    std::string problem;
-    absl::string_view target;
+  const auto parse = [](const std::string& record) -> absl::StatusOr<Example> {
+    const std::vector<absl::string_view> columns = absl::StrSplit(record, '\t');
     if (columns.size() != 2) {
-      problem =
-          absl::StrCat("expected 2 tab-separated columns (Source, Target), got ", columns.size());
-    } else if (absl::StripAsciiWhitespace(columns[0]).empty()) {
-      problem = "empty Source";
-    } else {
-      target = absl::StripAsciiWhitespace(columns[1]);
-      if (target.size() != 1 || target[0] < '0' || target[0] > '9') {
-        problem = absl::StrCat("Target must be a digit 0-9, got \"", target, "\"");
-      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("expected 2 tab-separated columns (Source, Target), got ", columns.size()));
     }
-    if (!problem.empty()) {
-      TS_RETURN_IF_ERROR(malformed.Report(where, problem));
-      continue;
+    if (absl::StripAsciiWhitespace(columns[0]).empty()) {
+      return absl::InvalidArgumentError("empty Source");
     }
-    dataset.examples.push_back(Example{std::string(columns[0]), target[0] - '0'});
-  }
-  if (reader.failed()) return absl::DataLossError(absl::StrCat("error reading ", path));
-  if (dataset.examples.empty()) return NoExamplesError(path, dataset);
+    const absl::string_view target = absl::StripAsciiWhitespace(columns[1]);
+    if (target.size() != 1 || target[0] < '0' || target[0] > '9') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Target must be a digit 0-9, got \"", target, "\""));
+    }
+    return Example{std::string(columns[0]), target[0] - '0'};
+  };
+  TS_RETURN_IF_ERROR(ReadLineRecords(reader, path, options, dataset, parse));
   dataset.label_names = ListOpsLabelNames();
   return dataset;
 }
@@ -372,7 +352,6 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
                                            const DatasetReadOptions& options) {
   TS_ASSIGN_OR_RETURN(const std::string data, ReadFile(path));
   Dataset dataset;
-  MalformedRecords malformed(options, &dataset);
   const std::int64_t size = static_cast<std::int64_t>(data.size());
   const std::int64_t records = size / kCifarRecordBytes;
   std::string rgb(kCifarImageBytes, '\0');
@@ -381,9 +360,9 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
     const char* record = data.data() + i * kCifarRecordBytes;
     const int label = static_cast<unsigned char>(record[0]);
     if (label > 9) {
-      const std::string where = absl::StrCat(path, ": record ", i);
       TS_RETURN_IF_ERROR(
-          malformed.Report(where, absl::StrCat("label byte ", label, " is not a class 0-9")));
+          ReportMalformed(options, dataset, absl::StrCat(path, ": record ", i),
+                          absl::StrCat("label byte ", label, " is not a class 0-9")));
       continue;
     }
     // Planar (all R, all G, all B) → interleaved RGB, the layout ImageToTokens takes.
@@ -397,9 +376,9 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
     dataset.examples.push_back(Example{std::move(gray), label});
   }
   if (const std::int64_t tail = size % kCifarRecordBytes; tail != 0) {
-    const std::string where = absl::StrCat(path, ": record ", records);
-    TS_RETURN_IF_ERROR(malformed.Report(
-        where, absl::StrCat("truncated record: ", tail, " of ", kCifarRecordBytes, " bytes")));
+    TS_RETURN_IF_ERROR(ReportMalformed(
+        options, dataset, absl::StrCat(path, ": record ", records),
+        absl::StrCat("truncated record: ", tail, " of ", kCifarRecordBytes, " bytes")));
   }
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);
   dataset.label_names = {"airplane", "automobile", "bird",  "cat",  "deer",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -61,11 +62,7 @@ int ApplyListOpsOperator(std::string_view op, std::vector<int> args) {
   if (op == "MAX") return *std::max_element(args.begin(), args.end());
   if (op == "FIRST") return args.front();
   if (op == "LAST") return args.back();
-  if (op == "SM") {
-    int sum = 0;
-    for (int a : args) sum = (sum + a) % 10;
-    return sum;
-  }
+  if (op == "SM") return static_cast<int>(std::accumulate(args.begin(), args.end(), 0L) % 10);
   // MED: the lower median.
   std::sort(args.begin(), args.end());
   return args[(args.size() - 1) / 2];
@@ -74,10 +71,7 @@ int ApplyListOpsOperator(std::string_view op, std::vector<int> args) {
 }  // namespace
 
 std::vector<std::string> ListOpsLabelNames() {
-  std::vector<std::string> names;
-  names.reserve(10);
-  for (int i = 0; i < 10; ++i) names.push_back(std::to_string(i));
-  return names;
+  return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
 }
 
 absl::StatusOr<Dataset> GenerateListOpsDataset(const ListOpsGeneratorOptions& options) {

@@ -133,9 +133,7 @@ absl::Status ImportReference(const ImportFlags& flags) {
 }
 
 absl::Status Init(const InitFlags& flags) {
-  const std::string& out = flags.out;
   std::vector<std::string> labels = absl::StrSplit(flags.labels, ',');
-  const std::int64_t seed = flags.seed;
   TaylorShiftEncoderOptions options(flags.embed_dim, flags.depth, flags.heads, flags.max_length,
                                     static_cast<std::int64_t>(labels.size()));
   options.mlp_hidden(flags.embed_dim * flags.mlp_ratio);
@@ -143,15 +141,15 @@ absl::Status Init(const InitFlags& flags) {
     throw UsageError{std::string(valid.message())};
   }
   CheckpointMetadata metadata;
-  metadata.format_version = kCheckpointFormatVersion;
   metadata.modality = flags.modality;
   metadata.labels = labels;
   metadata.provenance["created_by"] = "tsmodel init";
-  metadata.provenance["source"] = absl::StrCat("untrained: random initialisation, seed ", seed);
-  torch::manual_seed(static_cast<std::uint64_t>(seed));
+  metadata.provenance["source"] =
+      absl::StrCat("untrained: random initialisation, seed ", flags.seed);
+  torch::manual_seed(static_cast<std::uint64_t>(flags.seed));
   TaylorShiftEncoder model(options);
-  TS_RETURN_IF_ERROR(SaveCheckpoint(out, options, metadata, model));
-  std::cout << "wrote " << out << ": " << DescribeEncoderOptions(options) << " (untrained, "
+  TS_RETURN_IF_ERROR(SaveCheckpoint(flags.out, options, metadata, model));
+  std::cout << "wrote " << flags.out << ": " << DescribeEncoderOptions(options) << " (untrained, "
             << model->CountParameters() << " parameters)\n";
   return absl::OkStatus();
 }
@@ -242,7 +240,7 @@ absl::Status Predict(const PredictFlags& flags) {
   auto& model = loaded.model;
   for (std::size_t start = 0; start < order.size(); start += batch_size) {
     const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_size));
-    auto ran = CatchTorch("predict", [&] {
+    TS_RETURN_IF_ERROR(CatchTorch("predict", [&] {
       c10::InferenceMode inference;
       const auto batch = static_cast<std::int64_t>(end - start);
       std::int64_t longest = 0;
@@ -254,13 +252,7 @@ absl::Status Predict(const PredictFlags& flags) {
       for (std::int64_t row = 0; row < batch; ++row) {
         const auto& item_tokens = items[order[start + row]].tokens;
         lengths[row] = static_cast<std::int64_t>(item_tokens.size());
-        if (!item_tokens.empty()) {
-          tokens[row]
-              .narrow(0, 0, item_tokens.size())
-              .copy_(torch::from_blob(const_cast<std::int64_t*>(item_tokens.data()),
-                                      {static_cast<std::int64_t>(item_tokens.size())},
-                                      torch::kLong));
-        }
+        tokens[row].narrow(0, 0, item_tokens.size()).copy_(torch::tensor(item_tokens));
       }
       const AttentionPath concrete = model->ResolvePath(flags.path, longest + 1);
       const auto logits = model->forward(tokens.to(device), lengths.to(device), concrete)
@@ -272,9 +264,7 @@ absl::Status Predict(const PredictFlags& flags) {
         item.logits.assign(data, data + logits.size(1));
         item.path = concrete;
       }
-      return true;
-    });
-    TS_RETURN_IF_ERROR(ran.status());
+    }));
   }
 
   std::vector<std::string> failed;
@@ -373,7 +363,6 @@ absl::Status Calibrate(const CalibrateFlags& flags) {
 }
 
 absl::Status ListOps(const ListOpsFlags& flags) {
-  const std::string& out = flags.out;
   ListOpsGeneratorOptions options = flags.options;
   options.seed = static_cast<std::uint64_t>(flags.seed);
   TS_ASSIGN_OR_RETURN(const auto dataset, GenerateListOpsDataset(options));
@@ -385,11 +374,11 @@ absl::Status ListOps(const ListOpsFlags& flags) {
                       {"label", dataset.label_names[static_cast<std::size_t>(example.label)]}}),
         "\n");
   }
-  std::ofstream file(out, std::ios::binary | std::ios::trunc);
+  std::ofstream file(flags.out, std::ios::binary | std::ios::trunc);
   file << text;
   file.close();
-  if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write ", out));
-  std::cout << "wrote " << out << ": " << dataset.examples.size() << " ListOps examples\n";
+  if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write ", flags.out));
+  std::cout << "wrote " << flags.out << ": " << dataset.examples.size() << " ListOps examples\n";
   return absl::OkStatus();
 }
 

@@ -95,7 +95,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
                      " CUDA ranks needs c10d's NCCL backend, which this "
                      "build lacks (the CUDA build against the torch wheel has it)"));
   }
-  auto joined = CatchTorch("joining the data-parallel world", [&] {
+  TS_RETURN_IF_ERROR(CatchTorch("joining the data-parallel world", [&] {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(options.master_port);
     store_options.isServer = options.rank == 0;
@@ -112,7 +112,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
       backend->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(backend->store, options.rank,
                                                                   options.world_size, nccl);
       group->backend_ = std::move(backend);
-      return 0;
+      return;
     }
 #endif
     auto gloo = c10d::ProcessGroupGloo::Options::create(options.timeout);
@@ -127,58 +127,51 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(
     backend->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(backend->store, options.rank,
                                                                 options.world_size, gloo);
     group->backend_ = std::move(backend);
-    return 0;
-  });
-  TS_RETURN_IF_ERROR(joined.status());
+  }));
   return group;
 }
 
 absl::Status DataParallelGroup::AverageGradients(const std::vector<torch::Tensor>& parameters) {
   if (backend_ == nullptr) return absl::OkStatus();
-  return CatchTorch("averaging gradients",
-                    [&] {
-                      torch::NoGradGuard no_grad;
-                      // Buckets in reverse parameter order (the order backward produces them), one
-                      // dtype each; every bucket's all-reduce is in flight before the first is
-                      // awaited.
-                      std::vector<std::vector<torch::Tensor>> buckets;
-                      std::int64_t bucket_bytes = 0;
-                      for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
-                        const torch::Tensor& grad = it->grad();
-                        if (!grad.defined()) continue;
-                        const std::int64_t bytes =
-                            grad.numel() * static_cast<std::int64_t>(grad.element_size());
-                        if (buckets.empty() || bucket_bytes + bytes > options_.bucket_bytes ||
-                            buckets.back().front().scalar_type() != grad.scalar_type()) {
-                          buckets.emplace_back();
-                          bucket_bytes = 0;
-                        }
-                        buckets.back().push_back(grad);
-                        bucket_bytes += bytes;
-                      }
-                      std::vector<torch::Tensor> flats;
-                      std::vector<WorkPtr> works;
-                      for (const auto& bucket : buckets) {
-                        std::vector<torch::Tensor> pieces;
-                        pieces.reserve(bucket.size());
-                        for (const auto& g : bucket) pieces.push_back(g.reshape({-1}));
-                        std::vector<torch::Tensor> flat{torch::cat(pieces)};
-                        works.push_back(backend_->Allreduce(flat));
-                        flats.push_back(flat[0]);
-                      }
-                      const double scale = 1.0 / options_.world_size;
-                      for (std::size_t b = 0; b < buckets.size(); ++b) {
-                        works[b]->wait();
-                        std::int64_t offset = 0;
-                        for (auto& g : buckets[b]) {
-                          const std::int64_t n = g.numel();
-                          g.copy_(flats[b].narrow(0, offset, n).view(g.sizes()).mul_(scale));
-                          offset += n;
-                        }
-                      }
-                      return 0;
-                    })
-      .status();
+  return CatchTorch("averaging gradients", [&] {
+    torch::NoGradGuard no_grad;
+    // Buckets in reverse parameter order (the order backward produces them), one dtype each;
+    // every bucket's all-reduce is in flight before the first is awaited.
+    std::vector<std::vector<torch::Tensor>> buckets;
+    std::int64_t bucket_bytes = 0;
+    for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
+      const torch::Tensor& grad = it->grad();
+      if (!grad.defined()) continue;
+      const std::int64_t bytes = grad.numel() * static_cast<std::int64_t>(grad.element_size());
+      if (buckets.empty() || bucket_bytes + bytes > options_.bucket_bytes ||
+          buckets.back().front().scalar_type() != grad.scalar_type()) {
+        buckets.emplace_back();
+        bucket_bytes = 0;
+      }
+      buckets.back().push_back(grad);
+      bucket_bytes += bytes;
+    }
+    std::vector<torch::Tensor> flats;
+    std::vector<WorkPtr> works;
+    for (const auto& bucket : buckets) {
+      std::vector<torch::Tensor> pieces;
+      pieces.reserve(bucket.size());
+      for (const auto& g : bucket) pieces.push_back(g.reshape({-1}));
+      std::vector<torch::Tensor> flat{torch::cat(pieces)};
+      works.push_back(backend_->Allreduce(flat));
+      flats.push_back(flat[0]);
+    }
+    const double scale = 1.0 / options_.world_size;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      works[b]->wait();
+      std::int64_t offset = 0;
+      for (auto& g : buckets[b]) {
+        const std::int64_t n = g.numel();
+        g.copy_(flats[b].narrow(0, offset, n).view(g.sizes()).mul_(scale));
+        offset += n;
+      }
+    }
+  });
 }
 
 absl::StatusOr<std::vector<double>> DataParallelGroup::Sum(const std::vector<double>& values) {
@@ -194,16 +187,13 @@ absl::StatusOr<std::vector<double>> DataParallelGroup::Sum(const std::vector<dou
 
 absl::Status DataParallelGroup::Broadcast(const std::vector<torch::Tensor>& tensors) {
   if (backend_ == nullptr) return absl::OkStatus();
-  return CatchTorch("broadcasting from rank 0",
-                    [&] {
-                      torch::NoGradGuard no_grad;
-                      for (const auto& t : tensors) {
-                        std::vector<torch::Tensor> one{t.detach()};
-                        backend_->Broadcast(one)->wait();
-                      }
-                      return 0;
-                    })
-      .status();
+  return CatchTorch("broadcasting from rank 0", [&] {
+    torch::NoGradGuard no_grad;
+    for (const auto& t : tensors) {
+      std::vector<torch::Tensor> one{t.detach()};
+      backend_->Broadcast(one)->wait();
+    }
+  });
 }
 
 #else  // !TS_HAVE_GLOO

@@ -12,8 +12,7 @@ namespace ts {
 LambOptions::LambOptions(double lr) : lr_(lr) {}
 
 bool operator==(const LambOptions& lhs, const LambOptions& rhs) {
-  return lhs.lr() == rhs.lr() && std::get<0>(lhs.betas()) == std::get<0>(rhs.betas()) &&
-         std::get<1>(lhs.betas()) == std::get<1>(rhs.betas()) && lhs.eps() == rhs.eps() &&
+  return lhs.lr() == rhs.lr() && lhs.betas() == rhs.betas() && lhs.eps() == rhs.eps() &&
          lhs.weight_decay() == rhs.weight_decay();
 }
 

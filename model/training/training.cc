@@ -89,13 +89,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 std::string_view OptimizerKindName(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kAdamW:
-      return "adamw";
-    case OptimizerKind::kLamb:
-      return "lamb";
-  }
-  return "unknown";
+  return kind == OptimizerKind::kLamb ? "lamb" : "adamw";
 }
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name) {
@@ -221,7 +215,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TaylorShiftEncode
     return fresh;
   };
   TS_ASSIGN_OR_RETURN(auto model, CatchTorch("building the model", build));
-  return CreateChecked(std::move(model), encoder, options, std::move(train), std::move(validation));
+  return Create(std::move(model), encoder, options, std::move(train), std::move(validation));
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TaylorShiftEncoder model,
@@ -240,12 +234,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TaylorShiftEncoder mode
                                                    ") does not match the encoder options (",
                                                    DescribeEncoderOptions(encoder), ")"));
   }
-  auto converted = CatchTorch("converting the model", [&] {
-    model->to(options.device, options.dtype);
-    return 0;
-  });
-  TS_RETURN_IF_ERROR(converted.status());
-  return CreateChecked(std::move(model), encoder, options, std::move(train), std::move(validation));
+  TS_RETURN_IF_ERROR(
+      CatchTorch("converting the model", [&] { model->to(options.device, options.dtype); }));
+  if (train.empty()) return absl::InvalidArgumentError("the training set is empty");
+  TS_RETURN_IF_ERROR(ValidateExamples(train, encoder.num_classes(), "training"));
+  TS_RETURN_IF_ERROR(ValidateExamples(validation, encoder.num_classes(), "validation"));
+  std::unique_ptr<Trainer> trainer(
+      new Trainer(std::move(model), encoder, options, std::move(train), std::move(validation)));
+  TS_RETURN_IF_ERROR(CatchTorch("building the optimizer", [&] {
+    trainer->model_->train();
+    trainer->BuildOptimizer();
+  }));
+  return trainer;
 }
 
 absl::Status Trainer::SetDataParallel(DataParallelGroup* group) {
@@ -259,24 +259,6 @@ absl::Status Trainer::SetDataParallel(DataParallelGroup* group) {
   std::vector<torch::Tensor> tensors = model_->parameters();
   for (const auto& buffer : model_->buffers()) tensors.push_back(buffer);
   return group->Broadcast(tensors);
-}
-
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::CreateChecked(
-    TaylorShiftEncoder model, const TaylorShiftEncoderOptions& encoder,
-    const TrainingOptions& options, std::vector<LabeledSequence> train,
-    std::vector<LabeledSequence> validation) {
-  if (train.empty()) return absl::InvalidArgumentError("the training set is empty");
-  TS_RETURN_IF_ERROR(ValidateExamples(train, encoder.num_classes(), "training"));
-  TS_RETURN_IF_ERROR(ValidateExamples(validation, encoder.num_classes(), "validation"));
-  std::unique_ptr<Trainer> trainer(
-      new Trainer(std::move(model), encoder, options, std::move(train), std::move(validation)));
-  absl::StatusOr<bool> built = CatchTorch("building the optimizer", [&] {
-    trainer->model_->train();
-    trainer->BuildOptimizer();
-    return true;
-  });
-  TS_RETURN_IF_ERROR(built.status());
-  return trainer;
 }
 
 void Trainer::BuildOptimizer() {
@@ -429,6 +411,7 @@ absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
     std::vector<std::int64_t> labels;
     std::vector<std::int64_t> predictions;
     labels.reserve(examples.size());
+    for (const LabeledSequence& e : examples) labels.push_back(e.label);
     predictions.reserve(examples.size());
     const auto chunk_size = static_cast<std::size_t>(batch_size);
     for (std::size_t begin = 0; begin < examples.size(); begin += chunk_size) {
@@ -443,12 +426,9 @@ absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
                       logits, batch.labels,
                       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                       .item<double>();
-      const torch::Tensor predicted = logits.argmax(1).to(torch::kCPU);
-      const torch::Tensor truth = batch.labels.to(torch::kCPU);
-      for (std::int64_t i = 0; i < predicted.size(0); ++i) {
-        predictions.push_back(predicted[i].item<std::int64_t>());
-        labels.push_back(truth[i].item<std::int64_t>());
-      }
+      const torch::Tensor predicted = logits.argmax(1).to(torch::kCPU).contiguous();
+      predictions.insert(predictions.end(), predicted.data_ptr<std::int64_t>(),
+                         predicted.data_ptr<std::int64_t>() + predicted.numel());
     }
     EvaluationResult r;
     r.examples = static_cast<std::int64_t>(examples.size());
@@ -551,16 +531,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Resume(const std::string& path
   }
   TS_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                       Create(*encoder, options, std::move(train), std::move(validation)));
-  absl::StatusOr<bool> loaded = CatchTorch("restoring the training state", [&] {
+  const absl::Status loaded = CatchTorch("restoring the training state", [&] {
     torch::serialize::InputArchive model_archive;
     archive->read("model", model_archive);
     trainer->model_->load(model_archive);
     torch::serialize::InputArchive optimizer_archive;
     archive->read("optimizer", optimizer_archive);
     trainer->optimizer_->load(optimizer_archive);
-    return true;
   });
-  if (!loaded.ok()) return absl::DataLossError(absl::StrCat(path, ": ", loaded.status().message()));
+  if (!loaded.ok()) return absl::DataLossError(absl::StrCat(path, ": ", loaded.message()));
   trainer->step_ = saved->step;
   trainer->epoch_ = saved->epoch;
   trainer->epoch_index_ = saved->epoch_index;

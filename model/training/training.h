@@ -192,11 +192,6 @@ class Trainer {
           const TrainingOptions& options, std::vector<LabeledSequence> train,
           std::vector<LabeledSequence> validation);
 
-  static absl::StatusOr<std::unique_ptr<Trainer>> CreateChecked(
-      TaylorShiftEncoder model, const TaylorShiftEncoderOptions& encoder,
-      const TrainingOptions& options, std::vector<LabeledSequence> train,
-      std::vector<LabeledSequence> validation);
-
   void BuildOptimizer();
   const std::vector<std::int64_t>& EpochOrder();
   std::vector<const LabeledSequence*> NextBatch();
