@@ -131,18 +131,10 @@ torch::Tensor FeaturePairs(std::int64_t d, const torch::Device& device) {
   const auto key = std::make_pair(d, device.str());
   absl::MutexLock lock(&mu);
   if (auto it = cache->find(key); it != cache->end()) return it->second;
-  std::vector<std::int64_t> first, second;
-  for (std::int64_t i = 0; i < d; ++i) {
-    for (std::int64_t j = i; j < d; ++j) {
-      first.push_back(i);
-      second.push_back(j);
-    }
-  }
-  for (std::int64_t i = 0; i <= d; ++i) {
-    first.push_back(i);
-    second.push_back(d);
-  }
-  auto pairs = torch::stack({torch::tensor(first), torch::tensor(second)}).to(device);
+  // triu_indices lists the upper triangle row by row, as FillFeatures does.
+  const auto linear =
+      torch::stack({torch::arange(d + 1, torch::kLong), torch::full({d + 1}, d, torch::kLong)});
+  auto pairs = torch::cat({torch::triu_indices(d, d), linear}, 1).to(device);
   cache->emplace(key, pairs);
   return pairs;
 }
