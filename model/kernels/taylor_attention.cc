@@ -462,11 +462,8 @@ class EfficientCore : public torch::autograd::Function<EfficientCore> {
     // Quotient rule for y = nom₁:/nom₀: ∂L/∂nom₀ = −⟨∂L/∂y, y⟩/nom₀, ∂L/∂nom₁: = (∂L/∂y)/nom₀.
     const auto dnom = torch::cat({-(grad_y * y).sum(-1, /*keepdim=*/true), grad_y}, -1).div_(den);
     auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
-    if (!aten) {
-      EfficientBackwardCpu(q, k, v, coefficients, kv, dnom, dq, dk, dv, chunk);
-    } else {
-      EfficientBackwardBatched(q, k, v, coefficients, kv, dnom, dq, dk, dv, chunk);
-    }
+    (aten ? EfficientBackwardBatched : EfficientBackwardCpu)(q, k, v, coefficients, kv, dnom, dq,
+                                                             dk, dv, chunk);
     return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -520,9 +517,7 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   }
   if (kernel == AttentionKernel::kFusedCpu) {
     // q and k arrive normalised: the fused kernel's scaling is the identity.
-    QueryKeyScaling identity;
-    identity.normalize = false;
-    return DirectInference(q, k, v, key_padding_mask, options, identity);
+    return DirectInference(q, k, v, key_padding_mask, options, {/*normalize=*/false, {}, 1.0});
   }
   const bool grad = NeedsGrad(q, k, v);
   // The ATen form's bf16: both products in bfloat16 with float32 accumulation, the numerators
@@ -584,9 +579,7 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   const bool aten = kernel == AttentionKernel::kAten;
   if (kernel == AttentionKernel::kFusedCpu) {
     // q and k arrive normalised: the fused kernel's scaling is the identity.
-    QueryKeyScaling identity;
-    identity.normalize = false;
-    return EfficientInference(q, k, v, key_padding_mask, options, identity);
+    return EfficientInference(q, k, v, key_padding_mask, options, {/*normalize=*/false, {}, 1.0});
   }
   const std::int64_t bh = s.batch * s.heads;
   const std::int64_t d = s.head_dim;
