@@ -547,15 +547,14 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
 
   const std::int64_t rows = BlockRows(s, DirectBudget(q, options));
   std::vector<torch::Tensor> blocks;
-  blocks.reserve((s.tokens + rows - 1) / rows);
-  for (std::int64_t start = 0; start < s.tokens; start += rows) {
-    const std::int64_t n = std::min(rows, s.tokens - start);
-    auto scores = torch::bmm(q_op.narrow(1, start, n), k_op);
+  for (const auto& q_block : q_op.split(rows, 1)) {
+    auto scores = torch::bmm(q_block, k_op);
     scores = grad ? scores.square() : scores.square_();
     if (low) {
       blocks.push_back(compat::BmmFloat32(scores, v_op).add_(constant));
     } else {
-      blocks.push_back(torch::baddbmm(constant.expand({bh, n, s.head_dim + 1}), scores, v_aug));
+      blocks.push_back(
+          torch::baddbmm(constant.expand({bh, q_block.size(1), s.head_dim + 1}), scores, v_aug));
     }
   }
   auto nom = blocks.size() == 1 ? blocks.front() : torch::cat(blocks, 1);
@@ -670,9 +669,8 @@ torch::Tensor SoftmaxAttention(const torch::Tensor& q, const torch::Tensor& k,
   const std::int64_t rows = BlockRows(s, options.direct_block_elements);
   if (rows >= s.tokens || q.is_cuda()) return compat::ScaledDotProductAttention(q, k, v, keep);
   std::vector<torch::Tensor> blocks;
-  for (std::int64_t start = 0; start < s.tokens; start += rows) {
-    const std::int64_t n = std::min(rows, s.tokens - start);
-    blocks.push_back(compat::ScaledDotProductAttention(q.narrow(2, start, n), k, v, keep));
+  for (const auto& q_block : q.split(rows, 2)) {
+    blocks.push_back(compat::ScaledDotProductAttention(q_block, k, v, keep));
   }
   return torch::cat(blocks, 2);
 }
