@@ -53,6 +53,24 @@ torch::Tensor MaskedGroupNorm(const torch::Tensor& x, const torch::Tensor& valid
   return normalized * norm->weight.view({1, -1, 1}) + norm->bias.view({1, -1, 1});
 }
 
+// pe[p, 2i] = sin(p·div_i), pe[p, 2i+1] = cos(p·div_i), div_i = exp(-ln(10000)·2i/C), computed in
+// float32 like the reference. Returns [1, max_length, C] float32.
+torch::Tensor SinusoidalPositions(std::int64_t max_length, std::int64_t embed_dim) {
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  auto pe = torch::zeros({max_length, embed_dim}, f32);
+  const auto pos = torch::arange(0, max_length, f32).unsqueeze(1);
+  // Same operation order as the reference: arange(0, C, 2) * (-ln(10000) / C), then exp.
+  const auto div =
+      torch::exp(torch::arange(0, embed_dim, 2, f32) *
+                 (-torch::log(torch::tensor(10000.0f)) / static_cast<float>(embed_dim)));
+  const auto angles = pos * div;
+  using torch::indexing::None;
+  using torch::indexing::Slice;
+  pe.index_put_({Slice(), Slice(0, None, 2)}, torch::sin(angles));
+  pe.index_put_({Slice(), Slice(1, None, 2)}, torch::cos(angles));
+  return pe.view({1, max_length, embed_dim});
+}
+
 std::string FormatFieldValue(const EncoderOptionValue& value) {
   if (const auto* i = std::get_if<std::int64_t>(&value)) return std::to_string(*i);
   if (const auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
@@ -265,22 +283,6 @@ absl::StatusOr<TaylorShiftEncoderOptions> ParseEncoderOptions(std::string_view d
   return EncoderOptionsFromFields(fields);
 }
 
-torch::Tensor SinusoidalPositions(std::int64_t max_length, std::int64_t embed_dim) {
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  auto pe = torch::zeros({max_length, embed_dim}, f32);
-  const auto pos = torch::arange(0, max_length, f32).unsqueeze(1);
-  // Same operation order as the reference: arange(0, C, 2) * (-ln(10000) / C), then exp.
-  const auto div =
-      torch::exp(torch::arange(0, embed_dim, 2, f32) *
-                 (-torch::log(torch::tensor(10000.0f)) / static_cast<float>(embed_dim)));
-  const auto angles = pos * div;
-  using torch::indexing::None;
-  using torch::indexing::Slice;
-  pe.index_put_({Slice(), Slice(0, None, 2)}, torch::sin(angles));
-  pe.index_put_({Slice(), Slice(1, None, 2)}, torch::cos(angles));
-  return pe.view({1, max_length, embed_dim});
-}
-
 // ---------------------------------------------------------------------------------------------
 
 TaylorShiftMlpImpl::TaylorShiftMlpImpl(std::int64_t dim, std::int64_t hidden) {
@@ -445,10 +447,14 @@ void TaylorShiftEncoderImpl::reset_parameters() {
 
 torch::Tensor TaylorShiftEncoderImpl::Embed(const torch::Tensor& tokens,
                                             const torch::Tensor& valid) {
-  if (options_.conv_embed()) return patch_embed_conv(tokens, valid);
   // Linear on one-hot tokens = the token's column of the weight, plus the bias.
   // The [V, C] copy is small next to the batch and makes the gather contiguous.
-  return torch::embedding(patch_embed->weight.t().contiguous(), tokens) + patch_embed->bias;
+  const auto x =
+      options_.conv_embed()
+          ? patch_embed_conv(tokens, valid)
+          : torch::embedding(patch_embed->weight.t().contiguous(), tokens) + patch_embed->bias;
+  const auto cls = cls_token.expand({tokens.size(0), 1, options_.embed_dim()});
+  return torch::cat({cls, x + pe.narrow(1, 0, tokens.size(1))}, 1);
 }
 
 torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
@@ -486,9 +492,7 @@ torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
   const auto positions = torch::arange(length, lens.options()).unsqueeze(0);
   const auto valid = positions < lens.unsqueeze(1);  // [B, N]
 
-  auto x = Embed(ids, valid) + pe.narrow(1, 0, length);
-  x = torch::cat({cls_token.expand({batch, 1, options_.embed_dim()}), x}, 1);
-  x = pos_drop_(x);
+  auto x = pos_drop_(Embed(ids, valid));
 
   // Padded keys are excluded; without padding the mask is left out (nothing to exclude).
   torch::Tensor key_padding_mask;
