@@ -126,10 +126,6 @@ const FieldSpec* FindFieldSpec(std::string_view name) {
 }  // namespace
 
 absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options) {
-  const auto positive = [](const char* name, std::int64_t value) -> absl::Status {
-    if (value > 0) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(name, " must be positive, got ", value));
-  };
   for (const auto& [name, value] : std::initializer_list<std::pair<const char*, std::int64_t>>{
            {"vocab_size", options.vocab_size()},
            {"embed_dim", options.embed_dim()},
@@ -137,7 +133,9 @@ absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options) {
            {"heads", options.heads()},
            {"max_length", options.max_length()},
            {"num_classes", options.num_classes()}}) {
-    TS_RETURN_IF_ERROR(positive(name, value));
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be positive, got ", value));
+    }
   }
   if (options.mlp_hidden() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
