@@ -425,11 +425,9 @@ void TaylorShiftEncoderImpl::reset_parameters() {
       linear->reset_parameters();
       if (linear->bias.defined()) linear->bias.zero_();
     } else if (auto* layer_norm = module->as<torch::nn::LayerNormImpl>()) {
-      layer_norm->weight.fill_(1.0);
-      layer_norm->bias.zero_();
+      layer_norm->reset_parameters();  // weight 1, bias 0
     } else if (auto* group_norm = module->as<torch::nn::GroupNormImpl>()) {
-      group_norm->weight.fill_(1.0);
-      group_norm->bias.zero_();
+      group_norm->reset_parameters();  // weight 1, bias 0
     } else if (auto* conv = module->as<torch::nn::Conv1dImpl>()) {
       conv->reset_parameters();
     } else if (auto* attention = module->as<TaylorShiftAttentionImpl>()) {
