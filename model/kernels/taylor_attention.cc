@@ -140,11 +140,7 @@ torch::Tensor FeaturePairs(std::int64_t d, const torch::Device& device) {
 }
 
 // x' = [x | 1] for x [..., d].
-torch::Tensor WithOnes(const torch::Tensor& x) {
-  auto sizes = x.sizes().vec();
-  sizes.back() = 1;
-  return torch::cat({x, torch::ones(sizes, x.options())}, -1);
-}
+torch::Tensor WithOnes(const torch::Tensor& x) { return torch::constant_pad_nd(x, {0, 1}, 1.0); }
 
 // φ(x) for x [..., d] with tensor operations: one gather of each side of the index pairs and
 // one product, whatever d (the ATen form; the CPU kernels fill one chunk of one head at a time
@@ -530,14 +526,12 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   // (γ·Σ_j v''_j), so the only pass over the scores is the square.
   const double beta = options.b / (2 * options.a);
   const double gamma = options.c / options.a - options.b * options.b / (4 * options.a * options.a);
-  const auto ones = torch::ones({s.batch, s.heads, s.tokens, 1}, q.options());
-  const auto q_aug = torch::cat({q, ones * beta}, -1).reshape({bh, s.tokens, s.head_dim + 1});
-  const auto k_aug_t = torch::cat({k, ones}, -1)
-                           .reshape({bh, s.tokens, s.head_dim + 1})
-                           .transpose(1, 2)
-                           .contiguous();
+  const auto q_aug =
+      torch::constant_pad_nd(q, {0, 1}, beta).reshape({bh, s.tokens, s.head_dim + 1});
+  const auto k_aug_t =
+      WithOnes(k).reshape({bh, s.tokens, s.head_dim + 1}).transpose(1, 2).contiguous();
   // v'' = [v | 1], zero rows for padded keys: they drop out of numerator and denominator.
-  auto v_aug = torch::cat({v, ones}, -1);
+  auto v_aug = WithOnes(v);
   if (const auto keep = KeyKeep(key_padding_mask, v); keep.defined()) v_aug = v_aug * keep;
   v_aug = v_aug.reshape({bh, s.tokens, s.head_dim + 1});
   const auto constant = (v_aug.sum(1, /*keepdim=*/true) * gamma);
