@@ -8,28 +8,9 @@
 namespace ts {
 namespace {
 
-using Refusal = std::string (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                const KernelChoice&);
-
-std::string PaddedFusedCudaRefusal(const torch::Tensor& q, const torch::Tensor& k,
-                                   const torch::Tensor& v, const KernelChoice& choice) {
-  return FusedCudaRefusal(q, k, v, choice);
-}
-
-std::string FusedCpuRefusal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                            const KernelChoice& /*choice*/) {
-  return CanRunFusedInference(q, k, v) ? "" : "needs float32 CPU tensors without autograd";
-}
-
-std::string CpuRefusal(const torch::Tensor& q, const torch::Tensor& /*k*/,
-                       const torch::Tensor& /*v*/, const KernelChoice& /*choice*/) {
-  return q.is_cpu() ? "" : "needs CPU tensors";
-}
-
-std::string AtenRefusal(const torch::Tensor& /*q*/, const torch::Tensor& /*k*/,
-                        const torch::Tensor& /*v*/, const KernelChoice& /*choice*/) {
-  return "";  // runs anywhere
-}
+// Why a kernel cannot run a call of q, k, v under a choice; "" when it can.
+using Refusal = std::string (*)(const torch::Tensor& q, const torch::Tensor& k,
+                                const torch::Tensor& v, const KernelChoice& choice);
 
 struct Entry {
   AttentionKernel kernel;
@@ -37,17 +18,28 @@ struct Entry {
   std::string_view description;  // for error messages
   // The implementation that forces this kernel; kAuto for kernels that only kAuto picks.
   KernelImplementation forced_by;
-  Refusal refusal;  // why it cannot run a call, "" when it can
+  Refusal refusal;
 };
 
-// kAuto's order: the first that can run the call. A new kernel is one line here and its own file.
+// kAuto's order: the first that can run the call. A new kernel is one entry here and its own file.
 constexpr Entry kKernels[] = {
     {AttentionKernel::kFusedCuda, "fused_cuda", "the fused CUDA kernels",
-     KernelImplementation::kCuda, &PaddedFusedCudaRefusal},
+     KernelImplementation::kCuda,
+     [](const auto& q, const auto& k, const auto& v, const auto& choice) -> std::string {
+       return FusedCudaRefusal(q, k, v, choice);
+     }},
     {AttentionKernel::kFusedCpu, "fused_cpu", "the fused CPU kernels", KernelImplementation::kAuto,
-     &FusedCpuRefusal},
-    {AttentionKernel::kCpu, "cpu", "the CPU loops", KernelImplementation::kAuto, &CpuRefusal},
-    {AttentionKernel::kAten, "aten", "the ATen form", KernelImplementation::kAten, &AtenRefusal},
+     [](const auto& q, const auto& k, const auto& v, const auto&) -> std::string {
+       return CanRunFusedInference(q, k, v) ? "" : "needs float32 CPU tensors without autograd";
+     }},
+    {AttentionKernel::kCpu, "cpu", "the CPU loops", KernelImplementation::kAuto,
+     [](const auto& q, const auto&, const auto&, const auto&) -> std::string {
+       return q.is_cpu() ? "" : "needs CPU tensors";
+     }},
+    {AttentionKernel::kAten, "aten", "the ATen form", KernelImplementation::kAten,
+     [](const auto&, const auto&, const auto&, const auto&) -> std::string {
+       return "";  // runs anywhere
+     }},
 };
 
 }  // namespace

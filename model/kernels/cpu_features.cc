@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -66,11 +65,10 @@ absl::StatusOr<CpuCapability> ParseCpuCapability(std::string_view name) {
   for (const auto& [level, known] : kNames) {
     if (known == name) return level;
   }
-  std::vector<std::string> names;
-  names.reserve(kNames.size());
-  for (const auto& entry : kNames) names.emplace_back(entry.second);
+  const auto append_name = [](std::string* out, const auto& entry) { out->append(entry.second); };
   return absl::InvalidArgumentError(absl::StrCat("CPU capability '", std::string(name),
-                                                 "' is not one of ", absl::StrJoin(names, ", ")));
+                                                 "' is not one of ",
+                                                 absl::StrJoin(kNames, ", ", append_name)));
 }
 
 CpuCapability DetectedCpuCapability() {

@@ -43,12 +43,9 @@ InferenceProblem PrepareInference(const char* kernel, const torch::Tensor& q,
   p.q = q.data_ptr<float>();
   p.k = k.data_ptr<float>();
   p.v = v.data_ptr<float>();
-  for (std::size_t i = 0; i < 3; ++i) {
-    const auto dim = static_cast<std::int64_t>(i);
-    p.q_strides[i] = q.stride(dim);
-    p.k_strides[i] = k.stride(dim);
-    p.v_strides[i] = v.stride(dim);
-  }
+  std::copy_n(q.strides().begin(), 3, p.q_strides.begin());
+  std::copy_n(k.strides().begin(), 3, p.k_strides.begin());
+  std::copy_n(v.strides().begin(), 3, p.v_strides.begin());
   if (key_padding_mask.defined()) {
     TORCH_CHECK(key_padding_mask.dim() == 2 && key_padding_mask.size(0) == p.batch &&
                     key_padding_mask.size(1) == p.tokens &&

@@ -69,12 +69,8 @@ torch::Tensor CpuInferenceLinear(const torch::nn::Linear& layer, const torch::Te
   const std::int64_t in = w.size(1), out = w.size(0), rows = x.numel() / in;
   auto sizes = x.sizes().vec();
   sizes.back() = out;
-  torch::Tensor y;
-  if (bias.defined()) {
-    y = bias.expand({rows, out}).contiguous();
-  } else {
-    y = torch::empty({rows, out}, x.options());
-  }
+  auto y = bias.defined() ? bias.expand({rows, out}).contiguous()
+                          : torch::empty({rows, out}, x.options());
   SgemmInto(false, true, rows, out, in, x.data_ptr<float>(), in, w.data_ptr<float>(), in,
             bias.defined() ? 1.0f : 0.0f, y.data_ptr<float>(), out);
   return y.view(sizes);

@@ -131,28 +131,16 @@ torch::Tensor FeaturePairs(std::int64_t d, const torch::Device& device) {
   const auto key = std::make_pair(d, device.str());
   absl::MutexLock lock(&mu);
   if (auto it = cache->find(key); it != cache->end()) return it->second;
-  std::vector<std::int64_t> first, second;
-  for (std::int64_t i = 0; i < d; ++i) {
-    for (std::int64_t j = i; j < d; ++j) {
-      first.push_back(i);
-      second.push_back(j);
-    }
-  }
-  for (std::int64_t i = 0; i <= d; ++i) {
-    first.push_back(i);
-    second.push_back(d);
-  }
-  auto pairs = torch::stack({torch::tensor(first), torch::tensor(second)}).to(device);
+  // triu_indices lists the upper triangle row by row, as FillFeatures does.
+  const auto linear =
+      torch::stack({torch::arange(d + 1, torch::kLong), torch::full({d + 1}, d, torch::kLong)});
+  auto pairs = torch::cat({torch::triu_indices(d, d), linear}, 1).to(device);
   cache->emplace(key, pairs);
   return pairs;
 }
 
 // x' = [x | 1] for x [..., d].
-torch::Tensor WithOnes(const torch::Tensor& x) {
-  auto sizes = x.sizes().vec();
-  sizes.back() = 1;
-  return torch::cat({x, torch::ones(sizes, x.options())}, -1);
-}
+torch::Tensor WithOnes(const torch::Tensor& x) { return torch::constant_pad_nd(x, {0, 1}, 1.0); }
 
 // φ(x) for x [..., d] with tensor operations: one gather of each side of the index pairs and
 // one product, whatever d (the ATen form; the CPU kernels fill one chunk of one head at a time
@@ -470,11 +458,8 @@ class EfficientCore : public torch::autograd::Function<EfficientCore> {
     // Quotient rule for y = nom₁:/nom₀: ∂L/∂nom₀ = −⟨∂L/∂y, y⟩/nom₀, ∂L/∂nom₁: = (∂L/∂y)/nom₀.
     const auto dnom = torch::cat({-(grad_y * y).sum(-1, /*keepdim=*/true), grad_y}, -1).div_(den);
     auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
-    if (!aten) {
-      EfficientBackwardCpu(q, k, v, coefficients, kv, dnom, dq, dk, dv, chunk);
-    } else {
-      EfficientBackwardBatched(q, k, v, coefficients, kv, dnom, dq, dk, dv, chunk);
-    }
+    (aten ? EfficientBackwardBatched : EfficientBackwardCpu)(q, k, v, coefficients, kv, dnom, dq,
+                                                             dk, dv, chunk);
     return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -528,9 +513,7 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   }
   if (kernel == AttentionKernel::kFusedCpu) {
     // q and k arrive normalised: the fused kernel's scaling is the identity.
-    QueryKeyScaling identity;
-    identity.normalize = false;
-    return DirectInference(q, k, v, key_padding_mask, options, identity);
+    return DirectInference(q, k, v, key_padding_mask, options, {/*normalize=*/false, {}, 1.0});
   }
   const bool grad = NeedsGrad(q, k, v);
   // The ATen form's bf16: both products in bfloat16 with float32 accumulation, the numerators
@@ -543,14 +526,12 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   // (γ·Σ_j v''_j), so the only pass over the scores is the square.
   const double beta = options.b / (2 * options.a);
   const double gamma = options.c / options.a - options.b * options.b / (4 * options.a * options.a);
-  const auto ones = torch::ones({s.batch, s.heads, s.tokens, 1}, q.options());
-  const auto q_aug = torch::cat({q, ones * beta}, -1).reshape({bh, s.tokens, s.head_dim + 1});
-  const auto k_aug_t = torch::cat({k, ones}, -1)
-                           .reshape({bh, s.tokens, s.head_dim + 1})
-                           .transpose(1, 2)
-                           .contiguous();
+  const auto q_aug =
+      torch::constant_pad_nd(q, {0, 1}, beta).reshape({bh, s.tokens, s.head_dim + 1});
+  const auto k_aug_t =
+      WithOnes(k).reshape({bh, s.tokens, s.head_dim + 1}).transpose(1, 2).contiguous();
   // v'' = [v | 1], zero rows for padded keys: they drop out of numerator and denominator.
-  auto v_aug = torch::cat({v, ones}, -1);
+  auto v_aug = WithOnes(v);
   if (const auto keep = KeyKeep(key_padding_mask, v); keep.defined()) v_aug = v_aug * keep;
   v_aug = v_aug.reshape({bh, s.tokens, s.head_dim + 1});
   const auto constant = (v_aug.sum(1, /*keepdim=*/true) * gamma);
@@ -560,15 +541,14 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
 
   const std::int64_t rows = BlockRows(s, DirectBudget(q, options));
   std::vector<torch::Tensor> blocks;
-  blocks.reserve((s.tokens + rows - 1) / rows);
-  for (std::int64_t start = 0; start < s.tokens; start += rows) {
-    const std::int64_t n = std::min(rows, s.tokens - start);
-    auto scores = torch::bmm(q_op.narrow(1, start, n), k_op);
+  for (const auto& q_block : q_op.split(rows, 1)) {
+    auto scores = torch::bmm(q_block, k_op);
     scores = grad ? scores.square() : scores.square_();
     if (low) {
       blocks.push_back(compat::BmmFloat32(scores, v_op).add_(constant));
     } else {
-      blocks.push_back(torch::baddbmm(constant.expand({bh, n, s.head_dim + 1}), scores, v_aug));
+      blocks.push_back(
+          torch::baddbmm(constant.expand({bh, q_block.size(1), s.head_dim + 1}), scores, v_aug));
     }
   }
   auto nom = blocks.size() == 1 ? blocks.front() : torch::cat(blocks, 1);
@@ -592,9 +572,7 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
   const bool aten = kernel == AttentionKernel::kAten;
   if (kernel == AttentionKernel::kFusedCpu) {
     // q and k arrive normalised: the fused kernel's scaling is the identity.
-    QueryKeyScaling identity;
-    identity.normalize = false;
-    return EfficientInference(q, k, v, key_padding_mask, options, identity);
+    return EfficientInference(q, k, v, key_padding_mask, options, {/*normalize=*/false, {}, 1.0});
   }
   const std::int64_t bh = s.batch * s.heads;
   const std::int64_t d = s.head_dim;
@@ -685,9 +663,8 @@ torch::Tensor SoftmaxAttention(const torch::Tensor& q, const torch::Tensor& k,
   const std::int64_t rows = BlockRows(s, options.direct_block_elements);
   if (rows >= s.tokens || q.is_cuda()) return compat::ScaledDotProductAttention(q, k, v, keep);
   std::vector<torch::Tensor> blocks;
-  for (std::int64_t start = 0; start < s.tokens; start += rows) {
-    const std::int64_t n = std::min(rows, s.tokens - start);
-    blocks.push_back(compat::ScaledDotProductAttention(q.narrow(2, start, n), k, v, keep));
+  for (const auto& q_block : q.split(rows, 2)) {
+    blocks.push_back(compat::ScaledDotProductAttention(q_block, k, v, keep));
   }
   return torch::cat(blocks, 2);
 }

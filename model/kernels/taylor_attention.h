@@ -30,8 +30,7 @@ enum class KernelImplementation {
   // device's free memory on CUDA. What CUDA devices run; forced on a CPU, it tests that code
   // there, and it is the oracle of the fused kernels.
   kAten,
-  // The fused CUDA kernels (model/kernels/taylor_kernels_cuda.cu,
-  // model/kernels/fused_cuda_attention.h): the
+  // The fused CUDA kernels (model/kernels/taylor_kernels_cuda.cu, fused_cuda_attention.h): the
   // direct and efficient paths' forward on a GPU with bf16 products, no autograd. kAuto runs
   // them wherever they apply; forced where they do not apply, a call throws and says why.
   kCuda,

@@ -10,6 +10,21 @@
 #include "model/torch_compat.h"
 
 namespace ts {
+namespace {
+
+// q and k as the Taylor paths take them: q̂ = τ·q/‖q‖ and k̂ = k/‖k‖ with input normalisation,
+// else q scaled by C^-½ as the reference does. The softmax path takes them as they are.
+void ScaleQueryKey(AttentionPath path, bool normalize, const torch::Tensor& temperature,
+                   std::int64_t dim, torch::Tensor& q, torch::Tensor& k) {
+  if (path == AttentionPath::kSoftmax) return;
+  if (normalize) {
+    std::tie(q, k) = NormalizeQueryKey(q, k, temperature);
+  } else {
+    q = q * (1.0 / std::sqrt(static_cast<double>(dim)));
+  }
+}
+
+}  // namespace
 
 TaylorShiftAttentionImpl::TaylorShiftAttentionImpl(const TaylorShiftAttentionOptions& options)
     : options_(options) {
@@ -34,18 +49,6 @@ void TaylorShiftAttentionImpl::reset() {
   kernel_options_.b = options_.b();
   kernel_options_.c = options_.c();
   kernel_options_.output_normalize = options_.output_normalize();
-  kernel_options_.direct_block_elements = options_.direct_block_elements();
-  kernel_options_.efficient_chunk_tokens = options_.efficient_chunk_tokens();
-  low_kernel_options_ = kernel_options_;
-}
-
-void TaylorShiftAttentionImpl::reset_parameters() {
-  qkv->reset_parameters();
-  proj->reset_parameters();
-  if (temperature.defined()) {
-    torch::NoGradGuard no_grad;
-    temperature.fill_(1.0);
-  }
 }
 
 std::int64_t TaylorShiftAttentionImpl::crossover_tokens() const {
@@ -56,18 +59,14 @@ std::int64_t TaylorShiftAttentionImpl::crossover_tokens() const {
 void TaylorShiftAttentionImpl::set_precision(Precision precision) {
   qkv_low_ = LowPrecisionWeight(qkv, precision);
   proj_low_ = LowPrecisionWeight(proj, precision);
-  low_kernel_options_ = kernel_options_;
-  low_kernel_options_.bf16_products = precision == Precision::kBf16;
 }
 
 void TaylorShiftAttentionImpl::set_kernel_implementation(KernelImplementation implementation) {
   kernel_options_.implementation = implementation;
-  low_kernel_options_.implementation = implementation;
 }
 
 void TaylorShiftAttentionImpl::set_efficient_tiles(bool on) {
   kernel_options_.efficient_tiles = on;
-  low_kernel_options_.efficient_tiles = on;
 }
 
 AttentionPath TaylorShiftAttentionImpl::ResolvePath(AttentionPath path, std::int64_t tokens) const {
@@ -89,19 +88,16 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
   auto k = qkv_heads[1];
   auto v = qkv_heads[2];
   const AttentionPath concrete = ResolvePath(path, tokens);
-  // The reference scales q by C^-½ before the Taylor polynomial when it does not normalise.
-  const double query_factor = 1.0 / std::sqrt(static_cast<double>(dim));
-  const TaylorKernelOptions& kernel = low ? low_kernel_options_ : kernel_options_;
+  TaylorKernelOptions kernel = kernel_options_;
+  kernel.bf16_products = low && qkv_low_.defined();  // set_precision(kBf16)
   torch::Tensor y;
   const bool fused =
       (concrete == AttentionPath::kEfficient || concrete == AttentionPath::kDirect) &&
       ChooseAttentionKernel(q, k, v, kernel) == AttentionKernel::kFusedCpu;
   if (fused) {
     // One fused kernel: the normalisation, the operands and the output layout inside it.
-    QueryKeyScaling scaling;
-    scaling.normalize = options_.input_normalize();
-    scaling.temperature = temperature;
-    scaling.query_factor = query_factor;
+    const QueryKeyScaling scaling{options_.input_normalize(), temperature,
+                                  1.0 / std::sqrt(static_cast<double>(dim))};  // as ScaleQueryKey
     y = concrete == AttentionPath::kEfficient
             ? EfficientInference(q, k, v, key_padding_mask, kernel, scaling)
             : DirectInference(q, k, v, key_padding_mask, kernel, scaling);
@@ -116,24 +112,14 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
       k = k.to(torch::kFloat);
       v = v.to(torch::kFloat);
     }
-    if (concrete != AttentionPath::kSoftmax) {
-      if (options_.input_normalize()) {
-        std::tie(q, k) = NormalizeQueryKey(q, k, temperature);
-      } else {
-        q = q * query_factor;
-      }
-    }
+    ScaleQueryKey(concrete, options_.input_normalize(), temperature, dim, q, k);
     y = RunAttentionPath(concrete, q, k, v, key_padding_mask, kernel);
   }
   if (options_.attn_drop() > 0) {
     y = torch::dropout(y, options_.attn_drop(), is_training());
   }
-  y = MixedLinear(proj, low ? proj_low_ : torch::Tensor(),
-                  y.transpose(1, 2).reshape({batch, tokens, dim}));
-  if (options_.proj_drop() > 0) {
-    y = torch::dropout(y, options_.proj_drop(), is_training());
-  }
-  return y;
+  return MixedLinear(proj, low ? proj_low_ : torch::Tensor(),
+                     y.transpose(1, 2).reshape({batch, tokens, dim}));
 }
 
 torch::Tensor TaylorShiftAttentionImpl::ForwardPacked(const torch::Tensor& x,
@@ -149,14 +135,11 @@ torch::Tensor TaylorShiftAttentionImpl::ForwardPacked(const torch::Tensor& x,
   auto k = qkv_rows.select(1, 1);
   const auto v = qkv_rows.select(1, 2);
   const AttentionPath concrete = ResolvePath(path, batch.width);
-  if (concrete != AttentionPath::kSoftmax) {
-    if (options_.input_normalize()) {
-      std::tie(q, k) = NormalizeQueryKey(q, k, temperature.view({heads, 1}));
-    } else {
-      q = q * (1.0 / std::sqrt(static_cast<double>(options_.dim())));  // as forward scales
-    }
-  }
-  const auto y = RunPackedAttentionPath(concrete, q, k, v, batch, low_kernel_options_);
+  const auto tau = temperature.defined() ? temperature.view({heads, 1}) : temperature;  // [H, 1]
+  ScaleQueryKey(concrete, options_.input_normalize(), tau, options_.dim(), q, k);
+  TaylorKernelOptions kernel = kernel_options_;
+  kernel.bf16_products = qkv_low_.defined();  // set_precision(kBf16)
+  const auto y = RunPackedAttentionPath(concrete, q, k, v, batch, kernel);
   return MixedLinear(proj, proj_low_, y.reshape({rows, options_.dim()}));
 }
 

@@ -26,11 +26,8 @@ struct TaylorShiftAttentionOptions {
   TORCH_ARG(double, b) = 1.0;
   TORCH_ARG(double, c) = 1.0;
   TORCH_ARG(double, attn_drop) = 0.0;
-  TORCH_ARG(double, proj_drop) = 0.0;
   // Tokens above which kAuto takes the efficient path; 0 = the formula N0(d).
   TORCH_ARG(std::int64_t, crossover_tokens) = 0;
-  TORCH_ARG(std::int64_t, direct_block_elements) = std::int64_t{1} << 19;
-  TORCH_ARG(std::int64_t, efficient_chunk_tokens) = 512;
 };
 
 class TaylorShiftAttentionImpl : public torch::nn::Module {
@@ -38,7 +35,6 @@ class TaylorShiftAttentionImpl : public torch::nn::Module {
   explicit TaylorShiftAttentionImpl(const TaylorShiftAttentionOptions& options);
 
   void reset();
-  void reset_parameters();
 
   // x: [B, N, C]; key_padding_mask: [B, N] bool (true = padded) or undefined.
   // `path` may be kAuto (resolved with ResolvePath for this N).
@@ -74,10 +70,8 @@ class TaylorShiftAttentionImpl : public torch::nn::Module {
 
  private:
   TaylorShiftAttentionOptions options_;
-  TaylorKernelOptions kernel_options_;
-  // kernel_options_ plus the precision's bf16_products, for eval mode (set_precision).
-  TaylorKernelOptions low_kernel_options_;
-  torch::Tensor qkv_low_;  // bf16 copies of the weights (undefined at fp32)
+  TaylorKernelOptions kernel_options_;  // bf16_products is set per call, from qkv_low_
+  torch::Tensor qkv_low_;               // bf16 copies of the weights (undefined at fp32)
   torch::Tensor proj_low_;
 };
 TORCH_MODULE(TaylorShiftAttention);

@@ -41,9 +41,8 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
     BatchClassification out;
     for (std::int64_t b = 0; b < batch; ++b) {
       const auto& s = sequences[b];
-      for (std::size_t t = 0; t < s.size(); ++t) {
-        token_data[b * width + static_cast<std::int64_t>(t)] = static_cast<unsigned char>(s[t]);
-      }
+      std::transform(s.begin(), s.end(), token_data + b * width,
+                     [](char c) { return static_cast<unsigned char>(c); });
       length_data[b] = static_cast<std::int64_t>(s.size());
       out.real_tokens += length_data[b] + 1;
     }

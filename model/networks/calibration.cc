@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -24,7 +23,6 @@ namespace {
 struct Measurement {
   double median = 0;
   double spread = 0;  // slowest/fastest - 1 within that round
-  int rounds = 0;
 };
 
 Measurement Measure(const std::function<double()>& time_one_run,
@@ -36,8 +34,7 @@ Measurement Measure(const std::function<double()>& time_one_run,
     for (int i = 0; i < std::max(1, options.repeats); ++i) seconds.push_back(time_one_run());
     std::sort(seconds.begin(), seconds.end());
     const double spread = seconds.front() > 0 ? seconds.back() / seconds.front() - 1 : 0;
-    if (round == 1 || spread < best.spread) best = {seconds[seconds.size() / 2], spread, 0};
-    best.rounds = round;
+    if (round == 1 || spread < best.spread) best = {seconds[seconds.size() / 2], spread};
     if (spread <= options.tolerance) break;
   }
   return best;
@@ -93,7 +90,6 @@ Sweep RunSweep(const CalibrationOptions& options, const torch::Device& device,
     const auto tokens = static_cast<std::int64_t>(std::llround(n));
     CalibrationPoint point;
     point.tokens = tokens;
-    std::array<Measurement, 2> measured;
     for (const AttentionPath path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
       std::function<double()> time_one_run;
       torch::Tensor q, k, v;
@@ -106,13 +102,7 @@ Sweep RunSweep(const CalibrationOptions& options, const torch::Device& device,
         };
         std::tie(q, k) = NormalizeQueryKey(make(), make(), {});
         v = make();
-        const auto run = [&, path] {
-          if (path == AttentionPath::kDirect) {
-            TaylorDirect(q, k, v, {}, kernel);
-          } else {
-            TaylorEfficient(q, k, v, {}, kernel);
-          }
-        };
+        const auto run = [&, path] { RunAttentionPath(path, q, k, v, {}, kernel); };
         run();  // warm-up: allocator, thread pool, caches
         compat::Synchronize(device);
         time_one_run = [&, run] {
@@ -123,7 +113,7 @@ Sweep RunSweep(const CalibrationOptions& options, const torch::Device& device,
         };
       }
       const Measurement m = Measure(time_one_run, options);
-      measured[path == AttentionPath::kDirect ? 0 : 1] = m;
+      (path == AttentionPath::kDirect ? point.direct_seconds : point.efficient_seconds) = m.median;
       ++sweep.measured;
       if (m.spread > options.tolerance) {
         ++sweep.noisy;
@@ -134,8 +124,6 @@ Sweep RunSweep(const CalibrationOptions& options, const torch::Device& device,
         }
       }
     }
-    point.direct_seconds = measured[0].median;
-    point.efficient_seconds = measured[1].median;
     sweep.points.push_back(point);
     consecutive_wins = point.efficient_seconds < point.direct_seconds ? consecutive_wins + 1 : 0;
     if (consecutive_wins >= 2) break;

@@ -39,28 +39,19 @@ std::int64_t TrainingCrossoverTokens(std::int64_t head_dim) {
       {32, 444},
   }};
   const double d = static_cast<double>(std::max<std::int64_t>(head_dim, 1));
-  const auto& first = kMeasured.front();
-  const auto& last = kMeasured.back();
   double tokens = 0;
-  if (d <= first.first) {
-    tokens = SpeedCrossoverN0(head_dim) * first.second /
-             SpeedCrossoverN0(static_cast<std::int64_t>(first.first));
-  } else if (d >= last.first) {
-    tokens = SpeedCrossoverN0(head_dim) * last.second /
-             SpeedCrossoverN0(static_cast<std::int64_t>(last.first));
+  if (d <= kMeasured.front().first || d >= kMeasured.back().first) {
+    const auto& [d_end, n_end] =
+        d <= kMeasured.front().first ? kMeasured.front() : kMeasured.back();
+    tokens =
+        SpeedCrossoverN0(head_dim) * n_end / SpeedCrossoverN0(static_cast<std::int64_t>(d_end));
   } else {
-    for (std::size_t i = 1; i < kMeasured.size(); ++i) {
-      const auto& [d_lo, n_lo] = kMeasured[i - 1];
-      const auto& [d_hi, n_hi] = kMeasured[i];
-      if (d > d_hi) continue;
-      if (d == d_hi) {
-        tokens = n_hi;
-        break;
-      }
-      const double t = std::log(d / d_lo) / std::log(d_hi / d_lo);
-      tokens = std::exp(std::log(n_lo) + t * std::log(n_hi / n_lo));
-      break;
-    }
+    const auto hi = std::find_if(kMeasured.begin(), kMeasured.end(),
+                                 [d](const auto& point) { return d <= point.first; });
+    const auto& [d_lo, n_lo] = *(hi - 1);
+    const auto& [d_hi, n_hi] = *hi;
+    const double t = std::log(d / d_lo) / std::log(d_hi / d_lo);
+    tokens = d == d_hi ? n_hi : std::exp(std::log(n_lo) + t * std::log(n_hi / n_lo));
   }
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(tokens)));
 }

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <map>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -53,6 +53,24 @@ torch::Tensor MaskedGroupNorm(const torch::Tensor& x, const torch::Tensor& valid
   return normalized * norm->weight.view({1, -1, 1}) + norm->bias.view({1, -1, 1});
 }
 
+// pe[p, 2i] = sin(p·div_i), pe[p, 2i+1] = cos(p·div_i), div_i = exp(-ln(10000)·2i/C), computed in
+// float32 like the reference. Returns [1, max_length, C] float32.
+torch::Tensor SinusoidalPositions(std::int64_t max_length, std::int64_t embed_dim) {
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  auto pe = torch::zeros({max_length, embed_dim}, f32);
+  const auto pos = torch::arange(0, max_length, f32).unsqueeze(1);
+  // Same operation order as the reference: arange(0, C, 2) * (-ln(10000) / C), then exp.
+  const auto div =
+      torch::exp(torch::arange(0, embed_dim, 2, f32) *
+                 (-torch::log(torch::tensor(10000.0f)) / static_cast<float>(embed_dim)));
+  const auto angles = pos * div;
+  using torch::indexing::None;
+  using torch::indexing::Slice;
+  pe.index_put_({Slice(), Slice(0, None, 2)}, torch::sin(angles));
+  pe.index_put_({Slice(), Slice(1, None, 2)}, torch::cos(angles));
+  return pe.view({1, max_length, embed_dim});
+}
+
 std::string FormatFieldValue(const EncoderOptionValue& value) {
   if (const auto* i = std::get_if<std::int64_t>(&value)) return std::to_string(*i);
   if (const auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
@@ -66,33 +84,36 @@ std::string FormatFieldValue(const EncoderOptionValue& value) {
   return buffer;
 }
 
-enum class FieldKind { kInt, kDouble, kBool };
+using Options = TaylorShiftEncoderOptions;
+// One field of the options, by its type (the alternatives in EncoderOptionValue's order).
+using FieldRef = std::variant<std::int64_t*, double*, bool*>;
 
 struct FieldSpec {
   const char* name;
-  FieldKind kind;
   bool required;
+  FieldRef (*field)(Options& options);
 };
 
+// The architecture record, in its order.
 constexpr FieldSpec kFieldSpecs[] = {
-    {"vocab_size", FieldKind::kInt, true},
-    {"embed_dim", FieldKind::kInt, true},
-    {"depth", FieldKind::kInt, true},
-    {"heads", FieldKind::kInt, true},
-    {"mlp_hidden", FieldKind::kInt, true},
-    {"max_length", FieldKind::kInt, true},
-    {"num_classes", FieldKind::kInt, true},
-    {"qkv_bias", FieldKind::kBool, true},
-    {"conv_embed", FieldKind::kBool, true},
-    {"a", FieldKind::kDouble, true},
-    {"b", FieldKind::kDouble, true},
-    {"c", FieldKind::kDouble, true},
-    {"input_normalize", FieldKind::kBool, true},
-    {"output_normalize", FieldKind::kBool, true},
-    {"drop_rate", FieldKind::kDouble, false},
-    {"attn_drop", FieldKind::kDouble, false},
-    {"drop_path", FieldKind::kDouble, false},
-    {"crossover_tokens", FieldKind::kInt, false},
+    {"vocab_size", true, [](Options& o) -> FieldRef { return &o.vocab_size(); }},
+    {"embed_dim", true, [](Options& o) -> FieldRef { return &o.embed_dim(); }},
+    {"depth", true, [](Options& o) -> FieldRef { return &o.depth(); }},
+    {"heads", true, [](Options& o) -> FieldRef { return &o.heads(); }},
+    {"mlp_hidden", true, [](Options& o) -> FieldRef { return &o.mlp_hidden(); }},
+    {"max_length", true, [](Options& o) -> FieldRef { return &o.max_length(); }},
+    {"num_classes", true, [](Options& o) -> FieldRef { return &o.num_classes(); }},
+    {"qkv_bias", true, [](Options& o) -> FieldRef { return &o.qkv_bias(); }},
+    {"conv_embed", true, [](Options& o) -> FieldRef { return &o.conv_embed(); }},
+    {"a", true, [](Options& o) -> FieldRef { return &o.a(); }},
+    {"b", true, [](Options& o) -> FieldRef { return &o.b(); }},
+    {"c", true, [](Options& o) -> FieldRef { return &o.c(); }},
+    {"input_normalize", true, [](Options& o) -> FieldRef { return &o.input_normalize(); }},
+    {"output_normalize", true, [](Options& o) -> FieldRef { return &o.output_normalize(); }},
+    {"drop_rate", false, [](Options& o) -> FieldRef { return &o.drop_rate(); }},
+    {"attn_drop", false, [](Options& o) -> FieldRef { return &o.attn_drop(); }},
+    {"drop_path", false, [](Options& o) -> FieldRef { return &o.drop_path(); }},
+    {"crossover_tokens", false, [](Options& o) -> FieldRef { return &o.crossover_tokens(); }},
 };
 
 const FieldSpec* FindFieldSpec(std::string_view name) {
@@ -105,10 +126,6 @@ const FieldSpec* FindFieldSpec(std::string_view name) {
 }  // namespace
 
 absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options) {
-  const auto positive = [](const char* name, std::int64_t value) -> absl::Status {
-    if (value > 0) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(name, " must be positive, got ", value));
-  };
   for (const auto& [name, value] : std::initializer_list<std::pair<const char*, std::int64_t>>{
            {"vocab_size", options.vocab_size()},
            {"embed_dim", options.embed_dim()},
@@ -116,7 +133,9 @@ absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options) {
            {"heads", options.heads()},
            {"max_length", options.max_length()},
            {"num_classes", options.num_classes()}}) {
-    TS_RETURN_IF_ERROR(positive(name, value));
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be positive, got ", value));
+    }
   }
   if (options.mlp_hidden() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -155,83 +174,48 @@ absl::Status ValidateEncoderOptions(const TaylorShiftEncoderOptions& options) {
 }
 
 EncoderOptionFields EncoderOptionsToFields(const TaylorShiftEncoderOptions& options) {
-  return {
-      {"vocab_size", options.vocab_size()},
-      {"embed_dim", options.embed_dim()},
-      {"depth", options.depth()},
-      {"heads", options.heads()},
-      {"mlp_hidden", ResolvedMlpHidden(options)},
-      {"max_length", options.max_length()},
-      {"num_classes", options.num_classes()},
-      {"qkv_bias", options.qkv_bias()},
-      {"conv_embed", options.conv_embed()},
-      {"a", options.a()},
-      {"b", options.b()},
-      {"c", options.c()},
-      {"input_normalize", options.input_normalize()},
-      {"output_normalize", options.output_normalize()},
-      {"drop_rate", options.drop_rate()},
-      {"attn_drop", options.attn_drop()},
-      {"drop_path", options.drop_path()},
-      {"crossover_tokens", options.crossover_tokens()},
-  };
+  Options resolved = options;
+  resolved.mlp_hidden(ResolvedMlpHidden(options));
+  EncoderOptionFields fields;
+  for (const auto& spec : kFieldSpecs) {
+    std::visit([&](const auto* value) { fields.emplace_back(spec.name, *value); },
+               spec.field(resolved));
+  }
+  return fields;
 }
 
 absl::StatusOr<TaylorShiftEncoderOptions> EncoderOptionsFromFields(
     const EncoderOptionFields& fields) {
-  std::map<std::string, EncoderOptionValue> values;
+  Options options(0, 0, 0, 0, 0);  // the optional fields keep their defaults
+  std::set<std::string> given;
   for (const auto& [name, value] : fields) {
     const FieldSpec* spec = FindFieldSpec(name);
     if (spec == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown architecture field '", name, "'"));
     }
+    const FieldRef field = spec->field(options);
     const bool type_ok =
-        (spec->kind == FieldKind::kInt && std::holds_alternative<std::int64_t>(value)) ||
-        (spec->kind == FieldKind::kBool && std::holds_alternative<bool>(value)) ||
-        (spec->kind == FieldKind::kDouble && !std::holds_alternative<bool>(value));
+        field.index() == value.index() ||
+        (std::holds_alternative<double*>(field) && std::holds_alternative<std::int64_t>(value));
     if (!type_ok) {
       static constexpr const char* kKindNames[] = {"an integer", "a number", "a boolean"};
-      return absl::InvalidArgumentError(absl::StrCat("architecture field '", name, "' must be ",
-                                                     kKindNames[static_cast<int>(spec->kind)]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("architecture field '", name, "' must be ", kKindNames[field.index()]));
     }
-    if (!values.emplace(name, value).second) {
+    if (!given.insert(name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("architecture field '", name, "' given twice"));
     }
+    std::visit(
+        [](auto* to, const auto& from) { *to = static_cast<std::decay_t<decltype(*to)>>(from); },
+        field, value);
   }
   for (const auto& spec : kFieldSpecs) {
-    if (spec.required && values.count(spec.name) == 0) {
+    if (spec.required && given.count(spec.name) == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("architecture field '", spec.name, "' is missing"));
     }
   }
-  const auto get_int = [&](const char* name, std::int64_t fallback) {
-    const auto it = values.find(name);
-    return it == values.end() ? fallback : std::get<std::int64_t>(it->second);
-  };
-  const auto get_bool = [&](const char* name) { return std::get<bool>(values.at(name)); };
-  const auto get_double = [&](const char* name, double fallback) {
-    const auto it = values.find(name);
-    if (it == values.end()) return fallback;
-    if (const auto* i = std::get_if<std::int64_t>(&it->second)) return static_cast<double>(*i);
-    return std::get<double>(it->second);
-  };
-  TaylorShiftEncoderOptions options(get_int("embed_dim", 0), get_int("depth", 0),
-                                    get_int("heads", 0), get_int("max_length", 0),
-                                    get_int("num_classes", 0));
-  options.vocab_size(get_int("vocab_size", 0))
-      .mlp_hidden(get_int("mlp_hidden", 0))
-      .qkv_bias(get_bool("qkv_bias"))
-      .conv_embed(get_bool("conv_embed"))
-      .a(get_double("a", 0.0))
-      .b(get_double("b", 0.0))
-      .c(get_double("c", 0.0))
-      .input_normalize(get_bool("input_normalize"))
-      .output_normalize(get_bool("output_normalize"))
-      .drop_rate(get_double("drop_rate", 0.0))
-      .attn_drop(get_double("attn_drop", 0.0))
-      .drop_path(get_double("drop_path", 0.0))
-      .crossover_tokens(get_int("crossover_tokens", 0));
   if (options.mlp_hidden() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "architecture field 'mlp_hidden' must be positive, got ", options.mlp_hidden()));
@@ -283,49 +267,18 @@ absl::StatusOr<TaylorShiftEncoderOptions> ParseEncoderOptions(std::string_view d
     if (spec == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown architecture field '", name, "'"));
     }
-    bool parsed = false;
-    switch (spec->kind) {
-      case FieldKind::kInt: {
-        std::int64_t value = 0;
-        parsed = absl::SimpleAtoi(text, &value);
-        if (parsed) fields.emplace_back(name, value);
-        break;
-      }
-      case FieldKind::kDouble: {
-        double value = 0;
-        parsed = absl::SimpleAtod(text, &value);
-        if (parsed) fields.emplace_back(name, value);
-        break;
-      }
-      case FieldKind::kBool: {
-        bool value = false;
-        parsed = absl::SimpleAtob(text, &value);
-        if (parsed) fields.emplace_back(name, value);
-        break;
-      }
-    }
+    Options scratch(0, 0, 0, 0, 0);  // the text parses into a field of the field's type
+    const FieldRef field = spec->field(scratch);
+    const bool parsed = field.index() == 0   ? absl::SimpleAtoi(text, std::get<0>(field))
+                        : field.index() == 1 ? absl::SimpleAtod(text, std::get<1>(field))
+                                             : absl::SimpleAtob(text, std::get<2>(field));
     if (!parsed) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot parse architecture field '", name, "' value '", text, "'"));
     }
+    std::visit([&](const auto* value) { fields.emplace_back(name, *value); }, field);
   }
   return EncoderOptionsFromFields(fields);
-}
-
-torch::Tensor SinusoidalPositions(std::int64_t max_length, std::int64_t embed_dim) {
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  auto pe = torch::zeros({max_length, embed_dim}, f32);
-  const auto pos = torch::arange(0, max_length, f32).unsqueeze(1);
-  // Same operation order as the reference: arange(0, C, 2) * (-ln(10000) / C), then exp.
-  const auto div =
-      torch::exp(torch::arange(0, embed_dim, 2, f32) *
-                 (-torch::log(torch::tensor(10000.0f)) / static_cast<float>(embed_dim)));
-  const auto angles = pos * div;
-  using torch::indexing::None;
-  using torch::indexing::Slice;
-  pe.index_put_({Slice(), Slice(0, None, 2)}, torch::sin(angles));
-  pe.index_put_({Slice(), Slice(1, None, 2)}, torch::cos(angles));
-  return pe.view({1, max_length, embed_dim});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -472,11 +425,9 @@ void TaylorShiftEncoderImpl::reset_parameters() {
       linear->reset_parameters();
       if (linear->bias.defined()) linear->bias.zero_();
     } else if (auto* layer_norm = module->as<torch::nn::LayerNormImpl>()) {
-      layer_norm->weight.fill_(1.0);
-      layer_norm->bias.zero_();
+      layer_norm->reset_parameters();  // weight 1, bias 0
     } else if (auto* group_norm = module->as<torch::nn::GroupNormImpl>()) {
-      group_norm->weight.fill_(1.0);
-      group_norm->bias.zero_();
+      group_norm->reset_parameters();  // weight 1, bias 0
     } else if (auto* conv = module->as<torch::nn::Conv1dImpl>()) {
       conv->reset_parameters();
     } else if (auto* attention = module->as<TaylorShiftAttentionImpl>()) {
@@ -492,10 +443,14 @@ void TaylorShiftEncoderImpl::reset_parameters() {
 
 torch::Tensor TaylorShiftEncoderImpl::Embed(const torch::Tensor& tokens,
                                             const torch::Tensor& valid) {
-  if (options_.conv_embed()) return patch_embed_conv(tokens, valid);
   // Linear on one-hot tokens = the token's column of the weight, plus the bias.
   // The [V, C] copy is small next to the batch and makes the gather contiguous.
-  return torch::embedding(patch_embed->weight.t().contiguous(), tokens) + patch_embed->bias;
+  const auto x =
+      options_.conv_embed()
+          ? patch_embed_conv(tokens, valid)
+          : torch::embedding(patch_embed->weight.t().contiguous(), tokens) + patch_embed->bias;
+  const auto cls = cls_token.expand({tokens.size(0), 1, options_.embed_dim()});
+  return torch::cat({cls, x + pe.narrow(1, 0, tokens.size(1))}, 1);
 }
 
 torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
@@ -533,9 +488,7 @@ torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
   const auto positions = torch::arange(length, lens.options()).unsqueeze(0);
   const auto valid = positions < lens.unsqueeze(1);  // [B, N]
 
-  auto x = Embed(ids, valid) + pe.narrow(1, 0, length);
-  x = torch::cat({cls_token.expand({batch, 1, options_.embed_dim()}), x}, 1);
-  x = pos_drop_(x);
+  auto x = pos_drop_(Embed(ids, valid));
 
   // Padded keys are excluded; without padding the mask is left out (nothing to exclude).
   torch::Tensor key_padding_mask;

@@ -211,6 +211,11 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   // Options with mlp_hidden resolved.
   const TaylorShiftEncoderOptions& options() const { return options_; }
 
+  // The blocks' input, before the positional dropout: tokens [B, N] int64 and valid [B, N] (true
+  // = real token) on the model's device → the token embedding plus pe[:, :N] behind the CLS token,
+  // [B, N + 1, C]. Shared by forward and PackedForward.
+  torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& valid);
+
   torch::nn::Linear patch_embed{nullptr};   // linear embedding (conv_embed == false)
   TextConvEmbed patch_embed_conv{nullptr};  // conv embedding (conv_embed == true)
   torch::Tensor cls_token;                  // [1, 1, C]
@@ -220,8 +225,6 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   torch::nn::Linear head{nullptr};
 
  private:
-  torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& valid);
-
   TaylorShiftEncoderOptions options_;
   Precision precision_ = Precision::kFp32;
   CrossoverTable crossover_table_;
@@ -229,9 +232,5 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   std::vector<TaylorShiftBlock> block_list_;  // the modules of `blocks`, typed
 };
 TORCH_MODULE(TaylorShiftEncoder);
-
-// pe[p, 2i] = sin(p·div_i), pe[p, 2i+1] = cos(p·div_i), div_i = exp(-ln(10000)·2i/C), computed in
-// float32 like the reference. Returns [1, max_length, C] float32.
-torch::Tensor SinusoidalPositions(std::int64_t max_length, std::int64_t embed_dim);
 
 }  // namespace ts

@@ -10,7 +10,6 @@ torch::Tensor PackedForward(TaylorShiftEncoderImpl& model, const torch::Tensor& 
                     " and ", lengths.sizes());
   const std::int64_t batch = tokens.size(0);
   const std::int64_t length = tokens.size(1);
-  const std::int64_t width = model.options().embed_dim();
   TORCH_CHECK_VALUE(length <= model.options().max_length(), "sequence of ", length,
                     " tokens exceeds max_length ", model.options().max_length());
   const auto ids = tokens.to(torch::kLong);
@@ -19,20 +18,13 @@ torch::Tensor PackedForward(TaylorShiftEncoderImpl& model, const torch::Tensor& 
   const auto valid = positions < lens.unsqueeze(1);  // [B, N], for the conv embedding
 
   // The embedding on the padded layout, as forward computes it; CLS first in every row.
-  torch::Tensor x;
-  if (model.options().conv_embed()) {
-    x = model.patch_embed_conv(ids, valid);
-  } else {
-    x = torch::embedding(model.patch_embed->weight.t().contiguous(), ids) + model.patch_embed->bias;
-  }
-  x = x + model.pe.narrow(1, 0, length);
-  x = torch::cat({model.cls_token.expand({batch, 1, width}), x}, 1);
+  const auto x = model.Embed(ids, valid);
 
   // The packed rows: the real ones of the padded [B·(N + 1)] rows, CLS included.
   const PackedBatch packing = PackBatch(lens + 1, length + 1);
   const AttentionPath resolved = model.ResolvePath(path, length + 1, batch);
 
-  auto packed = x.reshape({-1, width}).index_select(0, packing.rows);  // [T, C]
+  auto packed = x.flatten(0, 1).index_select(0, packing.rows);  // [T, C]
   for (const auto& module : *model.blocks) {
     auto& block = *module->as<TaylorShiftBlockImpl>();
     packed = packed + block.attn->ForwardPacked(block.Norm(block.norm1, packed), packing, resolved);
