@@ -464,6 +464,97 @@ class EfficientCore : public torch::autograd::Function<EfficientCore> {
   }
 };
 
+// The direct path's ATen form on heads q, k [BH, N, d] and v'' = [v | 1] [BH, N, d+1] (zero rows
+// for padded keys): nom = ((S + β)² + γ)·v'' with S = q kᵀ, one block of `rows` queries at a time.
+struct DirectTerms {
+  double beta, gamma;
+  std::int64_t rows;
+};
+
+torch::Tensor DirectNumerators(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v_aug, const DirectTerms& terms, bool low) {
+  const std::int64_t bh = q.size(0), d = q.size(2);
+  // β rides in the first GEMM as an extra column ([q | β]·[k | 1]ᵀ = S + β) and γ in the second
+  // (γ·Σ_j v''_j), so the only pass over the scores is the square.
+  const auto q_aug = torch::constant_pad_nd(q, {0, 1}, terms.beta);
+  const auto k_aug_t = WithOnes(k).transpose(1, 2).contiguous();
+  const auto constant = v_aug.sum(1, /*keepdim=*/true) * terms.gamma;
+  const auto q_op = low ? q_aug.to(torch::kBFloat16) : q_aug;
+  const auto k_op = low ? k_aug_t.to(torch::kBFloat16) : k_aug_t;
+  const auto v_op = low ? v_aug.to(torch::kBFloat16) : v_aug;
+  std::vector<torch::Tensor> blocks;
+  for (const auto& q_block : q_op.split(terms.rows, 1)) {
+    auto scores = torch::bmm(q_block, k_op).square_();
+    if (low) {
+      blocks.push_back(compat::BmmFloat32(scores, v_op).add_(constant));
+    } else {
+      blocks.push_back(
+          torch::baddbmm(constant.expand({bh, q_block.size(1), d + 1}), scores, v_aug));
+    }
+  }
+  return blocks.size() == 1 ? blocks.front() : torch::cat(blocks, 1);
+}
+
+// y = nom[:, :d] / nom[:, d].
+torch::Tensor DirectQuotient(const torch::Tensor& nom) {
+  const std::int64_t d = nom.size(-1) - 1;
+  return nom.narrow(-1, 0, d) / nom.narrow(-1, d, 1);
+}
+
+// The direct path under autograd, flash-style: forward keeps q, k, v'', y and the denominators —
+// O(N·d) per head — and backward recomputes the scores block by block, so neither holds more than
+// a few blocks of B·H·rows·N scores (autograd through the blocks kept every block's scores and
+// their squares: O(N²) per head). With S' = S + β, A = S'² + γ, nom = A·v'' and
+// dnom = [∂L/∂y | −⟨∂L/∂y, y⟩] / den: ∂L/∂v''_j = Σ_i A_ij dnom_i, and dS' = 2·S' ⊙ (dnom v''ᵀ)
+// gives ∂L/∂q = dS'·k, ∂L/∂k = dS'ᵀ·q. Not twice differentiable.
+class DirectCore : public torch::autograd::Function<DirectCore> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
+                               const torch::Tensor& k, const torch::Tensor& v_aug, double beta,
+                               double gamma, std::int64_t rows) {
+    const DirectTerms terms{beta, gamma, rows};
+    const auto nom = DirectNumerators(q, k, v_aug, terms, /*low=*/false);
+    const std::int64_t d = q.size(2);
+    auto y = DirectQuotient(nom);
+    ctx->save_for_backward({q, k, v_aug, y, nom.narrow(-1, d, 1).contiguous()});
+    ctx->saved_data["beta"] = beta;
+    ctx->saved_data["gamma"] = gamma;
+    // Backward holds three blocks (S', dS' and S'²) where forward held one.
+    ctx->saved_data["rows"] = std::max<std::int64_t>(1, rows / 3);
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v_aug = saved[2], &y = saved[3], &den = saved[4];
+    const double beta = ctx->saved_data["beta"].toDouble();
+    const double gamma = ctx->saved_data["gamma"].toDouble();
+    const std::int64_t rows = ctx->saved_data["rows"].toInt();
+    const auto grad_y = grad_outputs[0];
+    // Quotient rule for y = nom:d / nom_d, the denominator column last as in nom.
+    const auto dnom = torch::cat({grad_y, -(grad_y * y).sum(-1, /*keepdim=*/true)}, -1).div_(den);
+    const auto k_aug_t = WithOnes(k).transpose(1, 2).contiguous();
+    auto dq = torch::empty_like(q);
+    auto dk = torch::zeros_like(k);
+    // γ·Σ_j v''_j's gradient: every key gets γ·Σ_i dnom_i.
+    auto dv = (dnom.sum(1, /*keepdim=*/true) * gamma).expand_as(v_aug).contiguous();
+    const auto v_aug_t = v_aug.transpose(1, 2);
+    for (std::int64_t start = 0; start < q.size(1); start += rows) {
+      const std::int64_t n = std::min(rows, q.size(1) - start);
+      const auto q_block = q.narrow(1, start, n);
+      const auto dnom_block = dnom.narrow(1, start, n);
+      auto shifted = torch::bmm(torch::constant_pad_nd(q_block, {0, 1}, beta), k_aug_t);
+      auto d_shifted = torch::bmm(dnom_block, v_aug_t).mul_(shifted).mul_(2.0);
+      auto dq_block = dq.narrow(1, start, n);
+      at::bmm_out(dq_block, d_shifted, k);
+      dk.baddbmm_(d_shifted.transpose(1, 2), q_block);
+      dv.baddbmm_(shifted.square_().transpose(1, 2), dnom_block);
+    }
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor FeatureCoefficients(std::int64_t d, double a, double b, double c,
@@ -522,40 +613,19 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
                    q.scalar_type() == torch::kFloat;
   const std::int64_t bh = s.batch * s.heads;
   // A/a = (S + β)² + γ with β = b/2a, γ = c/a − b²/4a²; the factor a cancels in P = A/rowsum(A).
-  // β rides in the first GEMM as an extra column ([q | β]·[k | 1]ᵀ = S + β) and γ in the second
-  // (γ·Σ_j v''_j), so the only pass over the scores is the square.
-  const double beta = options.b / (2 * options.a);
-  const double gamma = options.c / options.a - options.b * options.b / (4 * options.a * options.a);
-  const auto q_aug =
-      torch::constant_pad_nd(q, {0, 1}, beta).reshape({bh, s.tokens, s.head_dim + 1});
-  const auto k_aug_t =
-      WithOnes(k).reshape({bh, s.tokens, s.head_dim + 1}).transpose(1, 2).contiguous();
+  DirectTerms terms{options.b / (2 * options.a),
+                    options.c / options.a - options.b * options.b / (4 * options.a * options.a),
+                    BlockRows(s, DirectBudget(q, options))};
   // v'' = [v | 1], zero rows for padded keys: they drop out of numerator and denominator.
   auto v_aug = WithOnes(v);
   if (const auto keep = KeyKeep(key_padding_mask, v); keep.defined()) v_aug = v_aug * keep;
   v_aug = v_aug.reshape({bh, s.tokens, s.head_dim + 1});
-  const auto constant = (v_aug.sum(1, /*keepdim=*/true) * gamma);
-  const auto q_op = low ? q_aug.to(torch::kBFloat16) : q_aug;
-  const auto k_op = low ? k_aug_t.to(torch::kBFloat16) : k_aug_t;
-  const auto v_op = low ? v_aug.to(torch::kBFloat16) : v_aug;
-
-  const std::int64_t rows = BlockRows(s, DirectBudget(q, options));
-  std::vector<torch::Tensor> blocks;
-  for (const auto& q_block : q_op.split(rows, 1)) {
-    auto scores = torch::bmm(q_block, k_op);
-    scores = grad ? scores.square() : scores.square_();
-    if (low) {
-      blocks.push_back(compat::BmmFloat32(scores, v_op).add_(constant));
-    } else {
-      blocks.push_back(
-          torch::baddbmm(constant.expand({bh, q_block.size(1), s.head_dim + 1}), scores, v_aug));
-    }
-  }
-  auto nom = blocks.size() == 1 ? blocks.front() : torch::cat(blocks, 1);
-  auto y = (nom.narrow(-1, 0, s.head_dim) / nom.narrow(-1, s.head_dim, 1))
-               .view({s.batch, s.heads, s.tokens, s.head_dim});
-  return OutputNormalize(y, TokenCounts(key_padding_mask, s, q), s, options.output_normalize,
-                         !grad);
+  const auto q_bh = q.reshape({bh, s.tokens, s.head_dim});
+  const auto k_bh = k.reshape({bh, s.tokens, s.head_dim});
+  auto y = grad ? DirectCore::apply(q_bh, k_bh, v_aug, terms.beta, terms.gamma, terms.rows)
+                : DirectQuotient(DirectNumerators(q_bh, k_bh, v_aug, terms, low));
+  return OutputNormalize(y.view({s.batch, s.heads, s.tokens, s.head_dim}),
+                         TokenCounts(key_padding_mask, s, q), s, options.output_normalize, !grad);
 }
 
 torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,

@@ -6,8 +6,8 @@
 // does not depend on the batch it is computed in. Rows of padded queries are finite but
 // meaningless. All functions are differentiable when autograd is on; when it is off they use
 // in-place kernels that keep at most one block of scores (direct) or one chunk of features
-// (efficient) alive. The efficient path has its own backward (see TaylorEfficient). Errors are
-// thrown as c10::Error (callers at the model boundary convert).
+// (efficient) alive. Both paths have their own backward (see TaylorDirect, TaylorEfficient). Errors
+// are thrown as c10::Error (callers at the model boundary convert).
 #pragma once
 
 #include <torch/torch.h>
@@ -89,7 +89,10 @@ std::pair<torch::Tensor, torch::Tensor> NormalizeQueryKey(const torch::Tensor& q
                                                           const torch::Tensor& k,
                                                           const torch::Tensor& temperature);
 
-// Y = P·V (·sqrt(N/d)) with P = A / rowsum(A), A = a·S⊙S + b·S + c, S = q kᵀ.
+// Y = P·V (·sqrt(N/d)) with P = A / rowsum(A), A = a·S⊙S + b·S + c, S = q kᵀ, one block of
+// query rows at a time. Under autograd, a custom backward recomputes the scores block by block:
+// what a call keeps for backward is O(N·d) per head, and neither pass holds more than a few
+// blocks of scores, never the N×N scores of a whole sequence. Not twice differentiable.
 torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                            const torch::Tensor& key_padding_mask,
                            const TaylorKernelOptions& options);

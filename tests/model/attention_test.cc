@@ -340,6 +340,106 @@ TEST(TaylorEfficientBackwardTest, MemoryDoesNotHoldFeaturesOfTheWholeSequence) {
   ASSERT_TRUE(q.grad().defined() && k.grad().defined() && v.grad().defined());
 }
 
+// The direct path under autograd keeps no N×N scores between forward and backward and recomputes
+// them block by block in backward: a training step at long N would otherwise hold two N×N
+// tensors per head and layer (the scores and their squares). Counted by the CPU allocator wrapper.
+TEST(TaylorDirectBackwardTest, MemoryDoesNotHoldScoresOfTheWholeSequence) {
+  torch::manual_seed(37);
+  const std::int64_t heads = 2, n = 2048, d = 16;
+  const std::int64_t float_bytes = 4;
+  compat::CountCpuAllocations();
+  auto q = torch::randn({1, heads, n, d}).requires_grad_(true);
+  auto k = torch::randn({1, heads, n, d}).requires_grad_(true);
+  auto v = torch::randn({1, heads, n, d}).requires_grad_(true);
+  const auto weight = torch::randn({1, heads, n, d});
+  TaylorKernelOptions options;
+  options.direct_block_elements = heads * 128 * n;  // 128 query rows per block
+  const std::int64_t all_scores = heads * n * n * float_bytes;
+  const std::int64_t block = options.direct_block_elements * float_bytes;
+  const std::int64_t per_token_row = heads * n * (d + 1) * float_bytes;
+
+  const auto before = compat::GetCpuAllocationCounts().current_bytes;
+  compat::ResetPeakCpuAllocations();
+  auto loss = (TaylorDirect(q, k, v, {}, options) * weight).sum();
+  const auto after_forward = compat::GetCpuAllocationCounts();
+  const std::int64_t held = after_forward.current_bytes - before;
+  // Kept: v'', y, the denominators and the scaled output, about 4 rows per token.
+  EXPECT_LE(held, 8 * per_token_row) << "forward keeps " << held << " bytes for backward";
+  EXPECT_LT(held, all_scores / 8);
+  EXPECT_LE(after_forward.peak_bytes - before, 8 * per_token_row + 2 * block);
+
+  compat::ResetPeakCpuAllocations();
+  loss.backward();
+  const std::int64_t backward_peak = compat::GetCpuAllocationCounts().peak_bytes - before;
+  EXPECT_LE(backward_peak, 16 * per_token_row + 2 * block)
+      << "backward peaks at " << backward_peak << " bytes";
+  EXPECT_LT(backward_peak, all_scores / 4);
+  ASSERT_TRUE(q.grad().defined() && k.grad().defined() && v.grad().defined());
+}
+
+// The direct path's own backward against autograd through TaylorDirectReference in float64, on a
+// padded batch over several blocks, with other Taylor coefficients and without output
+// normalisation; and in float32 against float64 at a long sequence.
+TEST(TaylorDirectBackwardTest, GradientsMatchAutogradThroughReference) {
+  torch::manual_seed(41);
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const std::int64_t batch = 2, heads = 3, n = 37, d = 8;
+  const auto mask = torch::arange(n).unsqueeze(0).ge(torch::tensor({37, 20}).unsqueeze(1));
+  const auto q0 = torch::randn({batch, heads, n, d}, opts);
+  const auto k0 = torch::randn({batch, heads, n, d}, opts);
+  const auto v0 = torch::randn({batch, heads, n, d}, opts);
+  const auto tau0 = torch::rand({1, heads, 1, 1}, opts) * 2.5 + 0.5;
+  const auto weight = torch::randn({batch, heads, n, d}, opts) *
+                      mask.logical_not().view({batch, 1, n, 1}).to(torch::kFloat64);
+  for (const auto& [a, b, c, normalize] :
+       {std::make_tuple(0.5, 1.0, 1.0, true), std::make_tuple(0.25, -0.5, 0.5, false)}) {
+    TaylorKernelOptions options;
+    options.a = a;
+    options.b = b;
+    options.c = c;
+    options.output_normalize = normalize;
+    options.direct_block_elements = batch * heads * 5 * n;  // 8 blocks of 5 rows, the last 2
+    std::vector<std::vector<torch::Tensor>> grads;
+    for (const auto path : {AttentionPath::kDirectReference, AttentionPath::kDirect}) {
+      auto q = q0.clone().requires_grad_(true);
+      auto k = k0.clone().requires_grad_(true);
+      auto v = v0.clone().requires_grad_(true);
+      auto tau = tau0.clone().requires_grad_(true);
+      const auto [q_hat, k_hat] = NormalizeQueryKey(q, k, tau);
+      (RunAttentionPath(path, q_hat, k_hat, v, mask, options) * weight).sum().backward();
+      grads.push_back({q.grad(), k.grad(), v.grad(), tau.grad()});
+    }
+    for (std::size_t t = 0; t < 4; ++t) {
+      EXPECT_GT(grads[0][t].abs().max().item<double>(), 0.0) << t;
+      EXPECT_LE(RelativeError(grads[1][t], grads[0][t]), 1e-10) << "input " << t << " b=" << b;
+    }
+    EXPECT_EQ(grads[1][2][1].index({Slice(), Slice(20, n)}).abs().max().item<double>(), 0.0);
+  }
+}
+
+TEST(TaylorDirectBackwardTest, Float32GradientsStayCloseToFloat64) {
+  torch::manual_seed(43);
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const std::int64_t n = 1500, d = 16;
+  const auto q0 = torch::randn({1, 2, n, d}, opts);
+  const auto k0 = torch::randn({1, 2, n, d}, opts);
+  const auto v0 = torch::randn({1, 2, n, d}, opts);
+  const auto weight = torch::randn({1, 2, n, d}, opts);
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    auto q = q0.to(dtype).clone().requires_grad_(true);
+    auto k = k0.to(dtype).clone().requires_grad_(true);
+    auto v = v0.to(dtype).clone().requires_grad_(true);
+    const auto [q_hat, k_hat] = NormalizeQueryKey(q, k, {});
+    (TaylorDirect(q_hat, k_hat, v, {}, {}) * weight.to(dtype)).sum().backward();
+    grads.push_back({q.grad(), k.grad(), v.grad()});
+  }
+  for (std::size_t t = 0; t < 3; ++t) {
+    ASSERT_TRUE(torch::isfinite(grads[1][t]).all().item<bool>()) << "input " << t;
+    EXPECT_LE(RelativeError(grads[1][t], grads[0][t]), 1e-4) << "input " << t;
+  }
+}
+
 TEST(TaylorCoefficientsTest, RejectsPolynomialsThatCanBeNegative) {
   EXPECT_NO_THROW(CheckTaylorCoefficients(0.5, 1.0, 0.5));
   try {
