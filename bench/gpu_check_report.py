@@ -1,7 +1,8 @@
 """scripts/gpu-check's last phase: one page of text (summary.txt) and one JSON (gpu-check.json)
 from the phases' results, plus the CUDA tests' results merged into tests.json. Standard library
 only. Benchmarks: Google Benchmark JSON files bench-*.json in --out, and the training benchmark's
-train.json in --work (merged into gpu-check.json: $OUT holds at most 8 files)."""
+train.json and train-fused.json in --work (merged into gpu-check.json: $OUT holds at most 8
+files)."""
 import argparse
 import glob
 import json
@@ -179,8 +180,10 @@ def train_table(rows):
     by_length = {}
     for name, (ms, counters) in rows.items():
         m = re.match(r"BM_TrainStep_(\w+?)/L:(\d+)", name)
+        kernel = re.search(r"/kernel:(\w+)", name)
         if m:
-            by_length.setdefault(int(m.group(2)), {})[m.group(1)] = (ms, counters)
+            path = m.group(1) + (f"[{kernel.group(1)}]" if kernel else "")
+            by_length.setdefault(int(m.group(2)), {})[path] = (ms, counters)
     lines = []
     for length, paths in sorted(by_length.items()):
         softmax = (paths.get("softmax") or (None, {}))[0]
@@ -257,9 +260,11 @@ def main():
         for name, row in bench["bench-classify"].items():
             ms = f"{row['ms']:.2f}" if row.get("ms") else row.get("error", "-")
             lines.append(f"  {name:48} {ms}")
-    train = os.path.join(args.work, "train.json")
-    if os.path.exists(train):
-        rows = benchmarks(train)
+    rows = {}
+    for name in ("train.json", "train-fused.json"):
+        if os.path.exists(os.path.join(args.work, name)):
+            rows.update(benchmarks(os.path.join(args.work, name)))
+    if rows:
         result["train"] = {name: {"ms": ms, **counters} for name, (ms, counters) in rows.items()}
         lines.append("train (Trainer::Step, bf16 autocast, AdamW; ms per step, peak MiB above the "
                      "step's start):")

@@ -10,12 +10,14 @@
 //
 //   train_bench [--device=cpu|cuda[:N]] [--precision=fp32|bf16] [--threads=N]
 //               [--lengths=500,1000,2000] [--heads=4,2] [--embed_dim=64] [--depth=2] [--batch=8]
-//               [--paths=direct,efficient,auto] [--min_time=1]
+//               [--paths=direct,efficient,auto] [--kernel=auto|aten|cuda] [--min_time=1]
 //               [benchmark flags, e.g. --benchmark_out=FILE
 //               --benchmark_out_format=json]
 //
 // --heads takes a list: each head count is one model (head dim d = embed_dim / heads), so the
-// crossover of `auto` can be checked at more than one d in the same run.
+// crossover of `auto` can be checked at more than one d in the same run. --kernel=cuda runs the
+// Taylor paths' forward and backward by the fused CUDA kernels (bf16 products; auto keeps the
+// ATen form under autograd); its benchmarks' names end in /kernel:cuda.
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -54,6 +56,7 @@ struct Flags {
   std::string device = "cpu";
   std::string precision = "fp32";
   std::vector<std::string> paths = {"direct", "efficient", "auto"};
+  std::string kernel = "auto";
   int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   std::vector<std::int64_t> lengths = {500, 1000, 2000};
   std::vector<std::int64_t> heads = {4, 2};
@@ -131,6 +134,7 @@ void BM_TrainStep(benchmark::State& state, AttentionPath path, std::int64_t leng
     state.SkipWithError(std::string(trainer.status().message()).c_str());
     return;
   }
+  (*trainer)->model()->set_kernel_implementation(*ParseKernelImplementation(flags.kernel));
   absl::Status status;
   const auto step = [&] {
     if (auto result = (*trainer)->Step(); !result.ok()) status = result.status();
@@ -196,6 +200,10 @@ void AddFlags(CLI::App& app, Flags* flags) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::IsMember({"direct", "efficient", "auto", "softmax"}));
+  app.add_option("--kernel", flags->kernel,
+                 "auto|aten|cuda: what runs the Taylor paths (cuda: the fused CUDA kernels)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "aten", "cuda"}));
   app.add_option("--min_time", flags->min_time_s, "seconds each benchmark runs after its warm-up")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -220,7 +228,8 @@ void RegisterAll(const Flags& flags) {
             "BM_TrainStep_" + std::string(AttentionPathName(path)) +
             "/L:" + std::to_string(length) + "/C:" + std::to_string(flags.embed_dim) +
             "/H:" + std::to_string(heads) + "/depth:" + std::to_string(flags.depth) +
-            "/batch:" + std::to_string(flags.batch);
+            "/batch:" + std::to_string(flags.batch) +
+            (flags.kernel == "auto" ? "" : "/kernel:" + flags.kernel);
         benchmark::RegisterBenchmark(
             name.c_str(), [=](benchmark::State& s) { BM_TrainStep(s, path, length, heads, flags); })
             ->Unit(benchmark::kMillisecond)

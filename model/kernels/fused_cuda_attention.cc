@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 #include "model/torch_compat.h"
 #if defined(TS_WITH_CUDA_KERNELS)
@@ -50,6 +51,117 @@ void Launch(AttentionPath path, const std::array<torch::Tensor, 3>& qkv, const t
                 " attention failed to launch: ", cudaGetErrorString(error));
   });
 }
+
+// The padded batch's arguments: q, k, v [B, H, N, d] as Operands gives them, y its output,
+// `mask` [B, N] (undefined: none) and `counts` [B] float32 on the device.
+cuda_kernels::AttentionArgs PaddedArgs(const std::array<torch::Tensor, 3>& qkv,
+                                       const torch::Tensor& y, const torch::Tensor& mask,
+                                       const torch::Tensor& counts) {
+  cuda_kernels::AttentionArgs args;
+  args.in_layout = {qkv[0].stride(0), qkv[0].stride(1), qkv[0].stride(2)};
+  args.value_layout = {qkv[2].stride(0), qkv[2].stride(1), qkv[2].stride(2)};
+  args.out_layout = {y.stride(0), y.stride(1), y.stride(2)};
+  args.key_padding = mask.defined() ? mask.data_ptr<bool>() : nullptr;
+  args.counts = counts.data_ptr<float>();
+  args.batch = static_cast<int>(qkv[0].size(0));
+  args.heads = static_cast<int>(qkv[0].size(1));
+  args.tokens = static_cast<int>(qkv[0].size(2));
+  return args;
+}
+
+// The mask on q's device and each sequence's real tokens (at least 1), float32 [B].
+std::pair<torch::Tensor, torch::Tensor> MaskAndCounts(const torch::Tensor& q,
+                                                      const torch::Tensor& key_padding_mask) {
+  const std::int64_t batch = q.size(0), tokens = q.size(2);
+  if (!key_padding_mask.defined()) {
+    return {torch::Tensor(), torch::full({batch}, static_cast<double>(tokens), q.options())};
+  }
+  TORCH_CHECK(key_padding_mask.dim() == 2 && key_padding_mask.size(0) == batch &&
+                  key_padding_mask.size(1) == tokens &&
+                  key_padding_mask.scalar_type() == torch::kBool,
+              "attention: key_padding_mask must be bool [B, N] = [", batch, ", ", tokens, "], got ",
+              key_padding_mask.sizes());
+  auto mask = key_padding_mask.to(q.device()).contiguous();
+  auto counts = mask.logical_not().sum(1).clamp_min(1).to(torch::kFloat).contiguous();
+  return {mask, counts};
+}
+
+// Both paths under autograd: the forward kernels (which also write each query's denominator),
+// and a backward by the backward kernels, which recompute scores and features: what is kept is
+// q̂, k̂, v, y and the denominators, O(N·d) per head.
+class FusedCudaCore : public torch::autograd::Function<FusedCudaCore> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
+                               const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& key_padding_mask, AttentionPath path,
+                               const TaylorKernelOptions& options) {
+    const std::array<torch::Tensor, 3> qkv = {q.contiguous(), k.contiguous(), v.contiguous()};
+    auto y = torch::empty(q.sizes(), q.options());
+    const auto [mask, counts] = MaskAndCounts(q, key_padding_mask);
+    auto den = torch::empty({q.size(0), q.size(1), q.size(2), 1}, q.options());
+    auto args = PaddedArgs(qkv, y, mask, counts);
+    args.denominators = den.data_ptr<float>();
+    Launch(path, qkv, y, options, args);
+    ctx->save_for_backward({qkv[0], qkv[1], qkv[2], y, den, mask, counts});
+    ctx->saved_data["path"] = static_cast<std::int64_t>(path);
+    ctx->saved_data["a"] = options.a;
+    ctx->saved_data["b"] = options.b;
+    ctx->saved_data["c"] = options.c;
+    ctx->saved_data["output_normalize"] = options.output_normalize;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &y = saved[3], &den = saved[4];
+    const auto &mask = saved[5], &counts = saved[6];
+    const auto path = static_cast<AttentionPath>(ctx->saved_data["path"].toInt());
+    const bool normalize = ctx->saved_data["output_normalize"].toBool();
+    const auto grad_y = grad_outputs[0].to(torch::kFloat);
+    // ∂L/∂nom from the quotient: the direct path's y carries the output normalisation s.
+    auto scaled = grad_y;
+    if (path == AttentionPath::kDirect && normalize) {
+      scaled = grad_y * (counts / static_cast<double>(q.size(3))).sqrt().view({-1, 1, 1, 1});
+    }
+    const auto dnom =
+        torch::cat({scaled, -(grad_y * y).sum(-1, /*keepdim=*/true)}, -1).div_(den).contiguous();
+    auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
+    cuda_kernels::BackwardArgs args;
+    args.forward = PaddedArgs({q, k, v}, y, mask, counts);
+    args.forward.head_dim = static_cast<int>(q.size(3));
+    args.forward.a = static_cast<float>(ctx->saved_data["a"].toDouble());
+    args.forward.b = static_cast<float>(ctx->saved_data["b"].toDouble());
+    args.forward.c = static_cast<float>(ctx->saved_data["c"].toDouble());
+    args.forward.output_normalize = normalize;
+    args.forward.q = q.data_ptr<float>();
+    args.forward.k = k.data_ptr<float>();
+    args.forward.v = v.data_ptr<float>();
+    args.dnom = dnom.data_ptr<float>();
+    args.dnom_layout = {dnom.stride(0), dnom.stride(1), dnom.stride(2)};
+    args.dq = dq.data_ptr<float>();
+    args.dk = dk.data_ptr<float>();
+    args.dv = dv.data_ptr<float>();
+    args.grad_layout = {dq.stride(0), dq.stride(1), dq.stride(2)};
+    compat::WithCudaStream(q.device(), [&](void* stream, int multiprocessors) {
+      const auto raw = static_cast<cudaStream_t>(stream);
+      cudaError_t error = cudaSuccess;
+      if (path == AttentionPath::kDirect) {
+        error = cuda_kernels::LaunchDirectBackward(args, raw);
+      } else {
+        const auto plan = cuda_kernels::PlanEfficient(args.forward, multiprocessors);
+        auto workspace =
+            torch::empty({static_cast<std::int64_t>(
+                             cuda_kernels::EfficientBackwardWorkspace(args.forward, plan))},
+                         q.options().dtype(torch::kUInt8));
+        error = cuda_kernels::LaunchEfficientBackward(args, plan, workspace.data_ptr(), raw);
+      }
+      TORCH_CHECK(error == cudaSuccess, "fused CUDA ", AttentionPathName(path),
+                  " attention's backward failed to launch: ", cudaGetErrorString(error));
+    });
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
 #endif
 
 void CheckRunnable(AttentionPath path, const torch::Tensor& q, const torch::Tensor& k,
@@ -75,11 +187,15 @@ std::string FusedCudaRefusal(const torch::Tensor& q, const torch::Tensor& k, con
     return "q, k and v are not float32";
   }
   if (!choice.bf16_products) return "the kernels multiply in bfloat16 (bf16_products is off)";
+  const bool packed = packed_sequences > 0;
   if (torch::GradMode::is_enabled() &&
       (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
-    return "the kernels have no backward (autograd is on)";
+    if (packed) return "packed batches have no backward (autograd is on)";
+    // The backward kernels have not run on a GPU yet: kAuto keeps the ATen form for training.
+    if (choice.implementation != KernelImplementation::kCuda) {
+      return "under autograd only when asked for (implementation cuda)";
+    }
   }
-  const bool packed = packed_sequences > 0;
   if (q.dim() != (packed ? 3 : 4) || k.sizes() != q.sizes() || v.sizes() != q.sizes()) {
     return packed ? "q, k and v are not [T, H, d]" : "q, k and v are not [B, H, N, d]";
   }
@@ -106,32 +222,15 @@ torch::Tensor FusedCudaAttention(AttentionPath path, const torch::Tensor& q, con
                                  const TaylorKernelOptions& options) {
   CheckRunnable(path, q, k, v, options, 0);
 #if defined(TS_WITH_CUDA_KERNELS)
-  auto y = torch::empty(q.sizes(), q.options());
-  if (q.numel() == 0) return y;
-  const std::int64_t batch = q.size(0), tokens = q.size(2);
-  torch::Tensor mask;
-  torch::Tensor counts;
-  if (key_padding_mask.defined()) {
-    TORCH_CHECK(key_padding_mask.dim() == 2 && key_padding_mask.size(0) == batch &&
-                    key_padding_mask.size(1) == tokens &&
-                    key_padding_mask.scalar_type() == torch::kBool,
-                "attention: key_padding_mask must be bool [B, N] = [", batch, ", ", tokens,
-                "], got ", key_padding_mask.sizes());
-    mask = key_padding_mask.to(q.device()).contiguous();
-    counts = mask.logical_not().sum(1).clamp_min(1).to(torch::kFloat).contiguous();
-  } else {
-    counts = torch::full({batch}, static_cast<double>(tokens), q.options());
+  if (q.numel() == 0) return torch::empty(q.sizes(), q.options());
+  if (torch::GradMode::is_enabled() &&
+      (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+    return FusedCudaCore::apply(q, k, v, key_padding_mask, path, options);
   }
+  auto y = torch::empty(q.sizes(), q.options());
+  const auto [mask, counts] = MaskAndCounts(q, key_padding_mask);
   const auto qkv = Operands(q, k, v);
-  cuda_kernels::AttentionArgs args;
-  args.in_layout = {qkv[0].stride(0), qkv[0].stride(1), qkv[0].stride(2)};
-  args.value_layout = {qkv[2].stride(0), qkv[2].stride(1), qkv[2].stride(2)};
-  args.out_layout = {y.stride(0), y.stride(1), y.stride(2)};
-  args.key_padding = mask.defined() ? mask.data_ptr<bool>() : nullptr;
-  args.counts = counts.data_ptr<float>();
-  args.batch = static_cast<int>(batch);
-  args.heads = static_cast<int>(q.size(1));
-  args.tokens = static_cast<int>(tokens);
+  auto args = PaddedArgs(qkv, y, mask, counts);
   Launch(path, qkv, y, options, args);
   return y;
 #else

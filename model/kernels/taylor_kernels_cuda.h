@@ -74,6 +74,9 @@ struct AttentionArgs {
   float b = 1.0F;
   float c = 1.0F;
   bool output_normalize = true;
+  // Padded batch: each query's denominator, [B·H·N] (index (b·H + h)·N + t), written when not
+  // null: nom[:, d] of the efficient path, Σ_j A_ij/a of the direct one (for the backward).
+  float* denominators = nullptr;
 };
 
 // The offset of head h of sequence b (its token 0) in a tensor laid out as `layout`.
@@ -107,5 +110,30 @@ EfficientPlan PlanEfficient(const AttentionArgs& args, int multiprocessors);
 cudaError_t LaunchEfficient(const AttentionArgs& args, const EfficientPlan& plan, void* workspace,
                             cudaStream_t stream);
 cudaError_t LaunchDirect(const AttentionArgs& args, cudaStream_t stream);
+
+// The backward of both paths on a padded batch (packed batches have none), recomputing scores and
+// features instead of keeping them: memory O(N·d) per head beyond the efficient path's states.
+// `forward` is what the forward ran on (its y and denominators are not read). dnom is ∂L/∂nom
+// per query, d+1 floats (the last the denominator's), from the forward's y and denominators:
+// - efficient (y = nom[:d]/nom[d], nom = φ(q̃)·KV): dnom = [∂L/∂y | −⟨∂L/∂y, y⟩] / nom[d];
+// - direct (y = s·nom[:d]/nom[d], nom = Σ_j A_ij/a·[v_j | 1], s = √(N/d) or 1):
+//   dnom = [s·∂L/∂y | −⟨∂L/∂y, y⟩] / nom[d].
+// Writes ∂L/∂q̂, ∂L/∂k̂ and ∂L/∂v (zero rows for padded keys) at grad_layout.
+struct BackwardArgs {
+  AttentionArgs forward;
+  const float* dnom = nullptr;
+  TokenLayout dnom_layout;
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+  TokenLayout grad_layout;
+};
+
+// Device memory the efficient path's backward needs under `plan` (PlanEfficient of the forward
+// args): the partial states and the two bfloat16 states KV and dKV.
+std::size_t EfficientBackwardWorkspace(const AttentionArgs& args, const EfficientPlan& plan);
+cudaError_t LaunchEfficientBackward(const BackwardArgs& args, const EfficientPlan& plan,
+                                    void* workspace, cudaStream_t stream);
+cudaError_t LaunchDirectBackward(const BackwardArgs& args, cudaStream_t stream);
 
 }  // namespace ts::cuda_kernels

@@ -89,10 +89,15 @@ torch::Tensor TaylorShiftAttentionImpl::forward(const torch::Tensor& x,
   auto v = qkv_heads[2];
   const AttentionPath concrete = ResolvePath(path, tokens);
   TaylorKernelOptions kernel = kernel_options_;
-  kernel.bf16_products = low && qkv_low_.defined();  // set_precision(kBf16)
+  // set_precision(kBf16); the fused CUDA kernels, when asked for, multiply in bfloat16 always
+  // (also in training: they are the one CUDA form with bfloat16 products under autograd).
+  kernel.bf16_products =
+      (low && qkv_low_.defined()) || kernel.implementation == KernelImplementation::kCuda;
   torch::Tensor y;
+  // (On a GPU the choice is made on the scaled float32 q̂, k̂ by the path itself: under autocast
+  // q, k, v are still bfloat16 here.)
   const bool fused =
-      (concrete == AttentionPath::kEfficient || concrete == AttentionPath::kDirect) &&
+      q.is_cpu() && (concrete == AttentionPath::kEfficient || concrete == AttentionPath::kDirect) &&
       ChooseAttentionKernel(q, k, v, kernel) == AttentionKernel::kFusedCpu;
   if (fused) {
     // One fused kernel: the normalisation, the operands and the output layout inside it.

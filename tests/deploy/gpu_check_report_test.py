@@ -69,6 +69,10 @@ class ReportTest(unittest.TestCase):
                      {"peak_MiB": 200.0, "examples/s": 800.0}),
                     ("BM_TrainStep_direct/L:16384/C:256/H:8/depth:2/batch:8", None,
                      "CUDA out of memory. Tried to allocate 32.00 GiB")]), f)
+            with open(os.path.join(work, "train-fused.json"), "w") as f:
+                json.dump(bench_json([
+                    ("BM_TrainStep_efficient/L:1024/C:256/H:8/depth:2/batch:8/kernel:cuda", 5.0,
+                     {"peak_MiB": 100.0, "examples/s": 1600.0})]), f)
             with open(os.path.join(work, "serve.json"), "w") as f:
                 json.dump({"cases": [], "jobs": [], "load": {
                     "gpu": {"requests_per_s": 600.0, "latency_ms": {"p99": 40.0}},
@@ -99,6 +103,7 @@ class ReportTest(unittest.TestCase):
         self.assertNotIn("NOT met", summary)
         self.assertIn("L   1024: efficient 10.0 ms, 200 MiB (2.00x SDPA)", summary)
         self.assertIn("direct CUDA out of memory", summary)
+        self.assertIn("efficient[cuda] 5.0 ms, 100 MiB (4.00x SDPA)", summary)
         self.assertEqual(result["train"]["BM_TrainStep_efficient/L:1024/C:256/H:8/depth:2/batch:8"]
                          ["examples/s"], 800.0)
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/api/attention_path.h"
+#include "model/kernels/attention_dispatch.h"
 #include "model/kernels/taylor_attention.h"
 #include "model/torch_compat.h"
 #include "tests/testing/attention_oracle.h"
@@ -260,6 +261,16 @@ INSTANTIATE_TEST_SUITE_P(Grid, FusedCudaTest,
                          ::testing::Combine(::testing::Values(8, 16, 32, 64),
                                             ::testing::Values(1, 7, 64, 65, 301, 4099)));
 
+// The backward kernels (asked for: implementation cuda under autograd) against the CPU's float64
+// backward: q, k, v and temperature gradients of both paths on the same grid.
+TEST_P(FusedCudaTest, GradientsMatchFloat64Oracle) {
+  const auto [d, n] = GetParam();
+  const Problem p = MakeProblem(2, n, d, 13 * d + n);
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    ExpectGradientsMatchOracle(torch::kCUDA, torch::kFloat32, path, p, Fused(), 1e-2);
+  }
+}
+
 // Other Taylor coefficients and no output normalisation: every sequence against the formula.
 TEST_F(FusedCudaTest, CoefficientsAndNoOutputNormalisation) {
   const Problem p = MakeProblem(2, 333, 32, 9);
@@ -308,6 +319,27 @@ TEST_F(FusedCudaTest, VeryDifferentLengthsInOneBatch) {
           << AttentionPathName(path) << " sequence " << b << " of " << lengths[b] << " tokens";
     }
   }
+}
+
+// Other coefficients and no output normalisation under autograd, and what runs: kAuto keeps the
+// ATen form for training (the backward kernels run only when asked for).
+TEST_F(FusedCudaTest, GradientsWithCoefficientsAndAutoKeepsTheAtenForm) {
+  const Problem p = MakeProblem(2, 333, 32, 19);
+  TaylorKernelOptions options = Fused();
+  options.a = 0.8;
+  options.b = 0.5;
+  options.c = 0.3;
+  options.output_normalize = false;
+  for (const auto path : {AttentionPath::kDirect, AttentionPath::kEfficient}) {
+    ExpectGradientsMatchOracle(torch::kCUDA, torch::kFloat32, path, p, options, 1e-2);
+  }
+  TaylorKernelOptions automatic;
+  automatic.bf16_products = true;
+  const auto q = torch::randn({1, 2, 64, 32}, torch::kCUDA).requires_grad_(true);
+  EXPECT_EQ(ChooseAttentionKernel(q, q, q, automatic), AttentionKernel::kAten);
+  EXPECT_EQ(ChooseAttentionKernel(q, q, q, Fused()), AttentionKernel::kFusedCuda);
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(ChooseAttentionKernel(q, q, q, automatic), AttentionKernel::kFusedCuda);
 }
 
 // The same inputs give the same bits (the state's slices are summed in a fixed order), and kAuto

@@ -1,7 +1,8 @@
 // The fused CUDA kernels' host side, in the CUDA build on any machine (no GPU needed): the
 // feature table every kernel indexes by, how the efficient path splits the keys over blocks and
-// the workspace it asks for, and shapes the launchers refuse before launching anything. What the
-// kernels compute is checked on a GPU by aten_form_test's FusedCuda tests.
+// the workspace it asks for (forward and backward), and shapes the launchers refuse before
+// launching anything. What the kernels compute is checked on a GPU by aten_form_test's FusedCuda
+// tests.
 #include "model/kernels/taylor_kernels_cuda.h"
 
 #include <gtest/gtest.h>
@@ -118,6 +119,37 @@ TEST(TaylorKernelsCudaHostTest, UnsupportedShapesAreRefused) {
   EXPECT_EQ(PlanEfficient(Shape(300, 300, 100, 32), 132).workspace_bytes, 0U);  // > 65,535 heads
   EXPECT_EQ(LaunchDirect(Shape(1, 8, 100, 12), nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(LaunchEfficient(Shape(1, 8, 100, 32), EfficientPlan{}, nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
+// The backward's workspace: the forward plan's partial states and two bfloat16 states (KV and
+// dKV); and what the backward launchers refuse before launching anything: packed batches, missing
+// gradients or dnom, head dimensions without a kernel.
+TEST(TaylorKernelsCudaHostTest, BackwardWorkspaceAndRefusals) {
+  const AttentionArgs args = Shape(2, 8, 1000, 32);
+  const EfficientPlan plan = PlanEfficient(args, 132);
+  const std::size_t state = static_cast<std::size_t>(2 * 8) * 576 * 48 * 2;  // 561 → 576 features
+  EXPECT_GE(EfficientBackwardWorkspace(args, plan), plan.workspace_bytes + state);
+  EXPECT_LT(EfficientBackwardWorkspace(args, plan), plan.workspace_bytes + state + 512);
+  EXPECT_EQ(EfficientBackwardWorkspace(Shape(2, 8, 1000, 12), plan), 0U);
+
+  std::vector<float> buffer(16);
+  BackwardArgs backward;
+  backward.forward = args;
+  backward.dnom = backward.dq = backward.dk = backward.dv = buffer.data();
+  BackwardArgs missing = backward;
+  missing.dv = nullptr;
+  BackwardArgs packed = backward;
+  const int starts[] = {0, 500, 1000};
+  packed.forward.starts = starts;
+  BackwardArgs odd = backward;
+  odd.forward.head_dim = 12;
+  for (const BackwardArgs& refused : {missing, packed, odd}) {
+    EXPECT_EQ(LaunchDirectBackward(refused, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(LaunchEfficientBackward(refused, plan, buffer.data(), nullptr),
+              cudaErrorInvalidValue);
+  }
+  EXPECT_EQ(LaunchEfficientBackward(backward, EfficientPlan{}, buffer.data(), nullptr),
             cudaErrorInvalidValue);
 }
 
