@@ -41,6 +41,26 @@ __host__ __device__ inline void FeaturePair(int f, int m, int& i, int& j) {
   j = row + (f - PairBase(row, m));
 }
 
+// The gradient of one group of features with respect to x̃_a: ∂/∂x̃_a of Σ_f w[f − first]·x̃_i x̃_j
+// over the features f in [first, last) (pairs (i, j) = FeaturePair(f, m)), for x̃ of length m; the
+// group's pairs lie in rows row_first..row_last. The pairs that hold a are row a's (a, j ≥ a), a
+// run of consecutive features, and (i, a) for the rows i ≤ a (i = a: the square's second factor).
+__host__ __device__ inline float FeatureGradContraction(const float* x, const float* w, int a,
+                                                        int m, int first, int last, int row_first,
+                                                        int row_last) {
+  const int base = PairBase(a, m);
+  const int lo = base > first ? base : first;
+  const int hi = base + m - a < last ? base + m - a : last;
+  float sum = 0.0F;
+  for (int f = lo; f < hi; ++f) sum += w[f - first] * x[a + f - base];
+  const int top = row_last < a ? row_last : a;
+  for (int i = row_first; i <= top; ++i) {
+    const int f = PairBase(i, m) + a - i;
+    if (f >= first && f < last) sum += w[f - first] * x[i];
+  }
+  return sum;
+}
+
 // Where a head's tokens lie, in elements: token t of head h of sequence b starts at
 // First(b) + h·head + t·token, where First(b) is b·batch for a padded batch and starts[b]·token
 // for a packed one; a row's d values are contiguous. [B, H, N, d] contiguous is

@@ -117,28 +117,14 @@ __global__ void __launch_bounds__(kThreads)
       wmma::store_matrix_sync(&w[warp * 16][n * 16], acc, kGroup + kPad32, wmma::mem_row_major);
     }
     __syncthreads();
-    // The group's pairs that hold a: row a's (a, j ≥ a), a contiguous run of features, and
-    // (i, a) for the group's rows i ≤ a (i = a: the square's second factor).
     const int last = min(first + kGroup, S::kFeatures);
     const int row_first = pair_i[0];
     const int row_last = pair_i[last - first - 1];
 #pragma unroll
     for (int p = 0; p < kPerThread; ++p) {  // unrolled: grad stays in registers
       const int e = static_cast<int>(threadIdx.x) + p * kThreads;
-      const int t = e / D;
-      const int a = e % D;
-      const float* x = rows[t];
-      const float* wt = w[t];
-      const int base = PairBase(a, D + 1);
-      float sum = 0.0F;
-      for (int k = max(base, first); k < min(base + D + 1 - a, last); ++k) {
-        sum += wt[k - first] * x[a + k - base];
-      }
-      for (int i = row_first; i <= min(row_last, a); ++i) {
-        const int k = PairBase(i, D + 1) + a - i;
-        if (k >= first && k < last) sum += wt[k - first] * x[i];
-      }
-      grad[p] += sum;
+      grad[p] += FeatureGradContraction(rows[e / D], w[e / D], e % D, D + 1, first, last, row_first,
+                                        row_last);
     }
     if constexpr (kKeys) {
       __syncthreads();  // w is consumed: the features take its place

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -32,6 +33,47 @@ TEST(TaylorKernelsCudaHostTest, FeaturePairsCoverEveryPairOnceInOrder) {
       FeaturePair(f, d + 1, i, j);
       ASSERT_EQ(std::make_pair(i, j), expected[static_cast<std::size_t>(f)])
           << "d=" << d << " feature " << f;
+    }
+  }
+}
+
+// The backward's contraction, group by group of 64 features as FeatureGradKernel runs it, gives
+// ∂/∂x̃_a of Σ_f w_f·x̃_i x̃_j: Σ over the pairs holding a of w_f times the other factor (twice
+// x̃_a for the square), for every a < d of every head dimension with a kernel.
+TEST(TaylorKernelsCudaHostTest, FeatureGradContractionSumsEveryPairHoldingA) {
+  std::uint32_t seed = 12345;
+  const auto uniform = [&seed] {
+    seed = seed * 1664525U + 1013904223U;
+    return static_cast<float>(seed >> 8) / static_cast<float>(1U << 24) - 0.5F;
+  };
+  for (const int d : {8, 16, 32, 64}) {
+    const int m = d + 1;
+    std::vector<float> x(static_cast<std::size_t>(m));
+    for (float& value : x) value = uniform();
+    x[static_cast<std::size_t>(d)] = 1.0F;
+    std::vector<float> w(static_cast<std::size_t>(Features(d)));
+    for (float& value : w) value = uniform();
+    for (int a = 0; a < d; ++a) {
+      double expected = 0.0;
+      for (int f = 0; f < Features(d); ++f) {
+        int i = 0;
+        int j = 0;
+        FeaturePair(f, m, i, j);
+        if (i == a) expected += w[static_cast<std::size_t>(f)] * x[static_cast<std::size_t>(j)];
+        if (j == a) expected += w[static_cast<std::size_t>(f)] * x[static_cast<std::size_t>(i)];
+      }
+      double actual = 0.0;
+      for (int first = 0; first < Features(d); first += 64) {
+        const int last = std::min(first + 64, Features(d));
+        int row_first = 0;
+        int row_last = 0;
+        int j = 0;
+        FeaturePair(first, m, row_first, j);
+        FeaturePair(last - 1, m, row_last, j);
+        actual += FeatureGradContraction(x.data(), w.data() + first, a, m, first, last, row_first,
+                                         row_last);
+      }
+      EXPECT_NEAR(actual, expected, 1e-5) << "d=" << d << " a=" << a;
     }
   }
 }
