@@ -41,14 +41,6 @@ void AppendLittleEndian(std::string& out, std::uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
-std::uint64_t ReadLittleEndian(const char* data, int bytes) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i) {
-    value |= static_cast<std::uint64_t>(static_cast<unsigned char>(data[i])) << (8 * i);
-  }
-  return value;
-}
-
 // The entries of a pickled Dict[str, T] as a std::map.
 absl::StatusOr<std::map<std::string, c10::IValue>> StringKeyedDict(const c10::IValue& value,
                                                                    absl::string_view what) {
@@ -418,13 +410,13 @@ absl::StatusOr<LoadedCheckpoint> ParseCheckpoint(std::string_view file, const st
                                             " bytes, shorter than the ", kHeaderBytes,
                                             "-byte header"));
   }
-  const auto version = static_cast<std::uint32_t>(ReadLittleEndian(file.data() + 8, 4));
+  const auto version = static_cast<std::uint32_t>(ReadLittleEndian({file.data() + 8, 4}));
   if (version != kCheckpointFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat(name, " has checkpoint format version ", version,
                                                    "; this build reads version ",
                                                    kCheckpointFormatVersion));
   }
-  const std::uint64_t payload_bytes = ReadLittleEndian(file.data() + 12, 8);
+  const std::uint64_t payload_bytes = ReadLittleEndian({file.data() + 12, 8});
   const std::uint64_t available = file.size() - kHeaderBytes;
   if (available < kTrailerBytes || payload_bytes > available - kTrailerBytes) {
     return absl::DataLossError(absl::StrCat(name, " is truncated: header promises ", payload_bytes,
@@ -436,7 +428,8 @@ absl::StatusOr<LoadedCheckpoint> ParseCheckpoint(std::string_view file, const st
         name, " has ", available - kTrailerBytes - payload_bytes, " unexpected trailing bytes"));
   }
   const char* payload = file.data() + kHeaderBytes;
-  const auto stored_crc = static_cast<std::uint32_t>(ReadLittleEndian(payload + payload_bytes, 4));
+  const auto stored_crc =
+      static_cast<std::uint32_t>(ReadLittleEndian({payload + payload_bytes, 4}));
   const std::uint32_t actual_crc = Crc32(payload, payload_bytes);
   if (stored_crc != actual_crc) {
     return absl::DataLossError(

@@ -42,14 +42,6 @@ std::optional<Argument> ArgumentOf(unsigned char opcode) {
   return std::nullopt;
 }
 
-std::uint64_t ReadLittleEndian(std::string_view bytes) {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < bytes.size(); ++i) {
-    value |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  }
-  return value;
-}
-
 // A value on the modelled stack or in the memo.
 struct Value {
   int nesting = 0;            // 0 for a scalar, 1 + the deepest element's for a container
@@ -279,6 +271,14 @@ absl::Status CheckPickle(std::string_view pickle) {
   }
   return absl::DataLossError(
       absl::StrCat("pickle of ", pickle.size(), " bytes ends without its STOP opcode"));
+}
+
+std::uint64_t ReadLittleEndian(std::string_view bytes) {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    value |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  }
+  return value;
 }
 
 }  // namespace ts

@@ -11,6 +11,7 @@
 // Torch-free; stateless, callable from any thread.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -29,5 +30,9 @@ inline constexpr int kMaxPickleNesting = 64;
 // pickler memoizes a container once it is complete). DATA_LOSS naming the offset and the opcode
 // otherwise. Types are not checked: the unpickler checks them, and throws.
 absl::Status CheckPickle(std::string_view pickle);
+
+// The unsigned little-endian integer in `bytes` (at most 8 of them): the pickle's arguments and
+// the checkpoint file's header and trailer.
+std::uint64_t ReadLittleEndian(std::string_view bytes);
 
 }  // namespace ts

@@ -7,8 +7,10 @@
 #include <map>
 #include <sstream>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 
@@ -83,7 +85,25 @@ absl::StatusOr<std::vector<CalibrationResult>> ParseCalibration(const std::strin
     if (line.empty() || line[0] == '#') continue;
     const std::string where = absl::StrCat(source, ":", i + 1);
     const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.empty()) continue;  // spaces only
     TS_ASSIGN_OR_RETURN(auto fields, ParseFields(words, where));
+    const bool crossover = words[0] == "crossover";
+    if (!crossover && words[0] != "point") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown record '", words[0], "' (expected crossover or point)"));
+    }
+    const std::vector<absl::string_view> known =
+        crossover ? std::vector<absl::string_view>{"head_dim",  "heads",   "batch",  "tokens",
+                                                   "precision", "crossed", "device", "threads"}
+                  : std::vector<absl::string_view>{"head_dim",  "heads",    "batch",      "tokens",
+                                                   "precision", "direct_s", "efficient_s"};
+    for (const auto& [key, value] : fields) {
+      if (absl::c_find(known, key) == known.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", key, "' in a ",
+                                                       words[0], " line (expected one of ",
+                                                       absl::StrJoin(known, ", "), ")"));
+      }
+    }
     const auto integer = [&](const std::string& key) -> absl::StatusOr<std::int64_t> {
       std::int64_t value = 0;
       const auto it = fields.find(key);
@@ -114,13 +134,7 @@ absl::StatusOr<std::vector<CalibrationResult>> ParseCalibration(const std::strin
       }
       precision = *parsed;
     }
-    if (words[0] == "crossover") {
-      for (const auto& [key, value] : fields) {
-        if (key != "head_dim" && key != "heads" && key != "batch" && key != "tokens" &&
-            key != "crossed" && key != "device" && key != "threads" && key != "precision") {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", key, "'"));
-        }
-      }
+    if (crossover) {
       CalibrationResult r;
       r.head_dim = head_dim;
       r.heads = heads;
@@ -138,7 +152,7 @@ absl::StatusOr<std::vector<CalibrationResult>> ParseCalibration(const std::strin
         r.threads = threads;
       }
       results.push_back(std::move(r));
-    } else if (words[0] == "point") {
+    } else {
       if (results.empty() || results.back().head_dim != head_dim || results.back().heads != heads ||
           results.back().batch != batch || results.back().precision != precision) {
         return absl::InvalidArgumentError(
@@ -147,9 +161,6 @@ absl::StatusOr<std::vector<CalibrationResult>> ParseCalibration(const std::strin
       TS_ASSIGN_OR_RETURN(const double direct, real("direct_s"));
       TS_ASSIGN_OR_RETURN(const double efficient, real("efficient_s"));
       results.back().points.push_back({tokens, direct, efficient});
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": unknown record '", words[0], "' (expected crossover or point)"));
     }
   }
   return results;

@@ -85,14 +85,20 @@ TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
   const double embedding = batch * n * c * 4;  // one-hot input, embedding, positions, dropout
   e.activation_bytes = static_cast<std::int64_t>(
       (batch * n * saved_per_token * static_cast<double>(s.depth) + embedding) * bytes);
-  // One block's attention at its peak. Direct: 4 N×N tensors per head (scores, their squares,
-  // and the backward's gradients of both), which the measured peaks put at once. Efficient:
-  // O(N·d) features and the d³ moment tensors, held twice (forward kept for backward, and the
-  // backward's temporaries). With a crossover, the peak is the larger of the longest direct
-  // batch and the max_length batch.
-  e.efficient_at_max_length = n > static_cast<double>(s.direct_up_to_tokens);
+  // One block's attention at its peak. Direct: its backward recomputes the scores (TaylorDirect),
+  // so it holds q̂, k̂, v'', y, the denominators and their gradients, O(N·d) per head, and at most
+  // two blocks of scores of the kernel options' budget (2^19 entries, at least one query row of
+  // every head). Softmax: 4 N×N tensors per head (probabilities, scores and the backward's
+  // gradients of both). Efficient: O(N·d) features and the d³ moment tensors, held twice
+  // (forward kept for backward, and the backward's temporaries). With a crossover, the peak is
+  // the larger of the longest direct batch and the max_length batch.
+  e.efficient_at_max_length = !s.softmax && n > static_cast<double>(s.direct_up_to_tokens);
+  e.softmax = s.softmax;
   const double direct_n = std::min(n, static_cast<double>(s.direct_up_to_tokens));
-  const double direct_entries = batch * heads * (4 * direct_n * direct_n + 2 * direct_n * d);
+  const double direct_entries =
+      s.softmax ? batch * heads * (4 * n * n + 2 * n * d)
+                : batch * heads * 8 * direct_n * (d + 1) +
+                      2 * std::max(static_cast<double>(1 << 19), batch * heads * direct_n);
   const double efficient_entries =
       e.efficient_at_max_length ? 2 * batch * heads * (6 * n * d + 3 * d * d * d + 2 * d * d) : 0.0;
   e.attention_bytes =
@@ -105,10 +111,11 @@ TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
 }
 
 std::vector<std::string> DominantMemoryTerms(const TrainingMemoryEstimate& e) {
-  const char* attention = e.efficient_at_max_length
+  const char* attention = e.softmax ? "attention (softmax: N×N scores per head)"
+                          : e.efficient_at_max_length
                               ? "attention (efficient path at max_length, direct below the "
                                 "crossover)"
-                              : "attention (direct path: N×N scores per head)";
+                              : "attention (direct path: blocks of scores, recomputed in backward)";
   std::vector<std::pair<std::int64_t, std::string>> terms = {
       {e.attention_bytes, attention},
       {e.activation_bytes, "activations kept for backward (batch × max_length × depth)"},

@@ -50,6 +50,8 @@ struct TrainingMemoryShape {
   // direct length and one of max_length + 1.
   static constexpr std::int64_t kAlwaysDirect = INT64_MAX;
   std::int64_t direct_up_to_tokens = kAlwaysDirect;
+  // The softmax baseline instead: its backward keeps the N×N probabilities of every head.
+  bool softmax = false;
   int element_bytes = 4;        // 4 float32, 8 float64
   int optimizer_states = 2;     // AdamW / LAMB moments per parameter
   std::int64_t data_bytes = 0;  // the training and validation data held in memory
@@ -64,9 +66,10 @@ struct TrainingMemoryEstimate {
   std::int64_t runtime_bytes = 0;  // the process itself (LibTorch, allocator, threads)
   std::int64_t total_bytes = 0;
   bool efficient_at_max_length = false;  // the path the longest batch runs
+  bool softmax = false;                  // the softmax baseline (N×N probabilities per head)
 };
 
-// The terms of `estimate`, largest first, as "attention 15.9 GiB (direct, N×N scores per head),
+// The terms of `estimate`, largest first, as "attention 15.9 GiB (softmax: N×N scores per head),
 // activations 0.4 GiB, ...": what a refusal names so that the user knows what to change.
 std::vector<std::string> DominantMemoryTerms(const TrainingMemoryEstimate& estimate);
 

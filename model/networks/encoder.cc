@@ -453,8 +453,8 @@ torch::Tensor TaylorShiftEncoderImpl::Embed(const torch::Tensor& tokens,
   return torch::cat({cls, x + pe.narrow(1, 0, tokens.size(1))}, 1);
 }
 
-torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
-                                              const torch::Tensor& lengths, AttentionPath path) {
+std::pair<torch::Tensor, torch::Tensor> TaylorShiftEncoderImpl::CheckInputs(
+    const torch::Tensor& tokens, const torch::Tensor& lengths) const {
   TORCH_CHECK_VALUE(tokens.dim() == 2, "tokens must be [batch, length], got ", tokens.sizes());
   TORCH_CHECK_TYPE(
       !tokens.is_floating_point() && !tokens.is_complex() && tokens.scalar_type() != torch::kBool,
@@ -464,27 +464,32 @@ torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
   TORCH_CHECK_VALUE(length <= options_.max_length(), "sequence of ", length,
                     " tokens exceeds max_length ", options_.max_length());
   const auto device = pe.device();
-  const auto ids = tokens.to(device, torch::kLong);
-  if (ids.numel() > 0) {
-    const std::int64_t lowest = ids.min().item<std::int64_t>();
-    const std::int64_t highest = ids.max().item<std::int64_t>();
-    TORCH_CHECK_VALUE(lowest >= 0 && highest < options_.vocab_size(), "token ids must be in [0, ",
-                      options_.vocab_size(), "), got ", lowest < 0 ? lowest : highest);
-  }
-  torch::Tensor lens;
-  if (lengths.defined()) {
-    TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == batch, "lengths must be [batch] = [",
-                      batch, "], got ", lengths.sizes());
-    lens = lengths.to(device, torch::kLong);
-    if (batch > 0) {
-      const std::int64_t shortest = lens.min().item<std::int64_t>();
-      const std::int64_t longest = lens.max().item<std::int64_t>();
-      TORCH_CHECK_VALUE(shortest >= 0 && longest <= length, "lengths must be in [0, ", length,
-                        "], got ", shortest < 0 ? shortest : longest);
-    }
-  } else {
-    lens = torch::full({batch}, length, torch::TensorOptions().dtype(torch::kLong).device(device));
-  }
+  auto ids = tokens.to(device, torch::kLong);
+  auto lens =
+      lengths.defined()
+          ? lengths.to(device, torch::kLong)
+          : torch::full({batch}, length, torch::TensorOptions().dtype(torch::kLong).device(device));
+  TORCH_CHECK_VALUE(lens.dim() == 1 && lens.size(0) == batch, "lengths must be [batch] = [", batch,
+                    "], got ", lens.sizes());
+  if (batch == 0) return {ids, lens};
+  // The smallest and largest id and length in one copy from the device.
+  std::vector<torch::Tensor> extremes = {lens.min(), lens.max()};
+  if (length > 0) extremes.insert(extremes.end(), {ids.min(), ids.max()});
+  const auto host = torch::stack(extremes).cpu();
+  const auto* bound = host.data_ptr<std::int64_t>();
+  TORCH_CHECK_VALUE(bound[0] >= 0 && bound[1] <= length, "lengths must be in [0, ", length,
+                    "], got ", bound[0] < 0 ? bound[0] : bound[1]);
+  TORCH_CHECK_VALUE(length == 0 || (bound[2] >= 0 && bound[3] < options_.vocab_size()),
+                    "token ids must be in [0, ", options_.vocab_size(), "), got ",
+                    bound[2] < 0 ? bound[2] : bound[3]);
+  return {ids, lens};
+}
+
+torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
+                                              const torch::Tensor& lengths, AttentionPath path) {
+  const auto [ids, lens] = CheckInputs(tokens, lengths);
+  const std::int64_t batch = tokens.size(0);
+  const std::int64_t length = tokens.size(1);
   const auto positions = torch::arange(length, lens.options()).unsqueeze(0);
   const auto valid = positions < lens.unsqueeze(1);  // [B, N]
 

@@ -215,6 +215,11 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   // = real token) on the model's device → the token embedding plus pe[:, :N] behind the CLS token,
   // [B, N + 1, C]. Shared by forward and PackedForward.
   torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& valid);
+  // forward's and PackedForward's inputs checked (tokens [B, N] integer ids in [0, vocab_size),
+  // N ≤ max_length; lengths [B] in [0, N], or undefined: every row N long; c10::ValueError or
+  // TypeError naming the limit otherwise) and moved to the model's device as int64: {ids, lens}.
+  std::pair<torch::Tensor, torch::Tensor> CheckInputs(const torch::Tensor& tokens,
+                                                      const torch::Tensor& lengths) const;
 
   torch::nn::Linear patch_embed{nullptr};   // linear embedding (conv_embed == false)
   TextConvEmbed patch_embed_conv{nullptr};  // conv embedding (conv_embed == true)

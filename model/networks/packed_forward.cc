@@ -5,15 +5,10 @@ namespace ts {
 torch::Tensor PackedForward(TaylorShiftEncoderImpl& model, const torch::Tensor& tokens,
                             const torch::Tensor& lengths, AttentionPath path) {
   TORCH_CHECK_VALUE(!model.is_training(), "PackedForward runs in eval mode only");
-  TORCH_CHECK_VALUE(tokens.dim() == 2 && lengths.dim() == 1 && lengths.size(0) == tokens.size(0),
-                    "tokens must be [batch, length] and lengths [batch], got ", tokens.sizes(),
-                    " and ", lengths.sizes());
+  TORCH_CHECK_VALUE(lengths.defined(), "PackedForward needs the sequences' lengths");
+  const auto [ids, lens] = model.CheckInputs(tokens, lengths);
   const std::int64_t batch = tokens.size(0);
   const std::int64_t length = tokens.size(1);
-  TORCH_CHECK_VALUE(length <= model.options().max_length(), "sequence of ", length,
-                    " tokens exceeds max_length ", model.options().max_length());
-  const auto ids = tokens.to(torch::kLong);
-  const auto lens = lengths.to(torch::kLong);
   const auto positions = torch::arange(length, lens.options()).unsqueeze(0);
   const auto valid = positions < lens.unsqueeze(1);  // [B, N], for the conv embedding
 

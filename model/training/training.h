@@ -141,8 +141,8 @@ class Trainer {
                                                          const TrainingOptions& options,
                                                          std::vector<LabeledSequence> train,
                                                          std::vector<LabeledSequence> validation);
-  // Continues from `model` (e.g. a loaded checkpoint; moved to train mode, CPU/dtype as is),
-  // which must match `encoder`.
+  // Continues from `model` (e.g. a loaded checkpoint), which must match `encoder`: it is moved to
+  // options.device and options.dtype and put in train mode.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(TaylorShiftEncoder model,
                                                          const TaylorShiftEncoderOptions& encoder,
                                                          const TrainingOptions& options,

@@ -24,10 +24,9 @@ constexpr std::int64_t kCudaHostBytes = std::int64_t{1} << 30;
 
 // The advice of a refusal: what the dominant term depends on.
 std::string WhatToChange(const pb::TrainingSpec& spec, const TrainingMemoryEstimate& e) {
-  if (e.attention_bytes >= e.activation_bytes && e.attention_bytes >= e.state_bytes &&
-      !e.efficient_at_max_length) {
-    return "The direct path's N×N scores dominate: set path: efficient (or auto), or lower "
-           "max_length or batch_size.";
+  if (e.attention_bytes >= e.activation_bytes && e.attention_bytes >= e.state_bytes && e.softmax) {
+    return "The softmax path's N×N scores dominate: set path: efficient, direct or auto (the "
+           "Taylor paths recompute their scores in backward), or lower max_length or batch_size.";
   }
   if (e.activation_bytes + e.attention_bytes >= e.state_bytes + e.data_bytes) {
     return "Activations dominate: lower batch_size (or max_length), or run more workers to split "
@@ -232,7 +231,10 @@ TrainingMemoryEstimate JobAdmission::EstimateRankMemory(const pb::TrainingSpec& 
         shape.direct_up_to_tokens =
             TrainingCrossoverTokens(m.embed_dim() / std::max(m.heads(), 1u));
         break;
-      default:  // direct and softmax hold N×N scores per head
+      case pb::ATTENTION_PATH_SOFTMAX:
+        shape.softmax = true;
+        break;
+      default:
         shape.direct_up_to_tokens = TrainingMemoryShape::kAlwaysDirect;
     }
   }

@@ -150,6 +150,24 @@ TEST_F(CalibrationFileTest, MalformedFilesGiveLineNumbers) {
   EXPECT_NE(loaded.status().message().find(":2: invalid thread count 'threads=x'"),
             std::string::npos)
       << loaded.status();
+  // Unknown keys are errors on both kinds of line, naming the keys the line may have.
+  for (const std::string& line :
+       {std::string("crossover head_dim=32 heads=8 batch=1 tokens=9 direct_s=1"),
+        std::string(
+            "crossover head_dim=32 heads=8 batch=1 tokens=9\n"
+            "point head_dim=32 heads=8 batch=1 tokens=9 direct_s=1 efficient_s=2 crossed=1")}) {
+    {
+      std::ofstream out(path);
+      out << "taylorshift-calibration 1\n   \n" << line << "\n";
+    }
+    loaded = LoadCalibration(path);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string key = line.find("point") != std::string::npos ? "crossed" : "direct_s";
+    EXPECT_NE(loaded.status().message().find("unknown key '" + key + "'"), std::string::npos)
+        << loaded.status();
+    EXPECT_NE(loaded.status().message().find("expected one of head_dim, heads"), std::string::npos)
+        << loaded.status();
+  }
   {
     std::ofstream out(path);
     out << "something else\n";
@@ -302,17 +320,25 @@ TEST(TrainingMemoryTest, EstimateGrowsWithWhatAJobHoldsAndDirectOutgrowsEfficien
   EXPECT_EQ(EstimateTrainingMemory(wide).state_bytes, 2 * base.state_bytes);
   TrainingMemoryShape efficient = shape;
   efficient.direct_up_to_tokens = 0;
-  shape.max_length = efficient.max_length = 16384;
-  EXPECT_GT(EstimateTrainingMemory(shape).attention_bytes,
-            20 * EstimateTrainingMemory(efficient).attention_bytes);
+  TrainingMemoryShape softmax = shape;
+  softmax.softmax = true;
+  // The direct path recomputes its scores in backward: its attention grows like N (16x from 1k
+  // to 16k tokens), the softmax baseline's like N².
+  const auto direct_1k = EstimateTrainingMemory(shape).attention_bytes;
+  const auto softmax_1k = EstimateTrainingMemory(softmax).attention_bytes;
+  shape.max_length = efficient.max_length = softmax.max_length = 16384;
+  EXPECT_GT(EstimateTrainingMemory(shape).attention_bytes, 12 * direct_1k);
+  EXPECT_LT(EstimateTrainingMemory(shape).attention_bytes, 20 * direct_1k);
+  EXPECT_GT(EstimateTrainingMemory(softmax).attention_bytes, 200 * softmax_1k);
+  EXPECT_GT(EstimateTrainingMemory(softmax).attention_bytes,
+            20 * EstimateTrainingMemory(shape).attention_bytes);
   // `auto` as the trainer runs it: direct up to the crossover, efficient above. The peak is the
-  // larger side, far below the direct path's at max_length.
+  // larger side.
   TrainingMemoryShape automatic = efficient;
   automatic.direct_up_to_tokens = TrainingCrossoverTokens(16);
   const auto auto_estimate = EstimateTrainingMemory(automatic);
   EXPECT_TRUE(auto_estimate.efficient_at_max_length);
   EXPECT_GE(auto_estimate.attention_bytes, EstimateTrainingMemory(efficient).attention_bytes);
-  EXPECT_LT(auto_estimate.attention_bytes, EstimateTrainingMemory(shape).attention_bytes / 20);
   // Below the crossover, auto is direct at max_length.
   automatic.max_length = 100;
   shape.max_length = 100;
@@ -329,9 +355,10 @@ TEST(TrainingMemoryTest, DominantTermsComeLargestFirst) {
   shape.mlp_hidden = 128;
   shape.max_length = 2048;
   shape.batch = 16;
+  shape.softmax = true;
   const auto terms = DominantMemoryTerms(EstimateTrainingMemory(shape));
   ASSERT_EQ(terms.size(), 5u);
-  EXPECT_NE(terms.front().find("attention (direct path"), std::string::npos) << terms.front();
+  EXPECT_NE(terms.front().find("attention (softmax"), std::string::npos) << terms.front();
   EXPECT_NE(terms.front().find(" GiB "), std::string::npos) << terms.front();
 }
 

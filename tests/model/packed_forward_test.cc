@@ -105,6 +105,21 @@ TEST(PackedForwardTest, RefusesTrainingModeAndBadShapes) {
   EXPECT_THROW(
       PackedForward(*model, torch::zeros({2, 9}, torch::kLong), lengths, AttentionPath::kDirect),
       c10::Error);
+  // The encoder's own checks and messages: token ids past the vocabulary, lengths past N.
+  const auto message = [&](const torch::Tensor& t, const torch::Tensor& l) {
+    try {
+      PackedForward(*model, t, l, AttentionPath::kDirect);
+    } catch (const c10::ValueError& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(torch::full({2, 4}, 300, torch::kLong), lengths)
+                .find("token ids must be in [0, 256), got 300"),
+            std::string::npos);
+  EXPECT_NE(message(tokens, torch::tensor(std::vector<std::int64_t>{5, 2}))
+                .find("lengths must be in [0, 4], got 5"),
+            std::string::npos);
 }
 
 TEST(PackedForwardCudaTest, MatchesThePaddedForwardOnTheGpu) {

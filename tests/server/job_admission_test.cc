@@ -107,14 +107,20 @@ TEST_F(JobAdmissionTest, TheDocumentedFirstJobIsEstimatedAsTheTrainerRunsIt) {
   efficient.set_path(pb::ATTENTION_PATH_EFFICIENT);
   EXPECT_EQ(estimate, Admission().EstimateMemory(efficient));
 
-  // The direct path at max_length really does hold N×N scores: refused, saying what to change.
+  // The direct path recomputes its scores in backward: at max_length it holds blocks of scores,
+  // not N×N, and is admitted too. The softmax baseline does hold N×N scores: refused, saying what
+  // to change.
   spec.set_path(pb::ATTENTION_PATH_DIRECT);
+  auto direct = Admission().Training(spec);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_LT(direct->progress().memory_estimate_bytes(), std::int64_t{1} << 30);
+  spec.set_path(pb::ATTENTION_PATH_SOFTMAX);
   auto refused = Admission().Training(spec);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
   const std::string message(refused.status().message());
-  EXPECT_THAT(message, HasSubstr("path ATTENTION_PATH_DIRECT"));
+  EXPECT_THAT(message, HasSubstr("path ATTENTION_PATH_SOFTMAX"));
   EXPECT_THAT(message, HasSubstr("largest first: "));
-  EXPECT_THAT(message, HasSubstr("attention (direct path"));
+  EXPECT_THAT(message, HasSubstr("attention (softmax"));
   EXPECT_THAT(message, HasSubstr("set path: efficient"));
   spec.set_path(pb::ATTENTION_PATH_EFFICIENT);
   EXPECT_TRUE(Admission().Training(spec).ok());
