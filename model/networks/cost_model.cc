@@ -32,11 +32,12 @@ std::int64_t MemoryCrossoverN1(std::int64_t head_dim) {
 
 std::int64_t TrainingCrossoverTokens(std::int64_t head_dim) {
   // {d, tokens}: the log-interpolated crossovers L of bench/run_train_bench (run of
-  // 2026-11-23T07:14, --threads=1; docs/train_bench.md), plus one for CLS.
+  // 2026-11-28T20:44, --threads=1, with the direct path's recomputing backward;
+  // docs/train_bench.md), plus one for CLS.
   constexpr std::array<std::pair<double, double>, 3> kMeasured = {{
-      {8, 73},
-      {16, 177},
-      {32, 444},
+      {8, 122},
+      {16, 271},
+      {32, 546},
   }};
   const double d = static_cast<double>(std::max<std::int64_t>(head_dim, 1));
   double tokens = 0;
@@ -87,9 +88,9 @@ TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
       (batch * n * saved_per_token * static_cast<double>(s.depth) + embedding) * bytes);
   // One block's attention at its peak. Direct: its backward recomputes the scores (TaylorDirect),
   // so it holds q̂, k̂, v'', y, the denominators and their gradients, O(N·d) per head, and at most
-  // two blocks of scores of the kernel options' budget (2^19 entries, at least one query row of
-  // every head). Softmax: 4 N×N tensors per head (probabilities, scores and the backward's
-  // gradients of both). Efficient: O(N·d) features and the d³ moment tensors, held twice
+  // two blocks of scores of the kernel options' budget (2^19 entries, at least 64 query rows of
+  // every head in training). Softmax: 4 N×N tensors per head (probabilities, scores and the
+  // backward's gradients of both). Efficient: O(N·d) features and the d³ moment tensors, held twice
   // (forward kept for backward, and the backward's temporaries). With a crossover, the peak is
   // the larger of the longest direct batch and the max_length batch.
   e.efficient_at_max_length = !s.softmax && n > static_cast<double>(s.direct_up_to_tokens);
@@ -98,7 +99,8 @@ TrainingMemoryEstimate EstimateTrainingMemory(const TrainingMemoryShape& s) {
   const double direct_entries =
       s.softmax ? batch * heads * (4 * n * n + 2 * n * d)
                 : batch * heads * 8 * direct_n * (d + 1) +
-                      2 * std::max(static_cast<double>(1 << 19), batch * heads * direct_n);
+                      2 * std::max(static_cast<double>(1 << 19),
+                                   batch * heads * std::min(64.0, direct_n) * direct_n);
   const double efficient_entries =
       e.efficient_at_max_length ? 2 * batch * heads * (6 * n * d + 3 * d * d * d + 2 * d * d) : 0.0;
   e.attention_bytes =

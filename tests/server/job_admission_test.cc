@@ -85,7 +85,7 @@ TEST_F(JobAdmissionTest, AnEstimateOverTheBudgetIsRefusedWithBothNumbers) {
 }
 
 // docs/JOBS.md's first spec and models/source-lang-demo.yaml (embed_dim 64, depth 2, heads 8,
-// max_length 2048, batch 16, path auto): the trainer's auto runs efficient above 73 tokens at
+// max_length 2048, batch 16, path auto): the trainer's auto runs efficient above 122 tokens at
 // d = 8. Admission once counted auto as direct at max_length (16.65 GiB) and refused the job on
 // a 24 GB machine; it is estimated as the trainer runs it: as the efficient path at max_length
 // (bench/memory_grid.py measured 0.99 GiB peak RSS over 12 steps for both).
