@@ -122,13 +122,7 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t stride = args.in_layout.token;
   const float* v = args.v + HeadOffset(args.value_layout, args.starts, batch, bh % args.heads);
 
-  for (int e = static_cast<int>(threadIdx.x); e < kTile * kDim; e += kThreads) {
-    const int t = e / kDim;
-    const int col = e % kDim;
-    const int token = q0 + t;
-    const float value = token < length && col < D ? args.q[head + token * stride + col] : 0.0F;
-    queries[t][col] = __float2bfloat16(value);
-  }
+  LoadDimRows<D>(args.q + head, stride, q0, length, queries);
   __syncthreads();
   wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> q[kDim / 16];
   for (int kk = 0; kk < kDim / 16; ++kk) {
@@ -139,27 +133,9 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int k0 = 0; k0 < length; k0 += kTile) {
     __syncthreads();  // the previous tile (or the queries) is consumed
-    for (int e = static_cast<int>(threadIdx.x); e < kTile * kDim; e += kThreads) {
-      const int t = e / kDim;
-      const int col = e % kDim;
-      const int token = k0 + t;
-      const float value = token < length && col < D ? args.k[head + token * stride + col] : 0.0F;
-      keys[t][col] = __float2bfloat16(value);
-    }
-    for (int e = static_cast<int>(threadIdx.x); e < kTile * kWidth; e += kThreads) {
-      const int t = e / kWidth;
-      const int col = e % kWidth;
-      const int token = k0 + t;
-      float value = 0.0F;
-      if (KeyReal(args, batch, token)) {
-        if (col < D) {
-          value = v[token * args.value_layout.token + col];
-        } else if (col == D) {
-          value = 1.0F;
-        }
-      }
-      values[t][col] = __float2bfloat16(value);
-    }
+    LoadDimRows<D>(args.k + head, stride, k0, length, keys);
+    // v'' = [v | 1], zero rows for padded keys.
+    LoadValueRows<D>(args, v, args.value_layout.token, batch, k0, length, 1.0F, 1.0F, values);
     __syncthreads();
     for (int n = 0; n < kTile / 16; ++n) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
@@ -272,34 +248,15 @@ cudaError_t LaunchEfficient(const AttentionArgs& args, const EfficientPlan& plan
   if (!ShapeFits(args) || plan.workspace_bytes == 0 || workspace == nullptr) {
     return cudaErrorInvalidValue;
   }
-  switch (args.head_dim) {
-    case 8:
-      return LaunchEfficientFor<8>(args, plan, workspace, stream);
-    case 16:
-      return LaunchEfficientFor<16>(args, plan, workspace, stream);
-    case 32:
-      return LaunchEfficientFor<32>(args, plan, workspace, stream);
-    case 64:
-      return LaunchEfficientFor<64>(args, plan, workspace, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return WithHeadDim(args.head_dim, [&](auto dim) {
+    return LaunchEfficientFor<decltype(dim)::value>(args, plan, workspace, stream);
+  });
 }
 
 cudaError_t LaunchDirect(const AttentionArgs& args, cudaStream_t stream) {
   if (!ShapeFits(args)) return cudaErrorInvalidValue;
-  switch (args.head_dim) {
-    case 8:
-      return LaunchDirectFor<8>(args, stream);
-    case 16:
-      return LaunchDirectFor<16>(args, stream);
-    case 32:
-      return LaunchDirectFor<32>(args, stream);
-    case 64:
-      return LaunchDirectFor<64>(args, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return WithHeadDim(args.head_dim,
+                     [&](auto dim) { return LaunchDirectFor<decltype(dim)::value>(args, stream); });
 }
 
 }  // namespace ts::cuda_kernels

@@ -190,35 +190,34 @@ struct DirectGradSmem {
   static constexpr int kBytes = Max(kScratchAt + kScratch, kOut);
 };
 
-// Rows [t0, t0 + kTile) of q̂ or k̂ (d values, rows `stride` apart) as bfloat16 with zero padding
-// columns; zero rows past `end`.
+// The warp's two products against rows n·16 .. n·16 + 15 of the other side's tiles:
+// s = own_dim[warp's rows]·other_dim[those rows]ᵀ (scores) and
+// da = own_width[warp's rows]·other_width[those rows]ᵀ (the scores' gradient, dnom·v''ᵀ or its
+// transpose). Both sides' [rows][cols] tiles read column-major are the transposes.
 template <int D>
-__device__ __forceinline__ void LoadDimRows(const float* x, std::int64_t stride, int t0, int end,
-                                            Bf16 (*rows)[Dims<D>::kDimPadded + kPad16]) {
+__device__ __forceinline__ void PairedProducts(
+    const Bf16 (*own_dim)[Dims<D>::kDimPadded + kPad16],
+    const Bf16 (*own_width)[Dims<D>::kWidth + kPad16],
+    const Bf16 (*other_dim)[Dims<D>::kDimPadded + kPad16],
+    const Bf16 (*other_width)[Dims<D>::kWidth + kPad16], int warp, int n, Accumulator& s,
+    Accumulator& da) {
   constexpr int kDim = Dims<D>::kDimPadded;
-  for (int e = static_cast<int>(threadIdx.x); e < kTile * kDim; e += kThreads) {
-    const int t = e / kDim;
-    const int col = e % kDim;
-    const int token = t0 + t;
-    rows[t][col] = __float2bfloat16(token < end && col < D ? x[token * stride + col] : 0.0F);
-  }
-}
-
-// v'' = [v | 1] of keys [t0, t0 + kTile) as bfloat16, zero rows for padded keys and past `end`.
-template <int D>
-__device__ __forceinline__ void LoadAugmentedValues(const AttentionArgs& args, const float* v,
-                                                    int batch, int t0, int end,
-                                                    Bf16 (*rows)[Dims<D>::kWidth + kPad16]) {
   constexpr int kWidth = Dims<D>::kWidth;
-  for (int e = static_cast<int>(threadIdx.x); e < kTile * kWidth; e += kThreads) {
-    const int t = e / kWidth;
-    const int col = e % kWidth;
-    const int token = t0 + t;
-    float value = 0.0F;
-    if (token < end && KeyReal(args, batch, token)) {
-      value = col < D ? v[token * args.value_layout.token + col] : (col == D ? 1.0F : 0.0F);
-    }
-    rows[t][col] = __float2bfloat16(value);
+  wmma::fill_fragment(s, 0.0F);
+  wmma::fill_fragment(da, 0.0F);
+  for (int kk = 0; kk < kDim / 16; ++kk) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
+    wmma::load_matrix_sync(a, &own_dim[warp * 16][kk * 16], kDim + kPad16);
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> b;
+    wmma::load_matrix_sync(b, &other_dim[n * 16][kk * 16], kDim + kPad16);
+    wmma::mma_sync(s, a, b, s);
+  }
+  for (int c = 0; c < kWidth / 16; ++c) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> a;
+    wmma::load_matrix_sync(a, &own_width[warp * 16][c * 16], kWidth + kPad16);
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> b;
+    wmma::load_matrix_sync(b, &other_width[n * 16][c * 16], kWidth + kPad16);
+    wmma::mma_sync(da, a, b, da);
   }
 }
 
@@ -279,28 +278,12 @@ __global__ void __launch_bounds__(kThreads) DirectQueryGradKernel(BackwardArgs a
   for (int k0 = 0; k0 < length; k0 += kTile) {
     __syncthreads();  // the previous key tile is consumed (and the own rows are loaded)
     LoadDimRows<D>(f.k + offset, f.in_layout.token, k0, length, keys);
-    LoadAugmentedValues<D>(f, v, batch, k0, length, values);
+    LoadValueRows<D>(f, v, f.value_layout.token, batch, k0, length, 1.0F, 1.0F, values);
     __syncthreads();
     for (int n = 0; n < kTile / 16; ++n) {
       Accumulator s;
       Accumulator da;
-      wmma::fill_fragment(s, 0.0F);
-      wmma::fill_fragment(da, 0.0F);
-      for (int kk = 0; kk < kDim / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> q;
-        wmma::load_matrix_sync(q, &queries[warp * 16][kk * 16], kDim + kPad16);
-        // k̂ᵀ (dims × keys) is `keys` read column-major.
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> k;
-        wmma::load_matrix_sync(k, &keys[n * 16][kk * 16], kDim + kPad16);
-        wmma::mma_sync(s, q, k, s);
-      }
-      for (int c = 0; c < kWidth / 16; ++c) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> g;
-        wmma::load_matrix_sync(g, &dnom[warp * 16][c * 16], kWidth + kPad16);
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> vt;
-        wmma::load_matrix_sync(vt, &values[n * 16][c * 16], kWidth + kPad16);
-        wmma::mma_sync(da, g, vt, da);
-      }
+      PairedProducts<D>(queries, dnom, keys, values, warp, n, s, da);
       // s and da are fragments of one type: their elements lie at the same positions.
       for (int i = 0; i < s.num_elements; ++i) s.x[i] = 2.0F * (s.x[i] + beta) * da.x[i];
       StoreBf16(s, scratch, &ds[warp * 16][n * 16], kTile + kPad16, lane);
@@ -351,8 +334,8 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t offset = HeadOffset(f.in_layout, f.starts, batch, head);
   const float* dnom_head = args.dnom + HeadOffset(args.dnom_layout, f.starts, batch, head);
   LoadDimRows<D>(f.k + offset, f.in_layout.token, k0, length, keys);
-  LoadAugmentedValues<D>(f, f.v + HeadOffset(f.value_layout, f.starts, batch, head), batch, k0,
-                         length, values);
+  LoadValueRows<D>(f, f.v + HeadOffset(f.value_layout, f.starts, batch, head), f.value_layout.token,
+                   batch, k0, length, 1.0F, 1.0F, values);
 
   Accumulator dk[kDim / 16];
   Accumulator dv[kWidth / 16];
@@ -366,23 +349,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < kTile / 16; ++n) {
       Accumulator s;
       Accumulator da;
-      wmma::fill_fragment(s, 0.0F);
-      wmma::fill_fragment(da, 0.0F);
-      for (int kk = 0; kk < kDim / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> k;
-        wmma::load_matrix_sync(k, &keys[warp * 16][kk * 16], kDim + kPad16);
-        // q̂ᵀ (dims × queries) is `queries` read column-major.
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> q;
-        wmma::load_matrix_sync(q, &queries[n * 16][kk * 16], kDim + kPad16);
-        wmma::mma_sync(s, k, q, s);
-      }
-      for (int c = 0; c < kWidth / 16; ++c) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> vv;
-        wmma::load_matrix_sync(vv, &values[warp * 16][c * 16], kWidth + kPad16);
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, wmma::col_major> g;
-        wmma::load_matrix_sync(g, &dnom[n * 16][c * 16], kWidth + kPad16);
-        wmma::mma_sync(da, vv, g, da);
-      }
+      PairedProducts<D>(keys, values, queries, dnom, warp, n, s, da);
       for (int i = 0; i < s.num_elements; ++i) {
         const float shifted = s.x[i] + beta;
         s.x[i] = shifted * shifted + gamma;
@@ -493,34 +460,16 @@ cudaError_t LaunchEfficientBackward(const BackwardArgs& args, const EfficientPla
   if (!BackwardFits(args) || plan.workspace_bytes == 0 || workspace == nullptr) {
     return cudaErrorInvalidValue;
   }
-  switch (args.forward.head_dim) {
-    case 8:
-      return LaunchEfficientBackwardFor<8>(args, plan, workspace, stream);
-    case 16:
-      return LaunchEfficientBackwardFor<16>(args, plan, workspace, stream);
-    case 32:
-      return LaunchEfficientBackwardFor<32>(args, plan, workspace, stream);
-    case 64:
-      return LaunchEfficientBackwardFor<64>(args, plan, workspace, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return WithHeadDim(args.forward.head_dim, [&](auto dim) {
+    return LaunchEfficientBackwardFor<decltype(dim)::value>(args, plan, workspace, stream);
+  });
 }
 
 cudaError_t LaunchDirectBackward(const BackwardArgs& args, cudaStream_t stream) {
   if (!BackwardFits(args)) return cudaErrorInvalidValue;
-  switch (args.forward.head_dim) {
-    case 8:
-      return LaunchDirectBackwardFor<8>(args, stream);
-    case 16:
-      return LaunchDirectBackwardFor<16>(args, stream);
-    case 32:
-      return LaunchDirectBackwardFor<32>(args, stream);
-    case 64:
-      return LaunchDirectBackwardFor<64>(args, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return WithHeadDim(args.forward.head_dim, [&](auto dim) {
+    return LaunchDirectBackwardFor<decltype(dim)::value>(args, stream);
+  });
 }
 
 }  // namespace ts::cuda_kernels

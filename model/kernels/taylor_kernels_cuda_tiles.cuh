@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "model/kernels/taylor_kernels_cuda.h"
 
@@ -145,6 +146,20 @@ __device__ __forceinline__ void LoadRawRows(const float* x, std::int64_t stride,
   }
 }
 
+// Rows [t0, t0 + kTile) of q̂ or k̂ (d values, rows `stride` apart) as bfloat16 with zero padding
+// columns; zero rows past `end`.
+template <int D>
+__device__ __forceinline__ void LoadDimRows(const float* x, std::int64_t stride, int t0, int end,
+                                            Bf16 (*rows)[Dims<D>::kDimPadded + kPad16]) {
+  constexpr int kDim = Dims<D>::kDimPadded;
+  for (int e = static_cast<int>(threadIdx.x); e < kTile * kDim; e += kThreads) {
+    const int t = e / kDim;
+    const int col = e % kDim;
+    const int token = t0 + t;
+    rows[t][col] = __float2bfloat16(token < end && col < D ? x[token * stride + col] : 0.0F);
+  }
+}
+
 // What the state pass sums, Σ_j ψ(x̃_j)·r_jᵀ: x̃ from the keys (padded keys left out) and
 // r = v' = [v/N | κ] from args.v for the forward's KV; or x̃ from the queries (every row) and
 // r = a given row of d+1 floats at `layout` (backward: ∂L/∂nom, for the queries' dKV).
@@ -251,6 +266,24 @@ __global__ void EfficientReduceKernel(AttentionArgs args, int slices, const floa
 }
 
 constexpr int kMaxGridYZ = 65535;
+
+// launch(std::integral_constant<int, D>{}) for the head dimension d with a kernel (8, 16, 32,
+// 64); cudaErrorInvalidValue for any other.
+template <typename Launch>
+cudaError_t WithHeadDim(int d, Launch launch) {
+  switch (d) {
+    case 8:
+      return launch(std::integral_constant<int, 8>{});
+    case 16:
+      return launch(std::integral_constant<int, 16>{});
+    case 32:
+      return launch(std::integral_constant<int, 32>{});
+    case 64:
+      return launch(std::integral_constant<int, 64>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
 
 inline int Tiles(int tokens) { return (tokens + kTile - 1) / kTile; }
 
