@@ -23,18 +23,24 @@ std::array<torch::Tensor, 3> Operands(const torch::Tensor& q, const torch::Tenso
           v.stride(-1) == 1 ? v : v.contiguous()};
 }
 
-// Fills the operands and the polynomial into `args` and runs `path`'s kernels on q's device.
-void Launch(AttentionPath path, const std::array<torch::Tensor, 3>& qkv, const torch::Tensor& y,
-            const TaylorKernelOptions& options, cuda_kernels::AttentionArgs& args) {
+// The operands and the polynomial into `args` (forward and backward alike).
+void FillOperands(const std::array<torch::Tensor, 3>& qkv, const TaylorMath& math,
+                  cuda_kernels::AttentionArgs& args) {
   args.q = qkv[0].data_ptr<float>();
   args.k = qkv[1].data_ptr<float>();
   args.v = qkv[2].data_ptr<float>();
-  args.y = y.data_ptr<float>();
   args.head_dim = static_cast<int>(qkv[0].size(-1));
-  args.a = static_cast<float>(options.a);
-  args.b = static_cast<float>(options.b);
-  args.c = static_cast<float>(options.c);
-  args.output_normalize = options.output_normalize;
+  args.a = static_cast<float>(math.a);
+  args.b = static_cast<float>(math.b);
+  args.c = static_cast<float>(math.c);
+  args.output_normalize = math.output_normalize;
+}
+
+// Fills the operands, the polynomial and y into `args` and runs `path`'s kernels on q's device.
+void Launch(AttentionPath path, const std::array<torch::Tensor, 3>& qkv, const torch::Tensor& y,
+            const TaylorKernelOptions& options, cuda_kernels::AttentionArgs& args) {
+  FillOperands(qkv, options, args);
+  args.y = y.data_ptr<float>();
   compat::WithCudaStream(y.device(), [&](void* stream, int multiprocessors) {
     const auto raw = static_cast<cudaStream_t>(stream);
     cudaError_t error = cudaSuccess;
@@ -117,7 +123,13 @@ class FusedCudaCore : public torch::autograd::Function<FusedCudaCore> {
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &y = saved[3], &den = saved[4];
     const auto &mask = saved[5], &counts = saved[6];
     const auto path = static_cast<AttentionPath>(ctx->saved_data["path"].toInt());
-    const bool normalize = ctx->saved_data["output_normalize"].toBool();
+    // The polynomial the forward ran with (saved_data holds IValues: doubles and a bool).
+    TaylorMath math;
+    math.a = ctx->saved_data["a"].toDouble();
+    math.b = ctx->saved_data["b"].toDouble();
+    math.c = ctx->saved_data["c"].toDouble();
+    math.output_normalize = ctx->saved_data["output_normalize"].toBool();
+    const bool normalize = math.output_normalize;
     const auto grad_y = grad_outputs[0].to(torch::kFloat);
     // ∂L/∂nom from the quotient: the direct path's y carries the output normalisation s.
     auto scaled = grad_y;
@@ -129,14 +141,7 @@ class FusedCudaCore : public torch::autograd::Function<FusedCudaCore> {
     auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
     cuda_kernels::BackwardArgs args;
     args.forward = PaddedArgs({q, k, v}, y, mask, counts);
-    args.forward.head_dim = static_cast<int>(q.size(3));
-    args.forward.a = static_cast<float>(ctx->saved_data["a"].toDouble());
-    args.forward.b = static_cast<float>(ctx->saved_data["b"].toDouble());
-    args.forward.c = static_cast<float>(ctx->saved_data["c"].toDouble());
-    args.forward.output_normalize = normalize;
-    args.forward.q = q.data_ptr<float>();
-    args.forward.k = k.data_ptr<float>();
-    args.forward.v = v.data_ptr<float>();
+    FillOperands({q, k, v}, math, args.forward);
     args.dnom = dnom.data_ptr<float>();
     args.dnom_layout = {dnom.stride(0), dnom.stride(1), dnom.stride(2)};
     args.dq = dq.data_ptr<float>();
