@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
+#include "model/kernels/bf16_matmul_probe.h"
 #include "model/kernels/cpu_features.h"
 #include "model/kernels/cpu_gemm.h"
 #include "model/torch_compat.h"
@@ -41,7 +42,14 @@ absl::Status CheckPrecisionSupported(Precision precision, const torch::Device& d
         absl::StrCat("precision bf16: ", device.str(), " has compute capability ", major,
                      ".x; bf16 tensor cores need 8.0 or newer (use precision: fp32)"));
   }
-  if (HostCpuHasBf16()) return absl::OkStatus();
+  if (HostCpuHasBf16()) {
+    // The flags say the hardware multiplies bf16; the probe says whether LibTorch sums in float32.
+    if (const Bf16MatmulProbe& probe = CpuBf16Matmul(); !probe.float32_sums()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("precision bf16: ", probe.Describe(), "; use precision: fp32"));
+    }
+    return absl::OkStatus();
+  }
   if (DetectedCpuCapability() >= CpuCapability::kAvx512Bf16) {
     return absl::FailedPreconditionError(
         absl::StrCat("precision bf16: the CPU kernels are capped at ", DescribeCpuCapability(),
@@ -50,6 +58,11 @@ absl::Status CheckPrecisionSupported(Precision precision, const torch::Device& d
   return absl::FailedPreconditionError(
       "precision bf16: this CPU has neither AVX512-BF16 nor AMX (no avx512_bf16 or amx_bf16 in "
       "/proc/cpuinfo), so bf16 would be emulated and slower than fp32 (use precision: fp32)");
+}
+
+absl::Status CheckBf16SumsInFloat32(Precision precision, const torch::Device& device) {
+  if (precision == Precision::kFp32 || !device.is_cpu()) return absl::OkStatus();
+  return CheckCpuBf16SumsInFloat32();
 }
 
 namespace {
@@ -80,7 +93,10 @@ torch::Tensor CpuInferenceLinear(const torch::nn::Linear& layer, const torch::Te
 
 torch::Tensor MixedLinear(const torch::nn::Linear& layer, const torch::Tensor& low_weight,
                           const torch::Tensor& x) {
-  if (!low_weight.defined() || x.numel() < kMinLowPrecisionRows * x.size(-1)) {
+  // A CPU whose LibTorch sums bf16 in bfloat16 never multiplies in bf16, even when a caller
+  // skipped CheckPrecisionSupported.
+  if (!low_weight.defined() || x.numel() < kMinLowPrecisionRows * x.size(-1) ||
+      (x.is_cpu() && !CpuBf16Matmul().float32_sums())) {
     if (auto y = CpuInferenceLinear(layer, x); y.defined()) return y;
     return torch::nn::functional::linear(x, layer->weight, layer->bias);
   }

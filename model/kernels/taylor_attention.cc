@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "model/kernels/attention_dispatch.h"
+#include "model/kernels/bf16_matmul_probe.h"
 #include "model/kernels/cpu_gemm.h"
 #include "model/kernels/direct_inference.h"
 #include "model/kernels/efficient_inference.h"
@@ -28,6 +29,12 @@ using torch::indexing::Slice;
 struct Shape {
   std::int64_t batch, heads, tokens, head_dim;
 };
+
+// The ATen form's bf16 products: on CUDA always (tensor cores sum in float32); on a CPU only where
+// LibTorch's bf16 GEMMs sum in float32 (measured once), float32 products elsewhere.
+bool Bf16ProductsSumInFloat32(const torch::Tensor& q) {
+  return !q.is_cpu() || CpuBf16Matmul().float32_sums();
+}
 
 Shape CheckInputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                   const torch::Tensor& key_padding_mask) {
@@ -616,7 +623,7 @@ torch::Tensor TaylorDirect(const torch::Tensor& q, const torch::Tensor& k, const
   // The ATen form's bf16: both products in bfloat16 with float32 accumulation, the numerators
   // and denominators (the second product's output) float32.
   const bool low = !grad && options.bf16_products && kernel == AttentionKernel::kAten &&
-                   q.scalar_type() == torch::kFloat;
+                   q.scalar_type() == torch::kFloat && Bf16ProductsSumInFloat32(q);
   const std::int64_t bh = s.batch * s.heads;
   // A/a = (S + β)² + γ with β = b/2a, γ = c/a − b²/4a²; the factor a cancels in P = A/rowsum(A).
   DirectTerms terms{options.b / (2 * options.a),
@@ -673,7 +680,8 @@ torch::Tensor TaylorEfficient(const torch::Tensor& q, const torch::Tensor& k,
     return EfficientCore::apply(q_s, k_s, v_p, coefficients, chunk, aten)
         .view({s.batch, s.heads, s.tokens, d});
   }
-  const bool low = aten && options.bf16_products && q.scalar_type() == torch::kFloat;
+  const bool low = aten && options.bf16_products && q.scalar_type() == torch::kFloat &&
+                   Bf16ProductsSumInFloat32(q);
   auto y = torch::empty({bh, s.tokens, d}, q.options());
   EfficientForward(q_s.contiguous(), k_s.contiguous(), v_p.contiguous(), coefficients, chunk, aten,
                    low, y, {}, {});

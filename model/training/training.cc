@@ -12,6 +12,7 @@
 #include "common/atomic_file.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "model/kernels/mixed_linear.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
 #include "model/training/lamb.h"
@@ -113,6 +114,7 @@ absl::Status ValidateTrainingOptions(const TrainingOptions& o) {
   if (o.precision == Precision::kBf16 && o.dtype != torch::kFloat32) {
     return bad("precision", "bf16 (mixed precision) needs dtype float32");
   }
+  TS_RETURN_IF_ERROR(CheckBf16SumsInFloat32(o.precision, o.device));
   if (!o.device.is_cpu() && !o.device.is_cuda()) {
     return bad("device", absl::StrCat("must be the CPU or a CUDA device, got ", o.device.str()));
   }

@@ -73,7 +73,9 @@ struct TrainingOptions {
   // kBf16: mixed precision (autocast to bfloat16 in the forward pass: the linear layers and
   // convolutions in bfloat16 with float32 accumulation; the attention, norms and the loss in
   // float32; weights, gradients and optimizer state float32). Needs dtype kFloat32. On a CPU
-  // without AVX512-BF16 or AMX the bfloat16 products are emulated (slow).
+  // without AVX512-BF16 or AMX the bfloat16 products are emulated (slow); where LibTorch would
+  // sum them in bfloat16 (LibTorch 1.13 on a CPU without AVX-512, measured by
+  // model/kernels/bf16_matmul_probe.h) bf16 is refused (FAILED_PRECONDITION).
   Precision precision = Precision::kFp32;
 };
 

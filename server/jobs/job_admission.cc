@@ -10,6 +10,7 @@
 #include "common/quoted.h"
 #include "common/status_macros.h"
 #include "job_contract/job_spec.h"
+#include "model/kernels/bf16_matmul_probe.h"
 #include "model/networks/cost_model.h"
 #include "server/serving/model_registry.h"
 
@@ -95,6 +96,10 @@ absl::StatusOr<pb::Job> JobAdmission::Training(pb::TrainingSpec spec) const {
   TS_RETURN_IF_ERROR(CheckEnabled());
   TS_RETURN_IF_ERROR(CheckSpecSize(spec));
   TS_RETURN_IF_ERROR(job::NormalizeTrainingSpec(&spec, jobs_, num_cores_));
+  // The worker would refuse it at start (ValidateTrainingOptions); refuse it before it queues.
+  if (spec.precision() == "bf16" && spec.device() == "cpu") {
+    TS_RETURN_IF_ERROR(CheckCpuBf16SumsInFloat32());
+  }
   TS_RETURN_IF_ERROR(CheckSourcePaths(spec.data().train(), "data.train"));
   if (spec.data().has_validation()) {
     TS_RETURN_IF_ERROR(CheckSourcePaths(spec.data().validation(), "data.validation"));

@@ -15,6 +15,7 @@
 #include "common/file_io.h"
 #include "model/checkpoints/checkpoint.h"
 #include "model/data/listops_generator.h"
+#include "model/kernels/bf16_matmul_probe.h"
 #include "model/kernels/mixed_linear.h"
 #include "model/networks/batch_classifier.h"
 #include "model/networks/encoder.h"
@@ -55,8 +56,12 @@ TEST(PrecisionTest, CpuInfoNeedsBf16OnEveryProcessor) {
 TEST(PrecisionTest, HardwareCheckFollowsTheCpuFlags) {
   EXPECT_TRUE(CheckPrecisionSupported(Precision::kFp32, torch::kCPU).ok());
   const absl::Status bf16 = CheckPrecisionSupported(Precision::kBf16, torch::kCPU);
-  if (HostCpuHasBf16()) {
+  if (HostCpuHasBf16() && CpuBf16Matmul().float32_sums()) {
     EXPECT_TRUE(bf16.ok()) << bf16;
+  } else if (HostCpuHasBf16()) {
+    // The flags say bf16, LibTorch's products say bfloat16 sums: refused, with the measurement.
+    EXPECT_EQ(bf16.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(bf16.message().find("use precision: fp32"), std::string::npos) << bf16;
   } else {
     EXPECT_EQ(bf16.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(bf16.message().find("AVX512-BF16"), std::string::npos) << bf16;
@@ -80,6 +85,11 @@ TEST(PrecisionTest, MixedLinearRunsTheProductInBf16OnlyForEnoughRows) {
   const auto x = torch::randn({2, kMinLowPrecisionRows, 64});
   const auto y = MixedLinear(layer, low, x);
   ASSERT_EQ(y.scalar_type(), torch::kFloat);
+  if (!CpuBf16Matmul().float32_sums()) {
+    // LibTorch would sum in bfloat16 here: the product stays float32.
+    EXPECT_TRUE(torch::allclose(y, layer(x), 1e-5, 1e-5)) << CpuBf16Matmul().Describe();
+    return;
+  }
   const auto expected =
       torch::matmul(x.to(torch::kBFloat16).to(torch::kFloat), low.to(torch::kFloat).t()) +
       layer->bias;
@@ -157,7 +167,10 @@ Difference CompareProbabilities(TaylorShiftEncoder& model,
 class Bf16AccuracyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!HostCpuHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
+    if (const absl::Status bf16 = CheckPrecisionSupported(Precision::kBf16, torch::kCPU);
+        !bf16.ok()) {
+      GTEST_SKIP() << bf16.message();
+    }
   }
 };
 

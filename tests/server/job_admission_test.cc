@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "model/kernels/bf16_matmul_probe.h"
 #include "server/jobs/job_queue.h"
 #include "server/serving/model_registry.h"
 #include "tests/testing/job_testing.h"
@@ -70,6 +71,21 @@ TEST_F(JobAdmissionTest, AGoodSpecBecomesATrainingJobWithItsMemoryEstimate) {
   EXPECT_EQ(static_cast<std::int64_t>(job->progress().memory_estimate_bytes()),
             Admission().EstimateMemory(job->training()));
   EXPECT_GT(job->progress().memory_estimate_bytes(), 0u);
+}
+
+// precision: bf16 on the CPU is admitted where LibTorch's bf16 products sum in float32 and refused
+// at submission elsewhere (model/kernels/bf16_matmul_probe.h), naming fp32 as the alternative.
+TEST_F(JobAdmissionTest, Bf16OnTheCpuFollowsTheMeasuredSums) {
+  pb::TrainingSpec spec = TinySpec();
+  spec.set_precision("bf16");
+  auto job = Admission().Training(spec);
+  SCOPED_TRACE(CpuBf16Matmul().Describe());
+  if (CpuBf16Matmul().float32_sums()) {
+    EXPECT_TRUE(job.ok()) << job.status();
+  } else {
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition) << job.status();
+    EXPECT_THAT(std::string(job.status().message()), HasSubstr("use precision: fp32"));
+  }
 }
 
 TEST_F(JobAdmissionTest, AnEstimateOverTheBudgetIsRefusedWithBothNumbers) {
