@@ -194,7 +194,9 @@ struct Listener {
 
   // A new connection from `peer` may open: at a cap, the connection idle the longest (of the
   // same peer, at the peer's cap) is closed for it; false when none is idle.
-  bool Admit(const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `shed` keeps the closed connection (its last reference must go outside `mu`).
+  bool Admit(const std::string& peer, std::shared_ptr<Connection>* shed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Accept();
   void Remove(std::uint64_t id) {
     absl::MutexLock lock(&mu);
@@ -378,6 +380,11 @@ class ConnectionOn final : public Connection {
           404, absl::StrCat("no route ", exchange_.method, " ", exchange_.path.substr(0, 64)),
           "NOT_FOUND"));
     }
+    // Authentication first: a caller without a token learns nothing of the limits.
+    if (route_->before_body) {
+      std::optional<HttpAnswer> early = route_->before_body(exchange_);
+      if (early) return Refuse(*std::move(early));
+    }
     const auto length = parser_->content_length();
     if (length &&
         static_cast<std::int64_t>(std::min<std::uint64_t>(
@@ -395,10 +402,6 @@ class ConnectionOn final : public Connection {
         HttpBodyDecoder::Create(coding == exchange_.headers.end() ? "" : coding->second, body);
     if (!decoder.ok()) return Refuse(FromStatus(decoder.status()));
     decoder_ = *std::move(decoder);
-    if (route_->before_body) {
-      std::optional<HttpAnswer> early = route_->before_body(exchange_);
-      if (early) return Refuse(*std::move(early));
-    }
     body_deadline_ = std::chrono::steady_clock::now() + Chrono(options().body_timeout);
     wire_body_bytes_ = 0;
     const auto expect = exchange_.headers.find("expect");
@@ -561,7 +564,7 @@ struct HttpListener::Impl : Listener {
 
 namespace {
 
-bool Listener::Admit(const std::string& peer) {
+bool Listener::Admit(const std::string& peer, std::shared_ptr<Connection>* shed) {
   // Connections closing (shed, timed out) count no more.
   int open = 0;
   int from_peer = 0;
@@ -584,11 +587,11 @@ bool Listener::Admit(const std::string& peer) {
   }
   if (oldest == nullptr) return false;
   int expected = Connection::kIdle;
-  std::shared_ptr<Connection> victim = oldest->weak_from_this().lock();
-  if (victim == nullptr || !oldest->state.compare_exchange_strong(expected, Connection::kClosed)) {
+  *shed = oldest->weak_from_this().lock();
+  if (*shed == nullptr || !oldest->state.compare_exchange_strong(expected, Connection::kClosed)) {
     return false;  // it began a request meanwhile (or is going)
   }
-  victim->CloseSoon();
+  (*shed)->CloseSoon();
   return true;
 }
 
@@ -601,9 +604,10 @@ void Listener::Accept() {
       const std::string peer = peer_error ? "" : endpoint.address().to_string();
       socket.set_option(tcp::no_delay(true), peer_error);
       std::shared_ptr<Connection> connection;
+      std::shared_ptr<Connection> shed;
       {
         absl::MutexLock lock(&mu);
-        if (Admit(peer)) {
+        if (Admit(peer, &shed)) {
           if (tls) {
             connection = std::make_shared<ConnectionOn<true>>(this, std::move(socket), peer);
           } else {
@@ -655,17 +659,26 @@ void HttpListener::Stop() {
     closed.Notify();
   });
   closed.WaitForNotification();
+  // Connections no handler is answering close now; the others after their answer. Their last
+  // references go outside the lock (a connection's destructor takes it).
+  std::vector<std::shared_ptr<Connection>> closing;
   {
     absl::MutexLock lock(&impl.mu);
-    // Connections no handler is answering close now; the others after their answer.
     for (const auto& [id, connection] : impl.connections) {
       int expected = Connection::kIdle;
       if (connection->state.compare_exchange_strong(expected, Connection::kClosed) ||
           (expected = Connection::kReadingBody,
            connection->state.compare_exchange_strong(expected, Connection::kClosed))) {
-        if (auto alive = connection->weak_from_this().lock()) alive->CloseSoon();
+        if (auto alive = connection->weak_from_this().lock()) {
+          alive->CloseSoon();
+          closing.push_back(std::move(alive));
+        }
       }
     }
+  }
+  closing.clear();
+  {
+    absl::MutexLock lock(&impl.mu);
     impl.mu.Await(absl::Condition(
         +[](Listener* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->mu) { return i->connections.empty(); },
         static_cast<Listener*>(&impl)));
