@@ -463,9 +463,13 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
   }
   if (config.http.default_timeout < absl::ZeroDuration() ||
       config.http.keep_alive < absl::Milliseconds(1) ||
-      config.http.read_timeout < absl::Seconds(1)) {
+      config.http.read_timeout < absl::Seconds(1) ||
+      config.http.header_timeout < absl::Milliseconds(100) ||
+      config.http.body_timeout < absl::Milliseconds(100) ||
+      config.http.write_timeout < absl::Milliseconds(100)) {
     return absl::InvalidArgumentError(
-        "http: default_timeout_ms must be >= 0, keep_alive_ms >= 1 and read_timeout_ms >= 1000");
+        "http: default_timeout_ms must be >= 0, keep_alive_ms >= 1, read_timeout_ms >= 1000 and "
+        "header_timeout_ms, body_timeout_ms and write_timeout_ms >= 100");
   }
   if (config.http.max_connections < config.http.threads) {
     return absl::InvalidArgumentError(absl::StrCat("http.max_connections: must be >= http.threads ",
@@ -481,6 +485,10 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
       {"max_concurrent_streams", config.max_concurrent_streams, 1},
       {"max_infer_batch", config.max_infer_batch, 1},
       {"http.threads", config.http.threads, 1},
+      {"http.io_threads", config.http.io_threads, 1},
+      {"http.max_connections_per_peer", config.http.max_connections_per_peer, 1},
+      {"http.max_inflate_ratio", config.http.max_inflate_ratio, 1},
+      {"http.max_header_bytes", config.http.max_header_bytes, 1024},
       {"http.max_json_depth", config.http.max_json_depth, 2},
       {"http.keep_alive_max_requests", config.http.keep_alive_max_requests, 1},
       {"http.max_body_bytes", config.http.max_body_bytes, 0},
@@ -563,10 +571,18 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
              Map({
                  {"listen", String(&config.http.listen)},
                  {"threads", Int(&config.http.threads)},
+                 {"io_threads", Int(&config.http.io_threads)},
                  {"max_connections", Int(&config.http.max_connections)},
+                 {"max_connections_per_peer", Int(&config.http.max_connections_per_peer)},
                  {"read_timeout_ms", Duration(&config.http.read_timeout, absl::Milliseconds(1))},
+                 {"header_timeout_ms",
+                  Duration(&config.http.header_timeout, absl::Milliseconds(1))},
+                 {"body_timeout_ms", Duration(&config.http.body_timeout, absl::Milliseconds(1))},
+                 {"write_timeout_ms", Duration(&config.http.write_timeout, absl::Milliseconds(1))},
                  {"max_json_depth", Int(&config.http.max_json_depth)},
                  {"max_body_bytes", Int64(&config.http.max_body_bytes)},
+                 {"max_inflate_ratio", Int64(&config.http.max_inflate_ratio)},
+                 {"max_header_bytes", Int64(&config.http.max_header_bytes)},
                  {"default_timeout_ms",
                   Duration(&config.http.default_timeout, absl::Milliseconds(1))},
                  {"keep_alive_ms", Duration(&config.http.keep_alive, absl::Milliseconds(1))},

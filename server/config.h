@@ -101,21 +101,36 @@ struct JobsConfig : job::SpecRules {
 // classify route. TLS and bearer tokens as for gRPC (tls:, auth:).
 struct HttpConfig {
   std::string listen;  // host:port; empty = no HTTP front end
-  int threads = 8;     // threads kept ready to serve connections
-  // Connections served at once: the pool grows from `threads` up to this many, so that a few
-  // slow clients (each holds a thread while it trickles its request) cannot starve the others;
-  // more wait in the accept queue.
-  int max_connections = 256;
-  // A connection that sends nothing for this long while its request is read is closed (an
-  // idle deadline per read), in whole seconds.
+  // Handler threads: requests answered at once (a handler waits for its batch); more wait in
+  // order. Connections are read and written by io_threads, asynchronously: an idle or slow
+  // connection holds no thread.
+  int threads = 8;
+  int io_threads = 2;
+  // Connections open at once, in total and per client IP address. A new connection at a cap
+  // closes the connection idle the longest (in its TLS handshake, waiting for or reading a
+  // request's headers) instead of being refused; only with none idle is it closed.
+  int max_connections = 1024;
+  int max_connections_per_peer = 256;
+  // A read that waits this long for a byte closes the connection.
   absl::Duration read_timeout = absl::Seconds(5);
+  // Total deadlines, not per read: a request's headers must arrive within header_timeout of the
+  // accept (TLS handshake included) or of the previous answer, its body within body_timeout of
+  // its headers, and an answer be written within write_timeout; past one, the connection closes.
+  absl::Duration header_timeout = absl::Seconds(10);
+  absl::Duration body_timeout = absl::Seconds(30);
+  absl::Duration write_timeout = absl::Seconds(10);
   // JSON bodies nested deeper than this (arrays and objects) → 400 before anything recurses.
   int max_json_depth = 32;
-  // Larger bodies get 413; 0 = max_message_bytes.
+  // Larger bodies get 413 however they are framed (Content-Length, chunked) and, compressed
+  // (Content-Encoding gzip or deflate), once inflated; 0 = max_message_bytes.
   std::int64_t max_body_bytes = 0;
+  // A compressed body that inflates to more than this many times its size → 413.
+  std::int64_t max_inflate_ratio = 100;
+  // A request line and headers larger than this → 431.
+  std::int64_t max_header_bytes = 16 << 10;
   // Deadline of a request without an X-Timeout-Ms header; 0 = none.
   absl::Duration default_timeout = absl::ZeroDuration();
-  // How long a connection may stay idle between requests (keep-alive), in whole seconds.
+  // How long a connection may stay idle between requests (keep-alive).
   absl::Duration keep_alive = absl::Seconds(5);
   // Requests one connection may carry before the server closes it.
   int keep_alive_max_requests = 1000;

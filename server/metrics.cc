@@ -131,7 +131,7 @@ Family<Histogram>& AddHistogram(prometheus::Registry& registry, const std::strin
 }
 
 // GET or HEAD /metrics → 200 with the text exposition format; other paths → 404; other
-// methods → 405. Served by an HttpListener (cpp-httplib, ordinary threads).
+// methods → 405. Served by an HttpListener (Boost.Beast).
 //
 // Why not prometheus::Exposer: Debian's civetweb starts its threads with a fixed 100 KiB
 // stack, and a process that links LibTorch (OpenBLAS, glog, torch: ~105 KiB of static TLS)

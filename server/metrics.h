@@ -56,7 +56,7 @@ class Metrics {
   // them in memory and in its journal, and writes them again; a restart writes them from there).
   void SetJobFinalStatesUnwritten(std::int64_t jobs);
   // An HTTP answer of the HTTP/JSON front end by status code (404, 405 and 413 included: the
-  // ones httplib and the router answer before any model is involved).
+  // ones the listener and the router answer before any model is involved).
   void RecordHttpResponse(int status);
   // Batches being computed now, per model (+1 when a forward pass starts, -1 when it ends).
   void AddBatchesInFlight(const std::string& model, int delta);

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -457,22 +458,38 @@ using RouteHandler = std::function<HttpAnswer(CallContext call, const HttpExchan
 // /v2/models/NAME[/versions/VERSION]: groups 1 and 2.
 constexpr char kV2Model[] = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
 
+// Whether a route's caller needs a token (when the server has tokens).
+enum class Access { kOpen, kToken };
+
 std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options) {
   std::vector<HttpRoute> routes;
   // Every handler reads the call first: a bad X-Timeout-Ms is 400 on any path.
-  const auto add = [&](const std::string& method, const std::string& pattern,
-                       RouteHandler handler) {
-    routes.push_back(
-        {method, pattern, [handler = std::move(handler), options](const HttpExchange& request) {
-           auto call = CallFromHttp(request, options.default_timeout);
-           if (!call.ok()) return ErrorAnswer(call.status());
-           return handler(*std::move(call), request);
-         }});
+  const auto add = [&](const std::string& method, const std::string& pattern, RouteHandler handler,
+                       Access access = Access::kOpen) {
+    HttpRoute added{method, pattern,
+                    [handler = std::move(handler), options](const HttpExchange& request) {
+                      auto call = CallFromHttp(request, options.default_timeout);
+                      if (!call.ok()) return ErrorAnswer(call.status());
+                      return handler(*std::move(call), request);
+                    }};
+    // The token is checked from the headers, before the listener reads a byte of the body: a
+    // caller without one is answered 401 (403 without the role) whatever it sends after.
+    if (access == Access::kToken) {
+      added.before_body = [inference](const HttpExchange& request) -> std::optional<HttpAnswer> {
+        CallContext call;
+        call.authorization = Header(request, "authorization");
+        if (absl::Status allowed = inference->Authorize(call); !allowed.ok()) {
+          return ErrorAnswer(allowed);
+        }
+        return std::nullopt;
+      };
+    }
+    routes.push_back(std::move(added));
   };
   // `pattern` answers `method`; every other method is 405 naming it.
   const auto route = [&](const std::string& method, const std::string& pattern,
-                         RouteHandler handler) {
-    add(method, pattern, std::move(handler));
+                         RouteHandler handler, Access access = Access::kOpen) {
+    add(method, pattern, std::move(handler), access);
     for (const char* other : kMethods) {
       if (method == other) continue;
       add(other, pattern, [method](const CallContext& /*call*/, const HttpExchange& request) {
@@ -494,62 +511,73 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
   route("GET", "/v2/?", [](const CallContext& /*call*/, const HttpExchange&) {
     return JsonAnswer(200, Json(MessageJson(kserve::ServerMetadata(), /*all_fields=*/true)));
   });
-  route("GET", absl::StrCat(kV2Model, "(/ready)?"),
-        [inference](const CallContext& call, const HttpExchange& request) {
-          const std::string& name = request.path_groups[0];
-          auto model = inference->GetModel(call, name);
-          if (!model.ok()) return ErrorAnswer(model.status());
-          if (auto s = kserve::CheckVersion(*model, request.path_groups[1]); !s.ok()) {
-            return ErrorAnswer(s);
-          }
-          if (!request.path_groups[2].empty()) {
-            const bool ready = inference->Ready();
-            return JsonAnswer(ready ? 200 : 503, Json{{"name", name}, {"ready", ready}});
-          }
-          return JsonAnswer(200,
-                            Json(MessageJson(kserve::ModelMetadata(*model), /*all_fields=*/true)));
-        });
-  route("POST", absl::StrCat(kV2Model, "/infer"),
-        [inference, options](CallContext call, const HttpExchange& request) {
-          auto body = ParseBody(request, options.max_json_depth);
-          if (!body.ok()) return ErrorAnswer(body.status());
-          auto infer = InferRequestFromJson(*body);
-          if (!infer.ok()) return ErrorAnswer(infer.status());
-          infer->set_model_name(request.path_groups[0]);
-          infer->set_model_version(request.path_groups[1]);
-          call.protocol = CallContext::kProtocolV2Rest;
-          return Infer(inference, options, call, *infer);
-        });
-  route("GET", "/v1/models", [inference](const CallContext& call, const HttpExchange&) {
-    auto models = inference->ListModels(call);
-    if (!models.ok()) return ErrorAnswer(models.status());
-    ts::Json list = ts::Json::array();
-    for (const auto& model : *models) list.push_back(ModelInfoJson(model));
-    HttpAnswer answer;
-    answer.body = DumpJson(ts::Json{{"models", std::move(list)}});
-    return answer;
-  });
-  route("GET", "/v1/models/([^/:]+)",
-        [inference](const CallContext& call, const HttpExchange& request) {
-          auto model = inference->GetModel(call, request.path_groups[0]);
-          if (!model.ok()) return ErrorAnswer(model.status());
-          HttpAnswer answer;
-          answer.body = DumpJson(ModelInfoJson(*model));
-          return answer;
-        });
-  route("POST", "/v1/models(?:/([^/:]+))?:classify",
-        [inference, options](CallContext call, const HttpExchange& request) {
-          const std::string& name = request.path_groups[0];
-          if (name.empty()) return ErrorAnswer(absl::NotFoundError("use /v1/models/NAME:classify"));
-          // The JSON reader's depth and range limits first, then protobuf's (proto3 JSON).
-          if (auto body = ParseBody(request, options.max_json_depth); !body.ok()) {
-            return ErrorAnswer(body.status());
-          }
-          auto classify = ClassifyRequestFromJson(request.body, name);
-          if (!classify.ok()) return ErrorAnswer(classify.status());
-          call.protocol = CallContext::kProtocolRest;
-          return Classify(inference, options.clock, call, *classify);
-        });
+  route(
+      "GET", absl::StrCat(kV2Model, "(/ready)?"),
+      [inference](const CallContext& call, const HttpExchange& request) {
+        const std::string& name = request.path_groups[0];
+        auto model = inference->GetModel(call, name);
+        if (!model.ok()) return ErrorAnswer(model.status());
+        if (auto s = kserve::CheckVersion(*model, request.path_groups[1]); !s.ok()) {
+          return ErrorAnswer(s);
+        }
+        if (!request.path_groups[2].empty()) {
+          const bool ready = inference->Ready();
+          return JsonAnswer(ready ? 200 : 503, Json{{"name", name}, {"ready", ready}});
+        }
+        return JsonAnswer(200,
+                          Json(MessageJson(kserve::ModelMetadata(*model), /*all_fields=*/true)));
+      },
+      Access::kToken);
+  route(
+      "POST", absl::StrCat(kV2Model, "/infer"),
+      [inference, options](CallContext call, const HttpExchange& request) {
+        auto body = ParseBody(request, options.max_json_depth);
+        if (!body.ok()) return ErrorAnswer(body.status());
+        auto infer = InferRequestFromJson(*body);
+        if (!infer.ok()) return ErrorAnswer(infer.status());
+        infer->set_model_name(request.path_groups[0]);
+        infer->set_model_version(request.path_groups[1]);
+        call.protocol = CallContext::kProtocolV2Rest;
+        return Infer(inference, options, call, *infer);
+      },
+      Access::kToken);
+  route(
+      "GET", "/v1/models",
+      [inference](const CallContext& call, const HttpExchange&) {
+        auto models = inference->ListModels(call);
+        if (!models.ok()) return ErrorAnswer(models.status());
+        ts::Json list = ts::Json::array();
+        for (const auto& model : *models) list.push_back(ModelInfoJson(model));
+        HttpAnswer answer;
+        answer.body = DumpJson(ts::Json{{"models", std::move(list)}});
+        return answer;
+      },
+      Access::kToken);
+  route(
+      "GET", "/v1/models/([^/:]+)",
+      [inference](const CallContext& call, const HttpExchange& request) {
+        auto model = inference->GetModel(call, request.path_groups[0]);
+        if (!model.ok()) return ErrorAnswer(model.status());
+        HttpAnswer answer;
+        answer.body = DumpJson(ModelInfoJson(*model));
+        return answer;
+      },
+      Access::kToken);
+  route(
+      "POST", "/v1/models(?:/([^/:]+))?:classify",
+      [inference, options](CallContext call, const HttpExchange& request) {
+        const std::string& name = request.path_groups[0];
+        if (name.empty()) return ErrorAnswer(absl::NotFoundError("use /v1/models/NAME:classify"));
+        // The JSON reader's depth and range limits first, then protobuf's (proto3 JSON).
+        if (auto body = ParseBody(request, options.max_json_depth); !body.ok()) {
+          return ErrorAnswer(body.status());
+        }
+        auto classify = ClassifyRequestFromJson(request.body, name);
+        if (!classify.ok()) return ErrorAnswer(classify.status());
+        call.protocol = CallContext::kProtocolRest;
+        return Classify(inference, options.clock, call, *classify);
+      },
+      Access::kToken);
   for (const char* method : kMethods) {
     add(method, ".*", [](const CallContext& /*call*/, const HttpExchange& request) {
       return ErrorAnswer(absl::NotFoundError(absl::StrCat(
@@ -587,8 +615,15 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   listener.key_file = options.tls.key_file;
   listener.client_ca_file = options.tls.client_ca_file;
   listener.threads = options.http.threads;
+  listener.io_threads = options.http.io_threads;
   listener.max_connections = options.http.max_connections;
+  listener.max_connections_per_peer = options.http.max_connections_per_peer;
   listener.read_timeout = options.http.read_timeout;
+  listener.header_timeout = options.http.header_timeout;
+  listener.body_timeout = options.http.body_timeout;
+  listener.write_timeout = options.http.write_timeout;
+  listener.max_inflate_ratio = options.http.max_inflate_ratio;
+  listener.max_header_bytes = options.http.max_header_bytes;
   listener.max_body_bytes =
       options.http.max_body_bytes > 0 ? options.http.max_body_bytes : options.max_message_bytes;
   listener.keep_alive = options.http.keep_alive;

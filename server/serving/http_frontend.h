@@ -28,7 +28,7 @@ struct RouteOptions {
 };
 
 // Answers one request as the listener does, without a socket (tests, fuzzers): its route (the
-// routes the listener registers on cpp-httplib's router), JSON decoding, the call through
+// routes the listener serves, their before_body checks included), JSON decoding, the call through
 // `inference`, JSON encoding. Blocks until the classification (if any) is done.
 HttpAnswer Route(Inference* inference, const RouteOptions& options, const HttpExchange& request);
 

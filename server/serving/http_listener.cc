@@ -1,10 +1,19 @@
 #include "server/serving/http_listener.h"
 
-#include <httplib.h>
+#include <openssl/ssl.h>
 
+#include <algorithm>
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <chrono>
 #include <deque>
+#include <limits>
 #include <map>
+#include <optional>
 #include <regex>
 #include <thread>
 #include <vector>
@@ -13,86 +22,38 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "server/serving/http_body.h"
 
 namespace ts::server {
 
 namespace {
 
-// httplib's task queue with a pool that grows: `min_threads` start at once, one more is started
-// whenever a connection arrives while every thread is busy, up to `max_threads`; beyond that,
-// connections wait in order. A connection holds its thread while its client sends the request,
-// so a fixed pool lets a few clients that trickle bytes starve every other one (health checks
-// included); growing to max_threads bounds what they can take. Threads stay until shutdown().
-class GrowingThreadPool : public httplib::TaskQueue {
- public:
-  GrowingThreadPool(int min_threads, int max_threads)
-      : max_threads_(std::max(min_threads, max_threads)) {
-    absl::MutexLock lock(&mu_);
-    for (int i = 0; i < min_threads; ++i) StartThreadLocked();
-  }
-  ~GrowingThreadPool() override { shutdown(); }
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using SteadyTime = std::chrono::steady_clock::time_point;
 
-  void enqueue(std::function<void()> fn) override {
-    absl::MutexLock lock(&mu_);
-    tasks_.push_back(std::move(fn));
-    if (!stopping_ && idle_ < static_cast<int>(tasks_.size()) &&
-        static_cast<int>(threads_.size()) < max_threads_) {
-      StartThreadLocked();
-    }
-    ready_.Signal();
-  }
+// The methods routes take (HEAD goes to GET's routes).
+constexpr const char* kMethods[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
 
-  void shutdown() override {
-    std::vector<std::thread> threads;
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-      threads.swap(threads_);
-      ready_.SignalAll();
-    }
-    for (std::thread& t : threads) t.join();
-  }
+// A body is read this many bytes at a time (before decoding).
+constexpr std::size_t kBodyPieceBytes = 16 << 10;
+// What a refused request may still send before its connection closes (so that the client reads
+// the answer instead of a reset), and for how long.
+constexpr std::size_t kDrainBytes = 64 << 10;
+constexpr auto kDrainTime = std::chrono::seconds(1);
+// The TLS 1.2 suites: forward secret (ECDHE) and authenticated encryption (GCM, ChaCha20) only,
+// as the gRPC port offers. TLS 1.3's suites are all of that kind.
+constexpr char kTls12Ciphers[] =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 
- private:
-  void StartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    threads_.emplace_back([this] { Run(); });
-  }
-
-  void Run() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        absl::MutexLock lock(&mu_);
-        ++idle_;
-        while (!stopping_ && tasks_.empty()) ready_.Wait(&mu_);
-        --idle_;
-        // httplib's own pool finishes the queued connections before it stops; so does this one.
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-
-  const int max_threads_;
-  absl::Mutex mu_;
-  absl::CondVar ready_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  int idle_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);  // joined by shutdown()
-};
-
-// httplib's router, by method (HEAD goes to GET's routes).
-using AddRoute = httplib::Server& (httplib::Server::*)(const std::string&,
-                                                       httplib::Server::Handler);
-const std::map<std::string, AddRoute>& Router() {
-  static const auto* router = new std::map<std::string, AddRoute>{
-      {"GET", &httplib::Server::Get},       {"POST", &httplib::Server::Post},
-      {"PUT", &httplib::Server::Put},       {"PATCH", &httplib::Server::Patch},
-      {"DELETE", &httplib::Server::Delete}, {"OPTIONS", &httplib::Server::Options}};
-  return *router;
+std::chrono::steady_clock::duration Chrono(absl::Duration d) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      absl::ToChronoNanoseconds(d));
 }
 
 // `pattern` compiled once (as the listener compiles its routes once); never freed.
@@ -103,29 +64,585 @@ const std::regex& Compiled(const std::string& pattern) {
   return compiled->try_emplace(pattern, pattern).first->second;
 }
 
-}  // namespace
-
-HttpAnswer AnswerInProcess(const std::vector<HttpRoute>& routes, const HttpExchange& request) {
+// The first route of the request's method (HEAD: GET) that matches its whole path, with the
+// path groups set in `request`; null when none does.
+const HttpRoute* Match(const std::vector<HttpRoute>& routes, HttpExchange& request) {
   const std::string method = request.method == "HEAD" ? "GET" : request.method;
   for (const HttpRoute& route : routes) {
     std::smatch match;
     if (route.method != method || !std::regex_match(request.path, match, Compiled(route.pattern))) {
       continue;
     }
-    HttpExchange routed = request;
-    routed.path_groups.clear();
-    for (std::size_t i = 1; i < match.size(); ++i) routed.path_groups.push_back(match[i].str());
-    return route.handler(routed);
+    request.path_groups.clear();
+    for (std::size_t i = 1; i < match.size(); ++i) request.path_groups.push_back(match[i].str());
+    return &route;
   }
-  HttpAnswer none;
-  none.status = 404;
-  return none;
+  return nullptr;
 }
 
-struct HttpListener::Impl {
-  std::unique_ptr<httplib::Server> server;
-  std::thread thread;
+HttpAnswer ErrorAnswer(int status, const std::string& message, const std::string& code) {
+  HttpAnswer answer;
+  answer.status = status;
+  std::string quoted;
+  for (const char c : message) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    quoted += c;
+  }
+  answer.body = absl::StrCat("{\"error\":\"", quoted, "\",\"code\":\"", code, "\"}");
+  return answer;
+}
+
+HttpAnswer FromStatus(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kResourceExhausted:
+      return ErrorAnswer(413, std::string(status.message()), "RESOURCE_EXHAUSTED");
+    case absl::StatusCode::kUnimplemented: {
+      HttpAnswer answer = ErrorAnswer(415, std::string(status.message()), "UNIMPLEMENTED");
+      answer.headers["Accept-Encoding"] = kAcceptedContentEncodings;
+      return answer;
+    }
+    default:
+      return ErrorAnswer(400, std::string(status.message()), "INVALID_ARGUMENT");
+  }
+}
+
+// The path of a request target ("/a%20b?x=1" → "/a b"); nullopt when it is not origin-form.
+std::optional<std::string> PathOf(beast::string_view target) {
+  if (target.empty() || target.front() != '/') return std::nullopt;
+  const auto query = target.find('?');
+  const beast::string_view raw = target.substr(0, query);
+  std::string path;
+  path.reserve(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    int hi = 0;
+    int lo = 0;
+    const auto hex = [](char c, int* v) {
+      if (c >= '0' && c <= '9') return *v = c - '0', true;
+      if (c >= 'a' && c <= 'f') return *v = c - 'a' + 10, true;
+      if (c >= 'A' && c <= 'F') return *v = c - 'A' + 10, true;
+      return false;
+    };
+    if (raw[i] == '%' && i + 2 < raw.size() + 0 && hex(raw[i + 1], &hi) && hex(raw[i + 2], &lo)) {
+      path += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      path += raw[i];
+    }
+  }
+  return path;
+}
+
+// Handlers run here, never on the io threads: `threads` threads take tasks in order. Stop()
+// runs the tasks queued and joins.
+class HandlerPool {
+ public:
+  explicit HandlerPool(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  }
+  ~HandlerPool() { Stop(); }
+
+  void Schedule(std::function<void()> task) {
+    absl::MutexLock lock(&mu_);
+    tasks_.push_back(std::move(task));
+  }
+
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](HandlerPool* pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool->mu_) {
+              return pool->stopping_ || !pool->tasks_.empty();
+            },
+            this));
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;  // joined by Stop()
 };
+
+class Connection;
+
+// What the listener's connections share (HttpListener::Impl is one).
+struct Listener {
+  explicit Listener(const HttpListenerOptions& options)
+      : options(options),
+        io(std::max(1, options.io_threads)),
+        acceptor(asio::make_strand(io)),
+        pool(std::max(1, options.threads)) {}
+
+  // A new connection from `peer` may open: at a cap, the connection idle the longest (of the
+  // same peer, at the peer's cap) is closed for it; false when none is idle.
+  // `shed` keeps the closed connection (its last reference must go outside `mu`).
+  bool Admit(const std::string& peer, std::shared_ptr<Connection>* shed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void Accept();
+  void Remove(std::uint64_t id) {
+    absl::MutexLock lock(&mu);
+    connections.erase(id);
+  }
+
+  const HttpListenerOptions options;
+  std::vector<HttpRoute> routes;
+  asio::io_context io;
+  std::optional<asio::ssl::context> tls;
+  tcp::acceptor acceptor;
+  std::atomic<bool> stopping{false};
+  std::atomic<std::uint64_t> next_id{0};
+  absl::Mutex mu;
+  // Every open connection, by id (accept order); an entry leaves before its connection is gone.
+  std::map<std::uint64_t, Connection*> connections ABSL_GUARDED_BY(mu);
+  HandlerPool pool;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::vector<std::thread> io_threads;  // joined by Stop()
+};
+
+// One connection's life: TLS handshake, then requests one at a time (read headers, maybe refuse,
+// read and decode the body, run the handler on the pool, write the answer), until it closes.
+// Its io runs on its own strand; `state` and `idle_since` are read by Admit() and Stop() from
+// other threads.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  enum State : int { kIdle, kReadingBody, kAnswering, kClosed };
+
+  Connection(Listener* listener, std::string peer)
+      : listener_(listener), id_(++listener->next_id), peer_(std::move(peer)) {}
+  virtual ~Connection() { listener_->Remove(id_); }
+  virtual void Begin() = 0;
+  // From any thread: closes the connection on its strand.
+  virtual void CloseSoon() = 0;
+
+  std::uint64_t id() const { return id_; }
+  const std::string& peer() const { return peer_; }
+  std::atomic<int> state{kIdle};
+  std::atomic<std::int64_t> idle_since_ns{0};
+
+ protected:
+  // Moves from `from` to `to` unless the connection was closed (shed) meanwhile.
+  bool Transition(State from, State to) {
+    int expected = from;
+    return state.compare_exchange_strong(expected, to);
+  }
+  void BecomeIdle() {
+    idle_since_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+    int expected = kAnswering;
+    state.compare_exchange_strong(expected, kIdle);
+  }
+
+  Listener* const listener_;
+  const std::uint64_t id_;
+  const std::string peer_;
+};
+
+template <bool kTls>
+class ConnectionOn final : public Connection {
+ public:
+  using Stream = std::conditional_t<kTls, beast::ssl_stream<beast::tcp_stream>, beast::tcp_stream>;
+
+  ConnectionOn(Listener* listener, tcp::socket socket, std::string peer)
+      : Connection(listener, std::move(peer)),
+        stream_(MakeStream(listener, std::move(socket))),
+        buffer_(static_cast<std::size_t>(listener->options.max_header_bytes) + kBodyPieceBytes) {}
+
+  void Begin() override {
+    idle_since_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+    header_deadline_ = std::chrono::steady_clock::now() + Chrono(options().header_timeout);
+    first_byte_deadline_ = header_deadline_;
+    if constexpr (kTls) {
+      Lowest().expires_at(header_deadline_);
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = Self()](beast::error_code ec) {
+                                if (ec) return self->Close();
+                                self->ReadHeader();
+                              });
+    } else {
+      ReadHeader();
+    }
+  }
+
+  void CloseSoon() override {
+    asio::post(stream_.get_executor(), [self = Self()] { self->Close(); });
+  }
+
+ private:
+  static Stream MakeStream(Listener* listener, tcp::socket socket) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *listener->tls);
+    } else {
+      return Stream(std::move(socket));
+    }
+  }
+  std::shared_ptr<ConnectionOn> Self() {
+    return std::static_pointer_cast<ConnectionOn>(shared_from_this());
+  }
+  const HttpListenerOptions& options() const { return listener_->options; }
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
+  void Close() {
+    state = kClosed;
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Lowest().close();
+  }
+
+  // --- headers ---
+
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(std::min<std::int64_t>(
+        options().max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+    // The decoder counts the body (http_body.h); the parser only removes its framing.
+    parser_->body_limit((std::numeric_limits<std::uint64_t>::max)());
+    ReadSomeHeader();
+  }
+
+  void ReadSomeHeader() {
+    const SteadyTime now = std::chrono::steady_clock::now();
+    SteadyTime expiry = std::min(header_deadline_, now + Chrono(options().read_timeout));
+    if (!seen_bytes_) expiry = std::min(expiry, first_byte_deadline_);
+    Lowest().expires_at(expiry);
+    http::async_read_some(
+        stream_, buffer_, *parser_,
+        [self = Self()](beast::error_code ec, std::size_t n) { self->OnHeaderBytes(ec, n); });
+  }
+
+  void OnHeaderBytes(beast::error_code ec, std::size_t n) {
+    if (n > 0) seen_bytes_ = true;
+    if (ec == http::error::header_limit) {
+      return Refuse(ErrorAnswer(431,
+                                absl::StrCat("headers: larger than ", options().name,
+                                             ".max_header_bytes ", options().max_header_bytes),
+                                "RESOURCE_EXHAUSTED"));
+    }
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+        state == kClosed) {
+      return Close();
+    }
+    if (ec) {
+      if (!seen_bytes_) return Close();
+      return Refuse(ErrorAnswer(400, absl::StrCat("the request is malformed (", ec.message(), ")"),
+                                "INVALID_ARGUMENT"));
+    }
+    if (!parser_->is_header_done()) return ReadSomeHeader();
+    if (!Transition(kIdle, kReadingBody)) return Close();  // shed meanwhile
+    OnHeader();
+  }
+
+  void OnHeader() {
+    const auto& request = parser_->get();
+    exchange_ = HttpExchange{};
+    exchange_.method = std::string(request.method_string());
+    const auto path = PathOf(request.target());
+    if (!path) {
+      return Refuse(
+          ErrorAnswer(400, "the request target must be a path (origin-form)", "INVALID_ARGUMENT"));
+    }
+    exchange_.path = *path;
+    for (const auto& field : request) {
+      exchange_.headers.emplace(absl::AsciiStrToLower(std::string(field.name_string())),
+                                std::string(field.value()));
+    }
+    head_ = exchange_.method == "HEAD";
+    keep_alive_ = request.keep_alive();
+    version_ = request.version();
+    if (!head_ && std::find_if(std::begin(kMethods), std::end(kMethods), [&](const char* m) {
+                    return exchange_.method == m;
+                  }) == std::end(kMethods)) {
+      return Refuse(ErrorAnswer(
+          400, absl::StrCat("the method ", exchange_.method.substr(0, 16), " is not served"),
+          "INVALID_ARGUMENT"));
+    }
+    route_ = Match(listener_->routes, exchange_);
+    if (route_ == nullptr) {
+      return Refuse(ErrorAnswer(
+          404, absl::StrCat("no route ", exchange_.method, " ", exchange_.path.substr(0, 64)),
+          "NOT_FOUND"));
+    }
+    // Authentication first: a caller without a token learns nothing of the limits.
+    if (route_->before_body) {
+      std::optional<HttpAnswer> early = route_->before_body(exchange_);
+      if (early) return Refuse(*std::move(early));
+    }
+    const auto length = parser_->content_length();
+    if (length &&
+        static_cast<std::int64_t>(std::min<std::uint64_t>(
+            *length, std::numeric_limits<std::int64_t>::max())) > options().max_body_bytes) {
+      return Refuse(FromStatus(absl::ResourceExhaustedError(
+          absl::StrCat("body: Content-Length ", *length, " is larger than ", options().name,
+                       ".max_body_bytes ", options().max_body_bytes))));
+    }
+    HttpBodyOptions body;
+    body.name = options().name;
+    body.max_body_bytes = options().max_body_bytes;
+    body.max_inflate_ratio = options().max_inflate_ratio;
+    const auto coding = exchange_.headers.find("content-encoding");
+    auto decoder =
+        HttpBodyDecoder::Create(coding == exchange_.headers.end() ? "" : coding->second, body);
+    if (!decoder.ok()) return Refuse(FromStatus(decoder.status()));
+    decoder_ = *std::move(decoder);
+    body_deadline_ = std::chrono::steady_clock::now() + Chrono(options().body_timeout);
+    wire_body_bytes_ = 0;
+    const auto expect = exchange_.headers.find("expect");
+    if (!parser_->is_done() && expect != exchange_.headers.end() &&
+        absl::AsciiStrToLower(expect->second) == "100-continue" && version_ >= 11) {
+      static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      Lowest().expires_after(Chrono(options().write_timeout));
+      asio::async_write(stream_, asio::buffer(kContinue, sizeof(kContinue) - 1),
+                        [self = Self()](beast::error_code ec, std::size_t) {
+                          if (ec) return self->Close();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  // --- body ---
+
+  void ReadBody() {
+    if (parser_->is_done()) return OnBody();
+    piece_.resize(kBodyPieceBytes);
+    parser_->get().body().data = piece_.data();
+    parser_->get().body().size = piece_.size();
+    const SteadyTime now = std::chrono::steady_clock::now();
+    Lowest().expires_at(std::min(body_deadline_, now + Chrono(options().read_timeout)));
+    http::async_read_some(
+        stream_, buffer_, *parser_,
+        [self = Self()](beast::error_code ec, std::size_t n) { self->OnBodyBytes(ec, n); });
+  }
+
+  void OnBodyBytes(beast::error_code ec, std::size_t n) {
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec || state == kClosed) return Close();
+    const std::size_t decoded = piece_.size() - parser_->get().body().size;
+    wire_body_bytes_ += static_cast<std::int64_t>(n);
+    absl::Status added = decoder_->Add(std::string_view(piece_.data(), decoded));
+    // Chunk framing counts too: a body sent one byte per chunk is bounded by its wire size.
+    if (added.ok() && wire_body_bytes_ > 2 * options().max_body_bytes + (64 << 10)) {
+      added = absl::ResourceExhaustedError(
+          absl::StrCat("body: its chunked framing is larger than twice ", options().name,
+                       ".max_body_bytes ", options().max_body_bytes));
+    }
+    if (!added.ok()) return Refuse(FromStatus(added));
+    ReadBody();
+  }
+
+  void OnBody() {
+    auto body = decoder_->Finish();
+    decoder_.reset();
+    if (!body.ok()) return Refuse(FromStatus(body.status()));
+    exchange_.body = *std::move(body);
+    if (!Transition(kReadingBody, kAnswering)) return Close();
+    const HttpRoute* route = route_;
+    listener_->pool.Schedule([self = Self(), route] {
+      HttpAnswer answer;
+      try {
+        answer = route->handler(self->exchange_);
+      } catch (const std::exception& e) {
+        answer = ErrorAnswer(500, absl::StrCat("the handler failed: ", e.what()), "INTERNAL");
+      }
+      asio::post(self->stream_.get_executor(),
+                 [self, answer = std::move(answer)]() mutable { self->Write(std::move(answer)); });
+    });
+  }
+
+  // --- answers ---
+
+  // An answer before the body was read: the connection closes after it (what the client still
+  // sends is drained, at most kDrainBytes for kDrainTime, so that it reads the answer).
+  void Refuse(HttpAnswer answer) {
+    int current = state.load();
+    while (current != kClosed && !state.compare_exchange_weak(current, kAnswering)) {
+    }
+    if (current == kClosed) return Close();  // shed or stopped meanwhile
+    keep_alive_ = false;
+    refused_ = true;
+    Write(std::move(answer));
+  }
+
+  void Write(HttpAnswer answer) {
+    ++requests_;
+    const bool close =
+        !keep_alive_ || listener_->stopping || requests_ >= options().keep_alive_max_requests;
+    response_.emplace();
+    response_->version(version_ == 10 ? 10 : 11);
+    response_->result(static_cast<unsigned>(answer.status));
+    for (const auto& [name, value] : answer.headers) response_->set(name, value);
+    response_->set(http::field::content_type, answer.content_type);
+    response_->body() = std::move(answer.body);
+    response_->keep_alive(!close);
+    response_->prepare_payload();
+    if (head_) response_->body().clear();  // Content-Length stays the GET answer's
+    status_ = answer.status;
+    Lowest().expires_after(Chrono(options().write_timeout));
+    http::async_write(
+        stream_, *response_,
+        [self = Self(), close](beast::error_code ec, std::size_t) { self->OnWritten(ec, close); });
+  }
+
+  void OnWritten(beast::error_code ec, bool close) {
+    if (options().on_response) options().on_response(status_);
+    response_.reset();
+    if (ec || state == kClosed) return Close();
+    if (refused_) return Drain();
+    if (close) return Close();
+    // Keep-alive: the next request's headers within header_timeout, its first byte within
+    // keep_alive.
+    const SteadyTime now = std::chrono::steady_clock::now();
+    header_deadline_ = now + Chrono(options().header_timeout);
+    first_byte_deadline_ = now + Chrono(options().keep_alive);
+    seen_bytes_ = buffer_.size() > 0;
+    BecomeIdle();
+    ReadHeader();
+  }
+
+  void Drain() {
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    Lowest().expires_after(kDrainTime);
+    piece_.resize(kBodyPieceBytes);
+    DrainSome();
+  }
+  void DrainSome() {
+    Lowest().async_read_some(asio::buffer(piece_),
+                             [self = Self()](beast::error_code ec, std::size_t n) {
+                               self->drained_ += n;
+                               if (ec || self->drained_ >= kDrainBytes) return self->Close();
+                               self->DrainSome();
+                             });
+  }
+
+  Stream stream_;
+  beast::flat_buffer buffer_;  // bytes read and not parsed yet (bounded by its max size)
+  std::optional<http::request_parser<http::buffer_body>> parser_;
+  std::optional<http::response<http::string_body>> response_;
+  std::unique_ptr<HttpBodyDecoder> decoder_;
+  std::vector<char> piece_;
+  HttpExchange exchange_;
+  const HttpRoute* route_ = nullptr;
+  SteadyTime header_deadline_;
+  SteadyTime first_byte_deadline_;
+  SteadyTime body_deadline_;
+  std::int64_t wire_body_bytes_ = 0;
+  std::size_t drained_ = 0;
+  int requests_ = 0;
+  int status_ = 0;
+  unsigned version_ = 11;
+  bool seen_bytes_ = false;
+  bool keep_alive_ = true;
+  bool head_ = false;
+  bool refused_ = false;
+};
+
+}  // namespace
+
+struct HttpListener::Impl : Listener {
+  using Listener::Listener;
+};
+
+namespace {
+
+bool Listener::Admit(const std::string& peer, std::shared_ptr<Connection>* shed) {
+  // Connections closing (shed, timed out) count no more.
+  int open = 0;
+  int from_peer = 0;
+  for (const auto& [id, connection] : connections) {
+    if (connection->state == Connection::kClosed) continue;
+    ++open;
+    from_peer += connection->peer() == peer;
+  }
+  const bool peer_full = from_peer >= std::max(1, options.max_connections_per_peer);
+  const bool full = open >= std::max(1, options.max_connections);
+  if (!peer_full && !full) return true;
+  Connection* oldest = nullptr;
+  for (const auto& [id, connection] : connections) {
+    if (connection->state != Connection::kIdle || (peer_full && connection->peer() != peer)) {
+      continue;
+    }
+    if (oldest == nullptr || connection->idle_since_ns < oldest->idle_since_ns) {
+      oldest = connection;
+    }
+  }
+  if (oldest == nullptr) return false;
+  int expected = Connection::kIdle;
+  *shed = oldest->weak_from_this().lock();
+  if (*shed == nullptr || !oldest->state.compare_exchange_strong(expected, Connection::kClosed)) {
+    return false;  // it began a request meanwhile (or is going)
+  }
+  (*shed)->CloseSoon();
+  return true;
+}
+
+void Listener::Accept() {
+  acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || stopping) return;
+    if (!ec) {
+      beast::error_code peer_error;
+      const auto endpoint = socket.remote_endpoint(peer_error);
+      const std::string peer = peer_error ? "" : endpoint.address().to_string();
+      socket.set_option(tcp::no_delay(true), peer_error);
+      std::shared_ptr<Connection> connection;
+      std::shared_ptr<Connection> shed;
+      {
+        absl::MutexLock lock(&mu);
+        if (Admit(peer, &shed)) {
+          if (tls) {
+            connection = std::make_shared<ConnectionOn<true>>(this, std::move(socket), peer);
+          } else {
+            connection = std::make_shared<ConnectionOn<false>>(this, std::move(socket), peer);
+          }
+          connections[connection->id()] = connection.get();
+        }
+      }
+      if (connection != nullptr) {
+        connection->Begin();
+      } else {
+        socket.close(peer_error);  // every connection busy: refused
+      }
+    }
+    Accept();
+  });
+}
+
+}  // namespace
+
+HttpAnswer AnswerInProcess(const std::vector<HttpRoute>& routes, const HttpExchange& request) {
+  HttpExchange routed = request;
+  const HttpRoute* route = Match(routes, routed);
+  if (route == nullptr) {
+    HttpAnswer none;
+    none.status = 404;
+    return none;
+  }
+  if (route->before_body) {
+    HttpExchange headers = routed;
+    headers.body.clear();
+    if (std::optional<HttpAnswer> early = route->before_body(headers)) return *std::move(early);
+  }
+  return route->handler(routed);
+}
 
 HttpListener::HttpListener(std::unique_ptr<Impl> impl, std::string address, int port)
     : impl_(std::move(impl)), address_(std::move(address)), port_(port) {}
@@ -133,15 +650,49 @@ HttpListener::HttpListener(std::unique_ptr<Impl> impl, std::string address, int 
 HttpListener::~HttpListener() { Stop(); }
 
 void HttpListener::Stop() {
-  if (impl_ == nullptr || !impl_->thread.joinable()) return;
-  impl_->server->stop();
-  impl_->thread.join();
+  if (impl_ == nullptr || impl_->stopping.exchange(true)) return;
+  Impl& impl = *impl_;
+  absl::Notification closed;
+  asio::post(impl.acceptor.get_executor(), [&impl, &closed] {
+    beast::error_code ignored;
+    impl.acceptor.close(ignored);
+    closed.Notify();
+  });
+  closed.WaitForNotification();
+  // Connections no handler is answering close now; the others after their answer. Their last
+  // references go outside the lock (a connection's destructor takes it).
+  std::vector<std::shared_ptr<Connection>> closing;
+  {
+    absl::MutexLock lock(&impl.mu);
+    for (const auto& [id, connection] : impl.connections) {
+      int expected = Connection::kIdle;
+      if (connection->state.compare_exchange_strong(expected, Connection::kClosed) ||
+          (expected = Connection::kReadingBody,
+           connection->state.compare_exchange_strong(expected, Connection::kClosed))) {
+        if (auto alive = connection->weak_from_this().lock()) {
+          alive->CloseSoon();
+          closing.push_back(std::move(alive));
+        }
+      }
+    }
+  }
+  closing.clear();
+  {
+    absl::MutexLock lock(&impl.mu);
+    impl.mu.Await(absl::Condition(
+        +[](Listener* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->mu) { return i->connections.empty(); },
+        static_cast<Listener*>(&impl)));
+  }
+  impl.work.reset();
+  impl.io.stop();
+  for (std::thread& t : impl.io_threads) t.join();
+  impl.pool.Stop();
 }
 
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
     const HttpListenerOptions& options, const HttpHandler& handler) {
   std::vector<HttpRoute> routes;
-  for (const auto& [method, add] : Router()) routes.push_back({method, ".*", handler});
+  for (const char* method : kMethods) routes.push_back({method, ".*", handler});
   return Start(options, std::move(routes));
 }
 
@@ -159,105 +710,71 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  auto impl = std::make_unique<Impl>();
-  if (options.cert_file.empty()) {
-    impl->server = std::make_unique<httplib::Server>();
-  } else {
-    impl->server = std::make_unique<httplib::SSLServer>(
-        options.cert_file.c_str(), options.key_file.c_str(),
-        options.client_ca_file.empty() ? nullptr : options.client_ca_file.c_str());
-    if (!impl->server->is_valid()) {
+  for (const HttpRoute& route : routes) {
+    if (std::find_if(std::begin(kMethods), std::end(kMethods),
+                     [&](const char* m) { return route.method == m; }) == std::end(kMethods)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(options.name, ": no route can take the method ", route.method));
+    }
+    Compiled(route.pattern);
+  }
+  auto impl = std::make_unique<Impl>(options);
+  impl->routes = std::move(routes);
+  if (!options.cert_file.empty()) {
+    impl->tls.emplace(asio::ssl::context::tls_server);
+    asio::ssl::context& tls = *impl->tls;
+    SSL_CTX* native = tls.native_handle();
+    tls.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                    asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                    asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
+    SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+    SSL_CTX_set_options(
+        native, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_COMPRESSION);
+    beast::error_code ec;
+    const bool loaded =
+        SSL_CTX_set_cipher_list(native, kTls12Ciphers) == 1 &&
+        !tls.use_certificate_chain_file(options.cert_file, ec) &&
+        !tls.use_private_key_file(options.key_file, asio::ssl::context::pem, ec) &&
+        SSL_CTX_check_private_key(native) == 1 &&
+        (options.client_ca_file.empty() || !tls.load_verify_file(options.client_ca_file, ec));
+    if (!loaded) {
       return absl::InvalidArgumentError(absl::StrCat(
           options.name, ": cannot load the TLS certificate ", options.cert_file, " or key ",
           options.key_file, options.client_ca_file.empty() ? "" : " or client CA ",
           options.client_ca_file));
     }
-  }
-  httplib::Server& server = *impl->server;
-  const int threads = std::max(1, options.threads);
-  const int max_connections = std::max(threads, options.max_connections);
-  server.new_task_queue = [threads, max_connections] {
-    return new GrowingThreadPool(threads, max_connections);
-  };
-  server.set_read_timeout(std::max<time_t>(1, absl::ToInt64Seconds(options.read_timeout)));
-  server.set_payload_max_length(
-      static_cast<std::size_t>(std::max<std::int64_t>(1, options.max_body_bytes)));
-  server.set_keep_alive_timeout(std::max<time_t>(1, absl::ToInt64Seconds(options.keep_alive)));
-  server.set_keep_alive_max_count(
-      static_cast<std::size_t>(std::max(1, options.keep_alive_max_requests)));
-  server.set_tcp_nodelay(true);
-  // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port
-  // and silently share its connections; refuse an address in use instead.
-  auto listening = std::make_shared<socket_t>(INVALID_SOCKET);
-  server.set_socket_options([listening](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    *listening = sock;
-  });
-  for (HttpRoute& route : routes) {
-    auto serve = [handler = std::move(route.handler)](const httplib::Request& req,
-                                                      httplib::Response& res) {
-      HttpExchange exchange;
-      exchange.method = req.method;
-      exchange.path = req.path;
-      for (const auto& [name, value] : req.headers) {
-        exchange.headers[absl::AsciiStrToLower(name)] = value;
-      }
-      exchange.body = req.body;
-      for (std::size_t i = 1; i < req.matches.size(); ++i) {
-        exchange.path_groups.push_back(req.matches[i].str());
-      }
-      HttpAnswer answer = handler(exchange);
-      res.status = answer.status;
-      for (const auto& [name, value] : answer.headers) res.set_header(name, value);
-      res.set_content(answer.body, answer.content_type.c_str());
-    };
-    const auto add = Router().find(route.method);
-    if (add == Router().end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(options.name, ": no route can take the method ", route.method));
+    if (!options.client_ca_file.empty()) {
+      // The CAs a client may choose its certificate for; one without a certificate (or with
+      // one no CA signed) fails the handshake.
+      SSL_CTX_set_client_CA_list(native, SSL_load_client_CA_file(options.client_ca_file.c_str()));
+      tls.set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
     }
-    (server.*add->second)(route.pattern, std::move(serve));
   }
-  if (options.on_response) {
-    server.set_logger([on_response = options.on_response](const httplib::Request& /*req*/,
-                                                          const httplib::Response& res) {
-      on_response(res.status);
-    });
-  }
-  // What httplib answers itself: a body over the limit (413), a malformed request (400).
-  server.set_error_handler(
-      [name = options.name](const httplib::Request& /*req*/, httplib::Response& res) {
-        if (!res.body.empty()) return;
-        const std::string message =
-            res.status == 413 ? absl::StrCat("body: larger than ", name, ".max_body_bytes")
-                              : absl::StrCat("the request was refused with HTTP ", res.status);
-        res.set_content(
-            absl::StrCat("{\"error\":\"", message, "\",\"code\":\"",
-                         res.status == 413 ? "RESOURCE_EXHAUSTED" : "INVALID_ARGUMENT", "\"}"),
-            "application/json");
-      });
-  const int bound =
-      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
+  beast::error_code ec;
+  tcp::resolver resolver(impl->io);
+  const auto resolved =
+      resolver.resolve(host.empty() ? "0.0.0.0" : host, std::to_string(port),
+                       tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || resolved.empty()) {
     return absl::UnavailableError(absl::StrCat(options.name, ": cannot listen on ", listen));
   }
-  // Debian's libcpp-httplib listens with a backlog of 5 (compiled in): connections beyond it
-  // wait for the client's SYN retry (1 s). listen() on a listening socket sets a new backlog.
-  if (*listening != INVALID_SOCKET) ::listen(*listening, SOMAXCONN);
-  auto returned = std::make_shared<std::atomic<bool>>(false);
-  impl->thread = std::thread([&server, returned] {
-    server.listen_after_bind();
-    *returned = true;
-  });
-  // stop() is a no-op until the accept loop runs: wait for it, so that Stop() always stops.
-  while (!server.is_running() && !*returned) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (*returned) {
-    impl->thread.join();
+  const tcp::endpoint endpoint = resolved.begin()->endpoint();
+  // SO_REUSEADDR only: SO_REUSEPORT would let a second server bind the same port and silently
+  // share its connections; an address in use is refused instead.
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
     return absl::UnavailableError(
-        absl::StrCat(options.name, ": the listener on ", listen, " stopped"));
+        absl::StrCat(options.name, ": cannot listen on ", listen, " (", ec.message(), ")"));
+  }
+  const int bound = impl->acceptor.local_endpoint().port();
+  impl->work.emplace(impl->io.get_executor());
+  Impl* started = impl.get();
+  asio::post(impl->acceptor.get_executor(), [started] { started->Accept(); });
+  for (int i = 0; i < std::max(1, options.io_threads); ++i) {
+    impl->io_threads.emplace_back([started] { started->io.run(); });
   }
   const std::string shown =
       host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;

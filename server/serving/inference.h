@@ -54,6 +54,10 @@ class Inference {
   // One model; NOT_FOUND naming it when it is not served.
   virtual absl::StatusOr<taylorshift::v1::ModelInfo> GetModel(const CallContext& call,
                                                               const std::string& name) = 0;
+  // Whether the call's token may classify and read models: OK when authentication is off;
+  // UNAUTHENTICATED / PERMISSION_DENIED as Classify answers them. Cheap and never blocks: a
+  // front end asks it from a request's headers, before it reads the body.
+  virtual absl::Status Authorize(const CallContext& call) const = 0;
   // Whether Classify can be answered now: models are loaded and the server is not draining.
   virtual bool Ready() const = 0;
 };

@@ -222,6 +222,10 @@ void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
   }
 }
 
+absl::Status InferenceCore::Authorize(const CallContext& call) const {
+  return authorizer_->Check(call.authorization, kClassifyRole);
+}
+
 absl::StatusOr<std::vector<pb::ModelInfo>> InferenceCore::ListModels(const CallContext& call) {
   TS_RETURN_IF_ERROR(authorizer_->Check(call.authorization, kClassifyRole));
   std::vector<pb::ModelInfo> models;

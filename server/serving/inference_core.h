@@ -28,6 +28,7 @@ class InferenceCore final : public Inference {
       const CallContext& call) override;
   absl::StatusOr<taylorshift::v1::ModelInfo> GetModel(const CallContext& call,
                                                       const std::string& name) override;
+  absl::Status Authorize(const CallContext& call) const override;
   bool Ready() const override;
 
   // Shutdown has begun: Ready() turns false (Classify keeps answering until the front ends stop).

@@ -6,6 +6,7 @@ seeds are written as text and encoded with `protoc --encode`. Deterministic: run
 rewrites the same files. Usage: tests/fuzz/make_seeds.py (from anywhere)."""
 
 import base64
+import gzip
 import io
 import os
 import shutil
@@ -13,6 +14,7 @@ import struct
 import subprocess
 import tempfile
 import zipfile
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
@@ -49,6 +51,17 @@ TEXT_FORMAT = 0x80  # proto targets: the message in the text format (tests/fuzz/
 
 def sel(bits):
     return bytes([bits])
+
+
+# --- request bodies as the HTTP listener decodes them (server/serving/http_body.h) -----------
+# Selector bits 0-1: identity, gzip, deflate; bits 2-7: the piece size the bytes arrive in.
+HTTP_BODY = b'{"text": "a document, a document, a document"}'
+write("http_body_fuzz", "identity", sel(0) + HTTP_BODY)
+write("http_body_fuzz", "gzip", sel(1 | 4) + gzip.compress(HTTP_BODY, mtime=0))
+write("http_body_fuzz", "gzip_two_members",
+      sel(1) + gzip.compress(b"ab", mtime=0) + gzip.compress(b"cd", mtime=0))
+write("http_body_fuzz", "deflate", sel(2 | 8) + zlib.compress(HTTP_BODY))
+write("http_body_fuzz", "gzip_zeros_past_the_ratio", sel(1) + gzip.compress(bytes(1 << 20), mtime=0))
 
 
 # --- KServe v2 REST bodies (tests/server/http_frontend_test.cc, docs/PROTOCOLS.md) -----------

@@ -93,10 +93,18 @@ class FakeInference final : public Inference {
     return model_;
   }
 
+  // Set: Authorize wants "Bearer TOKEN" (UNAUTHENTICATED without it); Classify does not check.
+  void RequireToken(std::string token) { token_ = std::move(token); }
+  absl::Status Authorize(const CallContext& call) const override {
+    if (token_.empty() || call.authorization == "Bearer " + token_) return absl::OkStatus();
+    return absl::UnauthenticatedError("authorization: a bearer token is required");
+  }
+
   bool Ready() const override { return ready_; }
 
  private:
   taylorshift::v1::ModelInfo model_;
+  std::string token_;
   absl::Status fail_;
   bool ready_ = true;
   mutable absl::Mutex mu_;
