@@ -170,7 +170,7 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
     // Diagnosis only: an admin's, unless the configuration lets classify tokens choose too.
     if (auto admin = authorizer_->Check(call.authorization, kAdminRole); !admin.ok()) {
       return finish(absl::PermissionDeniedError(absl::StrCat(
-                        "path ", AttentionPathName(*path),
+                        "path ", std::string(AttentionPathName(*path)),
                         ": choosing the attention path is a diagnosis-only option for admin "
                         "tokens (auth.classify_diagnostic_options: true allows it for classify "
                         "tokens); leave path at auto")),
@@ -206,7 +206,7 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
               "model %s: the request's estimated cost %.0f MFLOP (%d window%s x %d tokens on "
               "path %s) exceeds %s=%.0f; send fewer windows or shorter documents, or path auto",
               Quoted(model_name), task->cost, task->rows, task->rows == 1 ? "" : "s", padded,
-              AttentionPathName(model->ResolvedPath(*path, padded)), key, limit)),
+              std::string(AttentionPathName(model->ResolvedPath(*path, padded))), key, limit)),
           {}, "over_cost");
     }
   }

@@ -136,14 +136,12 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   model->checkpoint_.model->eval();
   model->checkpoint_.model->set_precision(config.precision);
 
-  // The cost limits: a request of max_windows windows of max_length tokens on `auto`, and a full
-  // token budget of such rows, unless configured.
-  const std::int64_t padded_max = batcher_internal::PaddedLength(config.batching, model->max_length_ + 1);
-  const std::int64_t policy_windows =
-      config.over_length == LengthPolicy::kWindow ? config.max_windows : 1;
-  // A request may choose the window policy itself: its limit is the model's max_windows.
+  // The cost limits unless configured: a request of max_windows windows of max_length tokens on
+  // `auto` (any request may choose the window policy), and a full token budget of such rows.
+  const std::int64_t padded_max =
+      batcher_internal::PaddedLength(config.batching, model->max_length_ + 1);
   const double automatic_request =
-      model->EstimateMflop(AttentionPath::kAuto, padded_max, std::max(policy_windows, config.max_windows));
+      model->EstimateMflop(AttentionPath::kAuto, padded_max, config.max_windows);
   model->max_request_mflop_ = config.max_request_mflop > 0
                                   ? static_cast<double>(config.max_request_mflop)
                                   : automatic_request;
