@@ -584,15 +584,15 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                         {"key_file", String(&config.tls.key_file)},
                         {"client_ca_file", String(&config.tls.client_ca_file)},
                     })},
-            {"auth", Map({
-                         {"tokens",
-                          [&config](const YAML::Node& tokens, const std::string& at) {
-                            return ReadTokens(tokens, at, &config.auth);
-                          }},
-                         {"tokens_file", String(&config.auth.tokens_file)},
-                         {"classify_diagnostic_options",
-                          Bool(&config.auth.classify_diagnostic_options)},
-                     })},
+            {"auth",
+             Map({
+                 {"tokens",
+                  [&config](const YAML::Node& tokens, const std::string& at) {
+                    return ReadTokens(tokens, at, &config.auth);
+                  }},
+                 {"tokens_file", String(&config.auth.tokens_file)},
+                 {"classify_diagnostic_options", Bool(&config.auth.classify_diagnostic_options)},
+             })},
             {"models",
              [&](const YAML::Node& node, const std::string& path) {
                if (!node.IsSequence()) {

@@ -41,8 +41,8 @@ struct ModelConfig {
   // thread: its ops are too small to split, and each fork/join of the thread pool costs more
   // than it saves (docs/PERFORMANCE.md). 0 = every batch uses intra_op_threads.
   std::int64_t single_thread_tokens = 1024;
-  // Admission by cost (docs/RELIABILITY.md, "Admission by cost"): a request's estimated compute
-  // is its windows × the encoder's floating-point operations at its padded length on the path it
+  // Admission by cost (docs/SERVING.md, "Admission by cost"): a request's estimated compute
+  // is its windows × the encoder's floating-point operations at its longest window on the path it
   // takes (model/networks/cost_model.h, EncoderForwardOps), in millions (MFLOP). A request that
   // costs more than max_request_mflop is refused with RESOURCE_EXHAUSTED before it is queued.
   // 0 = automatic: what a request of max_windows windows of max_length tokens costs on the path

@@ -279,11 +279,11 @@ struct Metrics::Impl {
   Family<Gauge>& queue_depth =
       AddGauge(registry, "taylorshift_queue_depth",
                "Requests waiting in a model's batcher, all length buckets together.");
-  Family<Counter>& rejected = AddCounter(
-      registry, "taylorshift_rejected_total",
-      "Requests finished without computing them, by reason (queue_full, over_cost, "
-      "deadline_exceeded, cancelled, unknown_model, invalid_argument, unauthorized, "
-      "shutting_down).");
+  Family<Counter>& rejected =
+      AddCounter(registry, "taylorshift_rejected_total",
+                 "Requests finished without computing them, by reason (queue_full, over_cost, "
+                 "deadline_exceeded, cancelled, unknown_model, invalid_argument, unauthorized, "
+                 "shutting_down).");
   Family<Gauge>& model_info = AddGauge(registry, "taylorshift_model_info",
                                        "Served model versions (always 1); labels describe the "
                                        "model and the direct/efficient crossover in tokens.");

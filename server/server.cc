@@ -135,9 +135,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   }
   TS_ASSIGN_OR_RETURN(const auto credentials, Prefixed(Credentials(config.tls), "tls: "));
 
-  p.inference =
-      std::make_unique<InferenceCore>(p.registry.get(), p.authorizer.get(), p.metrics.get(), clock,
-                                      InferenceCoreOptions{config.auth.classify_diagnostic_options});
+  p.inference = std::make_unique<InferenceCore>(
+      p.registry.get(), p.authorizer.get(), p.metrics.get(), clock,
+      InferenceCoreOptions{config.auth.classify_diagnostic_options});
   p.classifier = std::make_unique<ClassifierService>(p.inference.get());
   p.kserve = std::make_unique<KServeService>(p.inference.get(), config.max_infer_batch);
   grpc::EnableDefaultHealthCheckService(true);

@@ -33,12 +33,9 @@ enum class BatchLayout { kAuto, kPadded, kPacked };
 // for the padded length so that a bucket's batches take one path. `stop` is asked before each
 // encoder block (model/api/stop_check.h): its first non-OK status is returned and nothing more
 // is computed.
-absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
-                                                  const std::vector<std::string_view>& sequences,
-                                                  AttentionPath requested,
-                                                  const torch::Device& device,
-                                                  std::int64_t pad_to = 0,
-                                                  BatchLayout layout = BatchLayout::kAuto,
-                                                  const StopCheck& stop = {});
+absl::StatusOr<BatchClassification> ClassifyBatch(
+    TaylorShiftEncoder& model, const std::vector<std::string_view>& sequences,
+    AttentionPath requested, const torch::Device& device, std::int64_t pad_to = 0,
+    BatchLayout layout = BatchLayout::kAuto, const StopCheck& stop = {});
 
 }  // namespace ts

@@ -36,7 +36,7 @@ struct EncoderCostShape {
 // (incl. CLS): per block, every head's attention on `path` (DirectOps for the quadratic paths —
 // direct, softmax and the direct reference —, EfficientOps for the efficient ones; kAuto the
 // cheaper of the two) plus the qkv, output and MLP products, 2·(4C² + 2CL) per token. What
-// admission charges a request with (docs/RELIABILITY.md, "Admission by cost"); it counts
+// admission charges a request with (docs/SERVING.md, "Admission by cost"); it counts
 // arithmetic only, so the softmax path, which also writes and reads its N×N scores, takes longer
 // per counted operation than the others.
 double EncoderForwardOps(const EncoderCostShape& shape, double tokens, AttentionPath path);

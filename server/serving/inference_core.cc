@@ -195,18 +195,19 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
   task->tokens = longest + 1;
   // Every window is a row of the forward pass: each counts against the token budget and the cost.
   task->rows = static_cast<std::int64_t>(task->payload.windows.size());
-  const std::int64_t padded = model->batcher().BucketFor(task->tokens);
-  task->cost = model->EstimateMflop(*path, padded, task->rows);
-  for (const auto& [limit, key] : {std::pair<double, const char*>{model->max_request_mflop(),
-                                                                  "max_request_mflop"},
-                                   {model->max_batch_mflop(), "max_batch_mflop"}}) {
+  // A batch is padded to its longest row, not to its bucket: the longest window is what it costs.
+  task->cost = model->EstimateMflop(*path, task->tokens, task->rows);
+  for (const auto& [limit, key] :
+       {std::pair<double, const char*>{model->max_request_mflop(), "max_request_mflop"},
+        {model->max_batch_mflop(), "max_batch_mflop"}}) {
     if (task->cost > limit) {
       return finish(
           absl::ResourceExhaustedError(absl::StrFormat(
               "model %s: the request's estimated cost %.0f MFLOP (%d window%s x %d tokens on "
               "path %s) exceeds %s=%.0f; send fewer windows or shorter documents, or path auto",
-              Quoted(model_name), task->cost, task->rows, task->rows == 1 ? "" : "s", padded,
-              std::string(AttentionPathName(model->ResolvedPath(*path, padded))), key, limit)),
+              Quoted(model_name), task->cost, task->rows, task->rows == 1 ? "" : "s", task->tokens,
+              std::string(AttentionPathName(model->ResolvedPath(*path, task->tokens))), key,
+              limit)),
           {}, "over_cost");
     }
   }

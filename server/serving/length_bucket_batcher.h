@@ -270,9 +270,9 @@ absl::Status LengthBucketBatcher<Payload>::Schedule(std::unique_ptr<Task>& task)
         absl::StrCat("model '", options_.model_name, "': task is null"));
   }
   if (task->tokens <= 0 || task->rows <= 0 || !(task->cost >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", options_.model_name, "': tokens and rows must be > 0, cost >= 0 (got ",
-                     task->tokens, ", ", task->rows, ", ", task->cost, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", options_.model_name, "': tokens and rows must be > 0, cost >= 0 (got ",
+        task->tokens, ", ", task->rows, ", ", task->cost, ")"));
   }
   if (options_.max_batch_cost > 0 && task->cost > options_.max_batch_cost) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -389,8 +389,8 @@ absl::Status LengthBucketBatcher<Payload>::StopReason(const TaskBatch& batch) co
         absl::StrCat("model '", options_.model_name,
                      "': deadline passed while the batch ran; the batch was stopped"));
   }
-  return absl::CancelledError(absl::StrCat(
-      "model '", options_.model_name, "': every caller cancelled; the batch was stopped"));
+  return absl::CancelledError(absl::StrCat("model '", options_.model_name,
+                                           "': every caller cancelled; the batch was stopped"));
 }
 
 template <typename Payload>

@@ -138,15 +138,16 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
 
   // The cost limits unless configured: a request of max_windows windows of max_length tokens on
   // `auto` (any request may choose the window policy), and a full token budget of such rows.
-  const std::int64_t padded_max =
-      batcher_internal::PaddedLength(config.batching, model->max_length_ + 1);
+  const std::int64_t longest = model->max_length_ + 1;
   const double automatic_request =
-      model->EstimateMflop(AttentionPath::kAuto, padded_max, config.max_windows);
+      model->EstimateMflop(AttentionPath::kAuto, longest, config.max_windows);
   model->max_request_mflop_ = config.max_request_mflop > 0
                                   ? static_cast<double>(config.max_request_mflop)
                                   : automatic_request;
   const double full_budget = model->EstimateMflop(
-      AttentionPath::kAuto, padded_max, batcher_internal::RowCapacity(config.batching, padded_max));
+      AttentionPath::kAuto, longest,
+      batcher_internal::RowCapacity(config.batching,
+                                    batcher_internal::PaddedLength(config.batching, longest)));
   model->max_batch_mflop_ = config.max_batch_mflop > 0
                                 ? static_cast<double>(config.max_batch_mflop)
                                 : std::max(model->max_request_mflop_, full_budget);
@@ -173,15 +174,14 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   ServedModel* raw = model.get();
   TS_ASSIGN_OR_RETURN(
       model->batcher_,
-      Prefixed(
-          ClassifyBatcher::Create(
-              batching, [raw](Batch<ClassifyWork>& batch) { return raw->RunBatch(batch); },
-              clock, observer),
-          where));
+      Prefixed(ClassifyBatcher::Create(
+                   batching, [raw](Batch<ClassifyWork>& batch) { return raw->RunBatch(batch); },
+                   clock, observer),
+               where));
   return model;
 }
 
-double ServedModel::EstimateMflop(AttentionPath requested, std::int64_t padded_tokens,
+double ServedModel::EstimateMflop(AttentionPath requested, std::int64_t tokens,
                                   std::int64_t windows) const {
   const auto& options = checkpoint_.options;
   EncoderCostShape shape;
@@ -189,9 +189,9 @@ double ServedModel::EstimateMflop(AttentionPath requested, std::int64_t padded_t
   shape.depth = options.depth();
   shape.heads = options.heads();
   shape.mlp_hidden = options.mlp_hidden();
-  const AttentionPath path = ResolvedPath(requested, padded_tokens);
+  const AttentionPath path = ResolvedPath(requested, tokens);
   return static_cast<double>(windows) *
-         EncoderForwardOps(shape, static_cast<double>(padded_tokens), path) / 1e6;
+         EncoderForwardOps(shape, static_cast<double>(tokens), path) / 1e6;
 }
 
 absl::Status ServedModel::RunBatch(Batch<ClassifyWork>& batch) {

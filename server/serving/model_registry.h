@@ -62,13 +62,12 @@ class ServedModel {
   ClassifyBatcher& batcher() { return *batcher_; }
 
   // Admission by cost (ModelConfig::max_request_mflop): the estimated compute of a request of
-  // `windows` rows padded to `padded_tokens` tokens (incl. CLS) on `requested` (kAuto: the path
-  // a batch of one resolves it to), in MFLOP.
-  double EstimateMflop(AttentionPath requested, std::int64_t padded_tokens,
-                       std::int64_t windows) const;
+  // `windows` rows of `tokens` tokens (incl. CLS; a batch pads to its longest row) on
+  // `requested` (kAuto: the path a batch of one resolves it to), in MFLOP.
+  double EstimateMflop(AttentionPath requested, std::int64_t tokens, std::int64_t windows) const;
   // The concrete path EstimateMflop charges `requested` with.
-  AttentionPath ResolvedPath(AttentionPath requested, std::int64_t padded_tokens) const {
-    return checkpoint_.model->ResolvePath(requested, padded_tokens, 1);
+  AttentionPath ResolvedPath(AttentionPath requested, std::int64_t tokens) const {
+    return checkpoint_.model->ResolvePath(requested, tokens, 1);
   }
   // The limits in force, MFLOP: as configured, or their automatic values.
   double max_request_mflop() const { return max_request_mflop_; }

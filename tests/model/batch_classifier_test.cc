@@ -43,7 +43,8 @@ struct DeadlineHook {
   absl::Status operator()() const {
     if (*calls > 0) clock->Advance(block_time);  // the block before this boundary ran
     ++*calls;
-    if (clock->Now() >= deadline) return absl::DeadlineExceededError("every caller's deadline passed");
+    if (clock->Now() >= deadline)
+      return absl::DeadlineExceededError("every caller's deadline passed");
     return absl::OkStatus();
   }
 };
@@ -76,11 +77,11 @@ TEST(ClassifyBatchStopTest, AHookThatNeverObjectsIsAskedOncePerBlockAndChangesNo
     const auto plain = ClassifyBatch(model, views, path, torch::kCPU);
     ASSERT_TRUE(plain.ok()) << plain.status();
     int calls = 0;
-    const auto hooked = ClassifyBatch(model, views, path, torch::kCPU, 0, BatchLayout::kPadded,
-                                      [&calls] {
-                                        ++calls;
-                                        return absl::OkStatus();
-                                      });
+    const auto hooked =
+        ClassifyBatch(model, views, path, torch::kCPU, 0, BatchLayout::kPadded, [&calls] {
+          ++calls;
+          return absl::OkStatus();
+        });
     ASSERT_TRUE(hooked.ok()) << hooked.status();
     EXPECT_EQ(calls, kDepth);
     ASSERT_EQ(hooked->probabilities.size(), plain->probabilities.size());
@@ -94,12 +95,11 @@ TEST(ClassifyBatchStopTest, ACancelledBatchStopsBeforeItsFirstBlock) {
   auto model = SmallModel();
   const std::vector<std::string_view> views = {"gone before it started"};
   int calls = 0;
-  const auto result =
-      ClassifyBatch(model, views, AttentionPath::kAuto, torch::kCPU, 0, BatchLayout::kAuto,
-                    [&calls] {
-                      ++calls;
-                      return absl::CancelledError("every caller cancelled");
-                    });
+  const auto result = ClassifyBatch(model, views, AttentionPath::kAuto, torch::kCPU, 0,
+                                    BatchLayout::kAuto, [&calls] {
+                                      ++calls;
+                                      return absl::CancelledError("every caller cancelled");
+                                    });
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
   EXPECT_EQ(calls, 1);
 }

@@ -784,9 +784,8 @@ class LayeredRunner {
     for (int layer = 0; layer < layers_; ++layer) {
       {
         absl::MutexLock lock(&mu_);
-        auto allowed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return allowed_ > layers_run_;
-        };
+        auto allowed = [this]()
+                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return allowed_ > layers_run_; };
         if (!mu_.AwaitWithTimeout(absl::Condition(&allowed), kGuard)) {
           return absl::InternalError("the test never allowed the next layer");
         }
@@ -835,7 +834,7 @@ TEST_F(BatchStopTest, ABatchWhoseOnlyCallersDeadlinePassesStopsAtTheNextLayer) {
 
   layered_.Allow(2);
   ASSERT_TRUE(layered_.AwaitLayersRun(2));  // within its deadline: two of eight layers ran
-  clock_.Advance(absl::Seconds(6));        // the deadline passes during the third layer's wait
+  clock_.Advance(absl::Seconds(6));         // the deadline passes during the third layer's wait
   layered_.Allow(6);
   ASSERT_TRUE(recorder_.AwaitDoneCalls(1));
 

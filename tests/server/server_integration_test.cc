@@ -700,8 +700,8 @@ class ServerAdmissionTest : public ::testing::Test {
   std::unique_ptr<Server> Start(const std::string& extra, const std::string& model_extra) {
     std::ofstream(dir_ + "/admission.yaml")
         << "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nintra_op_threads: 1\n"
-        << extra << "models:\n  - {name: deep, checkpoint: deep.tsckpt, device: cpu"
-        << model_extra << "}\n  - {name: other, checkpoint: deep.tsckpt, device: cpu}\n";
+        << extra << "models:\n  - {name: deep, checkpoint: deep.tsckpt, device: cpu" << model_extra
+        << "}\n  - {name: other, checkpoint: deep.tsckpt, device: cpu}\n";
     auto server = StartServer(dir_ + "/admission.yaml", ts::RealClock());
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? std::move(*server) : nullptr;
@@ -737,16 +737,18 @@ TEST_F(ServerAdmissionTest, AHostileRequestsBatchStopsAtItsDeadlineAndTheNextCli
   // Limits high enough to admit the hostile request: what is tested here is that its compute
   // stops, not that admission refuses it (the next test). Passes of two windows (max_batch_tokens
   // 2048), one batch thread as by default.
-  auto server = Start("", ", max_windows: 64, max_request_mflop: 100000000,"
-                          " max_batch_mflop: 100000000, batching: {max_batch_tokens: 2048}");
+  auto server = Start("",
+                      ", max_windows: 64, max_request_mflop: 100000000,"
+                      " max_batch_mflop: 100000000, batching: {max_batch_tokens: 2048}");
   ASSERT_NE(server, nullptr);
   const std::string metrics = server->metrics_address();
-  // 16 KiB in windows of 1023 bytes, stride 511: 32 windows of 1024 tokens on softmax.
-  const pb::ClassifyRequest hostile = Windowed("deep", 16 << 10, pb::ATTENTION_PATH_SOFTMAX);
+  // 32 KiB in windows of 1023 bytes, stride 511: 64 windows of 1024 tokens on softmax, about
+  // 8.7 s of compute uninterrupted on one core of the 2-core CI machine (4.35 s for 32 windows,
+  // measured), longer than the second client's 5 s deadline below.
+  const pb::ClassifyRequest hostile = Windowed("deep", 32 << 10, pb::ATTENTION_PATH_SOFTMAX);
   const auto hostile_start = std::chrono::steady_clock::now();
-  auto hostile_call = std::async(std::launch::async, [&] {
-    return Call(*server, hostile, std::chrono::milliseconds(500));
-  });
+  auto hostile_call = std::async(
+      std::launch::async, [&] { return Call(*server, hostile, std::chrono::milliseconds(500)); });
   ASSERT_TRUE(ts::testing::WaitForMetric(metrics, "taylorshift_batches_in_flight{model=\"deep\"}",
                                          1, std::chrono::seconds(10)));
 
@@ -796,16 +798,17 @@ TEST_F(ServerAdmissionTest, AHostileRequestsBatchStopsAtItsDeadlineAndTheNextCli
                                          0, std::chrono::seconds(5)));
   const double stopped_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - hostile_start).count();
-  const auto cpu_before = ts::testing::MetricSample(
-      ts::testing::HttpGet(metrics, "/metrics"), "taylorshift_process_cpu_seconds_total");
+  const auto cpu_before = ts::testing::MetricSample(ts::testing::HttpGet(metrics, "/metrics"),
+                                                    "taylorshift_process_cpu_seconds_total");
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  const auto cpu_after = ts::testing::MetricSample(
-      ts::testing::HttpGet(metrics, "/metrics"), "taylorshift_process_cpu_seconds_total");
+  const auto cpu_after = ts::testing::MetricSample(ts::testing::HttpGet(metrics, "/metrics"),
+                                                   "taylorshift_process_cpu_seconds_total");
   ASSERT_TRUE(cpu_before.has_value() && cpu_after.has_value());
   EXPECT_LT(*cpu_after - *cpu_before, 0.3) << "the server kept computing after the batch stopped";
-  std::printf("[ measured ] hostile batch idle %.3f s after it was sent (deadline 0.5 s); "
-              "CPU in the next second %.3f s\n",
-              stopped_s, *cpu_after - *cpu_before);
+  std::printf(
+      "[ measured ] hostile batch idle %.3f s after it was sent (deadline 0.5 s); "
+      "CPU in the next second %.3f s\n",
+      stopped_s, *cpu_after - *cpu_before);
   server->Shutdown(absl::Seconds(5));
 }
 
@@ -815,9 +818,9 @@ TEST_F(ServerAdmissionTest, ARequestOverTheCostLimitIsRefusedNamingTheLimitBefor
   // neither do 4.
   auto server = Start("", "");
   ASSERT_NE(server, nullptr);
-  for (const auto& [bytes, path] : {std::pair<std::size_t, pb::AttentionPath>{
-                                        8 << 10, pb::ATTENTION_PATH_SOFTMAX},
-                                    {2 << 10, pb::ATTENTION_PATH_SOFTMAX}}) {
+  for (const auto& [bytes, path] :
+       {std::pair<std::size_t, pb::AttentionPath>{8 << 10, pb::ATTENTION_PATH_SOFTMAX},
+        {2 << 10, pb::ATTENTION_PATH_SOFTMAX}}) {
     const auto sent = std::chrono::steady_clock::now();
     const grpc::Status refused =
         Call(*server, Windowed("deep", bytes, path), std::chrono::seconds(20));
@@ -865,7 +868,8 @@ TEST_F(ServerAdmissionTest, ClassifyTokensMayNotChooseTheAttentionPathUnlessTheC
     EXPECT_TRUE(Call(*server, request, std::chrono::seconds(20), "reader").ok());
     request.set_path(pb::ATTENTION_PATH_SOFTMAX);
     pb::ClassifyResponse response;
-    const grpc::Status admin = Call(*server, request, std::chrono::seconds(20), "operator", &response);
+    const grpc::Status admin =
+        Call(*server, request, std::chrono::seconds(20), "operator", &response);
     EXPECT_TRUE(admin.ok()) << admin.error_message();
     EXPECT_EQ(response.path(), pb::ATTENTION_PATH_SOFTMAX);
     server->Shutdown(absl::Seconds(5));
@@ -875,6 +879,30 @@ TEST_F(ServerAdmissionTest, ClassifyTokensMayNotChooseTheAttentionPathUnlessTheC
   const grpc::Status allowed = Call(*allowing, request, std::chrono::seconds(20), "reader");
   EXPECT_TRUE(allowed.ok()) << allowed.error_message();
   allowing->Shutdown(absl::Seconds(5));
+}
+
+TEST_F(ServerAdmissionTest, ShutdownGraceHoldsWhileABatchThatCannotFinishRuns) {
+  // A caller that waits a minute for 64 softmax windows (about 8.7 s of compute): the drain's
+  // time is up after 1 s, and the running batch stops there instead of holding the exit.
+  auto server = Start("",
+                      ", max_windows: 64, max_request_mflop: 100000000,"
+                      " max_batch_mflop: 100000000, batching: {max_batch_tokens: 2048}");
+  ASSERT_NE(server, nullptr);
+  const pb::ClassifyRequest hostile = Windowed("deep", 32 << 10, pb::ATTENTION_PATH_SOFTMAX);
+  auto hostile_call = std::async(std::launch::async,
+                                 [&] { return Call(*server, hostile, std::chrono::seconds(60)); });
+  ASSERT_TRUE(ts::testing::WaitForMetric(server->metrics_address(),
+                                         "taylorshift_batches_in_flight{model=\"deep\"}", 1,
+                                         std::chrono::seconds(10)));
+  const auto begun = std::chrono::steady_clock::now();
+  server->Shutdown(absl::Seconds(1));
+  const double shutdown_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count();
+  EXPECT_LT(shutdown_s, 2.5) << "the drain waited for a batch past shutdown_grace";
+  std::printf("[ measured ] Shutdown(grace 1 s) returned after %.3f s\n", shutdown_s);
+  const grpc::Status status = hostile_call.get();
+  EXPECT_FALSE(status.ok());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
 }
 
 }  // namespace
