@@ -199,6 +199,8 @@ absl::Status ReadModel(const YAML::Node& node, const std::string& path, ModelCon
           {"calibrate_at_start", Bool(&model->calibrate_at_start)},
           {"precision", PrecisionField(&model->precision, &model->precision_auto)},
           {"single_thread_tokens", Int64(&model->single_thread_tokens)},
+          {"max_request_mflop", Int64(&model->max_request_mflop)},
+          {"max_batch_mflop", Int64(&model->max_batch_mflop)},
           {"batching", Map({
                            {"bucket_boundaries", Int64List(&model->batching.bucket_boundaries)},
                            {"max_batch_tokens", Int64(&model->batching.max_batch_tokens)},
@@ -295,6 +297,8 @@ absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
       {path + ".window_stride", model.window_stride, 0},
       {path + ".max_windows", model.max_windows, 1},
       {path + ".single_thread_tokens", model.single_thread_tokens, 0},
+      {path + ".max_request_mflop", model.max_request_mflop, 0},
+      {path + ".max_batch_mflop", model.max_batch_mflop, 0},
       {batching_path + ".max_batch_tokens", batching.max_batch_tokens, 1},
       {batching_path + ".max_batch_size", batching.max_batch_size, 1},
       {batching_path + ".max_queue_size", batching.max_queue_size, 1},
@@ -596,13 +600,15 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                         {"key_file", String(&config.tls.key_file)},
                         {"client_ca_file", String(&config.tls.client_ca_file)},
                     })},
-            {"auth", Map({
-                         {"tokens",
-                          [&config](const YAML::Node& tokens, const std::string& at) {
-                            return ReadTokens(tokens, at, &config.auth);
-                          }},
-                         {"tokens_file", String(&config.auth.tokens_file)},
-                     })},
+            {"auth",
+             Map({
+                 {"tokens",
+                  [&config](const YAML::Node& tokens, const std::string& at) {
+                    return ReadTokens(tokens, at, &config.auth);
+                  }},
+                 {"tokens_file", String(&config.auth.tokens_file)},
+                 {"classify_diagnostic_options", Bool(&config.auth.classify_diagnostic_options)},
+             })},
             {"models",
              [&](const YAML::Node& node, const std::string& path) {
                if (!node.IsSequence()) {

@@ -41,6 +41,17 @@ struct ModelConfig {
   // thread: its ops are too small to split, and each fork/join of the thread pool costs more
   // than it saves (docs/PERFORMANCE.md). 0 = every batch uses intra_op_threads.
   std::int64_t single_thread_tokens = 1024;
+  // Admission by cost (docs/SERVING.md, "Admission by cost"): a request's estimated compute
+  // is its windows × the encoder's floating-point operations at its longest window on the path it
+  // takes (model/networks/cost_model.h, EncoderForwardOps), in millions (MFLOP). A request that
+  // costs more than max_request_mflop is refused with RESOURCE_EXHAUSTED before it is queued.
+  // 0 = automatic: what a request of max_windows windows of max_length tokens costs on the path
+  // `auto` takes for it, so that every request the model's own policy allows on `auto` fits.
+  std::int64_t max_request_mflop = 0;
+  // The requests of one batch together cost at most this (MFLOP); a request that alone costs
+  // more is refused like one over max_request_mflop. 0 = automatic: the larger of the request
+  // limit and a full token budget (max_batch_tokens) of max_length-token rows on `auto`.
+  std::int64_t max_batch_mflop = 0;
   LengthBucketBatcherOptions batching;
 };
 
@@ -57,6 +68,10 @@ struct AuthConfig {
   std::map<std::string, std::vector<std::string>> tokens;
   // Read tokens from this file too: one "TOKEN ROLE[,ROLE...]" per line (# comments).
   std::string tokens_file;
+  // The diagnosis-only request options — an attention path other than auto (direct, efficient,
+  // softmax: the softmax baseline is quadratic and slow) — are for admin tokens; true lets
+  // classify tokens use them too. Without tokens (no authentication) everyone may.
+  bool classify_diagnostic_options = false;
 };
 
 // Training and evaluation jobs (the Jobs service).

@@ -279,10 +279,11 @@ struct Metrics::Impl {
   Family<Gauge>& queue_depth =
       AddGauge(registry, "taylorshift_queue_depth",
                "Requests waiting in a model's batcher, all length buckets together.");
-  Family<Counter>& rejected = AddCounter(
-      registry, "taylorshift_rejected_total",
-      "Requests finished without computing them, by reason (queue_full, deadline_exceeded, "
-      "cancelled, unknown_model, invalid_argument, unauthorized, shutting_down).");
+  Family<Counter>& rejected =
+      AddCounter(registry, "taylorshift_rejected_total",
+                 "Requests finished without computing them, by reason (queue_full, over_cost, "
+                 "deadline_exceeded, cancelled, unknown_model, invalid_argument, unauthorized, "
+                 "shutting_down).");
   Family<Gauge>& model_info = AddGauge(registry, "taylorshift_model_info",
                                        "Served model versions (always 1); labels describe the "
                                        "model and the direct/efficient crossover in tokens.");
@@ -336,6 +337,11 @@ struct Metrics::Impl {
   Family<Gauge>& batches_in_flight =
       AddGauge(registry, "taylorshift_batches_in_flight",
                "Batches whose forward pass is running now, per model.");
+  Family<Counter>& batches_stopped =
+      AddCounter(registry, "taylorshift_batches_stopped_total",
+                 "Batches stopped while they ran, because every caller's deadline had passed "
+                 "(deadline), every caller had cancelled (cancelled) or the shutdown grace was up "
+                 "(shutdown).");
   Counter& process_cpu = AddCounter(registry, "taylorshift_process_cpu_seconds_total",
                                     "User and system CPU time of the server process, in seconds.")
                              .Add({});
@@ -532,6 +538,10 @@ void Metrics::RecordHttpResponse(int status) {
 
 void Metrics::AddBatchesInFlight(const std::string& model, int delta) {
   impl_->batches_in_flight.Add({{"model", model}}).Increment(delta);
+}
+
+void Metrics::RecordBatchStopped(const std::string& model, const std::string& reason) {
+  impl_->batches_stopped.Add({{"model", model}, {"reason", reason}}).Increment();
 }
 
 void Metrics::SetWorkerSource(std::function<std::vector<WorkerProcess>()> source) {

@@ -60,6 +60,9 @@ class Metrics {
   void RecordHttpResponse(int status);
   // Batches being computed now, per model (+1 when a forward pass starts, -1 when it ends).
   void AddBatchesInFlight(const std::string& model, int delta);
+  // A running batch stopped early (LengthBucketBatcher's Batch::stop): reason deadline,
+  // cancelled or shutdown.
+  void RecordBatchStopped(const std::string& model, const std::string& reason);
   // The worker processes of running jobs, read at each scrape (/proc/PID/stat and statm): their
   // resident memory and CPU time per job_id and rank. `source` is called from scrapes and must
   // be thread-safe; it returns what runs now.

@@ -135,8 +135,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   }
   TS_ASSIGN_OR_RETURN(const auto credentials, Prefixed(Credentials(config.tls), "tls: "));
 
-  p.inference =
-      std::make_unique<InferenceCore>(p.registry.get(), p.authorizer.get(), p.metrics.get(), clock);
+  p.inference = std::make_unique<InferenceCore>(
+      p.registry.get(), p.authorizer.get(), p.metrics.get(), clock,
+      InferenceCoreOptions{config.auth.classify_diagnostic_options});
   p.classifier = std::make_unique<ClassifierService>(p.inference.get());
   p.kserve = std::make_unique<KServeService>(p.inference.get(), config.max_infer_batch);
   grpc::EnableDefaultHealthCheckService(true);
@@ -218,7 +219,7 @@ void Server::Shutdown(absl::Duration grace) {
   }
   // Queued requests run now, not after their max_queue_delay: the calls in flight wait for
   // them. Requests that reach a batcher from here on are UNAVAILABLE.
-  p.registry->DrainAll(std::max(absl::ZeroDuration(), deadline - p.clock->Now()));
+  p.registry->DrainAll(deadline);
   p.log("batchers drained");
   // Stops accepting calls and waits for those in flight.
   if (p.http != nullptr) {

@@ -13,7 +13,7 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
                                                   const std::vector<std::string_view>& sequences,
                                                   AttentionPath requested,
                                                   const torch::Device& device, std::int64_t pad_to,
-                                                  BatchLayout layout) {
+                                                  BatchLayout layout, const StopCheck& stop) {
   if (sequences.empty()) return absl::InvalidArgumentError("ClassifyBatch: empty batch");
   const std::int64_t max_length = model->options().max_length();
   std::int64_t longest = 0;
@@ -52,8 +52,11 @@ absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
     const auto device_lengths = lengths.to(device, /*non_blocking=*/gpu);
     const bool pack = (layout == BatchLayout::kPacked || (layout == BatchLayout::kAuto && gpu)) &&
                       !model->is_training() && out.real_tokens < batch * out.padded_tokens;
-    const auto logits = pack ? PackedForward(*model, device_tokens, device_lengths, out.path)
-                             : model->forward(device_tokens, device_lengths, out.path);
+    auto stoppable =
+        pack ? PackedForwardUnlessStopped(*model, device_tokens, device_lengths, out.path, stop)
+             : model->ForwardUnlessStopped(device_tokens, device_lengths, out.path, stop);
+    if (!stoppable.ok()) return stoppable.status();
+    const torch::Tensor logits = *std::move(stoppable);
     const auto probabilities =
         torch::softmax(logits.to(torch::kFloat64), -1).to(torch::kFloat32).cpu().contiguous();
     const std::int64_t classes = probabilities.size(1);

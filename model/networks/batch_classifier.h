@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/api/attention_path.h"
+#include "model/api/stop_check.h"
 #include "model/networks/encoder.h"
 
 namespace ts {
@@ -29,12 +30,12 @@ enum class BatchLayout { kAuto, kPadded, kPacked };
 
 // `sequences` are byte tokens (each non-empty and ≤ the model's max_length). `pad_to` ≥ the
 // longest sequence pads the batch to a fixed length (0 = the longest); the path is resolved
-// for the padded length so that a bucket's batches take one path.
-absl::StatusOr<BatchClassification> ClassifyBatch(TaylorShiftEncoder& model,
-                                                  const std::vector<std::string_view>& sequences,
-                                                  AttentionPath requested,
-                                                  const torch::Device& device,
-                                                  std::int64_t pad_to = 0,
-                                                  BatchLayout layout = BatchLayout::kAuto);
+// for the padded length so that a bucket's batches take one path. `stop` is asked before each
+// encoder block (model/api/stop_check.h): its first non-OK status is returned and nothing more
+// is computed.
+absl::StatusOr<BatchClassification> ClassifyBatch(
+    TaylorShiftEncoder& model, const std::vector<std::string_view>& sequences,
+    AttentionPath requested, const torch::Device& device, std::int64_t pad_to = 0,
+    BatchLayout layout = BatchLayout::kAuto, const StopCheck& stop = {});
 
 }  // namespace ts

@@ -18,6 +18,29 @@ double EfficientMemoryEntries(double n, double d) {
   return d * d * (d + 1) + 2 * d * n + (d + 1) * n + d * d * n;
 }
 
+double EncoderForwardOps(const EncoderCostShape& shape, double tokens, AttentionPath path) {
+  const double c = static_cast<double>(shape.embed_dim);
+  const double heads = static_cast<double>(std::max<std::int64_t>(shape.heads, 1));
+  const double d = c / heads;
+  double attention = 0;
+  switch (path) {
+    case AttentionPath::kDirect:
+    case AttentionPath::kSoftmax:
+    case AttentionPath::kDirectReference:
+      attention = DirectOps(tokens, d);
+      break;
+    case AttentionPath::kEfficient:
+    case AttentionPath::kEfficientReference:
+      attention = EfficientOps(tokens, d);
+      break;
+    case AttentionPath::kAuto:
+      attention = std::min(DirectOps(tokens, d), EfficientOps(tokens, d));
+      break;
+  }
+  const double products = 2 * (4 * c * c + 2 * c * static_cast<double>(shape.mlp_hidden));
+  return static_cast<double>(shape.depth) * (heads * attention + tokens * products);
+}
+
 std::int64_t SpeedCrossoverN0(std::int64_t head_dim) {
   const double d = static_cast<double>(head_dim);
   return static_cast<std::int64_t>(

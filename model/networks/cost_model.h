@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "model/api/attention_path.h"
+
 namespace ts {
 
 // Floating-point operations of one head: 4N²d + 6N² (direct), N(4d³+10d²+9d+4) (efficient).
@@ -21,6 +23,23 @@ double EfficientMemoryEntries(double tokens, double head_dim);
 std::int64_t SpeedCrossoverN0(std::int64_t head_dim);
 // N1 = ¼[d²+2d+1+√(d⁴+12d³+14d²+4d+1)] rounded up: tokens from which efficient needs less memory.
 std::int64_t MemoryCrossoverN1(std::int64_t head_dim);
+
+// The encoder's sizes as the inference cost needs them.
+struct EncoderCostShape {
+  std::int64_t embed_dim = 0;   // C
+  std::int64_t depth = 0;       // blocks
+  std::int64_t heads = 1;       // H (d = C / H)
+  std::int64_t mlp_hidden = 0;  // L
+};
+
+// Floating-point operations of one inference forward over one sequence of `tokens` tokens
+// (incl. CLS): per block, every head's attention on `path` (DirectOps for the quadratic paths —
+// direct, softmax and the direct reference —, EfficientOps for the efficient ones; kAuto the
+// cheaper of the two) plus the qkv, output and MLP products, 2·(4C² + 2CL) per token. What
+// admission charges a request with (docs/SERVING.md, "Admission by cost"); it counts
+// arithmetic only, so the softmax path, which also writes and reads its N×N scores, takes longer
+// per counted operation than the others.
+double EncoderForwardOps(const EncoderCostShape& shape, double tokens, AttentionPath path);
 
 // Tokens (incl. CLS) above which the efficient path trains faster than the direct one: a whole
 // training step (forward, backward, optimizer) measured by bench/run_train_bench on the 2-core

@@ -487,6 +487,13 @@ std::pair<torch::Tensor, torch::Tensor> TaylorShiftEncoderImpl::CheckInputs(
 
 torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
                                               const torch::Tensor& lengths, AttentionPath path) {
+  // Without a hook nothing stops the pass.
+  return *ForwardUnlessStopped(tokens, lengths, path, StopCheck());
+}
+
+absl::StatusOr<torch::Tensor> TaylorShiftEncoderImpl::ForwardUnlessStopped(
+    const torch::Tensor& tokens, const torch::Tensor& lengths, AttentionPath path,
+    const StopCheck& stop) {
   const auto [ids, lens] = CheckInputs(tokens, lengths);
   const std::int64_t batch = tokens.size(0);
   const std::int64_t length = tokens.size(1);
@@ -502,7 +509,10 @@ torch::Tensor TaylorShiftEncoderImpl::forward(const torch::Tensor& tokens,
         torch::cat({torch::zeros({batch, 1}, valid.options()), valid.logical_not()}, 1);
   }
   const AttentionPath resolved = ResolvePath(path, length + 1, batch);
-  for (auto& block : block_list_) x = block(x, key_padding_mask, resolved);
+  for (auto& block : block_list_) {
+    TS_RETURN_IF_ERROR(CheckStop(stop));
+    x = block(x, key_padding_mask, resolved);
+  }
   // LayerNorm works row by row: normalising the class token alone gives what the head reads.
   return head(norm(x.select(1, 0)));
 }

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/api/attention_path.h"
+#include "model/api/stop_check.h"
 #include "model/networks/attention.h"
 #include "model/networks/calibration.h"
 
@@ -180,6 +181,12 @@ class TaylorShiftEncoderImpl : public torch::nn::Module {
   // sequences) so every layer runs the same path.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& lengths = {},
                         AttentionPath path = AttentionPath::kAuto);
+  // forward, asking `stop` (model/api/stop_check.h) before each block: the first non-OK status
+  // it returns ends the pass and is returned instead of the logits, so that a batch nobody waits
+  // for frees its thread within one block's time. Throws as forward does.
+  absl::StatusOr<torch::Tensor> ForwardUnlessStopped(const torch::Tensor& tokens,
+                                                     const torch::Tensor& lengths,
+                                                     AttentionPath path, const StopCheck& stop);
 
   // The concrete path kAuto means for a batch of `batch` sequences of `tokens` tokens
   // (including CLS): efficient above crossover_tokens(batch).

@@ -1,9 +1,20 @@
 #include "model/networks/packed_forward.h"
 
+#include "common/status_macros.h"
+
 namespace ts {
 
 torch::Tensor PackedForward(TaylorShiftEncoderImpl& model, const torch::Tensor& tokens,
                             const torch::Tensor& lengths, AttentionPath path) {
+  // Without a hook nothing stops the pass.
+  return *PackedForwardUnlessStopped(model, tokens, lengths, path, StopCheck());
+}
+
+absl::StatusOr<torch::Tensor> PackedForwardUnlessStopped(TaylorShiftEncoderImpl& model,
+                                                         const torch::Tensor& tokens,
+                                                         const torch::Tensor& lengths,
+                                                         AttentionPath path,
+                                                         const StopCheck& stop) {
   TORCH_CHECK_VALUE(!model.is_training(), "PackedForward runs in eval mode only");
   TORCH_CHECK_VALUE(lengths.defined(), "PackedForward needs the sequences' lengths");
   const auto [ids, lens] = model.CheckInputs(tokens, lengths);
@@ -21,6 +32,7 @@ torch::Tensor PackedForward(TaylorShiftEncoderImpl& model, const torch::Tensor& 
 
   auto packed = x.flatten(0, 1).index_select(0, packing.rows);  // [T, C]
   for (const auto& module : *model.blocks) {
+    TS_RETURN_IF_ERROR(CheckStop(stop));
     auto& block = *module->as<TaylorShiftBlockImpl>();
     packed = packed + block.attn->ForwardPacked(block.Norm(block.norm1, packed), packing, resolved);
     packed = packed + block.mlp(block.Norm(block.norm2, packed));

@@ -12,7 +12,9 @@
 
 #include <torch/torch.h>
 
+#include "absl/status/statusor.h"
 #include "model/api/attention_path.h"
+#include "model/api/stop_check.h"
 #include "model/networks/encoder.h"
 
 namespace ts {
@@ -22,5 +24,10 @@ namespace ts {
 // and B sequences). Returns logits [B, num_classes]. Throws c10::Error on bad shapes.
 torch::Tensor PackedForward(TaylorShiftEncoderImpl& model, const torch::Tensor& tokens,
                             const torch::Tensor& lengths, AttentionPath path);
+// PackedForward, asking `stop` before each block as TaylorShiftEncoderImpl::ForwardUnlessStopped.
+absl::StatusOr<torch::Tensor> PackedForwardUnlessStopped(TaylorShiftEncoderImpl& model,
+                                                         const torch::Tensor& tokens,
+                                                         const torch::Tensor& lengths,
+                                                         AttentionPath path, const StopCheck& stop);
 
 }  // namespace ts

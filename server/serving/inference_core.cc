@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "api/proto_convert.h"
@@ -18,6 +19,7 @@ namespace {
 namespace pb = taylorshift::v1;
 
 constexpr char kClassifyRole[] = "classify";
+constexpr char kAdminRole[] = "admin";
 
 std::string RejectReason(absl::StatusCode code) {
   switch (code) {
@@ -134,12 +136,16 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
                             : registry_->Find(model_name) != nullptr ? model_name
                                                                      : "(unknown)";
   // Every exit goes through here: metrics, then the caller's callback.
+  // `reason`: the rejected_total reason when not the status code's usual one.
   auto finish = [this, label, protocol = std::string(call.protocol), received, done](
-                    const absl::Status& status, pb::ClassifyResponse response) {
+                    const absl::Status& status, pb::ClassifyResponse response,
+                    const char* reason = nullptr) {
     if (metrics_ != nullptr) {
       metrics_->RecordRequest(label, protocol, StatusCodeName(status.code()),
                               absl::ToDoubleSeconds(clock_->Now() - received));
-      if (!status.ok()) metrics_->RecordRejected(label, RejectReason(status.code()));
+      if (!status.ok()) {
+        metrics_->RecordRejected(label, reason != nullptr ? reason : RejectReason(status.code()));
+      }
     }
     done(status, std::move(response));
   };
@@ -160,6 +166,17 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
   }
   auto path = FromProtoPath(request.path());
   if (!path.ok()) return finish(path.status(), {});
+  if (*path != AttentionPath::kAuto && !options_.classify_diagnostic_options) {
+    // Diagnosis only: an admin's, unless the configuration lets classify tokens choose too.
+    if (auto admin = authorizer_->Check(call.authorization, kAdminRole); !admin.ok()) {
+      return finish(absl::PermissionDeniedError(absl::StrCat(
+                        "path ", std::string(AttentionPathName(*path)),
+                        ": choosing the attention path is a diagnosis-only option for admin "
+                        "tokens (auth.classify_diagnostic_options: true allows it for classify "
+                        "tokens); leave path at auto")),
+                    {});
+    }
+  }
   auto prepared = PrepareInput(request, *model);
   if (!prepared.ok()) return finish(prepared.status(), {});
   const std::uint32_t classes = static_cast<std::uint32_t>(model->metadata().labels.size());
@@ -176,6 +193,24 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
   std::int64_t longest = 0;
   for (const auto& w : task->payload.windows) longest = std::max<std::int64_t>(longest, w.size());
   task->tokens = longest + 1;
+  // Every window is a row of the forward pass: each counts against the token budget and the cost.
+  task->rows = static_cast<std::int64_t>(task->payload.windows.size());
+  // A batch is padded to its longest row, not to its bucket: the longest window is what it costs.
+  task->cost = model->EstimateMflop(*path, task->tokens, task->rows);
+  for (const auto& [limit, key] :
+       {std::pair<double, const char*>{model->max_request_mflop(), "max_request_mflop"},
+        {model->max_batch_mflop(), "max_batch_mflop"}}) {
+    if (task->cost > limit) {
+      return finish(
+          absl::ResourceExhaustedError(absl::StrFormat(
+              "model %s: the request's estimated cost %.0f MFLOP (%d window%s x %d tokens on "
+              "path %s) exceeds %s=%.0f; send fewer windows or shorter documents, or path auto",
+              Quoted(model_name), task->cost, task->rows, task->rows == 1 ? "" : "s", task->tokens,
+              std::string(AttentionPathName(model->ResolvedPath(*path, task->tokens))), key,
+              limit)),
+          {}, "over_cost");
+    }
+  }
   task->path = static_cast<int>(*path);
   task->deadline = call.timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
                                                             : clock_->Now() + call.timeout;

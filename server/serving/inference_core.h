@@ -1,6 +1,7 @@
 // The one implementation of Inference (server/serving/inference.h): authorises the call, validates
-// the request against the served model (input kind, length policy, top_k), hands it to the model's
-// batcher and records the request metrics. Thread-safe; every front end shares one.
+// the request against the served model (input kind, length policy, top_k, diagnosis-only options),
+// admits it by its estimated cost (the model's max_request_mflop and max_batch_mflop), hands it to
+// the model's batcher and records the request metrics. Thread-safe; every front end shares one.
 #pragma once
 
 #include <atomic>
@@ -16,11 +17,22 @@ namespace ts::server {
 // The served model as the API describes it (ListModels, GetModel, PromoteCheckpoint).
 void FillModelInfo(const ServedModel& model, taylorshift::v1::ModelInfo* info);
 
+struct InferenceCoreOptions {
+  // Classify tokens may use the diagnosis-only request options (a path other than auto);
+  // false: only admin tokens may, others get PERMISSION_DENIED naming the option and
+  // auth.classify_diagnostic_options. Without authentication everyone may.
+  bool classify_diagnostic_options = false;
+};
+
 class InferenceCore final : public Inference {
  public:
   InferenceCore(ModelRegistry* registry, const Authorizer* authorizer, Metrics* metrics,
-                Clock* clock)
-      : registry_(registry), authorizer_(authorizer), metrics_(metrics), clock_(clock) {}
+                Clock* clock, InferenceCoreOptions options = {})
+      : registry_(registry),
+        authorizer_(authorizer),
+        metrics_(metrics),
+        clock_(clock),
+        options_(options) {}
 
   void Classify(const CallContext& call, const taylorshift::v1::ClassifyRequest& request,
                 ClassifyDone done) override;
@@ -39,6 +51,7 @@ class InferenceCore final : public Inference {
   const Authorizer* authorizer_;
   Metrics* metrics_;
   Clock* clock_;
+  const InferenceCoreOptions options_;
   std::atomic<bool> draining_{false};
 };
 

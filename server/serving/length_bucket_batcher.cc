@@ -40,6 +40,10 @@ absl::Status ValidateOptions(const LengthBucketBatcherOptions& options) {
   if (options.max_queue_size <= 0) {
     return InvalidOption("max_queue_size", "must be > 0", absl::StrCat(options.max_queue_size));
   }
+  if (!(options.max_batch_cost >= 0)) {
+    return InvalidOption("max_batch_cost", "must be >= 0 (0 = no limit)",
+                         absl::StrCat(options.max_batch_cost));
+  }
   if (options.batch_threads < 1) {
     return InvalidOption("batch_threads", "must be >= 1", absl::StrCat(options.batch_threads));
   }
@@ -52,9 +56,8 @@ std::int64_t PaddedLength(const LengthBucketBatcherOptions& options, std::int64_
   return it == boundaries.end() ? tokens : *it;
 }
 
-std::int64_t Capacity(const LengthBucketBatcherOptions& options, std::int64_t padded_tokens) {
-  return std::max<std::int64_t>(
-      1, std::min(options.max_batch_size, options.max_batch_tokens / padded_tokens));
+std::int64_t RowCapacity(const LengthBucketBatcherOptions& options, std::int64_t padded_tokens) {
+  return std::max<std::int64_t>(1, options.max_batch_tokens / padded_tokens);
 }
 
 }  // namespace batcher_internal

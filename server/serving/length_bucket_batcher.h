@@ -10,11 +10,17 @@
 // and a thread that finishes the last running batch takes at once what accumulated meanwhile,
 // so batches grow with load rather than with waiting.
 // Before a batch runs, tasks whose deadline has passed are finished with DEADLINE_EXCEEDED and
-// cancelled ones with CANCELLED, without computing them.
+// cancelled ones with CANCELLED, without computing them. While it runs, the runner asks
+// Batch::stop between its steps: once every task of the batch is cancelled or past its deadline,
+// or a drain's time is up, it answers the status to stop with and the batch frees its thread.
 //
-// A bucket's token budget is full when one more task would exceed max_batch_tokens, so a batch
-// holds at most max(1, min(max_batch_size, max_batch_tokens / padded length)) tasks: a single task
-// longer than the budget still runs, alone.
+// Every row of the forward pass counts against the token budget (a windowed request is one task
+// of several rows): a batch takes tasks in arrival order while their rows × padded length stay
+// within max_batch_tokens, at most max_batch_size tasks, and while their estimated costs
+// (BatchTask::cost) sum to at most max_batch_cost. A bucket is full when the next task would not
+// fit. A batch holds at least one task: a single task of more rows than the budget still runs,
+// alone (the runner may split its rows into passes); one costlier than max_batch_cost is refused
+// by Schedule().
 //
 // The batcher is a template on the Payload each task carries (the request's input and, once its
 // batch ran, its result): the runner and `done` get it typed, and the batcher never looks inside.
@@ -29,6 +35,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -46,6 +53,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "model/api/stop_check.h"
 
 namespace ts::server {
 
@@ -53,7 +61,9 @@ namespace ts::server {
 // caller's Payload, which it only carries.
 template <typename Payload>
 struct BatchTask {
-  std::int64_t tokens = 0;  // the request's token count (incl. CLS); > 0
+  std::int64_t tokens = 0;  // the request's token count (incl. CLS) per row; > 0
+  std::int64_t rows = 1;    // rows of the forward pass (a windowed request: its windows); > 0
+  double cost = 0;          // estimated compute, in the unit of max_batch_cost; ≥ 0
   int path = 0;             // requested path (ts::AttentionPath as int); part of the key
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> cancelled;  // may be empty
@@ -71,6 +81,11 @@ struct Batch {
   int path = 0;
   std::vector<std::unique_ptr<BatchTask<Payload>>> tasks;  // in arrival order
   absl::Time started;                                      // clock time the batch was taken to run
+  // Set by the batcher before the runner runs; the runner asks it between its steps
+  // (model/api/stop_check.h): OK while a task still waits for the result; DEADLINE_EXCEEDED or
+  // CANCELLED once every task's deadline has passed or its caller cancelled; UNAVAILABLE once a
+  // drain's time is up. The runner then returns that status without finishing the batch.
+  StopCheck stop;
 };
 
 struct LengthBucketBatcherOptions {
@@ -78,8 +93,12 @@ struct LengthBucketBatcherOptions {
   // Bucket boundaries (padded lengths, ascending). A task goes to the smallest bucket ≥ its
   // tokens; tasks longer than the last boundary get a bucket of their own length.
   std::vector<std::int64_t> bucket_boundaries = {64, 128, 256, 512, 1024, 2048, 4096, 8192};
-  std::int64_t max_batch_tokens = 32768;  // padded tokens per batch (size × padded length)
-  std::int64_t max_batch_size = 32;
+  std::int64_t max_batch_tokens = 32768;  // padded tokens per batch (rows × padded length)
+  std::int64_t max_batch_size = 32;       // tasks per batch
+  // Estimated cost per batch, in the unit of BatchTask::cost (the server's: GFLOP); a batch takes
+  // tasks while their costs sum to at most this, and Schedule() refuses a task that alone costs
+  // more. 0 = no limit.
+  double max_batch_cost = 0;
   absl::Duration max_queue_delay = absl::Milliseconds(5);
   std::int64_t max_queue_size = 1024;  // tasks waiting, all buckets together
   int batch_threads = 1;               // batches run concurrently
@@ -95,8 +114,8 @@ namespace batcher_internal {
 absl::Status ValidateOptions(const LengthBucketBatcherOptions& options);
 // The padded length of a task of `tokens`.
 std::int64_t PaddedLength(const LengthBucketBatcherOptions& options, std::int64_t tokens);
-// How many tasks of one bucket a batch takes.
-std::int64_t Capacity(const LengthBucketBatcherOptions& options, std::int64_t padded_tokens);
+// How many rows of `padded_tokens` fit the token budget: max(1, max_batch_tokens / padded_tokens).
+std::int64_t RowCapacity(const LengthBucketBatcherOptions& options, std::int64_t padded_tokens);
 }  // namespace batcher_internal
 
 template <typename Payload>
@@ -111,6 +130,9 @@ class LengthBucketBatcher {
   struct Observer {
     std::function<void(const TaskBatch& batch)> on_batch_start;
     std::function<void(absl::StatusCode code)> on_dropped;  // deadline/cancel before compute
+    // A running batch was stopped by Batch::stop (code: DEADLINE_EXCEEDED, CANCELLED or
+    // UNAVAILABLE).
+    std::function<void(const TaskBatch& batch, absl::StatusCode code)> on_stopped;
     std::function<void(std::int64_t queued)> on_queue_depth;
   };
 
@@ -120,14 +142,20 @@ class LengthBucketBatcher {
   ~LengthBucketBatcher();  // Shutdown()
 
   // OK: the task is owned by the batcher. RESOURCE_EXHAUSTED (naming max_queue_size) when the
-  // queue is full, INVALID_ARGUMENT for tokens ≤ 0, UNAVAILABLE after Shutdown().
+  // queue is full or (naming max_batch_cost) when the task alone costs more than a batch may,
+  // INVALID_ARGUMENT for tokens or rows ≤ 0 or a negative cost, UNAVAILABLE after Shutdown().
   absl::Status Schedule(std::unique_ptr<Task>& task);
 
   // Stops accepting; runs everything queued; returns when all accepted tasks are done or
   // `timeout` (measured by the injected clock) passed: then the still-queued rest finish with
-  // UNAVAILABLE, and batches already running are waited for. Idempotent. Must not be called from
-  // the runner or a callback (it joins the batch threads).
+  // UNAVAILABLE, and batches still running are told to stop (Batch::stop answers UNAVAILABLE)
+  // and waited for. Idempotent. Must not be called from the runner or a callback (it joins the
+  // batch threads).
   void Drain(absl::Duration timeout);
+  // Drain with what is left until `deadline` on the injected clock.
+  void DrainUntil(absl::Time deadline) {
+    Drain(std::max(absl::ZeroDuration(), deadline - clock_->Now()));
+  }
   void Shutdown() { Drain(absl::ZeroDuration()); }
 
   std::int64_t queued() const;  // tasks waiting in buckets (not yet taken by a batch thread)
@@ -152,9 +180,12 @@ class LengthBucketBatcher {
   bool TakeReadyBatch(absl::Time now, TaskBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The earliest time a bucket becomes ready by max_queue_delay (InfiniteFuture: no bucket).
   absl::Time NextDelayExpiry() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::int64_t Capacity(std::int64_t padded_tokens) const {
-    return batcher_internal::Capacity(options_, padded_tokens);
-  }
+  // How many tasks from the front of `tasks` (a bucket of `padded_tokens`) one batch takes; sets
+  // *full when the batch cannot take the next task of the bucket, or another one when it comes.
+  std::int64_t FittingTasks(const std::deque<QueuedTask>& tasks, std::int64_t padded_tokens,
+                            bool* full) const;
+  // Batch::stop of a running batch.
+  absl::Status StopReason(const TaskBatch& batch) const;
   // Finishes expired/cancelled tasks, runs the rest and finishes them with the runner's status.
   void RunBatch(TaskBatch& batch);
   // `count` accepted tasks are finished: wakes Drain() when none is left.
@@ -180,6 +211,8 @@ class LengthBucketBatcher {
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;  // Drain: every non-empty bucket is ready
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // batch threads exit
+  // A drain's time is up: running batches stop at their next Batch::stop.
+  std::atomic<bool> aborting_{false};
 
   // Orders on_queue_depth calls so the last value reported is the latest depth. Never acquired
   // with mu_ held.
@@ -236,9 +269,15 @@ absl::Status LengthBucketBatcher<Payload>::Schedule(std::unique_ptr<Task>& task)
     return absl::InvalidArgumentError(
         absl::StrCat("model '", options_.model_name, "': task is null"));
   }
-  if (task->tokens <= 0) {
+  if (task->tokens <= 0 || task->rows <= 0 || !(task->cost >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model '", options_.model_name, "': tokens must be > 0 (got ", task->tokens, ")"));
+        "model '", options_.model_name, "': tokens and rows must be > 0, cost >= 0 (got ",
+        task->tokens, ", ", task->rows, ", ", task->cost, ")"));
+  }
+  if (options_.max_batch_cost > 0 && task->cost > options_.max_batch_cost) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model '", options_.model_name, "': the request's estimated cost ", task->cost,
+        " exceeds what one batch may cost (max_batch_cost=", options_.max_batch_cost, ")"));
   }
   const BucketKey key(BucketFor(task->tokens), task->path);
   bool wake = false;
@@ -261,7 +300,9 @@ absl::Status LengthBucketBatcher<Payload>::Schedule(std::unique_ptr<Task>& task)
     ++depth_version_;
     // Only a new bucket (ready at once on an idle model with start_when_idle, else a new delay
     // expiry) or a full one changes what a free batch thread waits for.
-    wake = tasks.size() == 1 || static_cast<std::int64_t>(tasks.size()) == Capacity(key.first);
+    bool full = false;
+    FittingTasks(tasks, key.first, &full);
+    wake = tasks.size() == 1 || full;
   }
   if (wake) work_cv_.Signal();
   ReportQueueDepth();
@@ -275,9 +316,10 @@ bool LengthBucketBatcher<Payload>::TakeReadyBatch(absl::Time now, TaskBatch& bat
   auto best = buckets_.end();
   for (auto it = buckets_.begin(); it != buckets_.end(); ++it) {
     const std::deque<QueuedTask>& tasks = it->second;
-    const bool ready = take_any ||
-                       static_cast<std::int64_t>(tasks.size()) >= Capacity(it->first.first) ||
-                       now >= tasks.front().task->enqueued + options_.max_queue_delay;
+    bool full = false;
+    FittingTasks(tasks, it->first.first, &full);
+    const bool ready =
+        take_any || full || now >= tasks.front().task->enqueued + options_.max_queue_delay;
     if (ready && (best == buckets_.end() || tasks.front().arrival < best->second.front().arrival)) {
       best = it;
     }
@@ -285,8 +327,8 @@ bool LengthBucketBatcher<Payload>::TakeReadyBatch(absl::Time now, TaskBatch& bat
   if (best == buckets_.end()) return false;
 
   std::deque<QueuedTask>& tasks = best->second;
-  const std::int64_t size =
-      std::min<std::int64_t>(Capacity(best->first.first), static_cast<std::int64_t>(tasks.size()));
+  bool full = false;
+  const std::int64_t size = FittingTasks(tasks, best->first.first, &full);
   batch.padded_tokens = best->first.first;
   batch.path = best->first.second;
   batch.tasks.reserve(size);
@@ -299,6 +341,56 @@ bool LengthBucketBatcher<Payload>::TakeReadyBatch(absl::Time now, TaskBatch& bat
   ++depth_version_;
   ++running_;
   return true;
+}
+
+template <typename Payload>
+std::int64_t LengthBucketBatcher<Payload>::FittingTasks(const std::deque<QueuedTask>& tasks,
+                                                        std::int64_t padded_tokens,
+                                                        bool* full) const {
+  const std::int64_t row_capacity = batcher_internal::RowCapacity(options_, padded_tokens);
+  std::int64_t taken = 0;
+  std::int64_t rows = 0;
+  double cost = 0;
+  *full = false;
+  for (const QueuedTask& queued : tasks) {
+    if (taken == options_.max_batch_size) break;
+    const bool over_cost =
+        options_.max_batch_cost > 0 && cost + queued.task->cost > options_.max_batch_cost;
+    if (taken > 0 && (rows + queued.task->rows > row_capacity || over_cost)) {
+      *full = true;
+      return taken;
+    }
+    rows += queued.task->rows;
+    cost += queued.task->cost;
+    ++taken;
+  }
+  // Every task of the bucket fits: full when no further task could join (each has a row).
+  *full = taken == options_.max_batch_size || rows >= row_capacity;
+  return taken;
+}
+
+template <typename Payload>
+absl::Status LengthBucketBatcher<Payload>::StopReason(const TaskBatch& batch) const {
+  if (aborting_.load(std::memory_order_relaxed)) {
+    return absl::UnavailableError(absl::StrCat(
+        "model '", options_.model_name, "': shut down while the batch ran (its time was up)"));
+  }
+  const absl::Time now = clock_->Now();
+  bool deadline_passed = false;
+  for (const std::unique_ptr<Task>& task : batch.tasks) {
+    if (task->deadline <= now) {
+      deadline_passed = true;
+    } else if (!task->cancelled || !task->cancelled()) {
+      return absl::OkStatus();  // someone still waits for this batch
+    }
+  }
+  if (deadline_passed) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("model '", options_.model_name,
+                     "': deadline passed while the batch ran; the batch was stopped"));
+  }
+  return absl::CancelledError(absl::StrCat("model '", options_.model_name,
+                                           "': every caller cancelled; the batch was stopped"));
 }
 
 template <typename Payload>
@@ -359,8 +451,18 @@ void LengthBucketBatcher<Payload>::RunBatch(TaskBatch& batch) {
   batch.tasks = std::move(live);
 
   if (!batch.tasks.empty()) {
+    absl::Status stopped;  // what Batch::stop answered when it stopped the batch
+    batch.stop = [this, &batch, &stopped] {
+      absl::Status reason = StopReason(batch);
+      if (!reason.ok()) stopped = reason;
+      return reason;
+    };
     if (observer_.on_batch_start) observer_.on_batch_start(batch);
     const absl::Status status = runner_(batch);
+    batch.stop = nullptr;
+    if (!stopped.ok() && status.code() == stopped.code() && observer_.on_stopped) {
+      observer_.on_stopped(batch, stopped.code());
+    }
     for (std::unique_ptr<Task>& task : batch.tasks) {
       if (task->done) task->done(status, task->payload);
     }
@@ -421,6 +523,8 @@ void LengthBucketBatcher<Payload>::Drain(absl::Duration timeout) {
       }
     }
     stopping_ = true;
+    // Batches still running stop at their next step: the drain's time is up.
+    aborting_ = true;
     for (auto& [key, tasks] : buckets_) {
       for (QueuedTask& queued : tasks) abandoned.push_back(std::move(queued.task));
     }
@@ -439,7 +543,8 @@ void LengthBucketBatcher<Payload>::Drain(absl::Duration timeout) {
     }
   }
   abandoned.clear();
-  // Batches already taken run to completion with their own status.
+  // Batches already taken finish with their own status, or stop with UNAVAILABLE at their next
+  // Batch::stop.
   for (std::thread& thread : threads_) thread.join();
   drained_ = true;
 }

@@ -136,6 +136,24 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   model->checkpoint_.model->eval();
   model->checkpoint_.model->set_precision(config.precision);
 
+  // The cost limits unless configured: a request of max_windows windows of max_length tokens on
+  // `auto` (any request may choose the window policy), and a full token budget of such rows.
+  const std::int64_t longest = model->max_length_ + 1;
+  const double automatic_request =
+      model->EstimateMflop(AttentionPath::kAuto, longest, config.max_windows);
+  model->max_request_mflop_ = config.max_request_mflop > 0
+                                  ? static_cast<double>(config.max_request_mflop)
+                                  : automatic_request;
+  const double full_budget = model->EstimateMflop(
+      AttentionPath::kAuto, longest,
+      batcher_internal::RowCapacity(config.batching,
+                                    batcher_internal::PaddedLength(config.batching, longest)));
+  model->max_batch_mflop_ = config.max_batch_mflop > 0
+                                ? static_cast<double>(config.max_batch_mflop)
+                                : std::max(model->max_request_mflop_, full_budget);
+  LengthBucketBatcherOptions batching = config.batching;
+  batching.max_batch_cost = model->max_batch_mflop_;
+
   ClassifyBatcher::Observer observer;
   if (metrics != nullptr) {
     const std::string name = config.name;
@@ -144,6 +162,11 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
     observer.on_queue_depth = [metrics, name](std::int64_t depth) {
       metrics->SetQueueDepth(name, depth);
     };
+    observer.on_stopped = [metrics, name](const Batch<ClassifyWork>&, absl::StatusCode code) {
+      metrics->RecordBatchStopped(name, code == absl::StatusCode::kDeadlineExceeded ? "deadline"
+                                        : code == absl::StatusCode::kCancelled      ? "cancelled"
+                                                                                    : "shutdown");
+    };
     metrics->SetModelInfo(name, model->version_, model->metadata().modality, model->device_.str(),
                           PrecisionName(config.precision), options.heads(), head_dim,
                           model->crossover_tokens_);
@@ -151,12 +174,24 @@ absl::StatusOr<std::shared_ptr<ServedModel>> ServedModel::Load(const ModelConfig
   ServedModel* raw = model.get();
   TS_ASSIGN_OR_RETURN(
       model->batcher_,
-      Prefixed(
-          ClassifyBatcher::Create(
-              config.batching, [raw](Batch<ClassifyWork>& batch) { return raw->RunBatch(batch); },
-              clock, observer),
-          where));
+      Prefixed(ClassifyBatcher::Create(
+                   batching, [raw](Batch<ClassifyWork>& batch) { return raw->RunBatch(batch); },
+                   clock, observer),
+               where));
   return model;
+}
+
+double ServedModel::EstimateMflop(AttentionPath requested, std::int64_t tokens,
+                                  std::int64_t windows) const {
+  const auto& options = checkpoint_.options;
+  EncoderCostShape shape;
+  shape.embed_dim = options.embed_dim();
+  shape.depth = options.depth();
+  shape.heads = options.heads();
+  shape.mlp_hidden = options.mlp_hidden();
+  const AttentionPath path = ResolvedPath(requested, tokens);
+  return static_cast<double>(windows) *
+         EncoderForwardOps(shape, static_cast<double>(tokens), path) / 1e6;
 }
 
 absl::Status ServedModel::RunBatch(Batch<ClassifyWork>& batch) {
@@ -176,9 +211,27 @@ absl::Status ServedModel::RunBatch(Batch<ClassifyWork>& batch) {
       tokens <= config_.single_thread_tokens ? 1 : compat::DefaultIntraOpThreads());
   const absl::Time start = clock_->Now();
   if (metrics_ != nullptr) metrics_->AddBatchesInFlight(config_.name, 1);
-  auto classified = ClassifyBatch(checkpoint_.model, sequences, requested, device_);
+  // Rows beyond the token budget (a single request of more windows than fit) run in passes of at
+  // most max_batch_tokens, with a stop check between them (and between blocks within each).
+  const std::int64_t pass_rows =
+      batcher_internal::RowCapacity(config_.batching, batch.padded_tokens);
+  absl::StatusOr<BatchClassification> classified;
+  BatchClassification result;
+  for (std::size_t first = 0; first < sequences.size();
+       first += static_cast<std::size_t>(pass_rows)) {
+    const std::size_t last =
+        std::min(sequences.size(), first + static_cast<std::size_t>(pass_rows));
+    const std::vector<std::string_view> pass(sequences.begin() + first, sequences.begin() + last);
+    classified = ClassifyBatch(checkpoint_.model, pass, requested, device_, /*pad_to=*/0,
+                               BatchLayout::kAuto, batch.stop);
+    if (!classified.ok()) break;
+    result.path = classified->path;
+    result.padded_tokens = classified->padded_tokens;
+    result.real_tokens += classified->real_tokens;
+    for (auto& p : classified->probabilities) result.probabilities.push_back(std::move(p));
+  }
   if (metrics_ != nullptr) metrics_->AddBatchesInFlight(config_.name, -1);
-  TS_ASSIGN_OR_RETURN(auto result, std::move(classified));
+  TS_RETURN_IF_ERROR(classified.status());
   const double compute = absl::ToDoubleSeconds(clock_->Now() - start);
   std::size_t row = 0;
   const auto batch_tokens = result.padded_tokens * static_cast<std::int64_t>(sequences.size());
@@ -271,13 +324,13 @@ void ModelRegistry::ReleaseRetired() {
   }
 }
 
-void ModelRegistry::DrainAll(absl::Duration timeout) {
+void ModelRegistry::DrainAll(absl::Time deadline) {
   std::vector<std::shared_ptr<ServedModel>> models = List();
   {
     absl::MutexLock lock(&mu_);
     models.insert(models.end(), retired_.begin(), retired_.end());
   }
-  for (const auto& model : models) model->batcher().Drain(timeout);
+  for (const auto& model : models) model->batcher().DrainUntil(deadline);
 }
 
 }  // namespace ts::server

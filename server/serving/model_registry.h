@@ -61,6 +61,18 @@ class ServedModel {
   LengthPolicyOptions length_policy(LengthPolicy over_length) const;
   ClassifyBatcher& batcher() { return *batcher_; }
 
+  // Admission by cost (ModelConfig::max_request_mflop): the estimated compute of a request of
+  // `windows` rows of `tokens` tokens (incl. CLS; a batch pads to its longest row) on
+  // `requested` (kAuto: the path a batch of one resolves it to), in MFLOP.
+  double EstimateMflop(AttentionPath requested, std::int64_t tokens, std::int64_t windows) const;
+  // The concrete path EstimateMflop charges `requested` with.
+  AttentionPath ResolvedPath(AttentionPath requested, std::int64_t tokens) const {
+    return checkpoint_.model->ResolvePath(requested, tokens, 1);
+  }
+  // The limits in force, MFLOP: as configured, or their automatic values.
+  double max_request_mflop() const { return max_request_mflop_; }
+  double max_batch_mflop() const { return max_batch_mflop_; }
+
   static absl::StatusOr<std::shared_ptr<ServedModel>> Load(const ModelConfig& config,
                                                            Metrics* metrics, Clock* clock);
 
@@ -79,6 +91,8 @@ class ServedModel {
   CrossoverTable crossover_table_;
   std::string crossover_source_;
   std::vector<std::string> calibration_warnings_;
+  double max_request_mflop_ = 0;
+  double max_batch_mflop_ = 0;
   Metrics* metrics_ = nullptr;
   Clock* clock_ = nullptr;
   std::unique_ptr<ClassifyBatcher> batcher_;  // last: its threads use the fields above
@@ -100,9 +114,11 @@ class ModelRegistry {
   // Returns the replaced version (null for a new name); it is retired — still running for the
   // requests that hold it — and released by a background thread once none does.
   std::shared_ptr<ServedModel> Put(std::shared_ptr<ServedModel> model);
-  // Stops every batcher (retired ones too) from accepting and finishes what is queued (see
-  // LengthBucketBatcher).
-  void DrainAll(absl::Duration timeout);
+  // Stops every batcher (retired ones too) from accepting and finishes what is queued by
+  // `deadline` on the batchers' clock; then what is still queued is UNAVAILABLE and running
+  // batches stop at their next step (LengthBucketBatcher::DrainUntil). All models share the one
+  // deadline, so that shutdown_grace bounds the whole drain.
+  void DrainAll(absl::Time deadline);
 
  private:
   void ReleaseRetired();  // the janitor thread's loop

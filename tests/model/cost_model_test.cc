@@ -34,6 +34,30 @@ TEST(CostModelTest, CrossoversAreWhereTheCostsMeet) {
   }
 }
 
+TEST(CostModelTest, EncoderForwardOpsChargesQuadraticPathsQuadratically) {
+  // source-lang's shape (models/source-lang-demo.yaml): C 64, depth 2, H 8 (d 8), L 128, at its
+  // longest window, 2049 tokens. By hand: per block 8 heads × 4N²d + 6N² (softmax, direct) or
+  // N(4d³+10d²+9d+4) (efficient), plus N × 2(4C² + 2CL) = N × 65536 for the products.
+  const EncoderCostShape shape{64, 2, 8, 128};
+  const double n = 2049;
+  const double products = n * 65536;
+  const double quadratic = 2 * (8 * (4 * n * n * 8 + 6 * n * n) + products);
+  const double linear = 2 * (8 * n * (4 * 512 + 10 * 64 + 9 * 8 + 4) + products);
+  EXPECT_DOUBLE_EQ(EncoderForwardOps(shape, n, AttentionPath::kSoftmax), quadratic);
+  EXPECT_DOUBLE_EQ(EncoderForwardOps(shape, n, AttentionPath::kDirect), quadratic);
+  EXPECT_DOUBLE_EQ(EncoderForwardOps(shape, n, AttentionPath::kEfficient), linear);
+  EXPECT_DOUBLE_EQ(EncoderForwardOps(shape, n, AttentionPath::kAuto), linear);
+  // 2.82 GFLOP against 0.359: the softmax window costs 7.9 efficient ones.
+  EXPECT_NEAR(quadratic / 1e9, 2.82, 0.01);
+  EXPECT_NEAR(linear / 1e9, 0.359, 0.001);
+  // Doubling the tokens: quadratic paths about ×4 in their attention, linear ones ×2.
+  EXPECT_DOUBLE_EQ(EncoderForwardOps(shape, 2 * n, AttentionPath::kEfficient), 2 * linear);
+  EXPECT_GT(EncoderForwardOps(shape, 2 * n, AttentionPath::kSoftmax), 3.5 * quadratic);
+  // Short sequences: auto charges the cheaper, direct.
+  EXPECT_DOUBLE_EQ(EncoderForwardOps(shape, 33, AttentionPath::kAuto),
+                   EncoderForwardOps(shape, 33, AttentionPath::kDirect));
+}
+
 TEST(CostModelTest, TrainingCrossoverFollowsTheMeasuredTable) {
   // The measured points (docs/PERFORMANCE.md, "Training throughput").
   EXPECT_EQ(TrainingCrossoverTokens(8), 122);

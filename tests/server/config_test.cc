@@ -32,7 +32,7 @@ shutdown_grace_ms: 1500
 state_dir: /var/lib/ts/state
 data_root: datasets
 tls: {cert_file: tls/server.crt, key_file: tls/server.key, client_ca_file: /etc/ca.crt}
-auth: {tokens: {alpha: [classify, admin], beta: [classify]}}
+auth: {tokens: {alpha: [classify, admin], beta: [classify]}, classify_diagnostic_options: true}
 models:
   - name: listops
     checkpoint: ../models/listops-demo.tsckpt
@@ -42,6 +42,8 @@ models:
     window_stride: 512
     max_windows: 4
     single_thread_tokens: 0
+    max_request_mflop: 2500
+    max_batch_mflop: 9000
     calibration: listops.calibration
     calibrate_at_start: true
     precision: bf16
@@ -122,6 +124,9 @@ TEST(ConfigTest, ModelDefaultsAndBatcherName) {
   EXPECT_EQ(model.window_stride, 0);
   EXPECT_EQ(model.max_windows, 16);
   EXPECT_EQ(model.single_thread_tokens, 1024);
+  EXPECT_EQ(model.max_request_mflop, 0);  // automatic
+  EXPECT_EQ(model.max_batch_mflop, 0);    // automatic
+  EXPECT_FALSE(config->auth.classify_diagnostic_options);
   EXPECT_TRUE(model.calibration.empty());
   EXPECT_FALSE(model.calibrate_at_start);
   EXPECT_TRUE(model.precision_auto);  // bf16 on CUDA 8.0+, fp32 elsewhere (resolved at load)
@@ -174,6 +179,9 @@ TEST(ConfigTest, FullExampleRoundTrip) {
   EXPECT_EQ(listops.window_stride, 512);
   EXPECT_EQ(listops.max_windows, 4);
   EXPECT_EQ(listops.single_thread_tokens, 0);
+  EXPECT_EQ(listops.max_request_mflop, 2500);
+  EXPECT_EQ(listops.max_batch_mflop, 9000);
+  EXPECT_TRUE(config->auth.classify_diagnostic_options);
   EXPECT_EQ(listops.calibration, "/etc/ts/listops.calibration");
   EXPECT_TRUE(listops.calibrate_at_start);
   EXPECT_EQ(listops.precision, Precision::kBf16);
@@ -258,6 +266,12 @@ TEST(ConfigTest, RejectsBadValues) {
   ExpectRejected(OneModel("    max_windows: 0\n"), {"models[0].max_windows: must be > 0, got 0"});
   ExpectRejected(OneModel("    single_thread_tokens: -1\n"),
                  {"models[0].single_thread_tokens: must be >= 0, got -1"});
+  ExpectRejected(OneModel("    max_request_mflop: -1\n"),
+                 {"models[0].max_request_mflop: must be >= 0, got -1"});
+  ExpectRejected(OneModel("    max_batch_mflop: -2\n"),
+                 {"models[0].max_batch_mflop: must be >= 0, got -2"});
+  ExpectRejected("auth: {classify_diagnostic_options: sometimes}\n",
+                 {"auth.classify_diagnostic_options"});
   ExpectRejected(OneModel("    max_length: -3\n"), {"models[0].max_length: must be >= 0, got -3"});
   ExpectRejected(OneModel("    max_length: 100\n    window_stride: 200\n"),
                  {"models[0].window_stride: must be <= max_length"});

@@ -740,6 +740,7 @@ TEST_F(LengthBucketBatcherTest, CreateRejectsInvalidOptionsNamingTheField) {
        [](LengthBucketBatcherOptions& o) { o.max_queue_delay = -absl::Milliseconds(1); }},
       {"max_queue_size", [](LengthBucketBatcherOptions& o) { o.max_queue_size = 0; }},
       {"batch_threads", [](LengthBucketBatcherOptions& o) { o.batch_threads = 0; }},
+      {"max_batch_cost", [](LengthBucketBatcherOptions& o) { o.max_batch_cost = -1; }},
   };
   for (const Case& c : cases) {
     LengthBucketBatcherOptions options = SmallOptions();
@@ -752,6 +753,224 @@ TEST_F(LengthBucketBatcherTest, CreateRejectsInvalidOptionsNamingTheField) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Batcher::Create(SmallOptions(), recorder_.Runner(), nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Plays a model of `layers` layers whose forward asks Batch::stop before each one, as the encoder
+// asks its StopCheck between blocks. The test lets it through one layer at a time (Allow), so
+// what the clock and the callers do between two layers is deterministic.
+class LayeredRunner {
+ public:
+  explicit LayeredRunner(int layers) : layers_(layers) {}
+
+  Batcher::BatchRunner Runner() {
+    return [this](Batch<Payload>& batch) { return Run(batch); };
+  }
+  void Allow(int layers) {
+    absl::MutexLock lock(&mu_);
+    allowed_ += layers;
+  }
+  bool AwaitLayersRun(int n) {
+    absl::MutexLock lock(&mu_);
+    auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return layers_run_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&reached), kGuard);
+  }
+  int layers_run() {
+    absl::MutexLock lock(&mu_);
+    return layers_run_;
+  }
+
+ private:
+  absl::Status Run(Batch<Payload>& batch) {
+    for (int layer = 0; layer < layers_; ++layer) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto allowed = [this]()
+                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return allowed_ > layers_run_; };
+        if (!mu_.AwaitWithTimeout(absl::Condition(&allowed), kGuard)) {
+          return absl::InternalError("the test never allowed the next layer");
+        }
+      }
+      if (absl::Status stop = batch.stop(); !stop.ok()) return stop;
+      absl::MutexLock lock(&mu_);
+      ++layers_run_;
+    }
+    for (const auto& task : batch.tasks) task->payload.result = ResultFor(task->payload.id);
+    return absl::OkStatus();
+  }
+
+  const int layers_;
+  absl::Mutex mu_;
+  int allowed_ ABSL_GUARDED_BY(mu_) = 0;
+  int layers_run_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class BatchStopTest : public LengthBucketBatcherTest {
+ protected:
+  std::unique_ptr<Batcher> MakeLayered(const LengthBucketBatcherOptions& options) {
+    Batcher::Observer observer = recorder_.Observer();
+    observer.on_stopped = [this](const Batch<Payload>& batch, absl::StatusCode code) {
+      absl::MutexLock lock(&mu_);
+      stopped_.emplace_back(static_cast<int>(batch.tasks.size()), code);
+    };
+    auto batcher = Batcher::Create(options, layered_.Runner(), &clock_, std::move(observer));
+    EXPECT_TRUE(batcher.ok()) << batcher.status();
+    return batcher.ok() ? std::move(*batcher) : nullptr;
+  }
+  std::vector<std::pair<int, absl::StatusCode>> stopped() {
+    absl::MutexLock lock(&mu_);
+    return stopped_;
+  }
+
+  LayeredRunner layered_{8};
+  absl::Mutex mu_;
+  std::vector<std::pair<int, absl::StatusCode>> stopped_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(BatchStopTest, ABatchWhoseOnlyCallersDeadlinePassesStopsAtTheNextLayer) {
+  auto batcher = MakeLayered(SmallOptions());
+  std::unique_ptr<Task> task = recorder_.NewTask(0, 50);
+  task->deadline = t0_ + absl::Seconds(5);
+  ASSERT_TRUE(batcher->Schedule(task).ok());
+
+  layered_.Allow(2);
+  ASSERT_TRUE(layered_.AwaitLayersRun(2));  // within its deadline: two of eight layers ran
+  clock_.Advance(absl::Seconds(6));         // the deadline passes during the third layer's wait
+  layered_.Allow(6);
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(1));
+
+  const absl::Status status = recorder_.StatusOf(0);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(), HasSubstr("deadline passed while the batch ran"));
+  EXPECT_EQ(layered_.layers_run(), 2) << "the batch computed on after its caller's deadline";
+  EXPECT_THAT(stopped(), ElementsAre(std::pair<int, absl::StatusCode>(
+                             1, absl::StatusCode::kDeadlineExceeded)));
+  EXPECT_TRUE(recorder_.dropped().empty()) << "the task was computed, not dropped before compute";
+
+  // The thread is free again: the next request runs all its layers.
+  ASSERT_TRUE(Schedule(*batcher, 1, 50).ok());
+  layered_.Allow(8);
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(2));
+  EXPECT_TRUE(recorder_.StatusOf(1).ok()) << recorder_.StatusOf(1);
+  EXPECT_EQ(layered_.layers_run(), 10);
+}
+
+TEST_F(BatchStopTest, ABatchRunsWhileOneCallerWaitsAndStopsWhenTheLastCancels) {
+  LengthBucketBatcherOptions options = WaitingOptions();
+  options.max_batch_size = 2;  // both tasks in one batch, closed at once
+  auto batcher = MakeLayered(options);
+  std::atomic<bool> cancelled[2] = {false, false};
+  for (int id = 0; id < 2; ++id) {
+    std::unique_ptr<Task> task = recorder_.NewTask(id, 50);
+    task->cancelled = [&cancelled, id] { return cancelled[id].load(); };
+    ASSERT_TRUE(batcher->Schedule(task).ok());
+  }
+
+  layered_.Allow(1);
+  ASSERT_TRUE(layered_.AwaitLayersRun(1));
+  cancelled[0] = true;  // one caller left; the other still waits
+  layered_.Allow(2);
+  ASSERT_TRUE(layered_.AwaitLayersRun(3));
+  EXPECT_EQ(recorder_.done_calls(), 0);
+  cancelled[1] = true;  // now nobody waits
+  layered_.Allow(5);
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(2));
+
+  EXPECT_EQ(layered_.layers_run(), 3);
+  for (int id = 0; id < 2; ++id) {
+    EXPECT_EQ(recorder_.StatusOf(id).code(), absl::StatusCode::kCancelled) << id;
+    EXPECT_THAT(recorder_.StatusOf(id).message(), HasSubstr("the batch was stopped"));
+  }
+  EXPECT_THAT(stopped(),
+              ElementsAre(std::pair<int, absl::StatusCode>(2, absl::StatusCode::kCancelled)));
+}
+
+TEST_F(BatchStopTest, DrainStopsARunningBatchWhenItsTimeIsUp) {
+  LengthBucketBatcherOptions options = SmallOptions();
+  options.max_batch_size = 1;
+  auto batcher = MakeLayered(options);
+  ASSERT_TRUE(Schedule(*batcher, 0, 10).ok());  // no deadline: only the drain can stop it
+  layered_.Allow(1);
+  ASSERT_TRUE(layered_.AwaitLayersRun(1));
+  ASSERT_TRUE(Schedule(*batcher, 1, 10).ok());  // queued behind the running batch
+
+  absl::Notification drained;
+  std::thread drainer([&] {
+    batcher->Drain(absl::Seconds(30));
+    drained.Notify();
+  });
+  ASSERT_TRUE(clock_.BlockUntilWaiting(t0_ + absl::Seconds(30)));
+  clock_.Advance(absl::Seconds(30));  // the grace is over
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(1));
+  EXPECT_EQ(recorder_.StatusOf(1).code(), absl::StatusCode::kUnavailable);
+  layered_.Allow(7);
+  EXPECT_TRUE(drained.WaitForNotificationWithTimeout(kGuard))
+      << "Drain waited for the running batch's remaining layers";
+  drainer.join();
+
+  EXPECT_EQ(layered_.layers_run(), 1);
+  EXPECT_EQ(recorder_.StatusOf(0).code(), absl::StatusCode::kUnavailable) << recorder_.StatusOf(0);
+  EXPECT_THAT(stopped(),
+              ElementsAre(std::pair<int, absl::StatusCode>(1, absl::StatusCode::kUnavailable)));
+  ExpectEachDoneOnce(2);
+}
+
+std::unique_ptr<Task> TaskOf(Recorder& recorder, int id, std::int64_t tokens, std::int64_t rows,
+                             double cost = 0) {
+  std::unique_ptr<Task> task = recorder.NewTask(id, tokens);
+  task->rows = rows;
+  task->cost = cost;
+  return task;
+}
+
+TEST_F(LengthBucketBatcherTest, EveryWindowCountsAgainstTheTokenBudget) {
+  LengthBucketBatcherOptions options = WaitingOptions();
+  options.max_batch_tokens = 256;  // four rows of the 64 bucket
+  options.max_queue_delay = absl::Hours(1);
+  auto batcher = Make(options);
+  for (const auto& [id, rows] : std::vector<std::pair<int, std::int64_t>>{{0, 3}, {1, 2}}) {
+    auto task = TaskOf(recorder_, id, 50, rows);
+    ASSERT_TRUE(batcher->Schedule(task).ok());
+  }
+  // 3 + 2 rows exceed the budget: the first task's batch is full and runs alone.
+  ASSERT_TRUE(recorder_.AwaitBatches(1));
+  for (int id = 2; id < 4; ++id) {
+    auto task = TaskOf(recorder_, id, 50, 1);
+    ASSERT_TRUE(batcher->Schedule(task).ok());
+  }
+  // 2 + 1 + 1 rows fill it exactly.
+  ASSERT_TRUE(recorder_.AwaitBatches(2));
+  // A request of more windows than the budget holds still runs, alone and at once.
+  auto wide = TaskOf(recorder_, 4, 50, 6);
+  ASSERT_TRUE(batcher->Schedule(wide).ok());
+  ASSERT_TRUE(recorder_.AwaitBatches(3));
+  EXPECT_THAT(recorder_.batch_ids(),
+              ElementsAre(ElementsAre(0), ElementsAre(1, 2, 3), ElementsAre(4)));
+  EXPECT_EQ(batcher->queued(), 0);
+  ASSERT_TRUE(recorder_.AwaitDoneCalls(5));
+  ExpectEachDoneOnce(5);
+}
+
+TEST_F(LengthBucketBatcherTest, EstimatedCostsBoundABatchAndATaskOverTheLimitIsRefused) {
+  LengthBucketBatcherOptions options = WaitingOptions();
+  options.max_batch_cost = 10;
+  options.max_queue_delay = absl::Hours(1);
+  auto batcher = Make(options);
+  for (int id = 0; id < 3; ++id) {
+    auto task = TaskOf(recorder_, id, 50, 1, 4);
+    ASSERT_TRUE(batcher->Schedule(task).ok());
+  }
+  // 4 + 4 fit; a third would cost 12: the batch closes with two.
+  ASSERT_TRUE(recorder_.AwaitBatches(1));
+  EXPECT_THAT(recorder_.batch_ids(), ElementsAre(ElementsAre(0, 1)));
+  EXPECT_EQ(batcher->queued(), 1);
+
+  auto costly = TaskOf(recorder_, 3, 50, 1, 10.5);
+  const absl::Status refused = batcher->Schedule(costly);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("max_batch_cost=10"));
+  EXPECT_NE(costly, nullptr) << "a refused task stays with the caller";
+  batcher.reset();
+  EXPECT_EQ(recorder_.DoneCount(3), 0);
 }
 
 }  // namespace

@@ -401,6 +401,17 @@ TEST(MetricsTest, ProcessBuildHttpBatchAndWorkerSeries) {
   EXPECT_EQ(Value(text, "taylorshift_http_responses_total", {{"code", "413"}}), 1);
   EXPECT_EQ(Value(text, "taylorshift_batches_in_flight", {{"model", "m"}}), 1);
 
+  metrics->RecordBatchStopped("m", "deadline");
+  metrics->RecordBatchStopped("m", "deadline");
+  metrics->RecordBatchStopped("m", "shutdown");
+  text = metrics->Serialize();
+  EXPECT_EQ(
+      Value(text, "taylorshift_batches_stopped_total", {{"model", "m"}, {"reason", "deadline"}}),
+      2);
+  EXPECT_EQ(
+      Value(text, "taylorshift_batches_stopped_total", {{"model", "m"}, {"reason", "shutdown"}}),
+      1);
+
   std::vector<Metrics::WorkerProcess> workers = {{"job-7", 0, static_cast<int>(getpid())}};
   metrics->SetWorkerSource([&workers] { return workers; });
   text = metrics->Serialize();

@@ -674,5 +674,236 @@ TEST_F(ServerIntegrationConfigTest, WindowPolicyAveragesTheWindowsProbabilities)
       << status.error_message();
 }
 
+// Issue 41, "no client can hurt another": a hostile client's expensive request against the real
+// server on the real clock (deadlines and CPU are what the test is about). The model is small
+// but deep enough (4 blocks) to stop between blocks, and its windows long enough that softmax is
+// slow: uninterrupted, the hostile request below computes for far longer than a Classify waits.
+class ServerAdmissionTest : public ::testing::Test {
+ protected:
+  static constexpr std::int64_t kWindowLength = 1023;  // 1024 tokens with CLS
+
+  void SetUp() override {
+    dir_ = ts::testing::MakeScratchDir();
+    TaylorShiftEncoderOptions options(32, 4, 4, kWindowLength, 2);
+    options.mlp_hidden(64);
+    TaylorShiftEncoder model(options);
+    ts::testing::RandomizeParameters(model, 41);
+    CheckpointMetadata metadata;
+    metadata.format_version = kCheckpointFormatVersion;
+    metadata.modality = "bytes";
+    metadata.labels = {"benign", "hostile"};
+    ASSERT_TRUE(SaveCheckpoint(dir_ + "/deep.tsckpt", options, metadata, model).ok());
+  }
+
+  // Starts a server on the real clock with `extra` (YAML lines) at the top level and
+  // `model_extra` in the model's mapping.
+  std::unique_ptr<Server> Start(const std::string& extra, const std::string& model_extra) {
+    std::ofstream(dir_ + "/admission.yaml")
+        << "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nintra_op_threads: 1\n"
+        << extra << "models:\n  - {name: deep, checkpoint: deep.tsckpt, device: cpu" << model_extra
+        << "}\n  - {name: other, checkpoint: deep.tsckpt, device: cpu}\n";
+    auto server = StartServer(dir_ + "/admission.yaml", ts::RealClock());
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? std::move(*server) : nullptr;
+  }
+
+  static pb::ClassifyRequest Windowed(const std::string& model, std::size_t bytes,
+                                      pb::AttentionPath path) {
+    std::mt19937 rng(5);
+    pb::ClassifyRequest request;
+    request.set_model(model);
+    request.set_document(RandomDocument(rng, static_cast<std::int64_t>(bytes)));
+    request.set_over_length("window");
+    request.set_path(path);
+    return request;
+  }
+
+  static grpc::Status Call(const Server& server, const pb::ClassifyRequest& request,
+                           std::chrono::milliseconds deadline, const std::string& token = "",
+                           pb::ClassifyResponse* response = nullptr) {
+    auto stub = pb::Classifier::NewStub(
+        grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + deadline);
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    pb::ClassifyResponse ignored;
+    return stub->Classify(&context, request, response != nullptr ? response : &ignored);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ServerAdmissionTest, AHostileRequestsBatchStopsAtItsDeadlineAndTheNextClientIsAnswered) {
+  // Limits high enough to admit the hostile request: what is tested here is that its compute
+  // stops, not that admission refuses it (the next test). Passes of two windows (max_batch_tokens
+  // 2048), one batch thread as by default.
+  auto server = Start("",
+                      ", max_windows: 64, max_request_mflop: 100000000,"
+                      " max_batch_mflop: 100000000, batching: {max_batch_tokens: 2048}");
+  ASSERT_NE(server, nullptr);
+  const std::string metrics = server->metrics_address();
+  // 32 KiB in windows of 1023 bytes, stride 511: 64 windows of 1024 tokens on softmax, about
+  // 8.7 s of compute uninterrupted on one core of the 2-core CI machine (4.35 s for 32 windows,
+  // measured), longer than the second client's 5 s deadline below.
+  const pb::ClassifyRequest hostile = Windowed("deep", 32 << 10, pb::ATTENTION_PATH_SOFTMAX);
+  const auto hostile_start = std::chrono::steady_clock::now();
+  auto hostile_call = std::async(
+      std::launch::async, [&] { return Call(*server, hostile, std::chrono::milliseconds(500)); });
+  ASSERT_TRUE(ts::testing::WaitForMetric(metrics, "taylorshift_batches_in_flight{model=\"deep\"}",
+                                         1, std::chrono::seconds(10)));
+
+  // A second client's everyday request to the same model, sent while the hostile batch runs
+  // (its deadline 0.5 s has not passed yet): it waits behind it on the model's one batch thread.
+  pb::ClassifyRequest everyday;
+  everyday.set_model("deep");
+  everyday.set_document("an ordinary short document");
+  const auto sent = std::chrono::steady_clock::now();
+  auto everyday_call = std::async(std::launch::async, [&] {
+    pb::ClassifyResponse answer;
+    const grpc::Status status = Call(*server, everyday, std::chrono::seconds(5), "", &answer);
+    return std::make_pair(
+        status, std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+  });
+  // Another model and health answer at once meanwhile: each model has its own batcher and
+  // threads, health none.
+  {
+    pb::ClassifyRequest elsewhere;
+    elsewhere.set_model("other");
+    elsewhere.set_document("another model's request");
+    const auto other_sent = std::chrono::steady_clock::now();
+    const grpc::Status other = Call(*server, elsewhere, std::chrono::seconds(5));
+    const double other_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - other_sent).count();
+    EXPECT_TRUE(other.ok()) << other.error_message();
+    EXPECT_LT(other_s, 1.0);
+    EXPECT_EQ(HealthStatus(server->grpc_address(), "deep"), 1);
+    std::printf("[ measured ] model 'other' answered in %.3f s during the hostile batch\n",
+                other_s);
+  }
+  const auto [status, latency_s] = everyday_call.get();
+  EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message() << " after "
+                           << latency_s << " s";
+  // The hostile batch frees the model within one block of one pass after its deadline.
+  EXPECT_LT(latency_s, 2.5) << "the next client waited for the hostile batch";
+  std::printf("[ measured ] second client's Classify answered in %.3f s\n", latency_s);
+
+  const grpc::Status hostile_status = hostile_call.get();
+  EXPECT_EQ(hostile_status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(ts::testing::WaitForMetric(
+      metrics, "taylorshift_batches_stopped_total{model=\"deep\",reason=\"deadline\"}", 1,
+      std::chrono::seconds(5)))
+      << ts::testing::HttpGet(metrics, "/metrics");
+  // Nothing computes any more: the CPU time of the process stays still.
+  ASSERT_TRUE(ts::testing::WaitForMetric(metrics, "taylorshift_batches_in_flight{model=\"deep\"}",
+                                         0, std::chrono::seconds(5)));
+  const double stopped_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - hostile_start).count();
+  const auto cpu_before = ts::testing::MetricSample(ts::testing::HttpGet(metrics, "/metrics"),
+                                                    "taylorshift_process_cpu_seconds_total");
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const auto cpu_after = ts::testing::MetricSample(ts::testing::HttpGet(metrics, "/metrics"),
+                                                   "taylorshift_process_cpu_seconds_total");
+  ASSERT_TRUE(cpu_before.has_value() && cpu_after.has_value());
+  EXPECT_LT(*cpu_after - *cpu_before, 0.3) << "the server kept computing after the batch stopped";
+  std::printf(
+      "[ measured ] hostile batch idle %.3f s after it was sent (deadline 0.5 s); "
+      "CPU in the next second %.3f s\n",
+      stopped_s, *cpu_after - *cpu_before);
+  server->Shutdown(absl::Seconds(5));
+}
+
+TEST_F(ServerAdmissionTest, ARequestOverTheCostLimitIsRefusedNamingTheLimitBeforeItIsQueued) {
+  // Default (automatic) limits: a request of max_windows (16) windows on `auto` fits; on
+  // softmax, which costs 6.3 times as much per window of 1024 tokens here, 16 windows do not and
+  // neither do 4.
+  auto server = Start("", "");
+  ASSERT_NE(server, nullptr);
+  for (const auto& [bytes, path] :
+       {std::pair<std::size_t, pb::AttentionPath>{8 << 10, pb::ATTENTION_PATH_SOFTMAX},
+        {2 << 10, pb::ATTENTION_PATH_SOFTMAX}}) {
+    const auto sent = std::chrono::steady_clock::now();
+    const grpc::Status refused =
+        Call(*server, Windowed("deep", bytes, path), std::chrono::seconds(20));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << bytes << " bytes: " << refused.error_message();
+    EXPECT_NE(refused.error_message().find("max_request_mflop="), std::string::npos)
+        << refused.error_message();
+    EXPECT_NE(refused.error_message().find("path softmax"), std::string::npos)
+        << refused.error_message();
+    EXPECT_LT(seconds, 1.0) << "refused only after computing";
+  }
+  // The same document on auto is admitted and answered.
+  pb::ClassifyResponse response;
+  const grpc::Status ok = Call(*server, Windowed("deep", 8 << 10, pb::ATTENTION_PATH_AUTO),
+                               std::chrono::seconds(60), "", &response);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(response.windows(), 16u);
+  const std::string metrics = ts::testing::HttpGet(server->metrics_address(), "/metrics");
+  EXPECT_EQ(ts::testing::MetricSample(
+                metrics, "taylorshift_rejected_total{model=\"deep\",reason=\"over_cost\"}"),
+            2)
+      << metrics;
+  server->Shutdown(absl::Seconds(5));
+}
+
+TEST_F(ServerAdmissionTest, ClassifyTokensMayNotChooseTheAttentionPathUnlessTheConfigAllows) {
+  const std::string tokens = "auth: {tokens: {reader: [classify], operator: [classify, admin]}";
+  pb::ClassifyRequest request;
+  request.set_model("deep");
+  request.set_document("a short document");
+  request.set_path(pb::ATTENTION_PATH_SOFTMAX);
+  {
+    auto server = Start(tokens + "}\n", "");
+    ASSERT_NE(server, nullptr);
+    const grpc::Status denied = Call(*server, request, std::chrono::seconds(20), "reader");
+    EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED) << denied.error_message();
+    EXPECT_NE(denied.error_message().find("path softmax"), std::string::npos)
+        << denied.error_message();
+    EXPECT_NE(denied.error_message().find("auth.classify_diagnostic_options"), std::string::npos)
+        << denied.error_message();
+    // auto stays open to the classify token; softmax to the admin one.
+    request.set_path(pb::ATTENTION_PATH_AUTO);
+    EXPECT_TRUE(Call(*server, request, std::chrono::seconds(20), "reader").ok());
+    request.set_path(pb::ATTENTION_PATH_SOFTMAX);
+    pb::ClassifyResponse response;
+    const grpc::Status admin =
+        Call(*server, request, std::chrono::seconds(20), "operator", &response);
+    EXPECT_TRUE(admin.ok()) << admin.error_message();
+    EXPECT_EQ(response.path(), pb::ATTENTION_PATH_SOFTMAX);
+    server->Shutdown(absl::Seconds(5));
+  }
+  auto allowing = Start(tokens + ", classify_diagnostic_options: true}\n", "");
+  ASSERT_NE(allowing, nullptr);
+  const grpc::Status allowed = Call(*allowing, request, std::chrono::seconds(20), "reader");
+  EXPECT_TRUE(allowed.ok()) << allowed.error_message();
+  allowing->Shutdown(absl::Seconds(5));
+}
+
+TEST_F(ServerAdmissionTest, ShutdownGraceHoldsWhileABatchThatCannotFinishRuns) {
+  // A caller that waits a minute for 64 softmax windows (about 8.7 s of compute): the drain's
+  // time is up after 1 s, and the running batch stops there instead of holding the exit.
+  auto server = Start("",
+                      ", max_windows: 64, max_request_mflop: 100000000,"
+                      " max_batch_mflop: 100000000, batching: {max_batch_tokens: 2048}");
+  ASSERT_NE(server, nullptr);
+  const pb::ClassifyRequest hostile = Windowed("deep", 32 << 10, pb::ATTENTION_PATH_SOFTMAX);
+  auto hostile_call = std::async(std::launch::async,
+                                 [&] { return Call(*server, hostile, std::chrono::seconds(60)); });
+  ASSERT_TRUE(ts::testing::WaitForMetric(server->metrics_address(),
+                                         "taylorshift_batches_in_flight{model=\"deep\"}", 1,
+                                         std::chrono::seconds(10)));
+  const auto begun = std::chrono::steady_clock::now();
+  server->Shutdown(absl::Seconds(1));
+  const double shutdown_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count();
+  EXPECT_LT(shutdown_s, 2.5) << "the drain waited for a batch past shutdown_grace";
+  std::printf("[ measured ] Shutdown(grace 1 s) returned after %.3f s\n", shutdown_s);
+  const grpc::Status status = hostile_call.get();
+  EXPECT_FALSE(status.ok());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
 }  // namespace
 }  // namespace ts
