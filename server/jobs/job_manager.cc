@@ -58,6 +58,9 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
   // threads_per_job 0 (automatic) becomes this machine's number once, before any spec uses it.
   options.jobs.threads_per_job = ThreadsPerJob(options.jobs, options.num_cores);
   TS_RETURN_IF_ERROR(CreateDirectories(options.state_dir));
+  // One server per state directory: before anything in it is read, so a second server started
+  // on it changes nothing (issue 45: two servers ran one job into the same files).
+  TS_ASSIGN_OR_RETURN(auto state_lock, DirectoryLock::Acquire(options.state_dir));
   TS_RETURN_IF_ERROR(CreateDirectories(options.data_root));
   TS_ASSIGN_OR_RETURN(auto data_root, DataRoot::Create(options.data_root));
   // A store that cannot be written is opened read-only (a full disk must not keep the server and
@@ -73,6 +76,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
   std::unique_ptr<JobManager> manager(new JobManager(
       std::move(options), std::move(database), journal.ok() ? *std::move(journal) : nullptr,
       std::move(data_root), registry, metrics, clock));
+  manager->state_lock_ = std::move(state_lock);
   if (!journal_status.ok()) {
     manager->context_.Log(absl::StrCat(
         "final states the job store refuses are kept in memory only (a restart before they are "

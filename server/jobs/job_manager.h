@@ -60,6 +60,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/data_root.h"
+#include "common/directory_lock.h"
 #include "server/config.h"
 #include "server/jobs/final_state_journal.h"
 #include "server/jobs/job_admission.h"
@@ -177,6 +178,8 @@ class JobManager {
   // Runs the queue's jobs one after another until Shutdown().
   void WorkerLoop();
 
+  // state_dir's lock (common/directory_lock.h): declared first, released last.
+  std::unique_ptr<DirectoryLock> state_lock_;
   const JobManagerOptions options_;
   const std::unique_ptr<StoreDatabase> database_;
   const std::unique_ptr<FinalStateJournal> journal_;  // may be null (it could not be made)

@@ -6,8 +6,10 @@
 // refused is kept across a restart, and its job is not run again.
 #include "server/jobs/job_manager.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -165,6 +168,36 @@ TEST_F(JobManagerRestartTest, AJobLeftRunningIsResumedOnTheNextStartAndAgainAfte
   EXPECT_EQ(done->progress().resumes(), 2u);
   EXPECT_EQ(done->progress().step(), 100u);
   EXPECT_EQ(launcher_.launches(), 2);
+}
+
+// Issue 45: a second server on the same state_dir is refused before it reads the store, so the
+// interrupted job is resumed once, by the first, and the refusal names the holder; once the first
+// has stopped, the directory can be taken again.
+TEST_F(JobManagerRestartTest, ASecondManagerOnTheSameStateDirIsRefused) {
+  const std::string id = StoreRunningJob();
+  auto first = StartManager();
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(launcher_.AwaitWorker(0), nullptr);
+
+  JobManagerOptions options;
+  options.state_dir = dir_ + "/state";
+  options.data_root = dir_ + "/data";
+  options.worker_launcher = &launcher_;
+  auto second = JobManager::Create(options, /*registry=*/nullptr, metrics_.get(), &clock_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()),
+              ::testing::HasSubstr(absl::StrCat("is in use by another server (pid ", ::getpid())))
+      << second.status();
+  EXPECT_EQ(launcher_.launches(), 1);
+
+  first->Shutdown();
+  first.reset();
+  auto again = StartManager();
+  ASSERT_NE(again, nullptr);
+  ASSERT_NE(launcher_.AwaitWorker(1), nullptr);
+  EXPECT_EQ(TaskOf(1).job().id(), id);
+  again->Shutdown();
 }
 
 // A full disk at start (every write fails; the last stop was clean, so SQLite must size its files

@@ -95,5 +95,25 @@ TEST_F(TsserverProcessTest, AStartUpErrorExitsOneWithTheReason) {
   EXPECT_FALSE(std::ifstream(dir_ + "/ready").good()) << "a server that did not start is ready";
 }
 
+// Issue 45: two servers on one state_dir ran the same job into the same files. The second now
+// exits 1 naming the first's pid, and the first keeps serving.
+TEST_F(TsserverProcessTest, ASecondServerOnTheSameStateDirExitsOne) {
+  std::ofstream(dir_ + "/jobs.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\nhttp: {listen: ''}\n"
+         "state_dir: state\ndata_root: data\njobs: {enabled: true}\n"
+         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
+  ServerProcess first;
+  ASSERT_TRUE(first.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/jobs.yaml"}, dir_));
+  const auto second =
+      ts::testing::RunCommand(std::string(TS_TSSERVER_BINARY) + " --config " + dir_ +
+                              "/jobs.yaml --ready-file " + dir_ + "/second-ready");
+  EXPECT_EQ(second.exit_code, 1) << second.text;
+  EXPECT_NE(second.text.find("is in use by another server (pid " + std::to_string(first.pid())),
+            std::string::npos)
+      << second.text;
+  EXPECT_FALSE(std::ifstream(dir_ + "/second-ready").good());
+  EXPECT_EQ(first.Stop(SIGTERM), 0) << first.Log();
+}
+
 }  // namespace
 }  // namespace ts
