@@ -497,6 +497,15 @@ TEST_F(JobsIntegrationTest, CancelAndBadSpecsAreHandledAndServingContinues) {
   EXPECT_EQ(failed.back().job().state(), pb::JOB_STATE_FAILED);
   EXPECT_NE(failed.back().job().reason().find("bad.jsonl:2"), std::string::npos)
       << failed.back().job().reason();
+  // Issue 41: the reason names the file as the spec did, relative to the data root, and never
+  // the server's own directories.
+  EXPECT_NE(failed.back().job().reason().find("task/bad.jsonl:2"), std::string::npos)
+      << failed.back().job().reason();
+  EXPECT_EQ(failed.back().job().reason().find(dir_), std::string::npos)
+      << failed.back().job().reason();
+  EXPECT_EQ(failed.back().job().reason().find(std::filesystem::canonical(dir_).string()),
+            std::string::npos)
+      << failed.back().job().reason();
 
   // Labels are checked against the data's before the model is built: ListOps has ten, a spec
   // of twelve names two that no example has.
