@@ -137,9 +137,9 @@ struct HttpConfig {
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
-  // Loopback by default: metrics name models, versions and jobs (docs/OPERATIONS.md).
+  // Loopback by default: metrics name models, versions and jobs (README, "Deployment").
   std::string metrics_listen = "127.0.0.1:9464";  // empty = no metrics endpoint
-  MetricsConfig metrics;  // metrics_tls, metrics_require_token
+  MetricsConfig metrics;                          // metrics_tls, metrics_require_token
   // NVIDIA's management library, read for the GPU gauges (common/gpu_telemetry.h); empty = none.
   // A machine without it (no NVIDIA driver) serves the other metrics and logs why.
   std::string nvml_library = "libnvidia-ml.so.1";

@@ -166,8 +166,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   if (config.auth.protect_discovery && p.authorizer->enabled()) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards;
     guards.push_back(std::make_unique<DiscoveryGuardFactory>(
-        p.authorizer.get(), std::set<std::string>(std::begin(kHealthServices),
-                                                  std::end(kHealthServices))));
+        p.authorizer.get(),
+        std::set<std::string>(std::begin(kHealthServices), std::end(kHealthServices))));
     builder.experimental().SetInterceptorCreators(std::move(guards));
   }
   builder.RegisterService(p.classifier.get());
@@ -196,8 +196,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   p.health->SetServingStatus(true);
   for (const char* service : kHealthServices) {
     if (*service != '\0') {
-      p.health->SetServingStatus(service, service != std::string_view(kJobsService) ||
-                                              config.jobs.enabled);
+      p.health->SetServingStatus(service,
+                                 service != std::string_view(kJobsService) || config.jobs.enabled);
     }
   }
   for (const auto& model : p.registry->List()) p.health->SetServingStatus(model->name(), true);

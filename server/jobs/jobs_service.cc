@@ -161,31 +161,36 @@ grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
                                               const pb::GetJobRequest* request, pb::Job* response) {
-  return Unary(context, *manager_, authorizer_, response, [&] { return manager_->GetJob(request->id()); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->GetJob(request->id()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* context,
                                                 const pb::ListJobsRequest* request,
                                                 pb::ListJobsResponse* response) {
-  return Unary(context, *manager_, authorizer_, response, [&] { return manager_->ListJobs(*request); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->ListJobs(*request); });
 }
 
 grpc::ServerUnaryReactor* JobsService::GetJobHistory(grpc::CallbackServerContext* context,
                                                      const pb::GetJobHistoryRequest* request,
                                                      pb::GetJobHistoryResponse* response) {
-  return Unary(context, *manager_, authorizer_, response, [&] { return manager_->GetJobHistory(*request); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->GetJobHistory(*request); });
 }
 
 grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* context,
                                                  const pb::CancelJobRequest* request,
                                                  pb::Job* response) {
-  return Unary(context, *manager_, authorizer_, response, [&] { return manager_->CancelJob(request->id()); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->CancelJob(request->id()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::DeleteJob(grpc::CallbackServerContext* context,
                                                  const pb::DeleteJobRequest* request,
                                                  pb::DeleteJobResponse* response) {
-  return Unary(context, *manager_, authorizer_, response, [&] { return manager_->DeleteJob(request->id()); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->DeleteJob(request->id()); });
 }
 
 grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(grpc::CallbackServerContext* context,
@@ -197,7 +202,8 @@ grpc::ServerUnaryReactor* JobsService::PromoteCheckpoint(
     grpc::CallbackServerContext* context, const pb::PromoteCheckpointRequest* request,
     pb::PromoteCheckpointResponse* response) {
   return Unary(
-      context, *manager_, authorizer_, response, [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
+      context, *manager_, authorizer_, response,
+      [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
         TS_ASSIGN_OR_RETURN(auto promotion, manager_->Promote(*request));
         pb::PromoteCheckpointResponse promoted;
         FillModelInfo(*promotion.model, promoted.mutable_model());

@@ -71,9 +71,9 @@ TEST(WithoutServerDirsTest, WritesServerPathsRelativeToTheirDirectory) {
   EXPECT_EQ(WithoutServerDirs("train.path: cannot open /srv/ts/data/imdb/train.jsonl: No such file",
                               dirs),
             "train.path: cannot open imdb/train.jsonl: No such file");
-  EXPECT_EQ(WithoutServerDirs("checkpoint: /srv/ts/data/state/jobs/job-7/best.tsckpt is corrupt",
-                              dirs),
-            "checkpoint: <state_dir>/jobs/job-7/best.tsckpt is corrupt");
+  EXPECT_EQ(
+      WithoutServerDirs("checkpoint: /srv/ts/data/state/jobs/job-7/best.tsckpt is corrupt", dirs),
+      "checkpoint: <state_dir>/jobs/job-7/best.tsckpt is corrupt");
   EXPECT_EQ(WithoutServerDirs("\"/srv/ts/data\" is full; /srv/ts/data: no space", dirs),
             "\"the data root\" is full; the data root: no space");
   // Only whole directories at the start of a path.

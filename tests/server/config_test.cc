@@ -308,8 +308,8 @@ TEST(ConfigTest, RejectsPathAndServiceModelNames) {
         << flag;
   }
   // The names the shipped configs, docs and tests use stay valid.
-  for (const char* name : {"listops", "listops-small", "source-lang", "imdb", "cifar", "m",
-                           "from_file", "A1", "0"}) {
+  for (const char* name :
+       {"listops", "listops-small", "source-lang", "imdb", "cifar", "m", "from_file", "A1", "0"}) {
     EXPECT_TRUE(ParseModelFlag(std::string(name) + "=x.tsckpt").ok()) << name;
   }
 }
@@ -671,9 +671,10 @@ TEST_F(ShippedConfigTest, DefaultYamlServesTheTwoDemoModels) {
 }
 
 TEST_F(ShippedConfigTest, ExamplesParse) {
-  // tokens_file is read at parse time: give the examples an (empty) one next to them.
+  // tokens_file is read at parse time: give the examples one next to them (tls.yaml needs a
+  // token with the metrics role for its metrics_require_token).
   TempDir dir;
-  dir.File("tokens.txt", "# no tokens\n");
+  dir.File("tokens.txt", "prom-token metrics\nops-token classify,admin\n");
   int parsed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(ConfigDir() / "examples")) {
     if (entry.path().extension() != ".yaml") continue;
@@ -683,6 +684,10 @@ TEST_F(ShippedConfigTest, ExamplesParse) {
     EXPECT_TRUE(config.ok()) << entry.path() << ": " << config.status();
     if (config.ok()) {
       EXPECT_FALSE(config->models.empty()) << entry.path();
+      // Issue 41: tls.yaml had metrics on 0.0.0.0. Metrics stay on loopback in every example.
+      EXPECT_TRUE(config->metrics_listen.empty() ||
+                  config->metrics_listen.rfind("127.0.0.1:", 0) == 0)
+          << entry.path() << ": metrics_listen " << config->metrics_listen;
     }
     ++parsed;
   }

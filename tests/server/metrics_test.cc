@@ -522,10 +522,9 @@ std::optional<HttpResponse> HttpGet(int port, const std::string& path, std::stri
     close(fd);
     return std::nullopt;
   }
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n",
-                   authorization.empty() ? "" : absl::StrCat("Authorization: ", authorization, "\r\n"),
-                   "\r\n");
+  const std::string request = absl::StrCat(
+      "GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n",
+      authorization.empty() ? "" : absl::StrCat("Authorization: ", authorization, "\r\n"), "\r\n");
   if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
     *error = "send failed";
     close(fd);
@@ -667,8 +666,11 @@ TEST(MetricsAuthTest, ScrapesNeedAnAcceptedTokenFirst) {
   RecordEverything(**metrics);
   const int port = PortOf((*metrics)->bound_address());
   std::string error;
-  for (const auto& [authorization, status] : std::vector<std::pair<std::string, int>>{
-           {"", 401}, {"Bearer wrong", 401}, {"Bearer classify-only", 403}, {"Basic c2NyYXBl", 401}}) {
+  for (const auto& [authorization, status] :
+       std::vector<std::pair<std::string, int>>{{"", 401},
+                                                {"Bearer wrong", 401},
+                                                {"Bearer classify-only", 403},
+                                                {"Basic c2NyYXBl", 401}}) {
     std::optional<HttpResponse> refused = HttpGet(port, "/metrics", &error, authorization);
     ASSERT_TRUE(refused.has_value()) << error;
     EXPECT_EQ(refused->status, status) << authorization;

@@ -586,8 +586,8 @@ TEST_F(ServerIntegrationConfigTest, DiscoveryNeedsATokenWhenTokensAreOn) {
 }
 
 TEST_F(ServerIntegrationConfigTest, DiscoveryStaysOpenWhenConfiguredOrWithoutTokens) {
-  for (const std::string auth : {"auth: {tokens: {s3cret: [classify]}, protect_discovery: false}\n",
-                                 std::string("")}) {
+  for (const std::string auth :
+       {"auth: {tokens: {s3cret: [classify]}, protect_discovery: false}\n", std::string("")}) {
     std::ofstream(dir_ + "/open.yaml") << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
                                        << auth
                                        << "models: [{name: tiny, checkpoint: tiny.tsckpt, "
@@ -645,7 +645,8 @@ TEST_F(ServerIntegrationConfigTest, MetricsNeedATokenWithTheMetricsRoleAndServeT
   const std::string url = "https://" + (*server)->metrics_address() + "/metrics";
   const auto curl = [&](const std::string& token) {
     return ts::testing::RunCommand(
-               "curl -sS --max-time 10 --cacert " + dir_ + "/ca.crt -o /dev/null -w '%{http_code}' " +
+               "curl -sS --max-time 10 --cacert " + dir_ +
+               "/ca.crt -o /dev/null -w '%{http_code}' " +
                (token.empty() ? "" : "-H 'Authorization: Bearer " + token + "' ") + url)
         .text;
   };
