@@ -54,8 +54,8 @@ struct JobContext {
   std::vector<ServerDir> client_dirs;
   // `message` with the data root's and the state directory's paths written relative to them: what
   // job reasons and Jobs RPC errors quote.
-  std::string ForClient(std::string_view message) const {
-    return WithoutServerDirs(message, client_dirs);
+  std::string ForClient(absl::string_view message) const {
+    return WithoutServerDirs(std::string_view(message.data(), message.size()), client_dirs);
   }
   absl::Status ForClient(const absl::Status& status) const {
     if (status.ok() || client_dirs.empty()) return status;

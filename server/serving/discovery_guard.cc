@@ -4,10 +4,10 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/byte_buffer.h>
 
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
-
-#include "absl/strings/match.h"
 
 namespace ts::server {
 namespace {
@@ -47,8 +47,9 @@ std::optional<std::string> HealthService(const grpc::ByteBuffer& request) {
   return service;
 }
 
+// A HealthCheckRequest for `service` (shorter than 128 bytes: its length is one varint byte).
 grpc::ByteBuffer HealthRequestFor(std::string_view service) {
-  std::string bytes = {'\x0a', static_cast<char>(service.size())};  // field 1, short string
+  std::string bytes = {'\x0a', static_cast<char>(service.size())};  // field 1, length
   bytes.append(service);
   grpc::Slice slice(bytes);
   return grpc::ByteBuffer(&slice, 1);
@@ -100,8 +101,8 @@ grpc::experimental::Interceptor* DiscoveryGuardFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
   if (!authorizer_->enabled() || info->method() == nullptr) return nullptr;
   const std::string_view method = info->method();
-  const bool reflection = absl::StartsWith(method, kReflectionPrefix);
-  if (!reflection && !absl::StartsWith(method, kHealthPrefix)) return nullptr;
+  const bool reflection = method.substr(0, kReflectionPrefix.size()) == kReflectionPrefix;
+  if (!reflection && method.substr(0, kHealthPrefix.size()) != kHealthPrefix) return nullptr;
   return new DiscoveryGuard(info, authorizer_, &open_names_, reflection);
 }
 

@@ -158,9 +158,9 @@ TEST_F(CheckpointPromoterTest, PathAndServiceNamesAreRefusedAndNothingIsWritten)
   WriteCheckpoint(good, 1, "0.8");
   pb::PromoteCheckpointRequest request;
   request.set_checkpoint("good.tsckpt");
-  for (const std::string name :
-       {"", ".", "..", "../x", "a/b", ".hidden", "-flag", "taylorshift.v1.Jobs",
-        "grpc.health.v1.Health", "v1.2", std::string(65, 'a')}) {
+  for (const std::string& name : std::vector<std::string>{
+           "", ".", "..", "../x", "a/b", ".hidden", "-flag", "taylorshift.v1.Jobs",
+           "grpc.health.v1.Health", "v1.2", std::string(65, 'a')}) {
     request.set_model(name);
     const auto refused = promoter_->Promote(request);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << name;
@@ -171,8 +171,8 @@ TEST_F(CheckpointPromoterTest, PathAndServiceNamesAreRefusedAndNothingIsWritten)
   EXPECT_FALSE(fs::exists(env_.dir() + "/models"));
   EXPECT_TRUE(registry_.List().empty());
   EXPECT_TRUE(served_.empty());
-  for (const std::string name :
-       {"a", "source-lang", "listops_small", "A-1", std::string(64, 'z')}) {
+  for (const std::string& name :
+       std::vector<std::string>{"a", "source-lang", "listops_small", "A-1", std::string(64, 'z')}) {
     request.set_model(name);
     const auto promoted = promoter_->Promote(request);
     EXPECT_TRUE(promoted.ok()) << name << ": " << promoted.status();

@@ -586,8 +586,8 @@ TEST_F(ServerIntegrationConfigTest, DiscoveryNeedsATokenWhenTokensAreOn) {
 }
 
 TEST_F(ServerIntegrationConfigTest, DiscoveryStaysOpenWhenConfiguredOrWithoutTokens) {
-  for (const std::string auth :
-       {"auth: {tokens: {s3cret: [classify]}, protect_discovery: false}\n", std::string("")}) {
+  for (const std::string& auth : std::vector<std::string>{
+           "auth: {tokens: {s3cret: [classify]}, protect_discovery: false}\n", std::string("")}) {
     std::ofstream(dir_ + "/open.yaml") << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
                                        << auth
                                        << "models: [{name: tiny, checkpoint: tiny.tsckpt, "
