@@ -1,9 +1,11 @@
 #include "common/data_root.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -86,6 +88,39 @@ absl::StatusOr<std::string> DataRoot::Resolve(std::string_view relative) const {
     }
   }
   return resolved.string();
+}
+
+std::string WithoutServerDirs(std::string_view message, std::vector<ServerDir> dirs) {
+  std::sort(dirs.begin(), dirs.end(),
+            [](const ServerDir& a, const ServerDir& b) { return a.dir.size() > b.dir.size(); });
+  const auto is_path_char = [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  };
+  std::string out;
+  out.reserve(message.size());
+  std::size_t i = 0;
+  while (i < message.size()) {
+    bool replaced = false;
+    for (const ServerDir& dir : dirs) {
+      if (dir.dir.size() < 2 || message.compare(i, dir.dir.size(), dir.dir) != 0) continue;
+      // The directory must start a path: not the tail of a longer one ("/x/data" for "/data").
+      if (i > 0 && (is_path_char(message[i - 1]) || message[i - 1] == '/')) continue;
+      const std::size_t end = i + dir.dir.size();
+      if (end < message.size() && message[end] == '/') {
+        out += dir.prefix;
+        i = end + 1;
+      } else if (end == message.size() || !is_path_char(message[end])) {
+        out += dir.alone;
+        i = end;
+      } else {
+        continue;  // "/data2" is not under "/data"
+      }
+      replaced = true;
+      break;
+    }
+    if (!replaced) out.push_back(message[i++]);
+  }
+  return out;
 }
 
 }  // namespace ts

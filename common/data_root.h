@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,5 +35,18 @@ class DataRoot {
 // symlinks, to somewhere outside the directory `root`; OK when `root` is empty (no confinement).
 // What a reader checks for every file it reaches inside a data-root path (a folder data set).
 absl::Status CheckInsideRoot(const std::string& path, const std::string& root);
+
+// What a remote caller may see of a server-side message: every path under one of `dirs` written
+// relative to it, so that errors name files as callers name them (relative to the data root) and
+// never tell where the server keeps its files. Each ServerDir is an absolute directory and the
+// text that replaces it: "<dir>/a/b" becomes "<prefix>a/b", and `dir` alone (not followed by a
+// path character) becomes `alone`. Longer directories are replaced first (a state directory
+// inside the data root keeps its own label).
+struct ServerDir {
+  std::string dir;     // absolute, no trailing '/'
+  std::string prefix;  // replaces "<dir>/": "" for the data root
+  std::string alone;   // replaces `dir` itself: "the data root"
+};
+std::string WithoutServerDirs(std::string_view message, std::vector<ServerDir> dirs);
 
 }  // namespace ts

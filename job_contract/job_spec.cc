@@ -551,9 +551,11 @@ absl::Status NormalizeEvaluationSpec(EvaluationSpec* spec, const SpecRules& jobs
 }
 
 bool IsValidName(std::string_view name) {
-  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
-  });
+  return !name.empty() && name.size() <= 64 &&
+         absl::ascii_isalnum(static_cast<unsigned char>(name.front())) &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+         });
 }
 
 std::string JobDevice(const Job& job) {

@@ -18,8 +18,11 @@
 
 namespace ts::job {
 
-// The one name rule for served models, promotions and jobs.
-inline constexpr char kNameRule[] = "[A-Za-z0-9_.-]{1,64}";
+// The one name rule for served models, promotions and jobs: a letter or digit, then letters,
+// digits, '_' and '-', 64 characters at most. A name is used as a file name (state/models/NAME),
+// a URL path segment (/v1/models/NAME) and a grpc.health.v1 service name, so it can be none of
+// "", ".", "..", a path, or a gRPC service's name (those all hold a '.': taylorshift.v1.Jobs).
+inline constexpr char kNameRule[] = "[A-Za-z0-9][A-Za-z0-9_-]{0,63}";
 bool IsValidName(std::string_view name);
 
 // Caps on what one job spec may ask for (checked by NormalizeTrainingSpec and friends); each exists

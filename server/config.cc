@@ -44,6 +44,7 @@ using yaml_fields::String;
 
 constexpr char kRoleClassify[] = "classify";
 constexpr char kRoleAdmin[] = "admin";
+constexpr char kRoleMetrics[] = "metrics";
 
 // ---------------------------------------------------------------------------------------------
 // Value checks shared by the parser and ValidateServerConfig.
@@ -87,9 +88,12 @@ absl::Status CheckHostPort(const std::string& path, const std::string& value) {
 }
 
 absl::Status CheckRole(const std::string& path, const std::string& role) {
-  if (role == kRoleClassify || role == kRoleAdmin) return absl::OkStatus();
+  if (role == kRoleClassify || role == kRoleAdmin || role == kRoleMetrics) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat(path, ": unknown role \"", role, "\" (expected ",
-                                                 kRoleClassify, " or ", kRoleAdmin, ")"));
+                                                 kRoleClassify, ", ", kRoleAdmin, " or ",
+                                                 kRoleMetrics, ")"));
 }
 
 // A number's lower limit: the key path that names it, its value, the least value allowed.
@@ -457,6 +461,28 @@ int ThreadsPerJob(const JobsConfig& jobs, int num_cores) {
   return std::max(1, free_cores / std::max(1, jobs.max_concurrent));
 }
 
+namespace {
+
+// `key`: tls or metrics_tls.
+absl::Status ValidateTls(const std::string& key, const TlsConfig& tls) {
+  if (!tls.cert_file.empty() && tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ".key_file: required when ", key, ".cert_file is set"));
+  }
+  if (tls.cert_file.empty() && !tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ".cert_file: required when ", key, ".key_file is set"));
+  }
+  if (tls.cert_file.empty() && !tls.client_ca_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ".client_ca_file: requires ", key,
+                                                   ".cert_file and ", key,
+                                                   ".key_file (mTLS needs server TLS)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateServerConfig(const ServerConfig& config) {
   TS_RETURN_IF_ERROR(CheckHostPort("listen", config.listen));
   if (!config.metrics_listen.empty()) {
@@ -513,17 +539,8 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
     return absl::InvalidArgumentError("data_root: must not be empty");
   }
 
-  const TlsConfig& tls = config.tls;
-  if (!tls.cert_file.empty() && tls.key_file.empty()) {
-    return absl::InvalidArgumentError("tls.key_file: required when tls.cert_file is set");
-  }
-  if (tls.cert_file.empty() && !tls.key_file.empty()) {
-    return absl::InvalidArgumentError("tls.cert_file: required when tls.key_file is set");
-  }
-  if (tls.cert_file.empty() && !tls.client_ca_file.empty()) {
-    return absl::InvalidArgumentError(
-        "tls.client_ca_file: requires tls.cert_file and tls.key_file (mTLS needs server TLS)");
-  }
+  TS_RETURN_IF_ERROR(ValidateTls("tls", config.tls));
+  TS_RETURN_IF_ERROR(ValidateTls("metrics_tls", config.metrics.tls));
 
   int index = 0;
   for (const auto& [token, roles] : config.auth.tokens) {
@@ -537,6 +554,15 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": needs at least one role"));
     }
     for (const std::string& role : roles) TS_RETURN_IF_ERROR(CheckRole(path, role));
+  }
+  if (config.metrics.require_token && !config.metrics_listen.empty() &&
+      std::none_of(config.auth.tokens.begin(), config.auth.tokens.end(), [](const auto& token) {
+        return std::find(token.second.begin(), token.second.end(), kRoleMetrics) !=
+               token.second.end();
+      })) {
+    return absl::InvalidArgumentError(
+        "metrics_require_token: true, but no token in auth has the \"metrics\" role (Prometheus "
+        "could never scrape)");
   }
 
   TS_RETURN_IF_ERROR(ValidateJobs(config.jobs));
@@ -562,6 +588,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
         {
             {"listen", String(&config.listen)},
             {"metrics_listen", String(&config.metrics_listen)},
+            {"metrics_tls", Map({
+                                {"cert_file", String(&config.metrics.tls.cert_file)},
+                                {"key_file", String(&config.metrics.tls.key_file)},
+                                {"client_ca_file", String(&config.metrics.tls.client_ca_file)},
+                            })},
+            {"metrics_require_token", Bool(&config.metrics.require_token)},
             {"nvml_library", String(&config.nvml_library)},
             {"intra_op_threads", Int(&config.intra_op_threads)},
             {"grpc_threads", Int(&config.grpc_threads)},
@@ -608,6 +640,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                   }},
                  {"tokens_file", String(&config.auth.tokens_file)},
                  {"classify_diagnostic_options", Bool(&config.auth.classify_diagnostic_options)},
+                 {"protect_discovery", Bool(&config.auth.protect_discovery)},
              })},
             {"models",
              [&](const YAML::Node& node, const std::string& path) {
@@ -629,7 +662,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
 
   for (std::string* path :
        {&config.state_dir, &config.data_root, &config.tls.cert_file, &config.tls.key_file,
-        &config.tls.client_ca_file, &config.auth.tokens_file}) {
+        &config.tls.client_ca_file, &config.metrics.tls.cert_file, &config.metrics.tls.key_file,
+        &config.metrics.tls.client_ca_file, &config.auth.tokens_file}) {
     *path = ResolvePath(base_dir, *path);
   }
   for (ModelConfig& model : config.models) {

@@ -64,7 +64,7 @@ struct TlsConfig {
 };
 
 struct AuthConfig {
-  // Bearer tokens and their roles ("classify", "admin"). Empty = no authentication.
+  // Bearer tokens and their roles ("classify", "admin", "metrics"). Empty = no authentication.
   std::map<std::string, std::vector<std::string>> tokens;
   // Read tokens from this file too: one "TOKEN ROLE[,ROLE...]" per line (# comments).
   std::string tokens_file;
@@ -72,6 +72,20 @@ struct AuthConfig {
   // softmax: the softmax baseline is quadratic and slow) — are for admin tokens; true lets
   // classify tokens use them too. Without tokens (no authentication) everyone may.
   bool classify_diagnostic_options = false;
+  // With tokens: what tells a caller which models and services exist — gRPC reflection and
+  // grpc.health.v1 Check/Watch of a model name — needs a valid token (any role). Health of the
+  // whole server ("") and of the gRPC services stays open for probes. false = open to all.
+  bool protect_discovery = true;
+};
+
+// The /metrics endpoint (server/metrics.h).
+struct MetricsConfig {
+  // HTTPS for /metrics (cert_file + key_file; client_ca_file: scrapers need a certificate signed
+  // by it). Empty = plain HTTP.
+  TlsConfig tls;
+  // true: a scrape needs `Authorization: Bearer TOKEN` with a token that has the "metrics" role
+  // (401 without one, 403 for a token without the role). Requires such a token in auth.
+  bool require_token = false;
 };
 
 // Training and evaluation jobs (the Jobs service).
@@ -153,7 +167,9 @@ struct HttpConfig {
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
+  // Loopback by default: metrics name models, versions and jobs (README, "Deployment").
   std::string metrics_listen = "127.0.0.1:9464";  // empty = no metrics endpoint
+  MetricsConfig metrics;                          // metrics_tls, metrics_require_token
   // NVIDIA's management library, read for the GPU gauges (common/gpu_telemetry.h); empty = none.
   // A machine without it (no NVIDIA driver) serves the other metrics and logs why.
   std::string nvml_library = "libnvidia-ml.so.1";

@@ -137,9 +137,26 @@ Family<Histogram>& AddHistogram(prometheus::Registry& registry, const std::strin
 // stack, and a process that links LibTorch (OpenBLAS, glog, torch: ~105 KiB of static TLS)
 // cannot create threads that small — pthread_create fails with EINVAL and the exposer throws
 // "null context when constructing CivetServer".
-HttpAnswer AnswerScrape(const HttpExchange& request, const std::function<std::string()>& body) {
+//
+// With `authorize` set, the token comes first: a request without an accepted one gets 401/403
+// whatever its method or path, so nothing (not even which paths exist) is told before it.
+HttpAnswer AnswerScrape(const HttpExchange& request,
+                        const std::function<absl::Status(std::string_view)>& authorize,
+                        const std::function<std::string()>& body) {
   HttpAnswer answer;
   answer.content_type = "text/plain; charset=utf-8";
+  if (authorize != nullptr) {
+    const auto header = request.headers.find("authorization");
+    const absl::Status allowed =
+        authorize(header == request.headers.end() ? std::string_view() : header->second);
+    if (!allowed.ok()) {
+      const bool unauthenticated = allowed.code() == absl::StatusCode::kUnauthenticated;
+      answer.status = unauthenticated ? 401 : 403;
+      if (unauthenticated) answer.headers["WWW-Authenticate"] = "Bearer realm=\"metrics\"";
+      answer.body = absl::StrCat(allowed.message(), "\n");
+      return answer;
+    }
+  }
   if (request.method != "GET" && request.method != "HEAD") {
     answer.status = 405;
     answer.headers["Allow"] = "GET, HEAD";
@@ -399,24 +416,34 @@ Metrics::Metrics() : impl_(std::make_unique<Impl>()) {}
 Metrics::~Metrics() { impl_->endpoint.reset(); }
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen) {
+  MetricsOptions options;
+  options.listen = listen;
+  return Create(options);
+}
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& metrics_options) {
   std::unique_ptr<Metrics> metrics(new Metrics());
   metrics->impl_->UpdateMemory();
-  if (listen.empty()) return metrics;
+  if (metrics_options.listen.empty()) return metrics;
 
   // Memory gauges are read when scraped (no background thread): each scrape sees current
   // values, and an idle server does no work for metrics.
   Impl* impl = metrics->impl_.get();
   HttpListenerOptions options;
   options.name = "metrics endpoint";
-  options.listen = listen;
+  options.listen = metrics_options.listen;
+  options.cert_file = metrics_options.cert_file;
+  options.key_file = metrics_options.key_file;
+  options.client_ca_file = metrics_options.client_ca_file;
   // Prometheus scrapes a target serially; every answer closes its connection, so a scraper's
   // idle keep-alive connection never holds a thread another client waits for.
   options.threads = 2;
   options.keep_alive_max_requests = 1;
   options.max_body_bytes = 16 << 10;
   TS_ASSIGN_OR_RETURN(impl->endpoint,
-                      HttpListener::Start(options, [impl](const HttpExchange& request) {
-                        return AnswerScrape(request, [impl] {
+                      HttpListener::Start(options, [impl, authorize = metrics_options.authorize](
+                                                       const HttpExchange& request) {
+                        return AnswerScrape(request, authorize, [impl] {
                           impl->UpdateMemory();
                           return prometheus::TextSerializer().Serialize(impl->registry.Collect());
                         });

@@ -7,16 +7,34 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/gpu_telemetry.h"
 
 namespace ts::server {
 
+struct MetricsOptions {
+  // "host:port" of the /metrics endpoint (port 0: any free port); empty = registry only (tests).
+  std::string listen;
+  // Set: HTTPS with this certificate chain (PEM) and key_file; client_ca_file set: scrapers must
+  // present a certificate signed by it. Empty = plain HTTP.
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;
+  // Set: every request's `Authorization` header value ("" when absent) is passed to it first; a
+  // non-OK status is answered 401 (UNAUTHENTICATED, with WWW-Authenticate: Bearer) or 403 (any
+  // other code) with the status's message and no metric. Unset: no token needed. Called from the
+  // endpoint's threads; must be thread-safe.
+  std::function<absl::Status(std::string_view authorization)> authorize;
+};
+
 class Metrics {
  public:
-  // `listen` = "host:port" for the HTTP exposer (/metrics); empty = registry only (tests).
+  static absl::StatusOr<std::unique_ptr<Metrics>> Create(const MetricsOptions& options);
+  // Create({.listen = listen}): plain HTTP, no token.
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& listen);
   ~Metrics();
 

@@ -6,6 +6,8 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include <iostream>
+#include <set>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,7 @@
 #include "server/metrics.h"
 #include "server/serving/auth.h"
 #include "server/serving/classifier_service.h"
+#include "server/serving/discovery_guard.h"
 #include "server/serving/http_frontend.h"
 #include "server/serving/inference_core.h"
 #include "server/serving/kserve_service.h"
@@ -29,6 +32,12 @@
 
 namespace ts::server {
 namespace {
+
+constexpr char kJobsService[] = "taylorshift.v1.Jobs";
+// What grpc.health.v1 answers for besides the models: the whole server ("") and the services.
+// Health of these stays open to probes when auth.protect_discovery guards the models' names.
+constexpr const char* kHealthServices[] = {"", "taylorshift.v1.Classifier",
+                                           "inference.GRPCInferenceService", kJobsService};
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsConfig& tls) {
   if (tls.cert_file.empty()) return grpc::InsecureServerCredentials();
@@ -64,8 +73,8 @@ struct Server::Parts {
   ServerConfig config;
   std::function<void(const std::string&)> log;
   Clock* clock = nullptr;
-  std::unique_ptr<Metrics> metrics;
   std::unique_ptr<Authorizer> authorizer;
+  std::unique_ptr<Metrics> metrics;  // its endpoint may call the authorizer
   std::unique_ptr<ModelRegistry> registry;
   grpc::HealthCheckServiceInterface* health = nullptr;
   std::unique_ptr<JobManager> jobs;
@@ -94,9 +103,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   // A mistyped TS_CPU_CAPABILITY would otherwise leave the kernels silently uncapped.
   if (auto cap = CpuCapabilityFromEnvironment(); !cap.ok()) return cap.status();
   p.log(absl::StrCat("CPU kernels: ", DescribeCpuCapability()));
-  TS_ASSIGN_OR_RETURN(p.metrics, Prefixed(Metrics::Create(config.metrics_listen), "metrics: "));
-  ReadGpusInto(config.nvml_library, *p.metrics, p.log);
   TS_ASSIGN_OR_RETURN(p.authorizer, Prefixed(Authorizer::Create(config.auth), "auth: "));
+  MetricsOptions metrics_options;
+  metrics_options.listen = config.metrics_listen;
+  metrics_options.cert_file = config.metrics.tls.cert_file;
+  metrics_options.key_file = config.metrics.tls.key_file;
+  metrics_options.client_ca_file = config.metrics.tls.client_ca_file;
+  if (config.metrics.require_token) {
+    // Parts declares the authorizer first: it outlives the endpoint's threads.
+    metrics_options.authorize = [authorizer = p.authorizer.get()](std::string_view authorization) {
+      return authorizer->Check(authorization, "metrics");
+    };
+  }
+  TS_ASSIGN_OR_RETURN(p.metrics, Prefixed(Metrics::Create(metrics_options), "metrics: "));
+  ReadGpusInto(config.nvml_library, *p.metrics, p.log);
   TS_ASSIGN_OR_RETURN(
       p.registry,
       Prefixed(ModelRegistry::Create(config.models, p.metrics.get(), clock), "loading models: "));
@@ -144,6 +164,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, credentials, &p.port);
+  if (config.auth.protect_discovery && p.authorizer->enabled()) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards;
+    guards.push_back(std::make_unique<DiscoveryGuardFactory>(
+        p.authorizer.get(),
+        std::set<std::string>(std::begin(kHealthServices), std::end(kHealthServices))));
+    builder.experimental().SetInterceptorCreators(std::move(guards));
+  }
   builder.RegisterService(p.classifier.get());
   builder.RegisterService(p.kserve.get());
   if (p.jobs != nullptr) {
@@ -168,9 +195,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   }
   p.health = p.grpc->GetHealthCheckService();
   p.health->SetServingStatus(true);
-  p.health->SetServingStatus("taylorshift.v1.Classifier", true);
-  p.health->SetServingStatus("inference.GRPCInferenceService", true);
-  p.health->SetServingStatus("taylorshift.v1.Jobs", config.jobs.enabled);
+  for (const char* service : kHealthServices) {
+    if (*service != '\0') {
+      p.health->SetServingStatus(service,
+                                 service != std::string_view(kJobsService) || config.jobs.enabled);
+    }
+  }
   for (const auto& model : p.registry->List()) p.health->SetServingStatus(model->name(), true);
 
   // The HTTP front end, once gRPC is up (both share the inference core).

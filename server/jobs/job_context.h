@@ -11,7 +11,9 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -19,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/data_root.h"
 #include "server/metrics.h"
 #include "taylorshift/v1/jobs.pb.h"
 
@@ -45,6 +48,19 @@ struct JobContext {
   absl::Mutex files_mu;
 
   void Log(const std::string& line) const;
+
+  // The server's directories as a client may see them (common/data_root.h): set once by the job
+  // manager before any job runs, read-only after.
+  std::vector<ServerDir> client_dirs;
+  // `message` with the data root's and the state directory's paths written relative to them: what
+  // job reasons and Jobs RPC errors quote.
+  std::string ForClient(absl::string_view message) const {
+    return WithoutServerDirs(std::string_view(message.data(), message.size()), client_dirs);
+  }
+  absl::Status ForClient(const absl::Status& status) const {
+    if (status.ok() || client_dirs.empty()) return status;
+    return absl::Status(status.code(), ForClient(status.message()));
+  }
 
   // True when `status` is OK. Otherwise logs "job <job_id>: cannot write <what> to the job store
   // (<operation>): <message>", counts taylorshift_job_store_errors_total{operation}, and returns

@@ -73,10 +73,24 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
   auto journal =
       FinalStateJournal::Open((fs::path(options.state_dir) / "final_states").string(), slots);
   const absl::Status journal_status = journal.status();
+  // Paths in what clients see: data files relative to the data root, the rest by its key. Both
+  // the configured and the canonical spelling (a symlinked or relative state_dir).
+  std::vector<ServerDir> client_dirs = {{data_root.root(), "", "the data root"}};
+  std::error_code error;
+  for (const fs::path& state :
+       {fs::absolute(options.state_dir, error), fs::weakly_canonical(options.state_dir, error)}) {
+    std::string dir = state.lexically_normal().string();
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    if (!dir.empty()) client_dirs.push_back({dir, "<state_dir>/", "<state_dir>"});
+  }
+  std::string data_dir = fs::absolute(options.data_root, error).lexically_normal().string();
+  while (data_dir.size() > 1 && data_dir.back() == '/') data_dir.pop_back();
+  if (!data_dir.empty()) client_dirs.push_back({data_dir, "", "the data root"});
   std::unique_ptr<JobManager> manager(new JobManager(
       std::move(options), std::move(database), journal.ok() ? *std::move(journal) : nullptr,
       std::move(data_root), registry, metrics, clock));
   manager->state_lock_ = std::move(state_lock);
+  manager->context_.client_dirs = std::move(client_dirs);
   if (!journal_status.ok()) {
     manager->context_.Log(absl::StrCat(
         "final states the job store refuses are kept in memory only (a restart before they are "

@@ -114,6 +114,10 @@ class JobManager {
                                                             Metrics* metrics, Clock* clock);
   ~JobManager();  // Shutdown()
 
+  // `status` as a client may see it: paths under the data root relative to it, paths under the
+  // state directory as "<state_dir>/..." (JobContext::ForClient). The Jobs service answers with it.
+  absl::Status ForClient(const absl::Status& status) const { return context_.ForClient(status); }
+
   // Serves the latest promotion of each model name again (call once, after the configured
   // models are loaded). A promotion whose checkpoint cannot be loaded is logged and skipped.
   void RestorePromotions();

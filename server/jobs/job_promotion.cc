@@ -127,6 +127,13 @@ void CheckpointPromoter::RestorePromotions() {
     return;
   }
   for (const auto& record : *promotions) {
+    // Recorded before the name rule excluded ".", ".." and dotted names: never served again.
+    if (!IsValidName(record.model)) {
+      context_->Log(absl::StrCat("promoted model ", Quoted(record.model), " version ",
+                                 record.version, " not restored: the name does not match ",
+                                 kNameRule));
+      continue;
+    }
     ModelConfig config = options_.promoted_model_defaults;
     if (const auto current = registry_->Find(record.model); current != nullptr) {
       config = current->config();

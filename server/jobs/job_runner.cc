@@ -97,7 +97,8 @@ void JobRunner::Run(ActiveJob& active) {
         queue_->Publish(active, pb::JobEvent::PROGRESS);
         continue;
       case AttemptVerdict::kFailed:
-        queue_->SetState(active, pb::JOB_STATE_FAILED, std::string(status.message()));
+        // The reason is what GetJob and WatchJob show: no server paths in it.
+        queue_->SetState(active, pb::JOB_STATE_FAILED, context_->ForClient(status.message()));
         return;
     }
   }

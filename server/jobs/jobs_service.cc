@@ -20,13 +20,14 @@ constexpr std::size_t kMaxPendingEvents = 256;
 
 // Runs `body` after the admin check and finishes the unary call; the value of the StatusOr it
 // returns becomes `*response`.
+// Errors carry no server paths (JobManager::ForClient).
 template <typename Response, typename Body>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const Authorizer* authorizer,
-                                Response* response, Body&& body) {
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const JobManager& manager,
+                                const Authorizer* authorizer, Response* response, Body&& body) {
   absl::Status status = authorizer->Check(*context, kAdminRole);
   if (status.ok()) {
     auto result = body();
-    status = result.status();
+    status = manager.ForClient(result.status());
     if (status.ok()) *response = *std::move(result);
   }
   return FinishUnary(*context, status);
@@ -43,7 +44,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<pb::JobEvent> {
     }
     auto handle = manager_->Watch(id, [this](const pb::JobEvent& event) { Enqueue(event); });
     if (!handle.ok()) {
-      FinishOnce(ToGrpcStatus(handle.status()));
+      FinishOnce(ToGrpcStatus(manager_->ForClient(handle.status())));
       return;
     }
     absl::MutexLock lock(&mu_);
@@ -147,44 +148,49 @@ class WatchReactor final : public grpc::ServerWriteReactor<pb::JobEvent> {
 grpc::ServerUnaryReactor* JobsService::SubmitTraining(grpc::CallbackServerContext* context,
                                                       const pb::SubmitTrainingRequest* request,
                                                       pb::Job* response) {
-  return Unary(context, authorizer_, response,
+  return Unary(context, *manager_, authorizer_, response,
                [&] { return manager_->SubmitTraining(request->spec()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(grpc::CallbackServerContext* context,
                                                         const pb::SubmitEvaluationRequest* request,
                                                         pb::Job* response) {
-  return Unary(context, authorizer_, response,
+  return Unary(context, *manager_, authorizer_, response,
                [&] { return manager_->SubmitEvaluation(request->spec()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
                                               const pb::GetJobRequest* request, pb::Job* response) {
-  return Unary(context, authorizer_, response, [&] { return manager_->GetJob(request->id()); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->GetJob(request->id()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* context,
                                                 const pb::ListJobsRequest* request,
                                                 pb::ListJobsResponse* response) {
-  return Unary(context, authorizer_, response, [&] { return manager_->ListJobs(*request); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->ListJobs(*request); });
 }
 
 grpc::ServerUnaryReactor* JobsService::GetJobHistory(grpc::CallbackServerContext* context,
                                                      const pb::GetJobHistoryRequest* request,
                                                      pb::GetJobHistoryResponse* response) {
-  return Unary(context, authorizer_, response, [&] { return manager_->GetJobHistory(*request); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->GetJobHistory(*request); });
 }
 
 grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* context,
                                                  const pb::CancelJobRequest* request,
                                                  pb::Job* response) {
-  return Unary(context, authorizer_, response, [&] { return manager_->CancelJob(request->id()); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->CancelJob(request->id()); });
 }
 
 grpc::ServerUnaryReactor* JobsService::DeleteJob(grpc::CallbackServerContext* context,
                                                  const pb::DeleteJobRequest* request,
                                                  pb::DeleteJobResponse* response) {
-  return Unary(context, authorizer_, response, [&] { return manager_->DeleteJob(request->id()); });
+  return Unary(context, *manager_, authorizer_, response,
+               [&] { return manager_->DeleteJob(request->id()); });
 }
 
 grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(grpc::CallbackServerContext* context,
@@ -196,7 +202,8 @@ grpc::ServerUnaryReactor* JobsService::PromoteCheckpoint(
     grpc::CallbackServerContext* context, const pb::PromoteCheckpointRequest* request,
     pb::PromoteCheckpointResponse* response) {
   return Unary(
-      context, authorizer_, response, [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
+      context, *manager_, authorizer_, response,
+      [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
         TS_ASSIGN_OR_RETURN(auto promotion, manager_->Promote(*request));
         pb::PromoteCheckpointResponse promoted;
         FillModelInfo(*promotion.model, promoted.mutable_model());

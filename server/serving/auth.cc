@@ -1,15 +1,32 @@
 #include "server/serving/auth.h"
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <map>
+
 #include "absl/strings/str_cat.h"
 
 namespace ts::server {
+namespace {
+
+Authorizer::Digest Sha256(std::string_view text) {
+  Authorizer::Digest digest;
+  static_assert(SHA256_DIGEST_LENGTH == Authorizer::kDigestBytes);
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest.data());
+  return digest;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Create(const AuthConfig& config) {
-  std::map<std::string, std::set<std::string>> tokens;
+  std::map<Digest, std::set<std::string>> merged;
   for (const auto& [token, roles] : config.tokens) {
     if (token.empty()) return absl::InvalidArgumentError("auth.tokens: empty token");
-    tokens[token].insert(roles.begin(), roles.end());
+    merged[Sha256(token)].insert(roles.begin(), roles.end());
   }
+  std::vector<Token> tokens;
+  for (auto& [digest, roles] : merged) tokens.push_back({digest, std::move(roles)});
   return std::unique_ptr<Authorizer>(new Authorizer(std::move(tokens)));
 }
 
@@ -24,8 +41,8 @@ absl::Status Authorizer::Check(const grpc::CallbackServerContext& context,
   return Check(std::string_view(it->second.data(), it->second.size()), role);
 }
 
-absl::Status Authorizer::Check(std::string_view authorization, const std::string& role) const {
-  if (tokens_.empty()) return absl::OkStatus();
+absl::StatusOr<const std::set<std::string>*> Authorizer::Roles(
+    std::string_view authorization) const {
   if (authorization.empty()) {
     return absl::UnauthenticatedError("missing 'authorization: Bearer <token>'");
   }
@@ -33,12 +50,30 @@ absl::Status Authorizer::Check(std::string_view authorization, const std::string
   if (authorization.substr(0, kPrefix.size()) != kPrefix) {
     return absl::UnauthenticatedError("authorization must be 'Bearer <token>'");
   }
-  const auto token = tokens_.find(std::string(authorization.substr(kPrefix.size())));
-  if (token == tokens_.end()) return absl::UnauthenticatedError("unknown bearer token");
-  if (token->second.count(role) == 0) {
+  const Digest presented = Sha256(authorization.substr(kPrefix.size()));
+  // Every configured token is compared, to the last byte of its digest, whichever matches.
+  const std::set<std::string>* roles = nullptr;
+  for (const Token& token : tokens_) {
+    const bool equal = CRYPTO_memcmp(token.digest.data(), presented.data(), kDigestBytes) == 0;
+    if (equal) roles = &token.roles;
+  }
+  if (roles == nullptr) return absl::UnauthenticatedError("unknown bearer token");
+  return roles;
+}
+
+absl::Status Authorizer::Check(std::string_view authorization, const std::string& role) const {
+  if (tokens_.empty()) return absl::OkStatus();
+  absl::StatusOr<const std::set<std::string>*> roles = Roles(authorization);
+  if (!roles.ok()) return roles.status();
+  if ((*roles)->count(role) == 0) {
     return absl::PermissionDeniedError(absl::StrCat("this token lacks the '", role, "' role"));
   }
   return absl::OkStatus();
+}
+
+absl::Status Authorizer::Authenticate(std::string_view authorization) const {
+  if (tokens_.empty()) return absl::OkStatus();
+  return Roles(authorization).status();
 }
 
 }  // namespace ts::server

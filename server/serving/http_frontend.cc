@@ -56,6 +56,14 @@ absl::Status Invalid(const std::string& field, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
 }
 
+// The model name a route's path names: the one name rule (server/config.h), so that "..", "." or
+// a service's name in a URL is refused as what it is, not looked up.
+absl::Status CheckModelName(const std::string& name) {
+  if (IsValidName(name)) return absl::OkStatus();
+  return Invalid("model", absl::StrCat("the name in the path must match ", kNameRule, ", got \"",
+                                       name.substr(0, 80), "\""));
+}
+
 std::string Header(const HttpExchange& request, const std::string& name) {
   const auto it = request.headers.find(name);
   return it == request.headers.end() ? "" : it->second;
@@ -515,6 +523,7 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
       "GET", absl::StrCat(kV2Model, "(/ready)?"),
       [inference](const CallContext& call, const HttpExchange& request) {
         const std::string& name = request.path_groups[0];
+        if (auto s = CheckModelName(name); !s.ok()) return ErrorAnswer(s);
         auto model = inference->GetModel(call, name);
         if (!model.ok()) return ErrorAnswer(model.status());
         if (auto s = kserve::CheckVersion(*model, request.path_groups[1]); !s.ok()) {
@@ -531,6 +540,7 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
   route(
       "POST", absl::StrCat(kV2Model, "/infer"),
       [inference, options](CallContext call, const HttpExchange& request) {
+        if (auto s = CheckModelName(request.path_groups[0]); !s.ok()) return ErrorAnswer(s);
         auto body = ParseBody(request, options.max_json_depth);
         if (!body.ok()) return ErrorAnswer(body.status());
         auto infer = InferRequestFromJson(*body);
@@ -556,6 +566,7 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
   route(
       "GET", "/v1/models/([^/:]+)",
       [inference](const CallContext& call, const HttpExchange& request) {
+        if (auto s = CheckModelName(request.path_groups[0]); !s.ok()) return ErrorAnswer(s);
         auto model = inference->GetModel(call, request.path_groups[0]);
         if (!model.ok()) return ErrorAnswer(model.status());
         HttpAnswer answer;
@@ -568,6 +579,7 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
       [inference, options](CallContext call, const HttpExchange& request) {
         const std::string& name = request.path_groups[0];
         if (name.empty()) return ErrorAnswer(absl::NotFoundError("use /v1/models/NAME:classify"));
+        if (auto s = CheckModelName(name); !s.ok()) return ErrorAnswer(s);
         // The JSON reader's depth and range limits first, then protobuf's (proto3 JSON).
         if (auto body = ParseBody(request, options.max_json_depth); !body.ok()) {
           return ErrorAnswer(body.status());

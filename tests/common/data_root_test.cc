@@ -63,5 +63,26 @@ TEST_F(DataRootTest, CheckInsideRootFollowsSymlinks) {
   EXPECT_TRUE(CheckInsideRoot((dir_ / "root/data/b.txt").string(), "").ok());
 }
 
+// Issue 41: job errors quoted absolute server paths. What reaches a client names data files
+// relative to the data root and the state directory by its key.
+TEST(WithoutServerDirsTest, WritesServerPathsRelativeToTheirDirectory) {
+  const std::vector<ServerDir> dirs = {{"/srv/ts/data", "", "the data root"},
+                                       {"/srv/ts/data/state", "<state_dir>/", "<state_dir>"}};
+  EXPECT_EQ(WithoutServerDirs("train.path: cannot open /srv/ts/data/imdb/train.jsonl: No such file",
+                              dirs),
+            "train.path: cannot open imdb/train.jsonl: No such file");
+  EXPECT_EQ(
+      WithoutServerDirs("checkpoint: /srv/ts/data/state/jobs/job-7/best.tsckpt is corrupt", dirs),
+      "checkpoint: <state_dir>/jobs/job-7/best.tsckpt is corrupt");
+  EXPECT_EQ(WithoutServerDirs("\"/srv/ts/data\" is full; /srv/ts/data: no space", dirs),
+            "\"the data root\" is full; the data root: no space");
+  // Only whole directories at the start of a path.
+  EXPECT_EQ(WithoutServerDirs("/srv/ts/database/x /mnt/srv/ts/data/x /srv/ts/data2/y", dirs),
+            "/srv/ts/database/x /mnt/srv/ts/data/x /srv/ts/data2/y");
+  EXPECT_EQ(WithoutServerDirs("two: /srv/ts/data/a and /srv/ts/data/b", dirs), "two: a and b");
+  EXPECT_EQ(WithoutServerDirs("no paths here", dirs), "no paths here");
+  EXPECT_EQ(WithoutServerDirs("", dirs), "");
+}
+
 }  // namespace
 }  // namespace ts

@@ -833,7 +833,7 @@ class TrainingKubernetesTest(unittest.TestCase):
                     self.assertIn(f"{key}.{sub}", keys, f"{key}.{sub} is not in docs/JOBS.md")
             else:
                 self.assertIn(key, keys, f"{key} is not in docs/JOBS.md")
-        self.assertRegex(spec["name"], r"^[A-Za-z0-9_.-]{1,64}$")
+        self.assertRegex(spec["name"], r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
         self.assertIn("train", spec["data"])
         self.assertEqual(len({"steps", "epochs"} & set(spec)), 1, "one of steps and epochs")
         model = spec["model"]

@@ -173,7 +173,7 @@ data:
   validation: {split: 0.1}
 epochs: 3
 """,
-    "full": """name: full.spec-1_a
+    "full": """name: full-spec-1_a
 model:
   embed_dim: 128
   depth: 3

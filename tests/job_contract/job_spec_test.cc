@@ -194,7 +194,7 @@ TEST(JobSpecNormalizeTest, ThreadsDefaultStaysWithinTheCap) {
 TEST(JobSpecNormalizeTest, Name) {
   ExpectNormalizeError([](TrainingSpec& s) { s.clear_name(); }, "name", "required");
   ExpectNormalizeError([](TrainingSpec& s) { s.set_name("my job"); }, "name",
-                       "must match [A-Za-z0-9_.-]{1,64}, got \"my job\"");
+                       "must match [A-Za-z0-9][A-Za-z0-9_-]{0,63}, got \"my job\"");
   ExpectNormalizeError([](TrainingSpec& s) { s.set_name("a/b"); }, "name", "must match");
   ExpectNormalizeError([](TrainingSpec& s) { s.set_name(std::string(65, 'a')); }, "name",
                        "must match");

@@ -26,7 +26,7 @@ using ::ts::testing::kIssueSplitAlternative;
 
 // Every field of TrainingSpec and of the messages under it, with non-default values.
 constexpr char kFullTrainingYaml[] = R"yaml(
-name: full.spec-1_a
+name: full-spec-1_a
 model:
   embed_dim: 128
   depth: 3
@@ -78,7 +78,7 @@ precision: bf16
 )yaml";
 
 constexpr char kFullTrainingText[] = R"pb(
-  name: "full.spec-1_a"
+  name: "full-spec-1_a"
   model {
     embed_dim: 128
     depth: 3

@@ -55,7 +55,7 @@ models:
       max_queue_size: 10
       batch_threads: 3
       start_when_idle: false
-  - name: imdb.v2-b_1
+  - name: imdb-v2-b_1
     checkpoint: /abs/imdb.tsckpt
     over_length: keep_tail
 )yaml";
@@ -196,10 +196,10 @@ TEST(ConfigTest, FullExampleRoundTrip) {
   EXPECT_FALSE(listops.batching.start_when_idle);
 
   const ModelConfig& imdb = config->models[1];
-  EXPECT_EQ(imdb.name, "imdb.v2-b_1");
+  EXPECT_EQ(imdb.name, "imdb-v2-b_1");
   EXPECT_EQ(imdb.checkpoint, "/abs/imdb.tsckpt");
   EXPECT_EQ(imdb.over_length, LengthPolicy::kKeepTail);
-  EXPECT_EQ(imdb.batching.model_name, "imdb.v2-b_1");
+  EXPECT_EQ(imdb.batching.model_name, "imdb-v2-b_1");
   EXPECT_EQ(imdb.batching.max_batch_size, 32);
 }
 
@@ -298,10 +298,71 @@ TEST(ConfigTest, RejectsBadModelNames) {
   ExpectRejected("models:\n  - checkpoint: a.tsckpt\n", {"models[0].name: required"});
   ExpectRejected("models:\n  - name: a\n", {"models[0].checkpoint: required"});
   ExpectRejected("models:\n  - name: a b\n    checkpoint: c\n",
-                 {"models[0].name: must match [A-Za-z0-9_.-]{1,64}", "\"a b\""});
+                 {"models[0].name: must match [A-Za-z0-9][A-Za-z0-9_-]{0,63}", "\"a b\""});
   ExpectRejected("models:\n  - name: a/b\n    checkpoint: c\n", {"models[0].name: must match"});
   ExpectRejected(OneModel("  - name: m\n    checkpoint: other.tsckpt\n"),
                  {"models[1].name: duplicate model name \"m\""});
+}
+
+// Issue 41: ".", ".." and service names were valid model names (and so health service names and
+// directories under state/models/).
+TEST(ConfigTest, RejectsPathAndServiceModelNames) {
+  for (const std::string name : {"'.'", "'..'", "taylorshift.v1.Jobs", "grpc.health.v1.Health",
+                                 ".hidden", "-x", "_x", "a.b", "'a\\b'", "'a:b'"}) {
+    ExpectRejected("models:\n  - name: " + name + "\n    checkpoint: c\n",
+                   {"models[0].name: must match [A-Za-z0-9][A-Za-z0-9_-]{0,63}"});
+  }
+  ExpectRejected("models:\n  - name: " + std::string(65, 'a') + "\n    checkpoint: c\n",
+                 {"models[0].name: must match"});
+  for (const char* flag : {"..=x.tsckpt", ".=x.tsckpt", "taylorshift.v1.Jobs=x.tsckpt"}) {
+    absl::StatusOr<ModelConfig> refused = ParseModelFlag(flag);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << flag;
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("--model.name: must match [A-Za-z0-9][A-Za-z0-9_-]{0,63}"))
+        << flag;
+  }
+  // The names the shipped configs, docs and tests use stay valid.
+  for (const char* name :
+       {"listops", "listops-small", "source-lang", "imdb", "cifar", "m", "from_file", "A1", "0"}) {
+    EXPECT_TRUE(ParseModelFlag(std::string(name) + "=x.tsckpt").ok()) << name;
+  }
+}
+
+TEST(ConfigTest, MetricsTlsTokenAndDiscoveryKeys) {
+  {
+    absl::StatusOr<ServerConfig> defaults = ParseServerConfig("", "");
+    ASSERT_TRUE(defaults.ok()) << defaults.status();
+    EXPECT_TRUE(defaults->metrics.tls.cert_file.empty());
+    EXPECT_FALSE(defaults->metrics.require_token);
+    EXPECT_TRUE(defaults->auth.protect_discovery);
+  }
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(R"yaml(
+metrics_listen: 127.0.0.1:9464
+metrics_tls: {cert_file: m.crt, key_file: m.key, client_ca_file: /abs/ca.crt}
+metrics_require_token: true
+auth:
+  tokens: {prom: [metrics], ops: [classify, metrics]}
+  protect_discovery: false
+)yaml",
+                                                          "/srv/ts");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->metrics.tls.cert_file, "/srv/ts/m.crt");
+  EXPECT_EQ(config->metrics.tls.key_file, "/srv/ts/m.key");
+  EXPECT_EQ(config->metrics.tls.client_ca_file, "/abs/ca.crt");
+  EXPECT_TRUE(config->metrics.require_token);
+  EXPECT_FALSE(config->auth.protect_discovery);
+  EXPECT_EQ(config->auth.tokens.at("prom"), std::vector<std::string>{"metrics"});
+
+  ExpectRejected("metrics_tls: {cert_file: a.crt}\n",
+                 {"metrics_tls.key_file: required when metrics_tls.cert_file"});
+  ExpectRejected("metrics_tls: {client_ca_file: ca.crt}\n",
+                 {"metrics_tls.client_ca_file: requires metrics_tls.cert_file"});
+  ExpectRejected("metrics_tls: {cert: a}\n", {"metrics_tls.cert: unknown key"});
+  // A token is required, but none could ever scrape.
+  ExpectRejected("metrics_require_token: true\n",
+                 {"metrics_require_token: true, but no token in auth has the \"metrics\" role"});
+  ExpectRejected("metrics_require_token: true\nauth: {tokens: {t: [admin]}}\n",
+                 {"no token in auth has the \"metrics\" role"});
 }
 
 TEST(ConfigTest, RejectsBadTls) {
@@ -316,7 +377,8 @@ TEST(ConfigTest, RejectsBadTokensWithoutEchoingThem) {
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(config.status().message()),
-              HasSubstr("auth.tokens[#2]: unknown role \"root\" (expected classify or admin)"));
+              HasSubstr("auth.tokens[#2]: unknown role \"root\" (expected classify, admin or "
+                        "metrics)"));
   EXPECT_THAT(std::string(config.status().message()), ::testing::Not(HasSubstr("t0ken")));
   ExpectRejected("auth: {tokens: {a: []}}\n", {"auth.tokens[#1]: needs at least one role"});
   ExpectRejected("auth: {tokens: [a]}\n", {"auth.tokens: expected a mapping"});
@@ -623,9 +685,10 @@ TEST_F(ShippedConfigTest, DefaultYamlServesTheTwoDemoModels) {
 }
 
 TEST_F(ShippedConfigTest, ExamplesParse) {
-  // tokens_file is read at parse time: give the examples an (empty) one next to them.
+  // tokens_file is read at parse time: give the examples one next to them (tls.yaml needs a
+  // token with the metrics role for its metrics_require_token).
   TempDir dir;
-  dir.File("tokens.txt", "# no tokens\n");
+  dir.File("tokens.txt", "prom-token metrics\nops-token classify,admin\n");
   int parsed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(ConfigDir() / "examples")) {
     if (entry.path().extension() != ".yaml") continue;
@@ -635,6 +698,10 @@ TEST_F(ShippedConfigTest, ExamplesParse) {
     EXPECT_TRUE(config.ok()) << entry.path() << ": " << config.status();
     if (config.ok()) {
       EXPECT_FALSE(config->models.empty()) << entry.path();
+      // Issue 41: tls.yaml had metrics on 0.0.0.0. Metrics stay on loopback in every example.
+      EXPECT_TRUE(config->metrics_listen.empty() ||
+                  config->metrics_listen.rfind("127.0.0.1:", 0) == 0)
+          << entry.path() << ": metrics_listen " << config->metrics_listen;
     }
     ++parsed;
   }

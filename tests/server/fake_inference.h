@@ -25,6 +25,8 @@ class FakeInference final : public Inference {
   // Every Classify answers this status when it is not OK.
   void FailWith(absl::Status status) { fail_ = std::move(status); }
   void SetReady(bool ready) { ready_ = ready; }
+  // The one model's name ("m" unless set): a test may serve a name the rules refuse.
+  void SetModelName(const std::string& name) { model_.set_name(name); }
   // Runs inside every Classify before it answers (a test's fake clock advancing, as a batch
   // that takes time would).
   void WhileComputing(std::function<void()> compute) { compute_ = std::move(compute); }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -105,6 +106,36 @@ TEST(HttpFrontendTest, PlainClassifyRouteAnswersTsctlsJson) {
                 .status,
             200);
   EXPECT_EQ(fake.calls().back().image().pixels(), std::string("\0\xff", 2));
+}
+
+// Issue 41: a model promoted as ".." answered POST /v1/models/..:classify with 200. Every route
+// that names a model refuses a name outside the name rule before anything is looked up.
+TEST(HttpFrontendTest, RoutesRefuseModelNamesOutsideTheNameRule) {
+  for (const std::string name : {"..", ".", "taylorshift.v1.Jobs", ".hidden"}) {
+    FakeInference fake;
+    fake.SetModelName(name);  // as if it were served
+    for (const auto& [method, path, body] : std::vector<std::array<std::string, 3>>{
+             {"POST", "/v1/models/" + name + ":classify", R"({"text": "abc"})"},
+             {"GET", "/v1/models/" + name, ""},
+             {"GET", "/v2/models/" + name, ""},
+             {"GET", "/v2/models/" + name + "/ready", ""},
+             {"POST", "/v2/models/" + name + "/infer",
+              R"({"inputs": [{"name": "document", "datatype": "BYTES", "shape": [1],
+                  "data": ["ab"]}]})"}}) {
+      const HttpAnswer answer = Call(fake, method, path, body);
+      EXPECT_EQ(answer.status, 400) << method << " " << path << ": " << answer.body;
+      EXPECT_THAT(answer.body, HasSubstr("model: the name in the path must match "
+                                         "[A-Za-z0-9][A-Za-z0-9_-]{0,63}"))
+          << path;
+    }
+    EXPECT_TRUE(fake.calls().empty()) << name;
+  }
+  // Names that follow the rule still route (the fake answers NOT_FOUND for the ones it lacks).
+  FakeInference fake;
+  fake.SetModelName("listops-small_2");
+  EXPECT_EQ(Call(fake, "POST", "/v1/models/listops-small_2:classify", R"({"text": "a"})").status,
+            200);
+  EXPECT_EQ(Call(fake, "GET", "/v2/models/source-lang").status, 404);
 }
 
 // latency_ms and a deadline that passes while the batch runs are read on the injected clock.

@@ -151,5 +151,54 @@ TEST_F(CheckpointPromoterTest, BadRequestsAreRefusedBeforeAnythingIsServed) {
   EXPECT_TRUE(served_.empty());
 }
 
+// Issue 41: ".." wrote the checkpoint to state/ outside state/models/, and a service's name was
+// then answered by grpc.health.v1 as if it were the model.
+TEST_F(CheckpointPromoterTest, PathAndServiceNamesAreRefusedAndNothingIsWritten) {
+  const std::string good = env_.dir() + "/data/good.tsckpt";
+  WriteCheckpoint(good, 1, "0.8");
+  pb::PromoteCheckpointRequest request;
+  request.set_checkpoint("good.tsckpt");
+  for (const std::string& name : std::vector<std::string>{
+           "", ".", "..", "../x", "a/b", ".hidden", "-flag", "taylorshift.v1.Jobs",
+           "grpc.health.v1.Health", "v1.2", std::string(65, 'a')}) {
+    request.set_model(name);
+    const auto refused = promoter_->Promote(request);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("model: must match [A-Za-z0-9][A-Za-z0-9_-]{0,63}"))
+        << name;
+  }
+  EXPECT_FALSE(fs::exists(env_.dir() + "/models"));
+  EXPECT_TRUE(registry_.List().empty());
+  EXPECT_TRUE(served_.empty());
+  for (const std::string& name :
+       std::vector<std::string>{"a", "source-lang", "listops_small", "A-1", std::string(64, 'z')}) {
+    request.set_model(name);
+    const auto promoted = promoter_->Promote(request);
+    EXPECT_TRUE(promoted.ok()) << name << ": " << promoted.status();
+  }
+}
+
+// A promotion recorded under a name the rule now refuses is not served again after a restart.
+TEST_F(CheckpointPromoterTest, RecordedPromotionsUnderRefusedNamesAreNotRestored) {
+  const std::string path = env_.dir() + "/models/x.tsckpt";
+  fs::create_directories(env_.dir() + "/models");
+  WriteCheckpoint(path, 1, "0.5");
+  for (const std::string name : {"..", "taylorshift.v1.Jobs", "ok"}) {
+    PromotionRecord record;
+    record.model = name;
+    record.version = "v";
+    record.checkpoint = path;
+    record.source = "checkpoint:x.tsckpt";
+    ASSERT_TRUE(env_.promotions().RecordPromotion(record).ok());
+  }
+  promoter_->RestorePromotions();
+  EXPECT_EQ(registry_.Find(".."), nullptr);
+  EXPECT_EQ(registry_.Find("taylorshift.v1.Jobs"), nullptr);
+  EXPECT_NE(registry_.Find("ok"), nullptr);
+  EXPECT_EQ(served_, std::vector<std::string>{"ok"});
+  EXPECT_TRUE(env_.Logged("promoted model \"..\" version v not restored"));
+}
+
 }  // namespace
 }  // namespace ts::server

@@ -497,6 +497,32 @@ TEST_F(JobsIntegrationTest, CancelAndBadSpecsAreHandledAndServingContinues) {
   EXPECT_EQ(failed.back().job().state(), pb::JOB_STATE_FAILED);
   EXPECT_NE(failed.back().job().reason().find("bad.jsonl:2"), std::string::npos)
       << failed.back().job().reason();
+  // Issue 41: the reason names the file as the spec did, relative to the data root, and never
+  // the server's own directories.
+  EXPECT_NE(failed.back().job().reason().find("task/bad.jsonl:2"), std::string::npos)
+      << failed.back().job().reason();
+  EXPECT_EQ(failed.back().job().reason().find(dir_), std::string::npos)
+      << failed.back().job().reason();
+  EXPECT_EQ(failed.back().job().reason().find(std::filesystem::canonical(dir_).string()),
+            std::string::npos)
+      << failed.back().job().reason();
+  // So do the Jobs RPCs' errors: a promotion of a file the data root lacks names it as given.
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::PromoteCheckpointRequest promote;
+    promote.set_model("missing");
+    promote.set_checkpoint("task/missing.tsckpt");
+    pb::PromoteCheckpointResponse promoted;
+    const grpc::Status status = jobs_->PromoteCheckpoint(&context, promote, &promoted);
+    EXPECT_FALSE(status.ok());
+    EXPECT_NE(status.error_message().find("task/missing.tsckpt"), std::string::npos)
+        << status.error_message();
+    EXPECT_EQ(status.error_message().find(dir_), std::string::npos) << status.error_message();
+    EXPECT_EQ(status.error_message().find(std::filesystem::canonical(dir_).string()),
+              std::string::npos)
+        << status.error_message();
+  }
 
   // Labels are checked against the data's before the model is built: ListOps has ten, a spec
   // of twelve names two that no example has.

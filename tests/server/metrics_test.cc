@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -27,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ts::server {
 namespace {
@@ -511,7 +513,8 @@ struct HttpResponse {
 
 // GET http://127.0.0.1:port/path over HTTP/1.0 (the server closes after the response).
 // Every socket operation is bounded by a 5 s timeout.
-std::optional<HttpResponse> HttpGet(int port, const std::string& path, std::string* error) {
+std::optional<HttpResponse> HttpGet(int port, const std::string& path, std::string* error,
+                                    const std::string& authorization = "") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) {
     *error = "socket() failed";
@@ -530,7 +533,9 @@ std::optional<HttpResponse> HttpGet(int port, const std::string& path, std::stri
     close(fd);
     return std::nullopt;
   }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string request = absl::StrCat(
+      "GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n",
+      authorization.empty() ? "" : absl::StrCat("Authorization: ", authorization, "\r\n"), "\r\n");
   if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
     *error = "send failed";
     close(fd);
@@ -649,6 +654,94 @@ TEST_F(MetricsEndpointTest, PromtoolAcceptsTheServedText) {
   std::filesystem::remove(report);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "promtool check metrics:\n" << output << "\n" << served;
+}
+
+// With `authorize` set, a scrape without an accepted token gets 401 (403 for a token without the
+// role) and no metric; with one, the exposition. Issue 41: /metrics was open to anyone.
+TEST(MetricsAuthTest, ScrapesNeedAnAcceptedTokenFirst) {
+  MetricsOptions options;
+  options.listen = "127.0.0.1:0";
+  std::vector<std::string> seen;
+  absl::Mutex mu;
+  options.authorize = [&](std::string_view authorization) {
+    absl::MutexLock lock(&mu);
+    seen.emplace_back(authorization);
+    if (authorization == "Bearer scrape") return absl::OkStatus();
+    if (authorization == "Bearer classify-only") {
+      return absl::PermissionDeniedError("this token lacks the 'metrics' role");
+    }
+    return absl::UnauthenticatedError("unknown bearer token");
+  };
+  auto metrics = Metrics::Create(options);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  RecordEverything(**metrics);
+  const int port = PortOf((*metrics)->bound_address());
+  std::string error;
+  for (const auto& [authorization, status] :
+       std::vector<std::pair<std::string, int>>{{"", 401},
+                                                {"Bearer wrong", 401},
+                                                {"Bearer classify-only", 403},
+                                                {"Basic c2NyYXBl", 401}}) {
+    std::optional<HttpResponse> refused = HttpGet(port, "/metrics", &error, authorization);
+    ASSERT_TRUE(refused.has_value()) << error;
+    EXPECT_EQ(refused->status, status) << authorization;
+    EXPECT_THAT(refused->body, ::testing::Not(HasSubstr("taylorshift_"))) << authorization;
+  }
+  // Other paths too: without a token nothing says which paths exist.
+  std::optional<HttpResponse> other = HttpGet(port, "/secrets", &error);
+  ASSERT_TRUE(other.has_value()) << error;
+  EXPECT_EQ(other->status, 401);
+  std::optional<HttpResponse> scraped = HttpGet(port, "/metrics", &error, "Bearer scrape");
+  ASSERT_TRUE(scraped.has_value()) << error;
+  EXPECT_EQ(scraped->status, 200);
+  EXPECT_EQ(Value(scraped->body, "taylorshift_queue_depth", {{"model", "listops"}}), 3);
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(seen, ::testing::Contains("Bearer scrape"));
+  EXPECT_THAT(seen, ::testing::Contains(""));
+}
+
+// metrics_tls: the endpoint speaks HTTPS with its certificate; plain HTTP gets no metrics.
+TEST(MetricsAuthTest, ServesHttpsWithItsCertificate) {
+  const std::string dir = ::testing::TempDir() + "/metrics_tls";
+  const std::string make_cert = "mkdir -p " + dir +
+                                " && openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir +
+                                "/key.pem -out " + dir +
+                                "/cert.pem -days 1 -subj /CN=localhost -addext "
+                                "subjectAltName=IP:127.0.0.1 2>/dev/null";
+  ASSERT_EQ(std::system(make_cert.c_str()), 0) << make_cert;
+  MetricsOptions options;
+  options.listen = "127.0.0.1:0";
+  options.cert_file = dir + "/cert.pem";
+  options.key_file = dir + "/key.pem";
+  options.authorize = [](std::string_view authorization) {
+    return authorization == "Bearer scrape" ? absl::OkStatus()
+                                            : absl::UnauthenticatedError("unknown bearer token");
+  };
+  auto metrics = Metrics::Create(options);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  RecordEverything(**metrics);
+  const int port = PortOf((*metrics)->bound_address());
+  httplib::SSLClient client("127.0.0.1", port);
+  client.set_ca_cert_path((dir + "/cert.pem").c_str());
+  client.enable_server_certificate_verification(true);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(5, 0);
+  auto refused = client.Get("/metrics");
+  ASSERT_TRUE(refused) << httplib::to_string(refused.error());
+  EXPECT_EQ(refused->status, 401);
+  auto scraped = client.Get("/metrics", {{"Authorization", "Bearer scrape"}});
+  ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+  EXPECT_EQ(scraped->status, 200);
+  EXPECT_EQ(Value(scraped->body, "taylorshift_queue_depth", {{"model", "listops"}}), 3);
+  // Plain HTTP to the TLS port gets no metrics.
+  std::string error;
+  std::optional<HttpResponse> plain = HttpGet(port, "/metrics", &error, "Bearer scrape");
+  EXPECT_TRUE(!plain.has_value() || plain->status != 200);
+  // A certificate that does not load is refused at start, naming the file.
+  options.cert_file = dir + "/missing.pem";
+  auto broken = Metrics::Create(options);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(std::string(broken.status().message()), HasSubstr("missing.pem"));
 }
 
 }  // namespace

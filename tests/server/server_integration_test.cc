@@ -4,6 +4,7 @@
 // server keeps serving, an expired deadline skips compute, a full queue says which limit, metrics
 // pass promtool, health, auth, TLS, message limits, calibration and windows behave. What only a
 // process shows (signals, the ready file, exit codes) is tests/server/tsserver_process_test.cc.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -376,13 +377,15 @@ TEST_F(ServerIntegrationTest, ListModelsAndGetModelDescribeWhatIsServed) {
 // grpc.health.v1.Health/Check with the stub compiled from proto/grpc/health/v1/health.proto, in
 // the process that serves gRPC's own health service: the status (SERVING = 1), or minus the
 // call's error code.
-int HealthStatus(const std::string& address, const std::string& service) {
+int HealthStatus(const std::string& address, const std::string& service,
+                 const std::string& token = "") {
   auto stub = grpc::health::v1::Health::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
   grpc::ClientContext context;
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   const grpc::Status status = stub->Check(&context, request, &response);
   return status.ok() ? response.status() : -static_cast<int>(status.error_code());
@@ -489,6 +492,171 @@ TEST_F(ServerIntegrationConfigTest, BearerTokensGuardClassifyButNotHealth) {
     }
   }
   EXPECT_EQ(HealthStatus((*server)->grpc_address(), ""), 1);
+}
+
+// One grpc.reflection.v1alpha ServerReflectionInfo exchange through a generic stub (the test has
+// no reflection stubs): asks list_services (field 7, "") and returns the call's status and the
+// raw bytes of the answers it read (service names appear in them as plain text).
+struct ReflectionAnswer {
+  grpc::Status status;
+  std::string bytes;
+};
+ReflectionAnswer ListServicesByReflection(const std::string& address, const std::string& token) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::CompletionQueue queue;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  ReflectionAnswer answer;
+  auto call = stub.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &queue);
+  const auto next = [&queue]() {
+    void* tag = nullptr;
+    bool ok = false;
+    const auto status =
+        queue.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::seconds(15));
+    return status == grpc::CompletionQueue::GOT_EVENT && ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  if (next()) {
+    grpc::Slice request(std::string("\x3a\x00", 2));
+    grpc::ByteBuffer buffer(&request, 1);
+    call->Write(buffer, reinterpret_cast<void*>(2));
+    if (next()) {
+      grpc::ByteBuffer reply;
+      call->Read(&reply, reinterpret_cast<void*>(3));
+      if (next()) {
+        std::vector<grpc::Slice> slices;
+        if (reply.Dump(&slices).ok()) {
+          for (const auto& slice : slices) {
+            answer.bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+          }
+        }
+      }
+      call->WritesDone(reinterpret_cast<void*>(4));
+      next();
+    }
+  }
+  call->Finish(&answer.status, reinterpret_cast<void*>(5));
+  next();
+  queue.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (queue.Next(&tag, &ok)) {
+  }
+  return answer;
+}
+
+// Issue 41: without a token, Health/Check(model) told which model names exist and reflection
+// listed every service. With tokens on (auth.protect_discovery by default), both need a token;
+// the server's and the services' health stay open to probes.
+TEST_F(ServerIntegrationConfigTest, DiscoveryNeedsATokenWhenTokensAreOn) {
+  std::ofstream(dir_ + "/auth.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "auth: {tokens: {s3cret: [classify], ops: [admin]}}\n"
+         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
+  auto server = StartServer(dir_ + "/auth.yaml", &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->grpc_address();
+  const int unauthenticated = -static_cast<int>(grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(HealthStatus(address, ""), 1);
+  EXPECT_EQ(HealthStatus(address, "taylorshift.v1.Classifier"), 1);
+  EXPECT_EQ(HealthStatus(address, "inference.GRPCInferenceService"), 1);
+  // A served and an unknown model answer alike without a token.
+  EXPECT_EQ(HealthStatus(address, "tiny"), unauthenticated);
+  EXPECT_EQ(HealthStatus(address, "no-such-model"), unauthenticated);
+  EXPECT_EQ(HealthStatus(address, "tiny", "wrong"), unauthenticated);
+  // Any role's token sees them.
+  EXPECT_EQ(HealthStatus(address, "tiny", "s3cret"), 1);
+  EXPECT_EQ(HealthStatus(address, "tiny", "ops"), 1);
+  EXPECT_EQ(HealthStatus(address, "no-such-model", "s3cret"),
+            -static_cast<int>(grpc::StatusCode::NOT_FOUND));
+
+  const ReflectionAnswer refused = ListServicesByReflection(address, "");
+  EXPECT_FALSE(refused.status.ok());
+  EXPECT_EQ(refused.bytes.find("taylorshift"), std::string::npos) << refused.bytes;
+  const ReflectionAnswer wrong = ListServicesByReflection(address, "wrong");
+  EXPECT_FALSE(wrong.status.ok());
+  EXPECT_EQ(wrong.bytes.find("taylorshift"), std::string::npos) << wrong.bytes;
+  const ReflectionAnswer listed = ListServicesByReflection(address, "s3cret");
+  EXPECT_TRUE(listed.status.ok()) << listed.status.error_message();
+  EXPECT_NE(listed.bytes.find("taylorshift.v1.Classifier"), std::string::npos) << listed.bytes;
+  // Serving goes on.
+  EXPECT_EQ(HealthStatus(address, ""), 1);
+}
+
+TEST_F(ServerIntegrationConfigTest, DiscoveryStaysOpenWhenConfiguredOrWithoutTokens) {
+  for (const std::string& auth : std::vector<std::string>{
+           "auth: {tokens: {s3cret: [classify]}, protect_discovery: false}\n", std::string("")}) {
+    std::ofstream(dir_ + "/open.yaml") << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+                                       << auth
+                                       << "models: [{name: tiny, checkpoint: tiny.tsckpt, "
+                                          "device: cpu}]\n";
+    auto server = StartServer(dir_ + "/open.yaml", &clock_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    const std::string address = (*server)->grpc_address();
+    EXPECT_EQ(HealthStatus(address, "tiny"), 1) << auth;
+    EXPECT_EQ(HealthStatus(address, "no-such-model"),
+              -static_cast<int>(grpc::StatusCode::NOT_FOUND))
+        << auth;
+    const ReflectionAnswer listed = ListServicesByReflection(address, "");
+    EXPECT_TRUE(listed.status.ok()) << auth << listed.status.error_message();
+    EXPECT_NE(listed.bytes.find("taylorshift.v1.Classifier"), std::string::npos) << auth;
+  }
+}
+
+// Issue 41: /metrics was plaintext and open. metrics_tls + metrics_require_token: HTTPS, and a
+// scrape needs a token with the "metrics" role.
+TEST_F(ServerIntegrationConfigTest, MetricsNeedATokenWithTheMetricsRoleAndServeTls) {
+  ASSERT_EQ(std::system(
+                (ts::testing::SourcePath("tests/testing/make_test_certs.sh") + " " + dir_).c_str()),
+            0);
+  std::ofstream(dir_ + "/metrics.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\n"
+         "metrics_require_token: true\n"
+         "auth: {tokens: {prom: [metrics], s3cret: [classify]}}\n"
+         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
+  {
+    auto server = StartServer(dir_ + "/metrics.yaml", &clock_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    const std::string address = (*server)->metrics_address();
+    using ts::testing::HttpGetResponse;
+    using ts::testing::HttpStatus;
+    const std::string refused = HttpGetResponse(address, "/metrics");
+    EXPECT_EQ(HttpStatus(refused), 401) << refused;
+    EXPECT_EQ(refused.find("taylorshift_"), std::string::npos) << refused;
+    EXPECT_NE(refused.find("WWW-Authenticate: Bearer"), std::string::npos) << refused;
+    EXPECT_EQ(HttpStatus(HttpGetResponse(address, "/metrics", {"Authorization: Bearer nope"})),
+              401);
+    const std::string classify_only =
+        HttpGetResponse(address, "/metrics", {"Authorization: Bearer s3cret"});
+    EXPECT_EQ(HttpStatus(classify_only), 403) << classify_only;
+    EXPECT_EQ(classify_only.find("taylorshift_"), std::string::npos);
+    const std::string scraped =
+        HttpGetResponse(address, "/metrics", {"Authorization: Bearer prom"});
+    EXPECT_EQ(HttpStatus(scraped), 200) << scraped.substr(0, 200);
+    EXPECT_NE(scraped.find("taylorshift_model_info"), std::string::npos);
+  }
+  // The same over HTTPS (curl checks the certificate against the test CA).
+  std::ofstream(dir_ + "/metrics.yaml", std::ios::app)
+      << "metrics_tls: {cert_file: server.crt, key_file: server.key}\n";
+  auto server = StartServer(dir_ + "/metrics.yaml", &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string url = "https://" + (*server)->metrics_address() + "/metrics";
+  const auto curl = [&](const std::string& token) {
+    return ts::testing::RunCommand(
+               "curl -sS --max-time 10 --cacert " + dir_ +
+               "/ca.crt -o /dev/null -w '%{http_code}' " +
+               (token.empty() ? "" : "-H 'Authorization: Bearer " + token + "' ") + url)
+        .text;
+  };
+  EXPECT_EQ(curl(""), "401");
+  EXPECT_EQ(curl("prom"), "200");
+  // Plain HTTP to the HTTPS port gets no metrics.
+  const std::string plain = ts::testing::HttpGetResponse((*server)->metrics_address(), "/metrics",
+                                                         {"Authorization: Bearer prom"});
+  EXPECT_NE(ts::testing::HttpStatus(plain), 200);
+  EXPECT_EQ(plain.find("taylorshift_"), std::string::npos);
 }
 
 TEST_F(ServerIntegrationConfigTest, MutualTlsAcceptsOnlyClientsWithACertificateFromTheCa) {

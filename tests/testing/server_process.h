@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -132,9 +133,10 @@ inline CommandOutput RunCommand(const std::string& command) {
   return out;
 }
 
-// GET http://address/path over loopback (HTTP/1.0, 10 s timeouts); returns the body, or ""
-// on any error.
-inline std::string HttpGet(const std::string& address, const std::string& path) {
+// GET http://address/path over loopback (HTTP/1.0, 10 s timeouts) with `headers` (each
+// "Name: value"); returns the whole response (status line, headers, body), or "" on any error.
+inline std::string HttpGetResponse(const std::string& address, const std::string& path,
+                                   const std::vector<std::string>& headers = {}) {
   const auto colon = address.rfind(':');
   if (colon == std::string::npos) return "";
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -148,7 +150,9 @@ inline std::string HttpGet(const std::string& address, const std::string& path) 
   ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
   std::string response;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
+    std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n";
+    for (const std::string& header : headers) request += header + "\r\n";
+    request += "\r\n";
     if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
       char buffer[65536];
       ssize_t n = 0;
@@ -156,6 +160,18 @@ inline std::string HttpGet(const std::string& address, const std::string& path) 
     }
   }
   ::close(fd);
+  return response;
+}
+
+// The status code of a response HttpGetResponse returned (0 when there is none).
+inline int HttpStatus(const std::string& response) {
+  if (response.rfind("HTTP/1.", 0) != 0 || response.size() < 12) return 0;
+  return std::atoi(response.c_str() + 9);
+}
+
+// GET http://address/path as HttpGetResponse; returns the body, or "" on any error.
+inline std::string HttpGet(const std::string& address, const std::string& path) {
+  const std::string response = HttpGetResponse(address, path);
   const auto body = response.find("\r\n\r\n");
   return body == std::string::npos ? "" : response.substr(body + 4);
 }
