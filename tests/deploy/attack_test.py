@@ -101,7 +101,46 @@ def mib(n):
 
 # --- the server ----------------------------------------------------------------------------------
 
-class Server:
+class Endpoint:
+    """An HTTP listener: host, port and a TLS context (None: plaintext). bench/soak.py uses it
+    and the attacks below against its own server."""
+
+    def __init__(self, host, port, context=None):
+        self.host, self.port, self.context = host, port, context
+
+    def connect(self, source=None, timeout_s=10):
+        """A connection to the listener, TLS handshake done."""
+        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        raw.settimeout(timeout_s)
+        try:
+            if source:
+                raw.bind((source, 0))
+            raw.connect((self.host, self.port))
+            if self.context is None:
+                return raw
+            return self.context.wrap_socket(raw, server_hostname=self.host)
+        except BaseException:
+            raw.close()
+            raise
+
+    def request(self, method, path, body=None, headers=None, timeout_s=10, source=None):
+        """One request on a new connection: (status, body bytes, seconds)."""
+        start = time.monotonic()
+        headers = dict(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}", "Connection: close"]
+        if body is not None:
+            headers.setdefault("Content-Type", "application/json")
+            headers["Content-Length"] = str(len(body))
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        with self.connect(source, timeout_s) as s:
+            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b""))
+            status, answer = read_response(s, time.monotonic() + timeout_s)
+        return status, answer, time.monotonic() - start
+
+
+class Server(Endpoint):
     """One tsserver in a temp dir: TLS, a tokens file, the HTTP(S) listener; close() stops it by
     its PID."""
 
@@ -157,8 +196,7 @@ class Server:
 
         fields = wait_for(ready, 90, "tsserver's ready file with an http= line")
         host, port = fields["http"].rsplit(":", 1)
-        self.host, self.port = host, int(port)
-        self.context = ssl.create_default_context(cafile=self.ca_file)
+        super().__init__(host, int(port), ssl.create_default_context(cafile=self.ca_file))
 
     def log_tail(self):
         self.log.flush()
@@ -179,31 +217,6 @@ class Server:
 
     def alive(self):
         return self.process.poll() is None
-
-    def connect(self, source=None, timeout_s=10):
-        """A TLS connection to the HTTP listener, handshake done."""
-        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        raw.settimeout(timeout_s)
-        if source:
-            raw.bind((source, 0))
-        raw.connect((self.host, self.port))
-        return self.context.wrap_socket(raw, server_hostname=self.host)
-
-    def request(self, method, path, body=None, headers=None, timeout_s=10, source=None):
-        """One HTTPS request on a new connection: (status, body bytes, seconds)."""
-        start = time.monotonic()
-        headers = dict(headers or {})
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body).encode()
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}", "Connection: close"]
-        if body is not None:
-            headers.setdefault("Content-Type", "application/json")
-            headers["Content-Length"] = str(len(body))
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        with self.connect(source, timeout_s) as s:
-            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b""))
-            status, answer = read_response(s, time.monotonic() + timeout_s)
-        return status, answer, time.monotonic() - start
 
     def close(self):
         stop(self.process)
@@ -307,7 +320,7 @@ def stream_body(server, path, headers, pieces, max_bytes, time_limit_s, chunked)
             # The answer may come before the body is over: look between pieces, so that it is
             # read before a reset could discard it.
             readable, _, _ = select.select([sock], [], [], 0)
-            if readable or sock.pending():
+            if readable or (hasattr(sock, "pending") and sock.pending()):
                 break
             if sent >= max_bytes or time.monotonic() - start > time_limit_s:
                 break
@@ -404,12 +417,20 @@ class BodyAttackTest(unittest.TestCase):
 # --- connections -------------------------------------------------------------------------------
 
 class ConnectionAttack:
-    """1,000 idle TCP and 300 slowloris TLS connections, each reopened when the server closes
-    it, on one thread (a selector), for at most `duration_s` and MAX_ATTACK_OPENS openings."""
+    """`idle` TCP connections (never a TLS handshake) and `slowloris` connections (TLS when the
+    endpoint has a context) sending one header byte every SLOWLORIS_BYTE_INTERVAL_S, each
+    reopened when the server closes it, from the given source addresses, on one thread (a
+    selector), for at most `duration_s` and `max_opens` openings. run() returns when done;
+    stop() ends it early."""
 
-    def __init__(self, server, duration_s):
+    def __init__(self, server, duration_s, idle=IDLE_CONNECTIONS, slowloris=SLOWLORIS_CONNECTIONS,
+                 idle_sources=IDLE_SOURCES, slowloris_sources=SLOWLORIS_SOURCES,
+                 max_opens=MAX_ATTACK_OPENS):
         self.server = server
         self.duration_s = duration_s
+        self.idle, self.slowloris = idle, slowloris
+        self.idle_sources, self.slowloris_sources = idle_sources, slowloris_sources
+        self.max_opens = max_opens
         self.selector = selectors.DefaultSelector()
         self.opens = 0
         self.closed_by_server = 0
@@ -421,7 +442,7 @@ class ConnectionAttack:
         self.conns = {}  # id(state) → state of every open connection
 
     def _open(self, kind, source):
-        if self.opens >= MAX_ATTACK_OPENS or self._stop.is_set():
+        if self.opens >= self.max_opens or self._stop.is_set():
             return
         self.opens += 1
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -481,6 +502,10 @@ class ConnectionAttack:
             if state["kind"] == "idle":
                 state["phase"] = "idle"
                 self._modify(state, selectors.EVENT_READ)
+            elif self.server.context is None:
+                state["phase"] = "dripping"
+                state["next_send"] = time.monotonic()
+                self._modify(state, selectors.EVENT_READ)
             else:
                 self.selector.unregister(sock)
                 tls = self.server.context.wrap_socket(sock, server_hostname=self.server.host,
@@ -522,10 +547,10 @@ class ConnectionAttack:
 
     def run(self):
         end = time.monotonic() + self.duration_s
-        for i in range(IDLE_CONNECTIONS):
-            self._open("idle", IDLE_SOURCES[i % len(IDLE_SOURCES)])
-        for i in range(SLOWLORIS_CONNECTIONS):
-            self._open("slowloris", SLOWLORIS_SOURCES[i % len(SLOWLORIS_SOURCES)])
+        for i in range(self.idle):
+            self._open("idle", self.idle_sources[i % len(self.idle_sources)])
+        for i in range(self.slowloris):
+            self._open("slowloris", self.slowloris_sources[i % len(self.slowloris_sources)])
         while time.monotonic() < end and not self._stop.is_set():
             for key, mask in self.selector.select(timeout=0.05):
                 if id(key.data) in self.conns:
