@@ -20,8 +20,13 @@ after each restart) whose state_dir is a small filesystem of its own:
 - Faults, at fixed fractions of the run: SIGKILL of a job worker (3x), SIGSTOP of a worker
   shorter than jobs.heartbeat_timeout_ms then SIGCONT (2x) and longer than it (2x), the state
   directory filled to the last byte for a while (1x, a promotion and submissions tried while
-  it is full), CancelJob of a running training job (1x), and two restarts of the server
-  (SIGTERM, wait for exit, start again on the same config and state dir).
+  it is full), CancelJob of a running training job (1x), two restarts of the server
+  (SIGTERM, wait for exit, start again on the same config and state dir), and issue 41's
+  attacks on the HTTP listener while the load runs (1x, for 4 % of the run, 15 to 60 s): 1,000
+  idle and 300 slowloris connections (one header byte every 3 s) from 127.0.0.2-7, each
+  reopened when the server closes it, a chunked body of up to 1 GiB and a gzip bomb (1 GiB of
+  zeros in about 1 MB), each of which must be answered 413 (tests/deploy/attack_test.py's
+  attacks, imported).
 
 What it asserts (exit status 1 on any violation, each listed):
 - no wrong answer: a fixed oracle set (12 ListOps documents, 1 to ~700 bytes, some past the
