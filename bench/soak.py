@@ -22,7 +22,8 @@ after each restart) whose state_dir is a small filesystem of its own:
   directory filled to the last byte for a while (1x, a promotion and submissions tried while
   it is full), CancelJob of a running training job (1x), two restarts of the server
   (SIGTERM, wait for exit, start again on the same config and state dir), and issue 41's
-  attacks on the HTTP listener while the load runs (1x, for 4 % of the run, 15 to 60 s): 1,000
+  attacks on the HTTP listener while the load runs (1x, at 58 %, for 4 % of the run, 15 to 60
+  s, at most 60,000 connections opened): 1,000
   idle and 300 slowloris connections (one header byte every 3 s) from 127.0.0.2-7, each
   reopened when the server closes it, a chunked body of up to 1 GiB and a gzip bomb (1 GiB of
   zeros in about 1 MB), each of which must be answered 413 (tests/deploy/attack_test.py's
@@ -1097,8 +1098,9 @@ class Faults:
             (0.12, "kill", {}), (0.20, "stop_short", {"seconds": 3.0}),
             (0.28, "stop_long", {"seconds": stop_long_s}), (0.36, "restart", {}),
             (0.46, "disk_full", {"seconds": hold_s}), (0.56, "kill", {}),
+            # After the second server process's warm-up, so that RSS flat judges the attack.
+            (0.58, "listener_attack", {"seconds": min(60.0, max(15.0, 0.04 * d))}),
             (0.62, "stop_long", {"seconds": stop_long_s}), (0.68, "restart", {}),
-            (0.52, "listener_attack", {"seconds": min(60.0, max(15.0, 0.04 * d))}),
             (0.76, "stop_short", {"seconds": 3.0}), (0.82, "kill", {}), (0.88, "cancel", {}),
         ]
         self.stop_event = threading.Event()
@@ -1255,6 +1257,7 @@ class Faults:
         closed, for `seconds`; meanwhile a chunked body of up to 1 GiB and a gzip bomb (1 GiB of
         zeros, about 1 MB) to the plain route, each of which must be answered 413."""
         endpoint = attack.Endpoint(*self.server.http_address)
+        rss_before = self.server.rss_bytes() or 0
         flood = attack.ConnectionAttack(
             endpoint, seconds, idle_sources=[f"127.0.0.{i}" for i in (2, 3, 4, 5)],
             slowloris_sources=["127.0.0.6", "127.0.0.7"])
@@ -1285,7 +1288,10 @@ class Faults:
             thread.join(timeout=seconds + 30)
             flood.stop()
             thread.join(timeout=10)
-        self.record.fault("listener_attack", seconds=seconds, opened=flood.opens,
+        self.record.fault("listener_attack", seconds=seconds,
+                          rss_before_mib=round(rss_before / MIB, 1),
+                          rss_after_mib=round((self.server.rss_bytes() or 0) / MIB, 1),
+                          opened=flood.opens,
                           closed_by_server=flood.closed_by_server, most_open=flood.most_open,
                           bytes_dripped=flood.bytes_dripped, bodies=bodies)
 
