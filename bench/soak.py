@@ -20,8 +20,14 @@ after each restart) whose state_dir is a small filesystem of its own:
 - Faults, at fixed fractions of the run: SIGKILL of a job worker (3x), SIGSTOP of a worker
   shorter than jobs.heartbeat_timeout_ms then SIGCONT (2x) and longer than it (2x), the state
   directory filled to the last byte for a while (1x, a promotion and submissions tried while
-  it is full), CancelJob of a running training job (1x), and two restarts of the server
-  (SIGTERM, wait for exit, start again on the same config and state dir).
+  it is full), CancelJob of a running training job (1x), two restarts of the server
+  (SIGTERM, wait for exit, start again on the same config and state dir), and issue 41's
+  attacks on the HTTP listener while the load runs (1x, at 58 %, for 4 % of the run, 15 to 60
+  s, at most 60,000 connections opened): 1,000
+  idle and 300 slowloris connections (one header byte every 3 s) from 127.0.0.2-7, each
+  reopened when the server closes it, a chunked body of up to 1 GiB and a gzip bomb (1 GiB of
+  zeros in about 1 MB), each of which must be answered 413 (tests/deploy/attack_test.py's
+  attacks, imported).
 
 What it asserts (exit status 1 on any violation, each listed):
 - no wrong answer: a fixed oracle set (12 ListOps documents, 1 to ~700 bytes, some past the
@@ -84,6 +90,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from deploy_lib import listops_expression  # noqa: E402  (the same documents as protocols_test)
 from bench_server import tsworker_children  # noqa: E402
+import attack_test as attack  # noqa: E402  (issue 41's attacks, tests/deploy/attack_test.py)
 
 sys.dont_write_bytecode = True
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1091,6 +1098,8 @@ class Faults:
             (0.12, "kill", {}), (0.20, "stop_short", {"seconds": 3.0}),
             (0.28, "stop_long", {"seconds": stop_long_s}), (0.36, "restart", {}),
             (0.46, "disk_full", {"seconds": hold_s}), (0.56, "kill", {}),
+            # After the second server process's warm-up, so that RSS flat judges the attack.
+            (0.58, "listener_attack", {"seconds": min(60.0, max(15.0, 0.04 * d))}),
             (0.62, "stop_long", {"seconds": stop_long_s}), (0.68, "restart", {}),
             (0.76, "stop_short", {"seconds": 3.0}), (0.82, "kill", {}), (0.88, "cancel", {}),
         ]
@@ -1241,6 +1250,50 @@ class Faults:
                 stub.ListModels(pb.ListModelsRequest(), timeout=30, wait_for_ready=True)
             except grpc.RpcError as error:
                 self.record.note(f"after a restart: ListModels {error.code().name}")
+
+    def listener_attack(self, seconds):
+        """Issue 41's attacks on the HTTP listener while the load runs: 1,000 idle and 300
+        slowloris connections (from 127.0.0.2-7, not the load's address), each reopened when
+        closed, for `seconds`; meanwhile a chunked body of up to 1 GiB and a gzip bomb (1 GiB of
+        zeros, about 1 MB) to the plain route, each of which must be answered 413."""
+        endpoint = attack.Endpoint(*self.server.http_address)
+        rss_before = self.server.rss_bytes() or 0
+        flood = attack.ConnectionAttack(
+            endpoint, seconds, idle_sources=[f"127.0.0.{i}" for i in (2, 3, 4, 5)],
+            slowloris_sources=["127.0.0.6", "127.0.0.7"])
+        thread = threading.Thread(target=flood.run, daemon=True)
+        thread.start()
+        bodies = {}
+        try:
+            time.sleep(min(5.0, seconds / 3))  # the connections are open
+            path = "/v1/models/listops:classify"
+            bomb = attack.gzip_bomb()
+            for name, pieces, headers, chunked in (
+                    ("chunked", attack.json_pieces(attack.GIB), {}, True),
+                    ("gzip_bomb", attack.split(bomb, 65536),
+                     {"Content-Encoding": "gzip", "Content-Length": str(len(bomb))}, False)):
+                try:
+                    status, body, sent, took = attack.stream_body(
+                        endpoint, path, headers, pieces, max_bytes=attack.GIB, time_limit_s=30,
+                        chunked=chunked)
+                except OSError as error:
+                    status, body, sent, took = None, repr(error).encode(), 0, 0.0
+                bodies[name] = {"status": status, "seconds": round(took, 2),
+                                "sent_mib": round(sent / MIB, 1),
+                                "answer": body[:160].decode(errors="replace")}
+                if status != 413 and not self.record.in_restart_window(self.record.now()):
+                    self.record.violation(f"listener attack: the {name} body was answered "
+                                          f"{status}, not 413: {body[:200]!r}")
+        finally:
+            thread.join(timeout=seconds + 30)
+            flood.stop()
+            thread.join(timeout=10)
+        self.record.fault("listener_attack", seconds=seconds,
+                          rss_before_mib=round(rss_before / MIB, 1),
+                          rss_after_mib=round((self.server.rss_bytes() or 0) / MIB, 1),
+                          opened=flood.opens,
+                          closed_by_server=flood.closed_by_server, most_open=flood.most_open,
+                          bytes_dripped=flood.bytes_dripped, bodies=bodies)
 
     def disk_full(self, seconds):
         if not self.statefs.mounted():
