@@ -3,9 +3,9 @@
 // fp32: everything in float32. bf16: the qkv, proj and MLP products run in bfloat16 with float32
 // accumulation (oneDNN on CPUs with AVX512-BF16 or AMX, tensor cores on CUDA devices of compute
 // capability 8.0 or newer; on a CPU, only where LibTorch's bf16 products are measured to sum in
-// float32: model/kernels/bf16_matmul_probe.h); their inputs are rounded to bfloat16, their results come back as
-// float32 and the biases are added in float32. On the CPU, the efficient attention path's two
-// feature products (ψ(K)ᵀV' and φ(Q)·KV) also run in bfloat16 with float32 sums
+// float32: model/kernels/bf16_matmul_probe.h); their inputs are rounded to bfloat16, their results
+// come back as float32 and the biases are added in float32. On the CPU, the efficient attention
+// path's two feature products (ψ(K)ᵀV' and φ(Q)·KV) also run in bfloat16 with float32 sums
 // (TaylorKernelOptions::bf16_products). Embeddings, layer norms, the direct path, the Taylor
 // normalisations (coefficients, denominators, the division), the head and the softmax stay
 // float32. Training always runs in the training spec's dtype: precision applies to modules in

@@ -66,8 +66,8 @@ struct KernelChoice {
   // (model/kernels/bf16_feature_products.h). In the ATen form (CUDA, or kAten), both paths'
   // products: the direct path's scores and their squares are bfloat16, its numerators and
   // denominators float32; on a CPU only where LibTorch's bf16 products sum in float32
-  // (model/kernels/bf16_matmul_probe.h), float32 products elsewhere. The fused CUDA kernels multiply in bfloat16 only, so they run only with
-  // it.
+  // (model/kernels/bf16_matmul_probe.h), float32 products elsewhere. The fused CUDA kernels
+  // multiply in bfloat16 only, so they run only with it.
   bool bf16_products = false;
   // Direct path, float32 on the CPU without autograd, heads of d ≤ 16 on a CPU with AVX-512F:
   // the scores live in registers, 16 query rows at a time (model/kernels/direct_tile.h), instead of
