@@ -777,9 +777,10 @@ TEST_F(ServerIntegrationConfigTest, CrossoverComesFromCalibrationFileOrStartupCa
   }
   if (!HostCpuHasBf16()) return;
   // A bf16 model takes the file's bf16 crossovers, and a file without any is refused, naming
-  // the field, the head shape and the precision.
+  // the field, the head shape and the precision. (Jobs off: the first server, still running,
+  // owns the state directory.)
   std::ofstream(dir_ + "/half.yaml")
-      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\njobs: {enabled: false}\n"
          "models: [{name: half, checkpoint: tiny.tsckpt, device: cpu, precision: bf16, "
          "calibration: tiny.calibration}]\n";
   auto half = StartServer(dir_ + "/half.yaml", &clock_);
@@ -795,7 +796,7 @@ TEST_F(ServerIntegrationConfigTest, CrossoverComesFromCalibrationFileOrStartupCa
       << "taylorshift-calibration 1\n"
          "crossover head_dim=8 heads=4 batch=1 tokens=42 crossed=1 device=cpu threads=2\n";
   std::ofstream(dir_ + "/refused.yaml")
-      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\njobs: {enabled: false}\n"
          "models: [{name: half, checkpoint: tiny.tsckpt, device: cpu, precision: bf16, "
          "calibration: fp32-only.calibration}]\n";
   const auto refused = StartServer(dir_ + "/refused.yaml", &clock_);
