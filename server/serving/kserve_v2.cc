@@ -166,7 +166,9 @@ v2::ModelMetadataResponse ModelMetadata(const pb::ModelInfo& model) {
   if (IsPixelModel(model)) {
     describe(response.add_inputs(), InputName(model), "UINT8", {-1, -1, -1});
   } else {
-    describe(response.add_inputs(), InputName(model), "BYTES", {-1});
+    // [batch, 1], as Triton reports ModelConfig's dims [1] (requests may also send [batch]):
+    // perf_analyzer takes the shape after the batch dimension from here.
+    describe(response.add_inputs(), InputName(model), "BYTES", {-1, 1});
   }
   describe(response.add_outputs(), kProbabilities, "FP32", {-1, model.labels_size()});
   describe(response.add_outputs(), kLabel, "BYTES", {-1});

@@ -589,7 +589,7 @@ class ProtocolsTest(unittest.TestCase):
     def expected_metadata(model):
         return {"name": model.name, "versions": [model.version],
                 "platform": "taylorshift_libtorch",
-                "inputs": [{"name": "document", "datatype": "BYTES", "shape": [-1]}],
+                "inputs": [{"name": "document", "datatype": "BYTES", "shape": [-1, 1]}],
                 "outputs": [{"name": "probabilities", "datatype": "FP32",
                              "shape": [-1, len(model.labels)]},
                             {"name": "label", "datatype": "BYTES", "shape": [-1]}]}
