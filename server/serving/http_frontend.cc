@@ -401,7 +401,7 @@ HttpAnswer InferAnswer(const v2::ModelInferRequest& request, const kserve::Infer
 }
 
 // Triton's model configuration as Triton's REST API answers it: protobuf's JSON with the proto
-// field names and every field, int64 arrays (dims) as JSON numbers.
+// field names and every field, 64-bit integers (dims, the queue delay) as JSON numbers.
 Json ModelConfigJson(const v2::ModelConfig& config) {
   google::protobuf::util::JsonPrintOptions print;
   print.preserve_proto_field_names = true;
@@ -420,6 +420,8 @@ Json ModelConfigJson(const v2::ModelConfig& config) {
   };
   numbers(json["input"]);
   numbers(json["output"]);
+  Json& delay = json["dynamic_batching"]["max_queue_delay_microseconds"];
+  if (delay.is_string()) delay = std::stoull(delay.get<std::string>());
   return json;
 }
 

@@ -84,6 +84,7 @@ def setUpModule():
                f"--grpc_python_out={_stub_dir.name}",
                f"--plugin=protoc-gen-grpc_python={GRPC_PYTHON_PLUGIN}",
                os.path.join(PROTO_DIR, "inference", "grpc_predict_v2.proto"),
+               os.path.join(PROTO_DIR, "inference", "model_config.proto"),
                os.path.join(PROTO_DIR, "taylorshift", "v1", "classifier.proto")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     if result.returncode != 0:

@@ -206,7 +206,7 @@ TEST(HttpFrontendTest, ModelConfigIsTritonsJson) {
     EXPECT_EQ(config["output"][0]["data_type"], "TYPE_FP32");
     EXPECT_EQ(config["output"][0]["dims"], Json::parse("[3]"));
     EXPECT_EQ(config["output"][1]["data_type"], "TYPE_STRING");
-    EXPECT_TRUE(config["dynamic_batching"].is_object());
+    EXPECT_EQ(config["dynamic_batching"]["max_queue_delay_microseconds"], 0);
     EXPECT_EQ(config["model_transaction_policy"]["decoupled"], false);
   }
   EXPECT_EQ(Call(fake, "GET", "/v2/models/m/versions/v9/config").status, 404);
