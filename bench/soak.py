@@ -118,6 +118,7 @@ def generate_stubs(directory):
                f"--grpc_python_out={directory}",
                f"--plugin=protoc-gen-grpc_python={GRPC_PYTHON_PLUGIN}",
                os.path.join(PROTO_DIR, "inference", "grpc_predict_v2.proto"),
+               os.path.join(PROTO_DIR, "inference", "model_config.proto"),
                os.path.join(PROTO_DIR, "taylorshift", "v1", "classifier.proto"),
                os.path.join(PROTO_DIR, "taylorshift", "v1", "jobs.proto")]
     subprocess.run(command, check=True, capture_output=True, timeout=120)

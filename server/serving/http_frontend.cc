@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -141,7 +142,7 @@ struct TooDeep {};
 // Parses a request body into a JSON object. Nesting deeper than `max_depth` stops the parser at
 // that depth (no value of the body is recursed into beyond it); a number out of double's range
 // is an error naming its field, as a syntax error is: INVALID_ARGUMENT, never a 5xx.
-absl::StatusOr<Json> ParseBody(const HttpExchange& request, int max_depth) {
+absl::StatusOr<Json> ParseJsonText(std::string_view text, int max_depth) {
   ParsePosition position;
   const auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
     switch (event) {
@@ -165,7 +166,7 @@ absl::StatusOr<Json> ParseBody(const HttpExchange& request, int max_depth) {
     return true;
   };
   try {
-    Json body = Json::parse(request.body, callback);
+    Json body = Json::parse(text.data(), text.data() + text.size(), callback);
     if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
     return body;
   } catch (const TooDeep&) {
@@ -179,7 +180,48 @@ absl::StatusOr<Json> ParseBody(const HttpExchange& request, int max_depth) {
   }
 }
 
+absl::StatusOr<Json> ParseBody(const HttpExchange& request, int max_depth) {
+  return ParseJsonText(request.body, max_depth);
+}
+
 std::string TypeName(const Json& value) { return value.type_name(); }
+
+// --- the binary tensor data extension ------------------------------------------------------
+
+constexpr char kHeaderLengthName[] = "Inference-Header-Content-Length";
+constexpr char kHeaderLength[] = "inference-header-content-length";
+
+// A body of the binary tensor data extension: the JSON header, then the tensors' bytes.
+struct BinaryBody {
+  std::string_view json;
+  std::string_view binary;
+};
+
+// Splits `body` at the request's Inference-Header-Content-Length (absent: all JSON).
+absl::StatusOr<BinaryBody> SplitBody(const HttpExchange& request) {
+  const auto it = request.headers.find(kHeaderLength);
+  const std::string_view body = request.body;
+  if (it == request.headers.end()) return BinaryBody{body, {}};
+  std::uint64_t length = 0;
+  if (!absl::SimpleAtoi(it->second, &length) || length > body.size()) {
+    return Invalid(kHeaderLengthName,
+                   absl::StrCat("must be the JSON header's length in bytes, 0 to the body's ",
+                                body.size(), "; got \"", Cut(it->second, kShownChars), "\""));
+  }
+  return BinaryBody{body.substr(0, length), body.substr(length)};
+}
+
+// Whether the answer's output `name` is sent as binary data: its binary_data parameter, else the
+// request's binary_data_output.
+bool BinaryOutput(const v2::ModelInferRequest& request, const std::string& name) {
+  for (const auto& output : request.outputs()) {
+    if (output.name() != name) continue;
+    const auto it = output.parameters().find(kserve::kBinaryData);
+    if (it != output.parameters().end()) return it->second.bool_param();
+  }
+  const auto it = request.parameters().find(kserve::kBinaryDataOutput);
+  return it != request.parameters().end() && it->second.bool_param();
+}
 
 // --- KServe v2 JSON ↔ messages -------------------------------------------------------------
 
@@ -228,7 +270,10 @@ absl::Status ReadData(const Json& data, const std::string& field, const std::str
   return absl::OkStatus();
 }
 
-absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body) {
+// `binary`: the bytes after the JSON header (binary tensor data extension), taken in input order
+// by the inputs with a binary_data_size parameter; every byte must be taken.
+absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body,
+                                                           std::string_view binary = {}) {
   v2::ModelInferRequest request;
   for (const auto& [key, value] : body.items()) {
     if (key == "id") {
@@ -243,7 +288,7 @@ absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body) {
         const std::string at = absl::StrCat("inputs[", i, "]");
         if (!in.is_object()) return Invalid(at, "must be an object");
         auto* tensor = request.add_inputs();
-        for (const char* required : {"name", "datatype", "shape", "data"}) {
+        for (const char* required : {"name", "datatype", "shape"}) {
           if (!in.contains(required)) return Invalid(absl::StrCat(at, ".", required), "required");
         }
         for (const auto& [k, v] : in.items()) {
@@ -264,8 +309,37 @@ absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body) {
             return Invalid(field, "unknown key (known: name, datatype, shape, parameters, data)");
           }
         }
-        TS_RETURN_IF_ERROR(
-            ReadData(in["data"], at + ".data", tensor->datatype(), tensor->mutable_contents()));
+        const auto size = tensor->parameters().find(kserve::kBinaryDataSize);
+        if (size == tensor->parameters().end()) {
+          if (!in.contains("data")) {
+            return Invalid(at + ".data",
+                           absl::StrCat("required (or parameters.", kserve::kBinaryDataSize,
+                                        " with the binary tensor data extension)"));
+          }
+          TS_RETURN_IF_ERROR(
+              ReadData(in["data"], at + ".data", tensor->datatype(), tensor->mutable_contents()));
+          continue;
+        }
+        const std::string field = absl::StrCat(at, ".parameters.", kserve::kBinaryDataSize);
+        if (in.contains("data")) {
+          return Invalid(at + ".data", absl::StrCat("give either data or parameters.",
+                                                    kserve::kBinaryDataSize, ", not both"));
+        }
+        if (size->second.parameter_choice_case() != v2::InferParameter::kInt64Param ||
+            size->second.int64_param() < 0) {
+          return Invalid(field, "must be an integer ≥ 0 (the input's bytes after the JSON)");
+        }
+        const auto bytes = static_cast<std::uint64_t>(size->second.int64_param());
+        if (bytes > binary.size()) {
+          return Invalid(field, absl::StrCat(bytes, " bytes, but only ", binary.size(),
+                                             " binary bytes are left after the JSON header (",
+                                             kHeaderLengthName, ")"));
+        }
+        if (request.raw_input_contents_size() != request.inputs_size() - 1) {
+          return Invalid(field, "every input or none must use binary data");
+        }
+        request.add_raw_input_contents(std::string(binary.substr(0, bytes)));
+        binary.remove_prefix(bytes);
       }
     } else if (key == "outputs") {
       if (!value.is_array()) return Invalid("outputs", "must be an array");
@@ -286,12 +360,33 @@ absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body) {
       return Invalid(key, "unknown key (known: id, parameters, inputs, outputs)");
     }
   }
+  if (!binary.empty()) {
+    return Invalid(kHeaderLengthName, absl::StrCat(binary.size(),
+                                                   " bytes follow the JSON header that no input's "
+                                                   "parameters.binary_data_size claims"));
+  }
+  if (request.raw_input_contents_size() != 0 &&
+      request.raw_input_contents_size() != request.inputs_size()) {
+    return Invalid("inputs", "every input or none must use binary data");
+  }
   return request;
 }
 
-Json InferResultJson(const kserve::InferResult& result) {
+// The answer: JSON, or with the binary tensor data extension the JSON header (outputs sent as
+// binary carry parameters.binary_data_size instead of data) and then their bytes, in order.
+HttpAnswer InferAnswer(const v2::ModelInferRequest& request, const kserve::InferResult& result) {
   Json outputs = Json::array();
+  std::string binary;
   for (const kserve::OutputTensor& out : result.outputs) {
+    if (BinaryOutput(request, out.name)) {
+      const std::string raw = kserve::RawContents(out);
+      outputs.push_back({{"name", out.name},
+                         {"datatype", out.datatype},
+                         {"shape", out.shape},
+                         {"parameters", {{kserve::kBinaryDataSize, raw.size()}}}});
+      binary += raw;
+      continue;
+    }
     Json data = Json::array();
     if (out.datatype == "FP32") {
       for (const float v : out.fp32) data.push_back(v);  // the double of the float: exact
@@ -304,7 +399,38 @@ Json InferResultJson(const kserve::InferResult& result) {
   Json body = {{"model_name", result.model_name}, {"model_version", result.model_version}};
   if (!result.id.empty()) body["id"] = result.id;
   body["outputs"] = outputs;
-  return body;
+  HttpAnswer answer = JsonAnswer(200, body);
+  if (!binary.empty()) {
+    answer.headers[kHeaderLengthName] = absl::StrCat(answer.body.size());
+    answer.content_type = "application/octet-stream";
+    answer.body += binary;
+  }
+  return answer;
+}
+
+// Triton's model configuration as Triton's REST API answers it: protobuf's JSON with the proto
+// field names and every field, 64-bit integers (dims, the queue delay) as JSON numbers.
+Json ModelConfigJson(const v2::ModelConfig& config) {
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.always_print_primitive_fields = true;
+  std::string text;
+  (void)google::protobuf::util::MessageToJsonString(config, &text, print);
+  Json json = Json::parse(text);
+  const auto numbers = [](Json& tensors) {
+    for (Json& tensor : tensors) {
+      for (Json* dims : {&tensor["dims"], &tensor["reshape"]["shape"]}) {
+        if (!dims->is_array()) continue;
+        for (Json& d : *dims) d = std::stoll(d.get<std::string>());
+      }
+      if (tensor["reshape"].is_null()) tensor.erase("reshape");
+    }
+  };
+  numbers(json["input"]);
+  numbers(json["output"]);
+  Json& delay = json["dynamic_batching"]["max_queue_delay_microseconds"];
+  if (delay.is_string()) delay = std::stoull(delay.get<std::string>());
+  return json;
 }
 
 // --- the plain route ----------------------------------------------------------------------
@@ -422,13 +548,15 @@ HttpAnswer Infer(Inference* inference, const RouteOptions& options, const CallCo
       inference, call, request, options.max_infer_batch,
       [&](const absl::Status& status, const kserve::InferResult& result) {
         if (status.ok()) {
-          answer = JsonAnswer(200, InferResultJson(result));
+          answer = InferAnswer(request, result);
         } else {
           // The messages name the gRPC fields; REST bodies carry them as "data".
           std::string message(status.message());
           for (const std::string field : {".contents.bytes_contents", ".contents.uint_contents"}) {
             message = absl::StrReplaceAll(message, {{field, ".data"}});
           }
+          message =
+              absl::StrReplaceAll(message, {{"raw_input_contents[0]", "inputs[0]'s binary data"}});
           answer = ErrorAnswer(absl::Status(status.code(), message));
         }
         done.Notify();
@@ -512,8 +640,9 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
   route("GET", "/v2/health/ready", [inference](const CallContext& /*call*/, const HttpExchange&) {
     // The specification's $ready_server_response names its field "live" (a slip for "ready",
     // which KServe's servers send): both, so a client of either reading works.
+    // Not ready (draining) is 400, as Triton answers (the specification: any 4xx).
     const bool ready = inference->Ready();
-    return JsonAnswer(ready ? 200 : 503, Json{{"ready", ready}, {"live", true}});
+    return JsonAnswer(ready ? 200 : 400, Json{{"ready", ready}, {"live", true}});
   });
   // Server metadata is GET v2 in the specification's table and /v2/ in its OpenAPI file: both.
   route("GET", "/v2/?", [](const CallContext& /*call*/, const HttpExchange&) {
@@ -531,19 +660,33 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
         }
         if (!request.path_groups[2].empty()) {
           const bool ready = inference->Ready();
-          return JsonAnswer(ready ? 200 : 503, Json{{"name", name}, {"ready", ready}});
+          return JsonAnswer(ready ? 200 : 400, Json{{"name", name}, {"ready", ready}});
         }
         return JsonAnswer(200,
                           Json(MessageJson(kserve::ModelMetadata(*model), /*all_fields=*/true)));
       },
       Access::kToken);
   route(
+      "GET", absl::StrCat(kV2Model, "/config"),
+      [inference, options](const CallContext& call, const HttpExchange& request) {
+        auto model = inference->GetModel(call, request.path_groups[0]);
+        if (!model.ok()) return ErrorAnswer(model.status());
+        if (auto s = kserve::CheckVersion(*model, request.path_groups[1]); !s.ok()) {
+          return ErrorAnswer(s);
+        }
+        return JsonAnswer(200,
+                          ModelConfigJson(kserve::ModelConfig(*model, options.max_infer_batch)));
+      },
+      Access::kToken);
+  route(
       "POST", absl::StrCat(kV2Model, "/infer"),
       [inference, options](CallContext call, const HttpExchange& request) {
         if (auto s = CheckModelName(request.path_groups[0]); !s.ok()) return ErrorAnswer(s);
-        auto body = ParseBody(request, options.max_json_depth);
+        auto split = SplitBody(request);
+        if (!split.ok()) return ErrorAnswer(split.status());
+        auto body = ParseJsonText(split->json, options.max_json_depth);
         if (!body.ok()) return ErrorAnswer(body.status());
-        auto infer = InferRequestFromJson(*body);
+        auto infer = InferRequestFromJson(*body, split->binary);
         if (!infer.ok()) return ErrorAnswer(infer.status());
         infer->set_model_name(request.path_groups[0]);
         infer->set_model_version(request.path_groups[1]);
@@ -594,7 +737,8 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
     add(method, ".*", [](const CallContext& /*call*/, const HttpExchange& request) {
       return ErrorAnswer(absl::NotFoundError(absl::StrCat(
           "no route ", request.method, " ", request.path,
-          " (routes: /v2, /v2/health/{live,ready}, /v2/models/NAME[/ready|/infer], /v1/models, "
+          " (routes: /v2, /v2/health/{live,ready}, /v2/models/NAME[/ready|/config|/infer], "
+          "/v1/models, "
           "/v1/models/NAME, /v1/models/NAME:classify)")));
     });
   }

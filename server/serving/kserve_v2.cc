@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -71,8 +72,19 @@ absl::Status ApplyParameters(const v2::ModelInferRequest& request, pb::ClassifyR
     } else if (name == "over_length") {
       TS_ASSIGN_OR_RETURN(auto policy, StringParameter(value, field));
       common->set_over_length(policy);  // checked by Inference::Classify with the model
+    } else if (absl::StartsWith(name, kTritonParameterPrefix)) {
+      // Triton's own (triton_enable_empty_final_response, …): they configure Triton's
+      // responses, not the model; ModelStreamInfer reads the one it honours from the request.
+    } else if (name == kBinaryDataOutput) {
+      // The REST binary tensor data extension (the REST front end reads it; gRPC answers are
+      // binary anyway, as Triton's are).
+      if (value.parameter_choice_case() != v2::InferParameter::kBoolParam) {
+        return Invalid(field, "must be a boolean (bool_param)");
+      }
     } else {
-      return Invalid(field, "unknown parameter (known: top_k, path, over_length)");
+      return Invalid(field,
+                     "unknown parameter (known: top_k, path, over_length, binary_data_output, "
+                     "and Triton's triton_*, which are ignored)");
     }
   }
   return absl::OkStatus();
@@ -109,16 +121,15 @@ absl::Status PlanOutputs(const v2::ModelInferRequest& request, std::uint32_t top
         }
         plan->class_count = static_cast<std::uint32_t>(std::min<std::int64_t>(k, 1 << 30));
         class_count_field = param;
-      } else if (name == "binary_data" &&
-                 value.parameter_choice_case() == v2::InferParameter::kBoolParam &&
-                 !value.bool_param()) {
-        // The REST binary extension turned off: the default here.
+      } else if (name == kBinaryData) {
+        // The REST binary tensor data extension (the REST front end answers it).
+        if (value.parameter_choice_case() != v2::InferParameter::kBoolParam) {
+          return Invalid(param, "must be a boolean (bool_param)");
+        }
       } else {
-        return Invalid(param, name == "binary_data"
-                                  ? "the binary tensor data extension is not supported"
-                                  : absl::StrCat("unknown parameter (known: class_count or "
-                                                 "classification on ",
-                                                 kProbabilities, ")"));
+        return Invalid(param, absl::StrCat("unknown parameter (known: binary_data, and "
+                                           "class_count or classification on ",
+                                           kProbabilities, ")"));
       }
     }
   }
@@ -155,11 +166,48 @@ v2::ModelMetadataResponse ModelMetadata(const pb::ModelInfo& model) {
   if (IsPixelModel(model)) {
     describe(response.add_inputs(), InputName(model), "UINT8", {-1, -1, -1});
   } else {
-    describe(response.add_inputs(), InputName(model), "BYTES", {-1});
+    // [batch, 1], as Triton reports ModelConfig's dims [1] (requests may also send [batch]):
+    // perf_analyzer takes the shape after the batch dimension from here.
+    describe(response.add_inputs(), InputName(model), "BYTES", {-1, 1});
   }
   describe(response.add_outputs(), kProbabilities, "FP32", {-1, model.labels_size()});
   describe(response.add_outputs(), kLabel, "BYTES", {-1});
   return response;
+}
+
+v2::ModelConfig ModelConfig(const pb::ModelInfo& model, std::int64_t max_batch) {
+  v2::ModelConfig config;
+  config.set_name(model.name());
+  config.set_platform(kPlatform);
+  config.set_backend(kBackend);
+  config.set_max_batch_size(
+      static_cast<std::int32_t>(std::clamp<std::int64_t>(max_batch, 1, (1u << 31) - 1)));
+  auto* input = config.add_input();
+  input->set_name(InputName(model));
+  if (IsPixelModel(model)) {
+    // [height, width] (gray) or [height, width, 3] (RGB): any size, after the batch.
+    input->set_data_type(v2::TYPE_UINT8);
+    input->add_dims(-1);
+    input->add_dims(-1);
+  } else {
+    // One document per batch element: [batch] (the model's view) or [batch, 1] on the wire.
+    input->set_data_type(v2::TYPE_STRING);
+    input->add_dims(1);
+    input->mutable_reshape();
+  }
+  auto* probabilities = config.add_output();
+  probabilities->set_name(kProbabilities);
+  probabilities->set_data_type(v2::TYPE_FP32);
+  probabilities->add_dims(model.labels_size());
+  auto* label = config.add_output();
+  label->set_name(kLabel);
+  label->set_data_type(v2::TYPE_STRING);
+  label->add_dims(1);
+  label->mutable_reshape();
+  // Every element waits in the model's length-bucketed batcher.
+  config.mutable_dynamic_batching();
+  config.mutable_model_transaction_policy()->set_decoupled(false);
+  return config;
 }
 
 absl::Status CheckVersion(const pb::ModelInfo& model, const std::string& version) {
@@ -291,9 +339,10 @@ absl::StatusOr<InferPlan> Plan(const v2::ModelInferRequest& request, const pb::M
                                 ", not ", Quoted(input.name())));
   }
   for (const auto& [name, value] : input.parameters()) {
-    if (name == "binary_data_size") {
+    // binary_data_size: the REST front end has moved the binary data to raw_input_contents.
+    if (name != kBinaryDataSize) {
       return Invalid(absl::StrCat("inputs[0].parameters.", name),
-                     "the binary tensor data extension is not supported: send the data in JSON");
+                     absl::StrCat("unknown parameter (known: ", kBinaryDataSize, ")"));
     }
   }
   const bool raw = !request.raw_input_contents().empty();
@@ -415,6 +464,10 @@ void Infer(Inference* inference, const CallContext& call, const v2::ModelInferRe
   }
 }
 
+std::string RawContents(const OutputTensor& output) {
+  return output.datatype == "FP32" ? EncodeRawFp32(output.fp32) : EncodeRawBytes(output.bytes);
+}
+
 v2::ModelInferResponse ToProto(const InferResult& result) {
   v2::ModelInferResponse response;
   response.set_model_name(result.model_name);
@@ -425,8 +478,7 @@ v2::ModelInferResponse ToProto(const InferResult& result) {
     tensor->set_name(out.name);
     tensor->set_datatype(out.datatype);
     for (const auto d : out.shape) tensor->add_shape(d);
-    response.add_raw_output_contents(out.datatype == "FP32" ? EncodeRawFp32(out.fp32)
-                                                            : EncodeRawBytes(out.bytes));
+    response.add_raw_output_contents(RawContents(out));
   }
   return response;
 }

@@ -8,7 +8,10 @@
 //   both:            output "probabilities" FP32  [B, classes]: every class, in class order
 //                    output "label"         BYTES [B]: the most probable class
 // Request parameters: top_k (int64), path (auto|direct|efficient|softmax), over_length
-// (truncate|keep_tail|reject|window). The classification extension: `class_count: K` on the
+// (truncate|keep_tail|reject|window); Triton's triton_* parameters are accepted and ignored
+// (ModelStreamInfer honours triton_enable_empty_final_response), and the REST binary tensor data
+// extension's binary_data_output, binary_data (outputs) and binary_data_size (inputs) are
+// accepted (the REST front end applies them). The classification extension: `class_count: K` on the
 // requested "probabilities" output (or top_k) turns it into BYTES [B, K] of "score:index:label",
 // best first. Every element rides the model's batcher as one Classify request (same limits,
 // auth, deadlines and metrics); the answer fails with the first failing element's status.
@@ -31,9 +34,18 @@ inline constexpr char kServerName[] = "taylorshift-serve";
 inline constexpr char kPlatform[] = "taylorshift_libtorch";
 inline constexpr char kProbabilities[] = "probabilities";
 inline constexpr char kLabel[] = "label";
+inline constexpr char kBackend[] = "taylorshift";
+inline constexpr char kTritonParameterPrefix[] = "triton_";
+inline constexpr char kBinaryDataOutput[] = "binary_data_output";
+inline constexpr char kBinaryData[] = "binary_data";
+inline constexpr char kBinaryDataSize[] = "binary_data_size";
 
 inference::ServerMetadataResponse ServerMetadata();
 inference::ModelMetadataResponse ModelMetadata(const taylorshift::v1::ModelInfo& model);
+// Triton's model configuration of a model served with batches of up to `max_batch` elements
+// (max_infer_batch): what perf_analyzer and Triton's clients read (inputs, outputs, max batch
+// size, dynamic batching, not decoupled).
+inference::ModelConfig ModelConfig(const taylorshift::v1::ModelInfo& model, std::int64_t max_batch);
 // OK when `version` is empty or the served version; NOT_FOUND naming both otherwise.
 absl::Status CheckVersion(const taylorshift::v1::ModelInfo& model, const std::string& version);
 
@@ -76,6 +88,10 @@ using InferDone = std::function<void(const absl::Status& status, InferResult res
 void Infer(Inference* inference, const CallContext& call,
            const inference::ModelInferRequest& request, std::int64_t max_batch,
            const InferDone& done);
+
+// An output's elements in the raw encoding (FP32 little-endian, BYTES each prefixed by its 4-byte
+// little-endian length): gRPC's raw_output_contents and REST's binary tensor data.
+std::string RawContents(const OutputTensor& output);
 
 // The gRPC encoding of a result: outputs' bytes in raw_output_contents (as Triton answers, and
 // as tritonclient reads them): FP32 little-endian, BYTES each prefixed by its 4-byte length.

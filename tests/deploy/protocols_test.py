@@ -84,6 +84,7 @@ def setUpModule():
                f"--grpc_python_out={_stub_dir.name}",
                f"--plugin=protoc-gen-grpc_python={GRPC_PYTHON_PLUGIN}",
                os.path.join(PROTO_DIR, "inference", "grpc_predict_v2.proto"),
+               os.path.join(PROTO_DIR, "inference", "model_config.proto"),
                os.path.join(PROTO_DIR, "taylorshift", "v1", "classifier.proto")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
@@ -589,7 +590,7 @@ class ProtocolsTest(unittest.TestCase):
     def expected_metadata(model):
         return {"name": model.name, "versions": [model.version],
                 "platform": "taylorshift_libtorch",
-                "inputs": [{"name": "document", "datatype": "BYTES", "shape": [-1]}],
+                "inputs": [{"name": "document", "datatype": "BYTES", "shape": [-1, 1]}],
                 "outputs": [{"name": "probabilities", "datatype": "FP32",
                              "shape": [-1, len(model.labels)]},
                             {"name": "label", "datatype": "BYTES", "shape": [-1]}]}

@@ -41,7 +41,8 @@ TEST(HttpFrontendTest, HealthAndMetadataRoutes) {
   EXPECT_EQ(Call(fake, "GET", "/v2/health/ready").status, 200);
   fake.SetReady(false);
   auto not_ready = Call(fake, "GET", "/v2/health/ready");
-  EXPECT_EQ(not_ready.status, 503);
+  EXPECT_EQ(not_ready.status, 400);  // as Triton answers; the specification: 4xx
+  EXPECT_EQ(Call(fake, "GET", "/v2/models/m/ready").status, 400);
   EXPECT_EQ(Json::parse(not_ready.body)["ready"], false);
   EXPECT_EQ(Json::parse(not_ready.body)["live"], true);  // the specification's field name
   fake.SetReady(true);
@@ -194,7 +195,10 @@ TEST(HttpFrontendTest, ErrorsCarryTheirStatusFieldAndHeaders) {
          400, "inputs[0].data: required");
   expect(Call(fake, "POST", "/v2/models/m/infer", R"({"inputs": [{"name": "document",
          "datatype": "BYTES", "shape": [1], "data": ["a"], "parameters": {"binary_data_size": 1}}]})"),
-         400, "binary tensor data extension");
+         400, "inputs[0].data: give either data or parameters.binary_data_size");
+  expect(Call(fake, "POST", "/v2/models/m/infer", R"({"inputs": [{"name": "document",
+         "datatype": "BYTES", "shape": [1], "data": ["a"]}], "parameters": {"colour": 1}})"),
+         400, "parameters.colour: unknown parameter");
   expect(
       Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a"})", {{"x-timeout-ms", "soon"}}),
       400, "X-Timeout-Ms");
@@ -213,6 +217,145 @@ TEST(HttpFrontendTest, ErrorsCarryTheirStatusFieldAndHeaders) {
   EXPECT_EQ(denied.headers["WWW-Authenticate"], "Bearer");
   fake.FailWith(absl::DeadlineExceededError("late"));
   expect(Call(fake, "POST", "/v1/models/m:classify", R"({"text": "a"})"), 504, "late");
+}
+
+// Triton's model configuration: what perf_analyzer reads, dims as JSON numbers.
+TEST(HttpFrontendTest, ModelConfigIsTritonsJson) {
+  FakeInference fake;
+  for (const char* path : {"/v2/models/m/config", "/v2/models/m/versions/v1/config"}) {
+    const auto answer = Call(fake, "GET", path);
+    ASSERT_EQ(answer.status, 200) << answer.body;
+    const auto config = Json::parse(answer.body);
+    EXPECT_EQ(config["name"], "m");
+    EXPECT_EQ(config["platform"], "taylorshift_libtorch");
+    EXPECT_EQ(config["max_batch_size"], 4);  // max_infer_batch
+    EXPECT_EQ(config["input"][0]["name"], "document");
+    EXPECT_EQ(config["input"][0]["data_type"], "TYPE_STRING");
+    EXPECT_EQ(config["input"][0]["dims"], Json::parse("[1]"));
+    EXPECT_EQ(config["input"][0]["is_shape_tensor"], false);
+    EXPECT_EQ(config["output"][0]["name"], "probabilities");
+    EXPECT_EQ(config["output"][0]["data_type"], "TYPE_FP32");
+    EXPECT_EQ(config["output"][0]["dims"], Json::parse("[3]"));
+    EXPECT_EQ(config["output"][1]["data_type"], "TYPE_STRING");
+    EXPECT_EQ(config["dynamic_batching"]["max_queue_delay_microseconds"], 0);
+    EXPECT_EQ(config["model_transaction_policy"]["decoupled"], false);
+  }
+  EXPECT_EQ(Call(fake, "GET", "/v2/models/m/versions/v9/config").status, 404);
+  EXPECT_EQ(Call(fake, "GET", "/v2/models/x/config").status, 404);
+}
+
+// A BYTES tensor in the binary tensor data extension: 4-byte little-endian lengths, then bytes.
+std::string RawBytes(const std::vector<std::string>& elements) {
+  std::string raw;
+  for (const std::string& e : elements) {
+    const auto n = static_cast<std::uint32_t>(e.size());
+    for (int i = 0; i < 4; ++i) raw.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+    raw += e;
+  }
+  return raw;
+}
+
+HttpAnswer CallBinary(FakeInference& fake, const std::string& json, const std::string& binary) {
+  return Call(fake, "POST", "/v2/models/m/infer", json + binary,
+              {{"inference-header-content-length", std::to_string(json.size())}});
+}
+
+// tritonclient.http's default mode: binary inputs and outputs, answered with the same values as
+// the JSON form.
+TEST(HttpFrontendTest, BinaryTensorDataExtensionInAndOut) {
+  FakeInference fake;
+  const std::string raw = RawBytes({"ab", "abcd"});
+  const std::string json =
+      R"({"id": "b", "inputs": [{"name": "document", "datatype": "BYTES", "shape": [2, 1],
+      "parameters": {"binary_data_size": )" +
+      std::to_string(raw.size()) + R"(}}], "parameters": {"binary_data_output": true}})";
+  const auto answer = CallBinary(fake, json, raw);
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  ASSERT_EQ(fake.calls().size(), 2u);
+  EXPECT_EQ(fake.calls()[1].document(), "abcd");
+  EXPECT_EQ(answer.content_type, "application/octet-stream");
+  const std::size_t header = std::stoul(answer.headers.at("Inference-Header-Content-Length"));
+  const auto body = Json::parse(answer.body.substr(0, header));
+  EXPECT_EQ(body["id"], "b");
+  ASSERT_EQ(body["outputs"].size(), 2u);
+  EXPECT_FALSE(body["outputs"][0].contains("data"));
+  const std::size_t fp32_bytes = body["outputs"][0]["parameters"]["binary_data_size"];
+  const std::size_t label_bytes = body["outputs"][1]["parameters"]["binary_data_size"];
+  EXPECT_EQ(fp32_bytes, 2u * 3u * 4u);
+  ASSERT_EQ(answer.body.size(), header + fp32_bytes + label_bytes);
+  const auto expected = FakeInference::Probabilities(4, 3);
+  float second[3];
+  std::memcpy(second, answer.body.data() + header + 12, sizeof(second));
+  EXPECT_EQ(second[1], expected[1]);
+  EXPECT_EQ(answer.body.substr(header + fp32_bytes), RawBytes({"c2", "c2"}));
+
+  // Per output: binary_data true on one, the other in JSON.
+  const std::string mixed =
+      R"({"inputs": [{"name": "document", "datatype": "BYTES", "shape": [1],
+      "parameters": {"binary_data_size": 6}}], "outputs": [{"name": "label",
+      "parameters": {"binary_data": true}}, {"name": "probabilities"}]})";
+  const auto per_output = CallBinary(fake, mixed, RawBytes({"ab"}));
+  ASSERT_EQ(per_output.status, 200) << per_output.body;
+  const std::size_t mixed_header =
+      std::stoul(per_output.headers.at("Inference-Header-Content-Length"));
+  const auto mixed_body = Json::parse(per_output.body.substr(0, mixed_header));
+  EXPECT_EQ(mixed_body["outputs"][0]["name"], "label");
+  EXPECT_EQ(per_output.body.substr(mixed_header), RawBytes({"c2"}));
+  EXPECT_EQ(mixed_body["outputs"][1]["data"].size(), 3u);
+  // No binary output: plain JSON, no header.
+  const auto plain =
+      CallBinary(fake, R"({"inputs": [{"name": "document", "datatype": "BYTES", "shape": [1],
+      "parameters": {"binary_data_size": 6}}]})",
+                 RawBytes({"ab"}));
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(plain.headers.count("Inference-Header-Content-Length"), 0u);
+  EXPECT_EQ(Json::parse(plain.body)["outputs"][1]["data"], Json::parse(R"(["c2"])"));
+}
+
+TEST(HttpFrontendTest, MalformedBinaryBodiesAre400NamingTheField) {
+  FakeInference fake;
+  const auto expect = [&](const HttpAnswer& a, const std::string& text) {
+    EXPECT_EQ(a.status, 400) << a.body;
+    EXPECT_THAT(Json::parse(a.body)["error"].get<std::string>(), HasSubstr(text));
+  };
+  const auto input = [](const std::string& size) {
+    return R"({"inputs": [{"name": "document", "datatype": "BYTES", "shape": [1],
+      "parameters": {"binary_data_size": )" +
+           size + "}}]}";
+  };
+  const std::string raw = RawBytes({"ab"});
+  // The header's length past the body, or not a number.
+  expect(Call(fake, "POST", "/v2/models/m/infer", input("6") + raw,
+              {{"inference-header-content-length", "100000"}}),
+         "Inference-Header-Content-Length: must be the JSON header's length");
+  expect(Call(fake, "POST", "/v2/models/m/infer", input("6") + raw,
+              {{"inference-header-content-length", "-3"}}),
+         "Inference-Header-Content-Length");
+  // A JSON header cut short.
+  expect(Call(fake, "POST", "/v2/models/m/infer", input("6") + raw,
+              {{"inference-header-content-length", "20"}}),
+         "invalid JSON");
+  // More bytes claimed than sent; bytes nobody claims; a negative or non-integer size.
+  expect(CallBinary(fake, input("7"), raw),
+         "inputs[0].parameters.binary_data_size: 7 bytes, but only 6");
+  expect(CallBinary(fake, input("5"), raw), "1 bytes follow the JSON header");
+  expect(CallBinary(fake, input("-1"), raw), "inputs[0].parameters.binary_data_size: must be");
+  expect(CallBinary(fake, input("\"6\""), raw), "inputs[0].parameters.binary_data_size");
+  // An element whose length prefix runs past the end.
+  std::string corrupt = raw;
+  corrupt[0] = 9;
+  expect(CallBinary(fake, input("6"), corrupt), "inputs[0]'s binary data");
+  // Neither data nor binary_data_size.
+  expect(CallBinary(fake, R"({"inputs": [{"name": "document", "datatype": "BYTES",
+      "shape": [1]}]})",
+                    ""),
+         "inputs[0].data: required (or parameters.binary_data_size");
+  // binary_data must be a boolean.
+  expect(Call(fake, "POST", "/v2/models/m/infer", R"({"inputs": [{"name": "document",
+      "datatype": "BYTES", "shape": [1], "data": ["a"]}], "outputs": [{"name": "label",
+      "parameters": {"binary_data": 1}}]})"),
+         "outputs[0].parameters.binary_data: must be a boolean");
+  EXPECT_TRUE(fake.calls().empty());
 }
 
 // The plain route's body is proto3 JSON of taylorshift.v1.RestClassifyRequest: the field names

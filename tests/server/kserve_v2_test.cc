@@ -194,6 +194,47 @@ TEST(KServeV2Test, ImageShapesWhoseProductsOverflowAreInvalid) {
             "8192, 8192, 3] needs more than 2^63");
 }
 
+TEST(KServeV2Test, ModelConfigIsTritonsForDocumentsAndImages) {
+  const auto config = ModelConfig(Model(4), /*max_batch=*/16);
+  EXPECT_EQ(config.name(), "m");
+  EXPECT_EQ(config.platform(), "taylorshift_libtorch");
+  EXPECT_EQ(config.max_batch_size(), 16);
+  ASSERT_EQ(config.input_size(), 1);
+  EXPECT_EQ(config.input(0).name(), "document");
+  EXPECT_EQ(config.input(0).data_type(), v2::TYPE_STRING);
+  EXPECT_THAT(config.input(0).dims(), ::testing::ElementsAre(1));
+  ASSERT_EQ(config.output_size(), 2);
+  EXPECT_EQ(config.output(0).data_type(), v2::TYPE_FP32);
+  EXPECT_THAT(config.output(0).dims(), ::testing::ElementsAre(4));
+  EXPECT_EQ(config.output(1).name(), "label");
+  EXPECT_TRUE(config.has_dynamic_batching());
+  EXPECT_FALSE(config.model_transaction_policy().decoupled());
+  const auto pixels = ModelConfig(Model(2, "pixels"), 8);
+  EXPECT_EQ(pixels.input(0).name(), "image");
+  EXPECT_EQ(pixels.input(0).data_type(), v2::TYPE_UINT8);
+  EXPECT_THAT(pixels.input(0).dims(), ::testing::ElementsAre(-1, -1));
+  // An int32 field: max_infer_batch beyond it is capped, never negative.
+  EXPECT_EQ(ModelConfig(Model(), std::int64_t{1} << 40).max_batch_size(), (1u << 31) - 1);
+}
+
+// perf_analyzer sends triton_enable_empty_final_response; tritonclient.http the binary
+// extension's parameters. None changes the answer.
+TEST(KServeV2Test, TritonsParametersAreAcceptedAndChangeNothing) {
+  auto request = Documents({"a", "bb"});
+  (*request.mutable_parameters())["triton_enable_empty_final_response"].set_bool_param(true);
+  (*request.mutable_parameters())["triton_some_future_flag"].set_int64_param(3);
+  (*request.mutable_parameters())["binary_data_output"].set_bool_param(true);
+  auto* out = request.add_outputs();
+  out->set_name("label");
+  (*out->mutable_parameters())["binary_data"].set_bool_param(true);
+  auto plan = Plan(request, Model(), 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->requests.size(), 2u);
+  EXPECT_EQ(plan->requests[1].document(), "bb");
+  EXPECT_THAT(plan->outputs, ::testing::ElementsAre("label"));
+  EXPECT_EQ(plan->requests[0].top_k(), 0u);
+}
+
 TEST(KServeV2Test, EveryBadRequestNamesItsField) {
   const auto model = Model();
   struct Case {
@@ -215,6 +256,10 @@ TEST(KServeV2Test, EveryBadRequestNamesItsField) {
        [](auto& r) { (*r.mutable_parameters())["path"].set_string_param("fast"); }},
       {"parameters.colour",
        [](auto& r) { (*r.mutable_parameters())["colour"].set_bool_param(true); }},
+      {"parameters.binary_data_output",
+       [](auto& r) { (*r.mutable_parameters())["binary_data_output"].set_int64_param(1); }},
+      {"inputs[0].parameters.colour",
+       [](auto& r) { (*r.mutable_inputs(0)->mutable_parameters())["colour"].set_int64_param(1); }},
       {"outputs[0].name", [](auto& r) { r.add_outputs()->set_name("logits"); }},
       {"inputs[0].contents", [](auto& r) { r.add_raw_input_contents("\x01"); }},
       {"raw_input_contents[0]",
