@@ -669,6 +669,7 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
   route(
       "GET", absl::StrCat(kV2Model, "/config"),
       [inference, options](const CallContext& call, const HttpExchange& request) {
+        if (auto s = CheckModelName(request.path_groups[0]); !s.ok()) return ErrorAnswer(s);
         auto model = inference->GetModel(call, request.path_groups[0]);
         if (!model.ok()) return ErrorAnswer(model.status());
         if (auto s = kserve::CheckVersion(*model, request.path_groups[1]); !s.ok()) {
