@@ -3,13 +3,14 @@
 // limits), the v2 JSON mapping, kserve::Infer's plan (shapes, datatypes, parameters, the refused
 // binary tensor data extension) and the answer's JSON encoding. Selector bit 0: the document model
 // or the pixel model; bit 1: the versioned route; bit 2: the binary extension's
-// Inference-Header-Content-Length header (which the server must refuse, not follow); bit 3:
-// max_infer_batch's largest value instead of its default.
+// Inference-Header-Content-Length header (the JSON header's length; the rest of the body is the
+// inputs' binary data); bit 3: max_infer_batch's largest value instead of its default.
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "server/serving/http_frontend.h"
 #include "tests/fuzz/fuzz_inference.h"
 #include "tests/fuzz/fuzz_support.h"
@@ -28,8 +29,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ts::server::RouteOptions options;
   if (input.selector & 8) options.max_infer_batch = std::numeric_limits<std::int64_t>::max();
   const ts::server::HttpAnswer answer = ts::server::Route(&inference, options, request);
-  // Bad bodies are 400s naming the field, never a server error, and every answer is JSON.
-  if (answer.status >= 500 || !nlohmann::json::accept(answer.body)) {
+  // Bad bodies are 400s naming the field, never a server error, and every answer is JSON: the
+  // whole body, or (binary outputs asked for) the Inference-Header-Content-Length bytes before the
+  // binary tensors, a length that fits in the body.
+  std::string json = answer.body;
+  if (const auto header = answer.headers.find("Inference-Header-Content-Length");
+      header != answer.headers.end()) {
+    std::size_t length = 0;
+    if (!absl::SimpleAtoi(header->second, &length) || length > answer.body.size()) {
+      ts::fuzz::Broken("HTTP " + std::to_string(answer.status) + ": header length " +
+                       header->second + " of a " + std::to_string(answer.body.size()) +
+                       "-byte body");
+    }
+    json = answer.body.substr(0, length);
+  }
+  if (answer.status >= 500 || !nlohmann::json::accept(json)) {
     ts::fuzz::Broken("HTTP " + std::to_string(answer.status) + ": " + answer.body);
   }
   return 0;
