@@ -66,6 +66,51 @@ void ReadGpusInto(const std::string& library, Metrics& metrics,
   metrics.SetGpuSource([telemetry] { return telemetry->Read(); });
 }
 
+// The /metrics endpoint's options: its address, TLS and (metrics_require_token) the check of a
+// scrape's token by `authorizer`, which must outlive the endpoint.
+MetricsOptions MetricsOptionsFor(const ServerConfig& config, const Authorizer* authorizer) {
+  MetricsOptions options;
+  options.listen = config.metrics_listen;
+  options.cert_file = config.metrics.tls.cert_file;
+  options.key_file = config.metrics.tls.key_file;
+  options.client_ca_file = config.metrics.tls.client_ca_file;
+  if (config.metrics.require_token) {
+    options.authorize = [authorizer](std::string_view authorization) {
+      return authorizer->Check(authorization, "metrics");
+    };
+  }
+  return options;
+}
+
+// The job manager's options from the config and this machine (CUDA devices, NCCL, cores).
+JobManagerOptions JobOptionsFor(const ServerConfig& config) {
+  JobManagerOptions options;
+  options.jobs = config.jobs;
+  options.jobs.cuda_devices = compat::CudaDeviceCount();
+  options.jobs.cuda_data_parallel = HaveNccl();
+  options.state_dir = config.state_dir;
+  options.data_root = config.data_root;
+  options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.heap_keep_freed_bytes = config.heap_keep_freed_bytes;
+  return options;
+}
+
+// One line per served model (version, device, precision, crossover) and its calibration warnings.
+void LogModels(const ModelRegistry& registry, const std::function<void(const std::string&)>& log) {
+  for (const auto& model : registry.List()) {
+    log(absl::StrCat("model '", model->name(), "' version ", model->version(), " on ",
+                     model->device().str(), " at ", PrecisionName(model->config().precision),
+                     ", crossover ", model->crossover_tokens(), " (", model->crossover_source(),
+                     model->crossover_table().empty()
+                         ? ""
+                         : absl::StrCat("; ", model->crossover_table().Describe()),
+                     ")"));
+    for (const auto& warning : model->calibration_warnings()) {
+      log(absl::StrCat("model '", model->name(), "': warning: ", warning));
+    }
+  }
+}
+
 }  // namespace
 
 // Declared in the order they are built; destroyed in reverse (front ends before what they use).
@@ -104,46 +149,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   if (auto cap = CpuCapabilityFromEnvironment(); !cap.ok()) return cap.status();
   p.log(absl::StrCat("CPU kernels: ", DescribeCpuCapability()));
   TS_ASSIGN_OR_RETURN(p.authorizer, Prefixed(Authorizer::Create(config.auth), "auth: "));
-  MetricsOptions metrics_options;
-  metrics_options.listen = config.metrics_listen;
-  metrics_options.cert_file = config.metrics.tls.cert_file;
-  metrics_options.key_file = config.metrics.tls.key_file;
-  metrics_options.client_ca_file = config.metrics.tls.client_ca_file;
-  if (config.metrics.require_token) {
-    // Parts declares the authorizer first: it outlives the endpoint's threads.
-    metrics_options.authorize = [authorizer = p.authorizer.get()](std::string_view authorization) {
-      return authorizer->Check(authorization, "metrics");
-    };
-  }
-  TS_ASSIGN_OR_RETURN(p.metrics, Prefixed(Metrics::Create(metrics_options), "metrics: "));
+  // Parts declares the authorizer first: it outlives the endpoint's threads.
+  TS_ASSIGN_OR_RETURN(
+      p.metrics,
+      Prefixed(Metrics::Create(MetricsOptionsFor(config, p.authorizer.get())), "metrics: "));
   ReadGpusInto(config.nvml_library, *p.metrics, p.log);
   TS_ASSIGN_OR_RETURN(
       p.registry,
       Prefixed(ModelRegistry::Create(config.models, p.metrics.get(), clock), "loading models: "));
-  for (const auto& model : p.registry->List()) {
-    p.log(absl::StrCat("model '", model->name(), "' version ", model->version(), " on ",
-                       model->device().str(), " at ", PrecisionName(model->config().precision),
-                       ", crossover ", model->crossover_tokens(), " (", model->crossover_source(),
-                       model->crossover_table().empty()
-                           ? ""
-                           : absl::StrCat("; ", model->crossover_table().Describe()),
-                       ")"));
-    for (const auto& warning : model->calibration_warnings()) {
-      p.log(absl::StrCat("model '", model->name(), "': warning: ", warning));
-    }
-  }
+  LogModels(*p.registry, p.log);
   // Jobs: the store under state_dir, data paths confined to data_root. Promoted models are
   // served again before the server accepts calls. With jobs.enabled false there is no Jobs
   // service (its RPCs are UNIMPLEMENTED) and nothing is read or written under state_dir.
   if (config.jobs.enabled) {
-    JobManagerOptions job_options;
-    job_options.jobs = config.jobs;
-    job_options.jobs.cuda_devices = compat::CudaDeviceCount();
-    job_options.jobs.cuda_data_parallel = HaveNccl();
-    job_options.state_dir = config.state_dir;
-    job_options.data_root = config.data_root;
-    job_options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    job_options.heap_keep_freed_bytes = config.heap_keep_freed_bytes;
+    JobManagerOptions job_options = JobOptionsFor(config);
     job_options.on_model_served = [&p](const std::string& name) {
       if (p.health != nullptr) p.health->SetServingStatus(name, true);
     };

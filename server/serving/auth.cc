@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Create(const AuthConfig&
     merged[Sha256(token)].insert(roles.begin(), roles.end());
   }
   std::vector<Token> tokens;
+  tokens.reserve(merged.size());
   for (auto& [digest, roles] : merged) tokens.push_back({digest, std::move(roles)});
   return std::unique_ptr<Authorizer>(new Authorizer(std::move(tokens)));
 }

@@ -270,6 +270,66 @@ absl::Status ReadData(const Json& data, const std::string& field, const std::str
   return absl::OkStatus();
 }
 
+// inputs[i] (`at`) of a v2 JSON body into `request`, its contents from its data or (the binary
+// tensor data extension) its binary_data_size bytes taken from the front of `binary`.
+absl::Status ReadInput(const Json& in, const std::string& at, std::string_view* binary,
+                       v2::ModelInferRequest* request) {
+  if (!in.is_object()) return Invalid(at, "must be an object");
+  auto* tensor = request->add_inputs();
+  for (const char* required : {"name", "datatype", "shape"}) {
+    if (!in.contains(required)) return Invalid(absl::StrCat(at, ".", required), "required");
+  }
+  for (const auto& [k, v] : in.items()) {
+    const std::string field = absl::StrCat(at, ".", k);
+    if (k == "name" || k == "datatype") {
+      if (!v.is_string()) return Invalid(field, "must be a string");
+      if (k == "name") tensor->set_name(v.get<std::string>());
+      if (k == "datatype") tensor->set_datatype(v.get<std::string>());
+    } else if (k == "shape") {
+      if (!v.is_array()) return Invalid(field, "must be an array of integers");
+      for (const Json& d : v) {
+        if (!d.is_number_integer()) return Invalid(field, "must be an array of integers");
+        tensor->add_shape(d.get<std::int64_t>());
+      }
+    } else if (k == "parameters") {
+      TS_RETURN_IF_ERROR(ReadParameters(v, field, tensor->mutable_parameters()));
+    } else if (k != "data") {
+      return Invalid(field, "unknown key (known: name, datatype, shape, parameters, data)");
+    }
+  }
+  const auto size = tensor->parameters().find(kserve::kBinaryDataSize);
+  if (size == tensor->parameters().end()) {
+    if (!in.contains("data")) {
+      return Invalid(at + ".data", absl::StrCat("required (or parameters.", kserve::kBinaryDataSize,
+                                                " with the binary tensor data extension)"));
+    }
+    TS_RETURN_IF_ERROR(
+        ReadData(in["data"], at + ".data", tensor->datatype(), tensor->mutable_contents()));
+    return absl::OkStatus();
+  }
+  const std::string field = absl::StrCat(at, ".parameters.", kserve::kBinaryDataSize);
+  if (in.contains("data")) {
+    return Invalid(at + ".data", absl::StrCat("give either data or parameters.",
+                                              kserve::kBinaryDataSize, ", not both"));
+  }
+  if (size->second.parameter_choice_case() != v2::InferParameter::kInt64Param ||
+      size->second.int64_param() < 0) {
+    return Invalid(field, "must be an integer ≥ 0 (the input's bytes after the JSON)");
+  }
+  const auto bytes = static_cast<std::uint64_t>(size->second.int64_param());
+  if (bytes > binary->size()) {
+    return Invalid(field, absl::StrCat(bytes, " bytes, but only ", binary->size(),
+                                       " binary bytes are left after the JSON header (",
+                                       kHeaderLengthName, ")"));
+  }
+  if (request->raw_input_contents_size() != request->inputs_size() - 1) {
+    return Invalid(field, "every input or none must use binary data");
+  }
+  request->add_raw_input_contents(std::string(binary->substr(0, bytes)));
+  binary->remove_prefix(bytes);
+  return absl::OkStatus();
+}
+
 // `binary`: the bytes after the JSON header (binary tensor data extension), taken in input order
 // by the inputs with a binary_data_size parameter; every byte must be taken.
 absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body,
@@ -284,62 +344,7 @@ absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body,
     } else if (key == "inputs") {
       if (!value.is_array()) return Invalid("inputs", "must be an array");
       for (std::size_t i = 0; i < value.size(); ++i) {
-        const Json& in = value[i];
-        const std::string at = absl::StrCat("inputs[", i, "]");
-        if (!in.is_object()) return Invalid(at, "must be an object");
-        auto* tensor = request.add_inputs();
-        for (const char* required : {"name", "datatype", "shape"}) {
-          if (!in.contains(required)) return Invalid(absl::StrCat(at, ".", required), "required");
-        }
-        for (const auto& [k, v] : in.items()) {
-          const std::string field = absl::StrCat(at, ".", k);
-          if (k == "name" || k == "datatype") {
-            if (!v.is_string()) return Invalid(field, "must be a string");
-            if (k == "name") tensor->set_name(v.get<std::string>());
-            if (k == "datatype") tensor->set_datatype(v.get<std::string>());
-          } else if (k == "shape") {
-            if (!v.is_array()) return Invalid(field, "must be an array of integers");
-            for (const Json& d : v) {
-              if (!d.is_number_integer()) return Invalid(field, "must be an array of integers");
-              tensor->add_shape(d.get<std::int64_t>());
-            }
-          } else if (k == "parameters") {
-            TS_RETURN_IF_ERROR(ReadParameters(v, field, tensor->mutable_parameters()));
-          } else if (k != "data") {
-            return Invalid(field, "unknown key (known: name, datatype, shape, parameters, data)");
-          }
-        }
-        const auto size = tensor->parameters().find(kserve::kBinaryDataSize);
-        if (size == tensor->parameters().end()) {
-          if (!in.contains("data")) {
-            return Invalid(at + ".data",
-                           absl::StrCat("required (or parameters.", kserve::kBinaryDataSize,
-                                        " with the binary tensor data extension)"));
-          }
-          TS_RETURN_IF_ERROR(
-              ReadData(in["data"], at + ".data", tensor->datatype(), tensor->mutable_contents()));
-          continue;
-        }
-        const std::string field = absl::StrCat(at, ".parameters.", kserve::kBinaryDataSize);
-        if (in.contains("data")) {
-          return Invalid(at + ".data", absl::StrCat("give either data or parameters.",
-                                                    kserve::kBinaryDataSize, ", not both"));
-        }
-        if (size->second.parameter_choice_case() != v2::InferParameter::kInt64Param ||
-            size->second.int64_param() < 0) {
-          return Invalid(field, "must be an integer ≥ 0 (the input's bytes after the JSON)");
-        }
-        const auto bytes = static_cast<std::uint64_t>(size->second.int64_param());
-        if (bytes > binary.size()) {
-          return Invalid(field, absl::StrCat(bytes, " bytes, but only ", binary.size(),
-                                             " binary bytes are left after the JSON header (",
-                                             kHeaderLengthName, ")"));
-        }
-        if (request.raw_input_contents_size() != request.inputs_size() - 1) {
-          return Invalid(field, "every input or none must use binary data");
-        }
-        request.add_raw_input_contents(std::string(binary.substr(0, bytes)));
-        binary.remove_prefix(bytes);
+        TS_RETURN_IF_ERROR(ReadInput(value[i], absl::StrCat("inputs[", i, "]"), &binary, &request));
       }
     } else if (key == "outputs") {
       if (!value.is_array()) return Invalid("outputs", "must be an array");
@@ -597,57 +602,12 @@ constexpr char kV2Model[] = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
 // Whether a route's caller needs a token (when the server has tokens).
 enum class Access { kOpen, kToken };
 
-std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options) {
-  std::vector<HttpRoute> routes;
-  // Every handler reads the call first: a bad X-Timeout-Ms is 400 on any path.
-  const auto add = [&](const std::string& method, const std::string& pattern, RouteHandler handler,
-                       Access access = Access::kOpen) {
-    HttpRoute added{method, pattern,
-                    [handler = std::move(handler), options](const HttpExchange& request) {
-                      auto call = CallFromHttp(request, options.default_timeout);
-                      if (!call.ok()) return ErrorAnswer(call.status());
-                      return handler(*std::move(call), request);
-                    }};
-    // The token is checked from the headers, before the listener reads a byte of the body: a
-    // caller without one is answered 401 (403 without the role) whatever it sends after.
-    if (access == Access::kToken) {
-      added.before_body = [inference](const HttpExchange& request) -> std::optional<HttpAnswer> {
-        CallContext call;
-        call.authorization = Header(request, "authorization");
-        if (absl::Status allowed = inference->Authorize(call); !allowed.ok()) {
-          return ErrorAnswer(allowed);
-        }
-        return std::nullopt;
-      };
-    }
-    routes.push_back(std::move(added));
-  };
-  // `pattern` answers `method`; every other method is 405 naming it.
-  const auto route = [&](const std::string& method, const std::string& pattern,
-                         RouteHandler handler, Access access = Access::kOpen) {
-    add(method, pattern, std::move(handler), access);
-    for (const char* other : kMethods) {
-      if (method == other) continue;
-      add(other, pattern, [method](const CallContext& /*call*/, const HttpExchange& request) {
-        return MethodNotAllowed(method, request);
-      });
-    }
-  };
+// Adds a route that answers `method` (and 405 to every other method).
+using RouteAdder = std::function<void(const std::string& method, const std::string& pattern,
+                                      RouteHandler handler, Access access)>;
 
-  route("GET", "/v2/health/live", [](const CallContext& /*call*/, const HttpExchange&) {
-    return JsonAnswer(200, Json{{"live", true}});
-  });
-  route("GET", "/v2/health/ready", [inference](const CallContext& /*call*/, const HttpExchange&) {
-    // The specification's $ready_server_response names its field "live" (a slip for "ready",
-    // which KServe's servers send): both, so a client of either reading works.
-    // Not ready (draining) is 400, as Triton answers (the specification: any 4xx).
-    const bool ready = inference->Ready();
-    return JsonAnswer(ready ? 200 : 400, Json{{"ready", ready}, {"live", true}});
-  });
-  // Server metadata is GET v2 in the specification's table and /v2/ in its OpenAPI file: both.
-  route("GET", "/v2/?", [](const CallContext& /*call*/, const HttpExchange&) {
-    return JsonAnswer(200, Json(MessageJson(kserve::ServerMetadata(), /*all_fields=*/true)));
-  });
+// The routes that name a model (KServe v2 and the plain ones), each behind a token.
+void AddModelRoutes(const RouteAdder& route, Inference* inference, const RouteOptions& options) {
   route(
       "GET", absl::StrCat(kV2Model, "(/ready)?"),
       [inference](const CallContext& call, const HttpExchange& request) {
@@ -734,6 +694,60 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
         return Classify(inference, options.clock, call, *classify);
       },
       Access::kToken);
+}
+
+std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options) {
+  std::vector<HttpRoute> routes;
+  // Every handler reads the call first: a bad X-Timeout-Ms is 400 on any path.
+  const auto add = [&](const std::string& method, const std::string& pattern, RouteHandler handler,
+                       Access access = Access::kOpen) {
+    HttpRoute added{method, pattern,
+                    [handler = std::move(handler), options](const HttpExchange& request) {
+                      auto call = CallFromHttp(request, options.default_timeout);
+                      if (!call.ok()) return ErrorAnswer(call.status());
+                      return handler(*std::move(call), request);
+                    }};
+    // The token is checked from the headers, before the listener reads a byte of the body: a
+    // caller without one is answered 401 (403 without the role) whatever it sends after.
+    if (access == Access::kToken) {
+      added.before_body = [inference](const HttpExchange& request) -> std::optional<HttpAnswer> {
+        CallContext call;
+        call.authorization = Header(request, "authorization");
+        if (absl::Status allowed = inference->Authorize(call); !allowed.ok()) {
+          return ErrorAnswer(allowed);
+        }
+        return std::nullopt;
+      };
+    }
+    routes.push_back(std::move(added));
+  };
+  // `pattern` answers `method`; every other method is 405 naming it.
+  const auto route = [&](const std::string& method, const std::string& pattern,
+                         RouteHandler handler, Access access = Access::kOpen) {
+    add(method, pattern, std::move(handler), access);
+    for (const char* other : kMethods) {
+      if (method == other) continue;
+      add(other, pattern, [method](const CallContext& /*call*/, const HttpExchange& request) {
+        return MethodNotAllowed(method, request);
+      });
+    }
+  };
+
+  route("GET", "/v2/health/live", [](const CallContext& /*call*/, const HttpExchange&) {
+    return JsonAnswer(200, Json{{"live", true}});
+  });
+  route("GET", "/v2/health/ready", [inference](const CallContext& /*call*/, const HttpExchange&) {
+    // The specification's $ready_server_response names its field "live" (a slip for "ready",
+    // which KServe's servers send): both, so a client of either reading works.
+    // Not ready (draining) is 400, as Triton answers (the specification: any 4xx).
+    const bool ready = inference->Ready();
+    return JsonAnswer(ready ? 200 : 400, Json{{"ready", ready}, {"live", true}});
+  });
+  // Server metadata is GET v2 in the specification's table and /v2/ in its OpenAPI file: both.
+  route("GET", "/v2/?", [](const CallContext& /*call*/, const HttpExchange&) {
+    return JsonAnswer(200, Json(MessageJson(kserve::ServerMetadata(), /*all_fields=*/true)));
+  });
+  AddModelRoutes(route, inference, options);
   for (const char* method : kMethods) {
     add(method, ".*", [](const CallContext& /*call*/, const HttpExchange& request) {
       return ErrorAnswer(absl::NotFoundError(absl::StrCat(

@@ -607,20 +607,16 @@ void Listener::Accept() {
       std::shared_ptr<Connection> shed;
       {
         absl::MutexLock lock(&mu);
-        if (Admit(peer, &shed)) {
-          if (tls) {
-            connection = std::make_shared<ConnectionOn<true>>(this, std::move(socket), peer);
-          } else {
-            connection = std::make_shared<ConnectionOn<false>>(this, std::move(socket), peer);
-          }
-          connections[connection->id()] = connection.get();
+        if (!Admit(peer, &shed)) {
+          socket.close(peer_error);  // every connection busy: refused
+        } else if (tls) {
+          connection = std::make_shared<ConnectionOn<true>>(this, std::move(socket), peer);
+        } else {
+          connection = std::make_shared<ConnectionOn<false>>(this, std::move(socket), peer);
         }
+        if (connection != nullptr) connections[connection->id()] = connection.get();
       }
-      if (connection != nullptr) {
-        connection->Begin();
-      } else {
-        socket.close(peer_error);  // every connection busy: refused
-      }
+      if (connection != nullptr) connection->Begin();
     }
     Accept();
   });

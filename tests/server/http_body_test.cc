@@ -29,7 +29,7 @@ std::string Compress(const std::string& text, int window_bits) {
 
 // Adds `bytes` a few at a time, as they might arrive.
 absl::StatusOr<std::string> Decode(const std::string& coding, const std::string& bytes,
-                                   HttpBodyOptions options = {}, std::size_t piece = 7) {
+                                   const HttpBodyOptions& options = {}, std::size_t piece = 7) {
   auto decoder = HttpBodyDecoder::Create(coding, options);
   if (!decoder.ok()) return decoder.status();
   for (std::size_t i = 0; i < bytes.size(); i += piece) {

@@ -274,7 +274,7 @@ TEST(HttpListenerTest, GzipAndDeflateBodiesAreReadOtherCodingsAre415) {
     SendAll(fd, absl::StrCat("POST /v1/models/m:classify HTTP/1.1\r\nHost: x\r\n"
                              "Content-Encoding: ",
                              coding, "\r\nContent-Length: ", body.size(), "\r\n\r\n", body));
-    const std::string answer = ReadAnswer(fd);
+    std::string answer = ReadAnswer(fd);
     ::close(fd);
     return answer;
   };
