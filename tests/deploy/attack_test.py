@@ -59,7 +59,7 @@ import unittest
 import zlib
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from deploy_lib import stop, wait_for  # noqa: E402
+from deploy_lib import ready_fields, stop  # noqa: E402
 
 ARGS = None
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -189,17 +189,7 @@ class Server(Endpoint):
             stdout=self.log, stderr=subprocess.STDOUT)
         self.pid = self.process.pid
 
-        def ready():
-            if self.process.poll() is not None:
-                raise AssertionError(f"tsserver exited with {self.process.returncode}: "
-                                     + self.log_tail())
-            if not os.path.exists(self.ready_file):
-                return None
-            with open(self.ready_file) as f:
-                fields = dict(l.split("=", 1) for l in f.read().split() if "=" in l)
-            return fields if "http" in fields else None
-
-        fields = wait_for(ready, 90, "tsserver's ready file with an http= line")
+        fields = ready_fields(self.process, self.ready_file, ["http"], self.log_tail)
         host, port = fields["http"].rsplit(":", 1)
         super().__init__(host, int(port), ssl.create_default_context(cafile=self.ca_file))
 

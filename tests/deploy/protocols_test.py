@@ -43,7 +43,7 @@ import unittest
 import grpc
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from deploy_lib import listops_expression, stop, wait_for  # noqa: E402
+from deploy_lib import listops_expression, ready_fields, stop  # noqa: E402
 
 ARGS = None
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -188,17 +188,7 @@ class Server:
         self.channel = None
 
     def wait_ready(self):
-        def ready():
-            if self.process.poll() is not None:
-                raise AssertionError(f"tsserver exited with {self.process.returncode}: "
-                                     + self.log_tail())
-            if not os.path.exists(self.ready_file):
-                return None
-            with open(self.ready_file) as f:
-                fields = dict(l.split("=", 1) for l in f.read().split() if "=" in l)
-            return fields if "grpc" in fields else None
-
-        fields = wait_for(ready, 90, "tsserver's ready file")
+        fields = ready_fields(self.process, self.ready_file, ["grpc"], self.log_tail)
         self.grpc = fields["grpc"]
         self.http = fields.get("http") or None
         self.metrics = fields.get("metrics") or None
