@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/gpu_telemetry.h"
@@ -266,18 +267,36 @@ void Server::Shutdown(absl::Duration grace) {
     p.jobs->Shutdown();
     p.log("jobs stopped");
   }
-  // Queued requests run now, not after their max_queue_delay: the calls in flight wait for
-  // them. Requests that reach a batcher from here on are UNAVAILABLE.
-  p.registry->DrainAll(deadline);
-  p.log("batchers drained");
-  // Stops accepting calls and waits for those in flight.
+  // Everything received runs now, queued requests without waiting for their max_queue_delay,
+  // and the batchers still take what the front ends' calls in flight bring: a gRPC call already
+  // accepted, or an HTTP request read but still waiting for a handler thread, is answered rather
+  // than refused as the batchers close.
+  p.registry->FlushAll();
+  // Both front ends stop accepting and wait for their calls in flight, at the same time.
+  absl::Notification http_stopped;
+  std::thread http_stopper;
   if (p.http != nullptr) {
-    p.http->Stop();
-    p.log("HTTP stopped");
+    http_stopper = std::thread([&p, &http_stopped] {
+      p.http->Stop();
+      http_stopped.Notify();
+    });
+  } else {
+    http_stopped.Notify();
   }
   // gRPC takes a wall-clock deadline: what is left of the grace on the server's clock, from now.
-  const absl::Duration left = std::max(absl::ZeroDuration(), deadline - p.clock->Now());
-  p.grpc->Shutdown(absl::ToChronoTime(absl::Now() + left));
+  const auto left = [&p, deadline] {
+    return std::max(absl::ZeroDuration(), deadline - p.clock->Now());
+  };
+  p.grpc->Shutdown(absl::ToChronoTime(absl::Now() + left()));
+  http_stopped.WaitForNotificationWithTimeout(left());
+  // When the grace is up, what is still queued is UNAVAILABLE and running batches stop at their
+  // next step; that answers the HTTP requests still waiting too.
+  p.registry->DrainAll(deadline);
+  p.log("batchers drained");
+  if (http_stopper.joinable()) {
+    http_stopper.join();
+    p.log("HTTP stopped");
+  }
   p.grpc->Wait();
   p.log("stopped");
 }

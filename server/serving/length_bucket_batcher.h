@@ -157,6 +157,10 @@ class LengthBucketBatcher {
     Drain(std::max(absl::ZeroDuration(), deadline - clock_->Now()));
   }
   void Shutdown() { Drain(absl::ZeroDuration()); }
+  // The first step of a server's shutdown: every queued task and every task scheduled from now
+  // on runs at once, without waiting for max_queue_delay or company, while the batcher still
+  // accepts tasks (the front ends' calls in flight still bring some). Drain() ends it.
+  void Flush();
 
   std::int64_t queued() const;  // tasks waiting in buckets (not yet taken by a batch thread)
   // The padded length a task would get.
@@ -209,7 +213,7 @@ class LengthBucketBatcher {
   std::uint64_t next_arrival_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t depth_version_ ABSL_GUARDED_BY(mu_) = 0;  // bumped whenever queued_ changes
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
-  bool flushing_ ABSL_GUARDED_BY(mu_) = false;  // Drain: every non-empty bucket is ready
+  bool flushing_ ABSL_GUARDED_BY(mu_) = false;  // Flush/Drain: every non-empty bucket is ready
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // batch threads exit
   // A drain's time is up: running batches stop at their next Batch::stop.
   std::atomic<bool> aborting_{false};
@@ -498,6 +502,15 @@ void LengthBucketBatcher<Payload>::ReportQueueDepth() {
     depth = queued_;
   }
   observer_.on_queue_depth(depth);
+}
+
+template <typename Payload>
+void LengthBucketBatcher<Payload>::Flush() {
+  {
+    absl::MutexLock lock(&mu_);
+    flushing_ = true;
+  }
+  work_cv_.SignalAll();
 }
 
 template <typename Payload>

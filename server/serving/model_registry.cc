@@ -324,13 +324,19 @@ void ModelRegistry::ReleaseRetired() {
   }
 }
 
-void ModelRegistry::DrainAll(absl::Time deadline) {
+std::vector<std::shared_ptr<ServedModel>> ModelRegistry::AllBatched() const {
   std::vector<std::shared_ptr<ServedModel>> models = List();
-  {
-    absl::MutexLock lock(&mu_);
-    models.insert(models.end(), retired_.begin(), retired_.end());
-  }
-  for (const auto& model : models) model->batcher().DrainUntil(deadline);
+  absl::MutexLock lock(&mu_);
+  models.insert(models.end(), retired_.begin(), retired_.end());
+  return models;
+}
+
+void ModelRegistry::DrainAll(absl::Time deadline) {
+  for (const auto& model : AllBatched()) model->batcher().DrainUntil(deadline);
+}
+
+void ModelRegistry::FlushAll() {
+  for (const auto& model : AllBatched()) model->batcher().Flush();
 }
 
 }  // namespace ts::server

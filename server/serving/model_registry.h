@@ -119,9 +119,15 @@ class ModelRegistry {
   // batches stop at their next step (LengthBucketBatcher::DrainUntil). All models share the one
   // deadline, so that shutdown_grace bounds the whole drain.
   void DrainAll(absl::Time deadline);
+  // Makes every batcher (retired ones too) run what is queued, and what is scheduled from now on,
+  // at once while it still accepts tasks (LengthBucketBatcher::Flush): the start of a shutdown,
+  // while the front ends finish the calls they have received.
+  void FlushAll();
 
  private:
   void ReleaseRetired();  // the janitor thread's loop
+  // The served models and the retired ones still held by requests.
+  std::vector<std::shared_ptr<ServedModel>> AllBatched() const;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ServedModel>> models_ ABSL_GUARDED_BY(mu_);

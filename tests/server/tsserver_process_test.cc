@@ -4,8 +4,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <future>
+#include <thread>
 
 #include "model/checkpoints/checkpoint.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
@@ -80,6 +82,53 @@ TEST_F(TsserverProcessTest, SigtermFinishesEveryAcceptedRequestAndExitsZero) {
   const std::string log = server.Log();
   EXPECT_NE(log.find("received SIGTERM: draining"), std::string::npos) << log;
   EXPECT_NE(log.find("stopped"), std::string::npos) << log;
+}
+
+// compose stop (deploy-check) answered 503 "batcher is shutting down" to HTTP requests the
+// server had read but that were still waiting for a handler thread: the batchers closed before
+// the front ends had finished. With one handler thread, one request waits in the batcher and the
+// others for the handler; SIGTERM answers all of them.
+TEST_F(TsserverProcessTest, SigtermAnswersHttpRequestsWaitingForAHandlerThread) {
+  std::ofstream(dir_ + "/http.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nshutdown_grace_ms: 20000\n"
+         "http: {listen: 127.0.0.1:0, threads: 1}\n"
+         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu,\n"
+         "          batching: {max_queue_delay_us: 60000000, max_batch_size: 64,\n"
+         "                     start_when_idle: false}}]\n";
+  ServerProcess server;
+  ASSERT_TRUE(
+      server.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/http.yaml", "--threads", "2"}, dir_));
+  ASSERT_FALSE(server.http_address().empty()) << server.Log();
+  constexpr int kRequests = 5;
+  std::atomic<int> sent{0};
+  std::vector<std::future<std::string>> calls;
+  calls.reserve(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    calls.push_back(std::async(std::launch::async, [&server, &sent, i] {
+      return ts::testing::HttpResponse(server.http_address(), "POST", "/v1/models/tiny:classify",
+                                       {"Content-Type: application/json"},
+                                       "{\"text\": \"" + std::string(20 + 8 * i, 'q') + "\"}", 60,
+                                       [&sent] { ++sent; });
+    }));
+  }
+  // The one handler thread's request waits in the batcher; the others were sent before SIGTERM.
+  ASSERT_TRUE(ts::testing::WaitForMetric(server.metrics_address(),
+                                         "taylorshift_queue_depth{model=\"tiny\"}", 1))
+      << server.Log();
+  for (int i = 0; i < 100 && sent.load() < kRequests; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(sent.load(), kRequests);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // read by the server's io thread
+  for (auto& call : calls) {
+    ASSERT_EQ(call.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+        << "a request finished before SIGTERM: the test would not test the drain";
+  }
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.Log();
+  for (auto& call : calls) {
+    const std::string response = call.get();
+    EXPECT_EQ(ts::testing::HttpStatus(response), 200) << response;
+  }
 }
 
 TEST_F(TsserverProcessTest, AStartUpErrorExitsOneWithTheReason) {

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -133,15 +134,18 @@ inline CommandOutput RunCommand(const std::string& command) {
   return out;
 }
 
-// GET http://address/path over loopback (HTTP/1.0, 10 s timeouts) with `headers` (each
-// "Name: value"); returns the whole response (status line, headers, body), or "" on any error.
-inline std::string HttpGetResponse(const std::string& address, const std::string& path,
-                                   const std::vector<std::string>& headers = {}) {
+// `method` http://address/path over loopback (HTTP/1.0, `timeout_s` socket timeouts) with
+// `headers` (each "Name: value") and `body`; returns the whole response (status line, headers,
+// body), or "" on any error. `sent`, when given, runs once the request is written.
+inline std::string HttpResponse(const std::string& address, const std::string& method,
+                                const std::string& path, const std::vector<std::string>& headers,
+                                const std::string& body, int timeout_s = 10,
+                                const std::function<void()>& sent = {}) {
   const auto colon = address.rfind(':');
   if (colon == std::string::npos) return "";
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";
-  timeval tv{10, 0};
+  timeval tv{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   sockaddr_in addr{};
@@ -150,10 +154,12 @@ inline std::string HttpGetResponse(const std::string& address, const std::string
   ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
   std::string response;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n";
+    std::string request = method + " " + path + " HTTP/1.0\r\nHost: " + address + "\r\n";
     for (const std::string& header : headers) request += header + "\r\n";
-    request += "\r\n";
+    if (!body.empty()) request += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    request += "\r\n" + body;
     if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+      if (sent) sent();
       char buffer[65536];
       ssize_t n = 0;
       while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
@@ -161,6 +167,13 @@ inline std::string HttpGetResponse(const std::string& address, const std::string
   }
   ::close(fd);
   return response;
+}
+
+// GET http://address/path over loopback (HTTP/1.0, 10 s timeouts) with `headers` (each
+// "Name: value"); returns the whole response (status line, headers, body), or "" on any error.
+inline std::string HttpGetResponse(const std::string& address, const std::string& path,
+                                   const std::vector<std::string>& headers = {}) {
+  return HttpResponse(address, "GET", path, headers, "");
 }
 
 // The status code of a response HttpGetResponse returned (0 when there is none).
