@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -37,7 +38,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deploy_lib import alert_rules, wait_for  # noqa: E402
 
-QUEUED_REQUESTS = 48
+QUEUED_REQUESTS = 128
 STOP_GRACE_S = 45
 
 
@@ -81,7 +82,10 @@ class Stack:
         return out[0]
 
     def tsctl(self, *args, timeout=120, cwd=None):
-        result = subprocess.run([self.tsctl_bin, *args[:1], "--server", self.grpc, *args[1:]],
+        # --server after the (sub)command: `tsctl jobs list --server ...`.
+        split = 2 if args[0] == "jobs" else 1
+        result = subprocess.run([self.tsctl_bin, *args[:split], "--server", self.grpc,
+                                 *args[split:]],
                                 capture_output=True, text=True, timeout=timeout, cwd=cwd,
                                 check=False)
         if result.returncode != 0:
@@ -276,7 +280,7 @@ def check_prometheus(stack):
     assert not missing and expected, f"alert rules not loaded: {sorted(missing)}"
 
 
-def v2_infer(http_address, document):
+def v2_infer(http_address, document, sent_event):
     host, port = http_address.split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=STOP_GRACE_S + 30)
     body = json.dumps({"inputs": [{"name": "document", "shape": [1], "datatype": "BYTES",
@@ -284,6 +288,7 @@ def v2_infer(http_address, document):
     connection.request("POST", "/v2/models/source-lang/infer", body,
                        {"Content-Type": "application/json"})
     sent = time.monotonic()
+    sent_event.release()
     response = connection.getresponse()
     text = response.read().decode("utf-8", "replace")
     connection.close()
@@ -296,8 +301,10 @@ def check_stop_drains(stack):
     documents = ["".join(rng.choice("abcdefgh ;{}()\n") for _ in range(2000))
                  for _ in range(QUEUED_REQUESTS)]
     with concurrent.futures.ThreadPoolExecutor(QUEUED_REQUESTS) as pool:
-        futures = [pool.submit(v2_infer, stack.http, d) for d in documents]
-        time.sleep(0.3)   # every request sent and queued: 48 documents of 2 KB take seconds
+        sent = threading.Semaphore(0)
+        futures = [pool.submit(v2_infer, stack.http, d, sent) for d in documents]
+        for _ in documents:   # every request sent before the stop begins
+            assert sent.acquire(timeout=30), "a request could not be sent in 30 s"
         done_before = sum(f.done() for f in futures)
         start = time.monotonic()
         stack.run_compose("stop", "tsserver", timeout=STOP_GRACE_S + 60)
@@ -312,7 +319,8 @@ def check_stop_drains(stack):
                           capture_output=True, text=True, timeout=60, check=True).stdout.strip()
     assert code == "0", f"tsserver exited {code} (137 = killed at the end of the grace)"
     print(f"compose_check: stop: {QUEUED_REQUESTS - done_before} of {QUEUED_REQUESTS} requests "
-          f"still queued when it began, all answered 200; stop took {stop_s:.1f} s", flush=True)
+          f"still unanswered when it began, all answered 200; stop took {stop_s:.1f} s", flush=True)
+    assert done_before < QUEUED_REQUESTS, "every request was answered before the stop began"
 
 
 def check_restart_keeps_state(stack, job_id):
