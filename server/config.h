@@ -215,8 +215,11 @@ absl::Status ValidateServerConfig(const ServerConfig& config);
 // jobs.max_concurrent). Job specs then cap it at jobs.limits.max_threads.
 int ThreadsPerJob(const JobsConfig& jobs, int num_cores);
 
-// jobs.memory_budget_bytes, or when 0 half of the lower of the machine's memory (MemTotal)
-// and the cgroup's memory.max.
+// The memory this process may use: the lower of the machine's (MemTotal) and its container's
+// limit (cgroup v2 memory.max, or v1 memory/memory.limit_in_bytes); 0 when unknown.
+std::int64_t MemoryLimitBytes();
+
+// jobs.memory_budget_bytes, or when 0 half of MemoryLimitBytes().
 std::int64_t MemoryBudgetBytes(const JobsConfig& jobs);
 
 }  // namespace ts::server

@@ -25,6 +25,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shlex
 import socket
 import subprocess
@@ -206,6 +207,10 @@ def check_serving(stack):
 def check_metrics_port(stack):
     text = curl(f"http://127.0.0.1:{stack.ports['TS_METRICS_PORT']}/metrics")
     assert "taylorshift_requests_total" in text, text[:2000]
+    rss = re.search(r"^taylorshift_process_resident_memory_bytes (\S+)$", text, re.M)
+    assert rss, text[:2000]
+    print(f"compose_check: tsserver's resident memory after the serving checks: "
+          f"{float(rss.group(1)) / 2**30:.2f} GiB", flush=True)
 
 
 def write_dataset(data_dir):
@@ -253,6 +258,28 @@ def check_training(stack, work):
     out = stack.tsctl("classify", "--model", "filetype", "--json", sample)
     assert '"label":"sh"' in out.replace(" ", ""), out
     return job_id
+
+
+def check_memory_budget(stack, work):
+    """The jobs' budget is half of compose's mem_limit (or of the machine's memory when lower):
+    tsserver sees the container's limit (cgroup v1 or v2), and says the budget when it refuses."""
+    with open(os.path.join(stack.root, "docker-compose.yml"), encoding="utf-8") as f:
+        limit_gib = int(re.search(r"mem_limit: (\d+)g", f.read()).group(1))
+    with open("/proc/meminfo", encoding="utf-8") as f:
+        machine_gib = int(re.search(r"MemTotal: +(\d+) kB", f.read()).group(1)) / 2**20
+    budget_gib = min(limit_gib, machine_gib) / 2
+    spec = os.path.join(work, "huge.yaml")
+    with open(spec, "w", encoding="utf-8") as out:
+        out.write("name: huge\n"
+                  "model: {embed_dim: 1024, depth: 24, heads: 16, max_length: 8192}\n"
+                  "data:\n  train: {format: jsonl, path: filetype/train.jsonl}\n"
+                  "batch_size: 64\nsteps: 10\n")
+    result = subprocess.run([stack.tsctl_bin, "train", "--server", stack.grpc, "--spec", spec],
+                            capture_output=True, text=True, timeout=60, check=False)
+    message = result.stdout + result.stderr
+    assert result.returncode != 0 and "RESOURCE_EXHAUSTED" in message, message
+    expected = f"({budget_gib:.2f} GiB)"
+    assert expected in message, f"expected the budget {expected} in: {message}"
 
 
 def check_prometheus(stack):
@@ -357,6 +384,8 @@ def main():
             nonlocal job_id
             job_id = check_training(stack, work)
         check("training job on the data folder, promote, classify", training)
+        check("jobs' memory budget from the container's limit", check_memory_budget, stack,
+              work)
         check("prometheus: target up, query, alert rules", check_prometheus, stack)
         check("compose stop drains the queue", check_stop_drains, stack)
         check("restart keeps jobs and promotions", check_restart_keeps_state, stack, job_id)
