@@ -645,7 +645,7 @@ class KubernetesTest(unittest.TestCase):
                                     capture_output=True, text=True, timeout=60)
             self.assertEqual(result.returncode, 0, result.stderr)
             docs = list(yaml.safe_load_all(result.stdout))
-            self.assertEqual(len(docs), 9, overlay)
+            self.assertEqual(len(docs), 12, overlay)
             serving = [d for d in docs if d["kind"] == "Deployment"
                        and d["metadata"]["name"] == "tsserver"][0]
             container = serving["spec"]["template"]["spec"]["containers"][0]
