@@ -266,6 +266,19 @@ class SchemaTest(unittest.TestCase):
             ("kubeflow/training-operator", "v1.9.0", "PyTorchJob"),
             ("prometheus-operator/prometheus-operator", "v0.93.0", "ServiceMonitor")})
 
+    def test_renderer_refuses_what_it_does_not_render(self):
+        import tempfile
+        for extra in ({"commonLabels": {"a": "b"}},
+                      {"configMapGenerator": [{"name": "c", "literals": ["a=b"]}],
+                       "generatorOptions": {"disableNameSuffixHash": True}},
+                      {"configMapGenerator": [{"name": "c", "files": ["kustomization.yaml"]}]},
+                      {"patches": [{"path": "p.yaml", "target": {"kind": "Deployment"}}]}):
+            with self.subTest(extra=extra), tempfile.TemporaryDirectory() as folder:
+                with open(os.path.join(folder, "kustomization.yaml"), "w") as f:
+                    yaml.safe_dump(dict({"resources": []}, **extra), f)
+                with self.assertRaises(NotImplementedError):
+                    k8s_render.render(folder)
+
     def test_kubectl_kustomize_renders_the_same(self):
         kubectl = shutil.which("kubectl")
         if kubectl is None:
@@ -378,7 +391,7 @@ class Pod:
 
 def peer_matches(peer, pod, policy_namespace):
     if "ipBlock" in peer:
-        return False  # pods here are addressed by selectors; an ipBlock would be a new rule
+        return True  # addresses are not modelled: an ipBlock is taken to reach every pod
     if "namespaceSelector" in peer:
         if not matches(peer["namespaceSelector"], pod.namespace_labels):
             return False
@@ -401,11 +414,11 @@ def allowed(policies, source, destination, port, protocol="TCP"):
         for policy in selecting:
             for rule in policy["spec"].get(key, []):
                 ports = rule.get("ports")
+                if any("endPort" in p for p in ports or []):
+                    raise NotImplementedError("endPort")
                 if ports and not any(p.get("port") == port and p.get("protocol", "TCP") == protocol
                                      for p in ports):
                     continue
-                if "endPort" in str(ports):
-                    raise NotImplementedError("endPort")
                 if not rule.get(peers) or any(peer_matches(peer, other, pod.namespace)
                                               for peer in rule[peers]):
                     return True
