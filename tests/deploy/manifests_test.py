@@ -77,6 +77,14 @@ def load_yaml(path):
         return yaml.safe_load(f)
 
 
+def load_compose(path):
+    """A compose file as users get it with no variables set: each ${NAME:-default} becomes its
+    default (docker-compose.yml makes ports, images and the data folder variables)."""
+    with open(path) as f:
+        text = f.read()
+    return yaml.safe_load(re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", text))
+
+
 def server_config():
     return load_yaml(SERVER_CONFIG)
 
@@ -227,7 +235,7 @@ def host_path_for(mounts, container_path):
 
 class ComposeTest(unittest.TestCase):
     def setUp(self):
-        self.compose = load_yaml(COMPOSE_FILES[0])
+        self.compose = load_compose(COMPOSE_FILES[0])
         self.services = self.compose["services"]
 
     def test_services(self):
@@ -236,8 +244,8 @@ class ComposeTest(unittest.TestCase):
     def test_builds_and_bind_mounts_exist(self):
         # Paths of every compose file are relative to the first file's folder (the repository).
         for path in COMPOSE_FILES:
-            doc = load_yaml(path)
-            declared = set((load_yaml(COMPOSE_FILES[0]).get("volumes") or {}).keys())
+            doc = load_compose(path)
+            declared = set((load_compose(COMPOSE_FILES[0]).get("volumes") or {}).keys())
             for name, service in doc["services"].items():
                 build = service.get("build")
                 if build:
@@ -246,6 +254,10 @@ class ComposeTest(unittest.TestCase):
                     self.assertTrue(os.path.isfile(os.path.join(context, build["dockerfile"])),
                                     f"{path}: {name} dockerfile {build['dockerfile']}")
                 for source, target in compose_mounts(service):
+                    if source == "./data":
+                        # The data folder: the user's datasets (docs/DEPLOYMENT.md), made by
+                        # `mkdir -p data` as the README says, ignored by git.
+                        continue
                     if source.startswith("."):
                         self.assertTrue(os.path.exists(os.path.join(lib.ROOT, source)),
                                         f"{path}: {name} mounts missing {source}")
@@ -260,9 +272,12 @@ class ComposeTest(unittest.TestCase):
         self.assertEqual(mounted, SERVER_CONFIG)
         config = server_config()
         published = [p.split(":")[-1] for p in service["ports"]]
+        # gRPC, HTTP and metrics, on the host's loopback (the quick start's curl reads metrics).
         self.assertEqual(published,
-                         [str(port_of(config["listen"])), str(port_of(config["http"]["listen"]))])
-        self.assertIn(str(port_of(config["metrics_listen"])), [str(p) for p in service["expose"]])
+                         [str(port_of(config["listen"])), str(port_of(config["http"]["listen"])),
+                          str(port_of(config["metrics_listen"]))])
+        for port in service["ports"]:
+            self.assertTrue(port.startswith("127.0.0.1:"), port)
         # Volumes hold the config's state dir and data root, and jobs run here.
         targets = [t for _, t in compose_mounts(service)]
         for path in (config["state_dir"], config["data_root"]):
@@ -1279,13 +1294,37 @@ def copy_words(args):
     return flags, rest[:-1], rest[-1]
 
 
-def image_files(steps):
-    """{path in the final image: repository path} of the files the last stage COPYs from the
-    build context (COPY --from=... is left out)."""
-    last = max(stage for stage, _, _ in steps)
+def stage_names(steps):
+    """{stage index: (its base image or stage, its name or None)}."""
     out = {}
     for stage, instruction, args in steps:
-        if stage != last or instruction not in ("COPY", "ADD"):
+        if instruction == "FROM":
+            words = args.split()
+            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
+            out[stage] = (words[0], name)
+    return out
+
+
+def image_stages(steps, target=None):
+    """Stage indices of an image: the target stage (default: the last one, what `docker build`
+    builds) and the stages it derives FROM, base first."""
+    names = stage_names(steps)
+    by_name = {name: index for index, (_, name) in names.items() if name}
+    stage = max(names) if target is None else by_name[target]
+    chain = [stage]
+    while names[stage][0] in by_name:
+        stage = by_name[names[stage][0]]
+        chain.insert(0, stage)
+    return chain
+
+
+def image_files(steps):
+    """{path in the final image: repository path} of the files the default target and the
+    stages it derives from COPY from the build context (COPY --from=... is left out)."""
+    chain = image_stages(steps)
+    out = {}
+    for stage, instruction, args in steps:
+        if stage not in chain or instruction not in ("COPY", "ADD"):
             continue
         flags, sources, destination = copy_words(args)
         if any(f.startswith("--from=") for f in flags):
@@ -1299,9 +1338,9 @@ def image_files(steps):
 
 
 def healthcheck_argv(steps):
-    """The exec-form command of the last stage's HEALTHCHECK."""
-    last = max(stage for stage, _, _ in steps)
-    health = [a for s, i, a in steps if s == last and i == "HEALTHCHECK"]
+    """The exec-form command of the default target's HEALTHCHECK."""
+    chain = image_stages(steps)
+    health = [a for s, i, a in steps if s in chain and i == "HEALTHCHECK"]
     return json.loads(health[-1][health[-1].index("CMD") + 3:].strip())
 
 
@@ -1431,12 +1470,25 @@ class DockerfileTest(unittest.TestCase):
         for path in DOCKERFILES:
             name = os.path.basename(path)
             steps = dockerfile_instructions(path)
-            stages = [a for _, i, a in steps if i == "FROM"]
-            self.assertEqual(len(stages), 2, f"{name}: build and runtime stages")
-            for image in stages:
-                self.assertRegex(image, r"^debian:12(-slim)?\b", name)
+            names = stage_names(steps)
+            self.assertEqual(names[0][1], "build", f"{name}: the first stage builds")
+            chain = image_stages(steps)
+            # The default target: Debian, then (through named stages) the runtime image.
+            self.assertRegex(names[chain[0]][0], r"^debian:12(-slim)?\b", name)
+            self.assertNotIn(0, chain, f"{name}: the runtime image derives from the build stage")
+            self.assertRegex(names[0][0], r"^debian:12\b", name)
             build_runs = [a for s, i, a in steps if s == 0 and i == "RUN"]
-            runtime = [(i, a) for s, i, a in steps if s == 1]
+            runtime = [(i, a) for s, i, a in steps if s in chain]
+            # runtime-prebuilt (scripts/deploy-check --prebuilt): the same base, the same four
+            # binaries from the context's .prebuilt/ instead of the build stage.
+            if any(n == "runtime-prebuilt" for _, n in names.values()):
+                prebuilt = image_stages(steps, "runtime-prebuilt")
+                self.assertEqual(prebuilt[:-1], chain[:-1], f"{name}: runtime-prebuilt's base")
+                sources = sorted(os.path.basename(src) for s, i, a in steps
+                                 if s == prebuilt[-1] and i == "COPY"
+                                 for src in copy_words(a)[1])
+                self.assertEqual(sources, sorted(os.path.basename(b) for b in relative),
+                                 f"{name}: runtime-prebuilt copies the four binaries")
             build_packages = sorted(p for a in build_runs for p in apt_packages(a)
                                     if not p.startswith(("cuda-toolkit", "ca-certificates",
                                                          "curl", "unzip")))
@@ -1459,7 +1511,7 @@ class DockerfileTest(unittest.TestCase):
             # Sources copied from the context exist; the binaries come from the build tree.
             copied = []
             for stage, instruction, args in steps:
-                if instruction not in ("COPY", "ADD"):
+                if instruction not in ("COPY", "ADD") or stage not in [0] + chain:
                     continue
                 words = [w for w in args.split() if not w.startswith("--chmod")]
                 if words[0].startswith("--from="):
@@ -1537,14 +1589,14 @@ class DockerfileTest(unittest.TestCase):
         folder, environment of the entrypoint, ports, health check, entrypoint and command."""
         def runtime(path):
             steps = dockerfile_instructions(path)
-            last = max(stage for stage, _, _ in steps)
+            chain = image_stages(steps)
             kept = {}
             for stage, instruction, args in steps:
-                if stage == last and instruction in ("USER", "WORKDIR", "EXPOSE", "ENTRYPOINT",
+                if stage in chain and instruction in ("USER", "WORKDIR", "EXPOSE", "ENTRYPOINT",
                                                      "CMD", "HEALTHCHECK"):
                     kept.setdefault(instruction, []).append(args)
             kept["files"] = image_files(steps)
-            kept["demo"] = [a for s, i, a in steps if s == last and i == "ENV"
+            kept["demo"] = [a for s, i, a in steps if s in chain and i == "ENV"
                             and "TS_DEMO_CHECKPOINT" in a]
             kept["HEALTHCHECK"] = healthcheck_argv(steps)
             return kept
