@@ -340,6 +340,7 @@ FieldReader Jobs(JobsConfig* jobs) {
   JobLimits& limits = jobs->limits;
   return Map({
       {"enabled", Bool(&jobs->enabled)},
+      {"elsewhere", String(&jobs->elsewhere)},
       {"max_concurrent", Int(&jobs->max_concurrent)},
       {"max_queued", Int(&jobs->max_queued)},
       {"threads_per_job", Int(&jobs->threads_per_job)},
@@ -604,6 +605,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                                 {"client_ca_file", String(&config.metrics.tls.client_ca_file)},
                             })},
             {"metrics_require_token", Bool(&config.metrics.require_token)},
+            {"metrics_finished_job_series_s",
+             Duration(&config.metrics.finished_job_series, absl::Seconds(1))},
             {"nvml_library", String(&config.nvml_library)},
             {"intra_op_threads", Int(&config.intra_op_threads)},
             {"grpc_threads", Int(&config.grpc_threads)},

@@ -86,13 +86,22 @@ struct MetricsConfig {
   // true: a scrape needs `Authorization: Bearer TOKEN` with a token that has the "metrics" role
   // (401 without one, 403 for a token without the role). Requires such a token in auth.
   bool require_token = false;
+  // A finished job's taylorshift_job_* series leave /metrics this long after it finished
+  // (metrics_finished_job_series_s), so that finished jobs do not keep series forever when
+  // jobs.retention_s keeps their records; zero = kept while the job exists.
+  absl::Duration finished_job_series = absl::Hours(1);
 };
 
 // Training and evaluation jobs (the Jobs service).
 // The spec rules (limits, threads_per_job, keep_checkpoints, cuda_devices) are job::SpecRules,
 // which tsworker applies too.
 struct JobsConfig : job::SpecRules {
-  bool enabled = true;  // false = no Jobs service: the server runs no jobs
+  // false = the server runs no jobs: every Jobs RPC answers FAILED_PRECONDITION saying so (and
+  // `elsewhere`), its health is NOT_SERVING, and nothing under state_dir is read or written.
+  bool enabled = true;
+  // Free text for that answer: where jobs run instead (e.g. "taylorshift-jobs:50051"); empty =
+  // no hint.
+  std::string elsewhere;
   // oneDNN's primitive cache in each worker (ONEDNN_PRIMITIVE_CACHE_CAPACITY): training batches
   // take a new shape nearly every step, so cached primitives only hold memory (1.22 → 0.77 GiB
   // peak for the demo recipe at 0 against 64, the same speed; bench/memory_grid.py).

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "model/torch_compat.h"
 #include "server/serving/http_listener.h"
@@ -177,6 +178,12 @@ constexpr char kCudaBuild[] = "true";
 constexpr char kCudaBuild[] = "false";
 #endif
 
+constexpr const char* kJobStates[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+
+bool IsFinalState(std::string_view state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled";
+}
+
 }  // namespace
 
 struct Metrics::Impl {
@@ -213,6 +220,7 @@ struct Metrics::Impl {
     if (source_copy) running = source_copy();
     absl::MutexLock lock(&workers_mu);
     std::set<prometheus::Labels> now;
+    double total_resident = 0;
     for (const Metrics::WorkerProcess& worker : running) {
       const prometheus::Labels labels = {{"job_id", worker.job_id},
                                          {"rank", absl::StrCat(worker.rank)}};
@@ -220,9 +228,45 @@ struct Metrics::Impl {
       if (resident <= 0) continue;  // gone between the listing and the read
       worker_memory.Add(labels).Set(resident);
       worker_cpu.Add(labels).Set(CpuSeconds(worker.pid));
+      total_resident += resident;
       now.insert(labels);
     }
     KeepOnly(std::move(now), worker_series, {&worker_memory, &worker_cpu});
+    workers_memory.Set(total_resident);
+  }
+
+  // Every series of job `id` (`kind`: the kind its state series carry) leaves the registry.
+  void RemoveJobSeries(const std::string& id, const std::string& kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(jobs_mu) {
+    for (const char* state : kJobStates) {
+      RemoveSeries(job_state, {{"job_id", id}, {"kind", kind}, {"state", state}});
+    }
+    const prometheus::Labels labels = {{"job_id", id}};
+    for (Family<Gauge>* family :
+         {&job_step, &job_loss, &job_examples_per_second, &job_validation_accuracy,
+          &job_total_steps, &job_progress, &job_eta}) {
+      RemoveSeries(*family, labels);
+    }
+  }
+
+  // The series of the jobs that finished more than finished_job_series ago go.
+  void ExpireFinishedJobs() {
+    absl::MutexLock lock(&jobs_mu);
+    const absl::Time now = clock->Now();
+    for (auto it = jobs.begin(); it != jobs.end();) {
+      if (it->second.expires <= now) {
+        RemoveJobSeries(it->first, it->second.kind);
+        it = jobs.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // What a scrape reads: the gauges read from the system now, without the expired job series.
+  void BeforeCollect() {
+    UpdateMemory();
+    ExpireFinishedJobs();
   }
 
   // GPU gauges for the GPUs NVML answers for now; series of GPUs that stopped answering are
@@ -334,6 +378,16 @@ struct Metrics::Impl {
   Family<Gauge>& job_validation_accuracy =
       AddGauge(registry, "taylorshift_job_validation_accuracy",
                "Accuracy of the latest validation run, per job_id.");
+  Family<Gauge>& job_total_steps =
+      AddGauge(registry, "taylorshift_job_total_steps",
+               "Optimizer steps a training job runs in all (its epochs as steps), per job_id.");
+  Family<Gauge>& job_progress =
+      AddGauge(registry, "taylorshift_job_progress_ratio",
+               "Share of its total steps a training job has taken (0..1), per job_id.");
+  Family<Gauge>& job_eta = AddGauge(
+      registry, "taylorshift_job_eta_seconds",
+      "Seconds until a running training job's last step at its step rate over its recent progress "
+      "reports (validation and checkpoints included); 0 once it succeeded; per job_id.");
   Family<Counter>& jobs_deleted =
       AddCounter(registry, "taylorshift_jobs_deleted_total",
                  "Finished jobs deleted with their files, by reason (request: DeleteJob; "
@@ -377,6 +431,11 @@ struct Metrics::Impl {
       AddGauge(registry, "taylorshift_job_worker_cpu_seconds",
                "User and system CPU time a running job's worker process (tsworker) has used since "
                "it started, per job_id and rank, in seconds.");
+  Gauge& workers_memory =
+      AddGauge(registry, "taylorshift_workers_resident_memory_bytes",
+               "Resident set size of all running job worker processes (tsworker) together, in "
+               "bytes; they share the server's memory limit in a container. 0 when none runs.")
+          .Add({});
   Family<Gauge>& gpu_utilization =
       AddGauge(registry, "taylorshift_gpu_utilization_ratio",
                "Share of NVML's last sample period in which a kernel ran on the GPU (0..1), per "
@@ -401,6 +460,16 @@ struct Metrics::Impl {
   std::function<std::vector<GpuTelemetry::Sample>()> gpu_source ABSL_GUARDED_BY(gpus_mu);
   std::set<prometheus::Labels> gpu_series ABSL_GUARDED_BY(gpus_mu);
 
+  // A job that has series, and when they expire (InfiniteFuture: not finished, or kept).
+  struct JobSeries {
+    std::string kind;
+    absl::Time expires = absl::InfiniteFuture();
+  };
+  Clock* clock = RealClock();
+  absl::Duration finished_job_series = absl::Hours(1);
+  absl::Mutex jobs_mu;
+  std::map<std::string, JobSeries> jobs ABSL_GUARDED_BY(jobs_mu);
+
   absl::Mutex model_info_mu;
   // (model, version) → its taylorshift_model_info sample, so RemoveModelInfo can find it.
   std::map<std::pair<std::string, std::string>, Gauge*> model_info_gauges
@@ -423,6 +492,8 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& list
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& metrics_options) {
   std::unique_ptr<Metrics> metrics(new Metrics());
+  if (metrics_options.clock != nullptr) metrics->impl_->clock = metrics_options.clock;
+  metrics->impl_->finished_job_series = metrics_options.finished_job_series;
   metrics->impl_->UpdateMemory();
   if (metrics_options.listen.empty()) return metrics;
 
@@ -444,7 +515,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& m
                       HttpListener::Start(options, [impl, authorize = metrics_options.authorize](
                                                        const HttpExchange& request) {
                         return AnswerScrape(request, authorize, [impl] {
-                          impl->UpdateMemory();
+                          impl->BeforeCollect();
                           return prometheus::TextSerializer().Serialize(impl->registry.Collect());
                         });
                       }));
@@ -455,7 +526,9 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& m
 void Metrics::RecordRequest(const std::string& model, const std::string& protocol,
                             const std::string& code, double seconds) {
   impl_->requests.Add({{"model", model}, {"protocol", protocol}, {"code", code}}).Increment();
-  impl_->request_duration.Add({{"model", model}}, LatencyBuckets()).Observe(seconds);
+  impl_->request_duration
+      .Add({{"model", model}, {"protocol", protocol}, {"code", code}}, LatencyBuckets())
+      .Observe(seconds);
 }
 
 void Metrics::RecordQueue(const std::string& model, double seconds) {
@@ -515,10 +588,30 @@ void Metrics::SetModelInfo(const std::string& model, const std::string& version,
 }
 
 void Metrics::SetJobState(const std::string& job_id, const std::string& kind,
-                          const std::string& state) {
-  for (const char* s : {"queued", "running", "succeeded", "failed", "cancelled"}) {
-    impl_->job_state.Add({{"job_id", job_id}, {"kind", kind}, {"state", s}})
-        .Set(state == s ? 1.0 : 0.0);
+                          const std::string& state, std::optional<absl::Time> finished) {
+  Impl& m = *impl_;
+  absl::MutexLock lock(&m.jobs_mu);
+  Impl::JobSeries& job = m.jobs[job_id];
+  job.kind = kind;
+  job.expires = absl::InfiniteFuture();
+  if (IsFinalState(state) && m.finished_job_series > absl::ZeroDuration()) {
+    const absl::Time now = m.clock->Now();
+    job.expires = finished.value_or(now) + m.finished_job_series;
+    if (job.expires <= now) {
+      m.RemoveJobSeries(job_id, kind);
+      m.jobs.erase(job_id);
+      return;
+    }
+  }
+  for (const char* s : kJobStates) {
+    m.job_state.Add({{"job_id", job_id}, {"kind", kind}, {"state", s}}).Set(state == s ? 1.0 : 0.0);
+  }
+  // Only a running job has time left; one that succeeded has none.
+  const prometheus::Labels labels = {{"job_id", job_id}};
+  if (state == "succeeded" && m.job_eta.Has(labels)) {
+    m.job_eta.Add(labels).Set(0);
+  } else if (state != "running" && state != "succeeded") {
+    RemoveSeries(m.job_eta, labels);
   }
 }
 
@@ -526,29 +619,52 @@ void Metrics::RecordJobFinished(const std::string& kind, const std::string& stat
   impl_->jobs_total.Add({{"kind", kind}, {"state", state}}).Increment();
 }
 
-void Metrics::SetJobProgress(const std::string& job_id, std::int64_t step, double loss,
-                             double examples_per_second) {
+void Metrics::SetJobTotalSteps(const std::string& job_id, std::int64_t total_steps,
+                               std::int64_t step) {
+  if (total_steps <= 0) return;
+  Impl& m = *impl_;
   const prometheus::Labels labels = {{"job_id", job_id}};
-  impl_->job_step.Add(labels).Set(static_cast<double>(step));
-  impl_->job_loss.Add(labels).Set(loss);
-  impl_->job_examples_per_second.Add(labels).Set(examples_per_second);
+  absl::MutexLock lock(&m.jobs_mu);
+  // The workers (re)started: the ETA is unknown until their first two reports.
+  RemoveSeries(m.job_eta, labels);
+  m.job_total_steps.Add(labels).Set(static_cast<double>(total_steps));
+  m.job_progress.Add(labels).Set(
+      std::clamp(static_cast<double>(step) / static_cast<double>(total_steps), 0.0, 1.0));
+}
+
+void Metrics::SetJobProgress(const std::string& job_id, const JobProgressSample& progress) {
+  Impl& m = *impl_;
+  const prometheus::Labels labels = {{"job_id", job_id}};
+  absl::MutexLock lock(&m.jobs_mu);
+  m.job_step.Add(labels).Set(static_cast<double>(progress.step));
+  m.job_loss.Add(labels).Set(progress.loss);
+  m.job_examples_per_second.Add(labels).Set(progress.examples_per_second);
+  if (progress.total_steps > 0) {
+    const auto total = static_cast<double>(progress.total_steps);
+    m.job_total_steps.Add(labels).Set(total);
+    m.job_progress.Add(labels).Set(
+        std::clamp(static_cast<double>(progress.step) / total, 0.0, 1.0));
+  }
+  if (progress.eta_seconds >= 0) m.job_eta.Add(labels).Set(progress.eta_seconds);
 }
 
 void Metrics::SetJobValidationAccuracy(const std::string& job_id, double accuracy) {
+  absl::MutexLock lock(&impl_->jobs_mu);
   impl_->job_validation_accuracy.Add({{"job_id", job_id}}).Set(accuracy);
 }
 
 void Metrics::RemoveJob(const std::string& job_id, const std::string& kind,
                         const std::string& reason) {
-  for (const char* s : {"queued", "running", "succeeded", "failed", "cancelled"}) {
-    RemoveSeries(impl_->job_state, {{"job_id", job_id}, {"kind", kind}, {"state", s}});
+  Impl& m = *impl_;
+  {
+    absl::MutexLock lock(&m.jobs_mu);
+    m.RemoveJobSeries(job_id, kind);
+    if (const auto it = m.jobs.find(job_id); it != m.jobs.end()) {
+      if (it->second.kind != kind) m.RemoveJobSeries(job_id, it->second.kind);
+      m.jobs.erase(it);
+    }
   }
-  const prometheus::Labels labels = {{"job_id", job_id}};
-  for (Family<Gauge>* family : {&impl_->job_step, &impl_->job_loss, &impl_->job_examples_per_second,
-                                &impl_->job_validation_accuracy}) {
-    RemoveSeries(*family, labels);
-  }
-  impl_->jobs_deleted.Add({{"reason", reason}}).Increment();
+  m.jobs_deleted.Add({{"reason", reason}}).Increment();
 }
 
 void Metrics::RecordJobStoreError(const std::string& operation) {
@@ -590,8 +706,8 @@ void Metrics::RemoveModelInfo(const std::string& model, const std::string& versi
 }
 
 std::string Metrics::Serialize() const {
-  // Like a scrape: memory gauges are current.
-  impl_->UpdateMemory();
+  // Like a scrape: memory gauges are current, expired job series gone.
+  impl_->BeforeCollect();
   return prometheus::TextSerializer().Serialize(impl_->registry.Collect());
 }
 

@@ -6,12 +6,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/gpu_telemetry.h"
 
 namespace ts::server {
@@ -29,6 +32,23 @@ struct MetricsOptions {
   // other code) with the status's message and no metric. Unset: no token needed. Called from the
   // endpoint's threads; must be thread-safe.
   std::function<absl::Status(std::string_view authorization)> authorize;
+  // A finished job's series (every taylorshift_job_* series with its job_id) leave the registry
+  // this long after it finished (metrics_finished_job_series_s); zero = kept while the job
+  // exists (RemoveJob). Checked at each scrape and Serialize().
+  absl::Duration finished_job_series = absl::Hours(1);
+  // Time source of that expiry; null = RealClock(). Must outlive the Metrics.
+  Clock* clock = nullptr;
+};
+
+// What a training job's progress report says, for SetJobProgress.
+struct JobProgressSample {
+  std::int64_t step = 0;
+  std::int64_t total_steps = 0;  // the steps the job runs in all; 0 = unknown (no ratio)
+  double loss = 0;
+  double examples_per_second = 0;
+  // Seconds until its last step at the recent step rate; negative = not known yet (fewer than
+  // two reports since the job's workers started).
+  double eta_seconds = -1;
 };
 
 class Metrics {
@@ -39,7 +59,8 @@ class Metrics {
   ~Metrics();
 
   // A finished RPC: code is the gRPC status code name ("OK", "NOT_FOUND", ...).
-  // `protocol`: the front end (CallContext::protocol).
+  // `protocol`: the front end (CallContext::protocol). Counted and timed by model, protocol and
+  // code.
   void RecordRequest(const std::string& model, const std::string& protocol, const std::string& code,
                      double seconds);
   void RecordQueue(const std::string& model, double seconds);
@@ -58,11 +79,20 @@ class Metrics {
   // Training and evaluation jobs, labelled by `job_id` (not `job`, which Prometheus reserves
   // for the scrape job). SetJobState sets the job's current `state` sample to 1 and its other
   // states to 0 (kind: training, evaluation; state: queued, running, succeeded, failed,
-  // cancelled). RecordJobFinished counts a job reaching a final state.
-  void SetJobState(const std::string& job_id, const std::string& kind, const std::string& state);
+  // cancelled). A final state (succeeded, failed, cancelled) starts the job's expiry
+  // (MetricsOptions::finished_job_series) at `finished`, when it ended (unset = now); a job whose
+  // expiry has already passed gets no series. Another state stops the expiry. The ETA goes with
+  // every state but running, except that a job that succeeded keeps it at 0.
+  // RecordJobFinished counts a job reaching a final state.
+  void SetJobState(const std::string& job_id, const std::string& kind, const std::string& state,
+                   std::optional<absl::Time> finished = std::nullopt);
   void RecordJobFinished(const std::string& kind, const std::string& state);
-  void SetJobProgress(const std::string& job_id, std::int64_t step, double loss,
-                      double examples_per_second);
+  // A training job's workers started: the steps it runs in all and the step it starts from (its
+  // resume step, else 0) set its total and progress ratio; its ETA goes until a progress report
+  // brings a new one. total_steps 0 (an evaluation job) sets nothing.
+  void SetJobTotalSteps(const std::string& job_id, std::int64_t total_steps, std::int64_t step);
+  // A progress report: step, loss, examples/s and, when known, total, ratio and ETA.
+  void SetJobProgress(const std::string& job_id, const JobProgressSample& progress);
   void SetJobValidationAccuracy(const std::string& job_id, double accuracy);
   // Drops every series of a deleted job and counts the deletion (reason: request, retention).
   void RemoveJob(const std::string& job_id, const std::string& kind, const std::string& reason);
@@ -82,8 +112,9 @@ class Metrics {
   // cancelled or shutdown.
   void RecordBatchStopped(const std::string& model, const std::string& reason);
   // The worker processes of running jobs, read at each scrape (/proc/PID/stat and statm): their
-  // resident memory and CPU time per job_id and rank. `source` is called from scrapes and must
-  // be thread-safe; it returns what runs now.
+  // resident memory and CPU time per job_id and rank, and their resident memory together
+  // (taylorshift_workers_resident_memory_bytes, 0 when none runs). `source` is called from
+  // scrapes and must be thread-safe; it returns what runs now.
   struct WorkerProcess {
     std::string job_id;
     int rank = 0;

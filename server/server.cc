@@ -21,6 +21,7 @@
 #include "model/torch_compat.h"
 #include "model/training/data_parallel.h"
 #include "server/jobs/job_manager.h"
+#include "server/jobs/jobs_off_service.h"
 #include "server/jobs/jobs_service.h"
 #include "server/metrics.h"
 #include "server/serving/auth.h"
@@ -67,11 +68,15 @@ void ReadGpusInto(const std::string& library, Metrics& metrics,
   metrics.SetGpuSource([telemetry] { return telemetry->Read(); });
 }
 
-// The /metrics endpoint's options: its address, TLS and (metrics_require_token) the check of a
-// scrape's token by `authorizer`, which must outlive the endpoint.
-MetricsOptions MetricsOptionsFor(const ServerConfig& config, const Authorizer* authorizer) {
+// The /metrics endpoint's options: its address, TLS, (metrics_require_token) the check of a
+// scrape's token by `authorizer`, which must outlive the endpoint, and the expiry of finished
+// jobs' series on `clock`.
+MetricsOptions MetricsOptionsFor(const ServerConfig& config, const Authorizer* authorizer,
+                                 Clock* clock) {
   MetricsOptions options;
   options.listen = config.metrics_listen;
+  options.finished_job_series = config.metrics.finished_job_series;
+  options.clock = clock;
   options.cert_file = config.metrics.tls.cert_file;
   options.key_file = config.metrics.tls.key_file;
   options.client_ca_file = config.metrics.tls.client_ca_file;
@@ -128,6 +133,7 @@ struct Server::Parts {
   std::unique_ptr<ClassifierService> classifier;
   std::unique_ptr<KServeService> kserve;
   std::unique_ptr<JobsService> jobs_service;
+  std::unique_ptr<JobsOffService> jobs_off;  // jobs.enabled false: the Jobs RPCs' answer
   std::unique_ptr<grpc::Server> grpc;
   std::unique_ptr<HttpFrontend> http;
   int port = 0;
@@ -153,15 +159,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   // Parts declares the authorizer first: it outlives the endpoint's threads.
   TS_ASSIGN_OR_RETURN(
       p.metrics,
-      Prefixed(Metrics::Create(MetricsOptionsFor(config, p.authorizer.get())), "metrics: "));
+      Prefixed(Metrics::Create(MetricsOptionsFor(config, p.authorizer.get(), clock)), "metrics: "));
   ReadGpusInto(config.nvml_library, *p.metrics, p.log);
   TS_ASSIGN_OR_RETURN(
       p.registry,
       Prefixed(ModelRegistry::Create(config.models, p.metrics.get(), clock), "loading models: "));
   LogModels(*p.registry, p.log);
   // Jobs: the store under state_dir, data paths confined to data_root. Promoted models are
-  // served again before the server accepts calls. With jobs.enabled false there is no Jobs
-  // service (its RPCs are UNIMPLEMENTED) and nothing is read or written under state_dir.
+  // served again before the server accepts calls. With jobs.enabled false there is no job
+  // manager: nothing is read or written under state_dir (or data_root), and every Jobs RPC
+  // answers FAILED_PRECONDITION saying so and where jobs run (JobsOffService).
   if (config.jobs.enabled) {
     JobManagerOptions job_options = JobOptionsFor(config);
     job_options.on_model_served = [&p](const std::string& name) {
@@ -196,6 +203,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   if (p.jobs != nullptr) {
     p.jobs_service = std::make_unique<JobsService>(p.jobs.get(), p.authorizer.get());
     builder.RegisterService(p.jobs_service.get());
+  } else {
+    p.jobs_off = std::make_unique<JobsOffService>(p.authorizer.get(), config.jobs.elsewhere);
+    builder.RegisterCallbackGenericService(p.jobs_off.get());
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -97,13 +98,20 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
         "written runs their jobs again): ",
         journal_status.message()));
   }
-  // The dashboard shows recent jobs' states from the start.
+  // The dashboard shows recent jobs' states from the start; a finished job's series expire
+  // metrics_finished_job_series_s after its end, not after this start.
   if (metrics != nullptr) {
     pb::ListJobsRequest recent;
     recent.set_page_size(200);
     if (auto listed = manager->jobs_.ListJobs(recent); listed.ok()) {
       for (const auto& job : listed->jobs()) {
-        metrics->SetJobState(job.id(), JobKindName(job.kind()), JobStateName(job.state()));
+        std::optional<absl::Time> finished;
+        if (IsFinalJobState(job.state()) && job.has_end_time()) {
+          finished = absl::FromUnixSeconds(job.end_time().seconds()) +
+                     absl::Nanoseconds(job.end_time().nanos());
+        }
+        metrics->SetJobState(job.id(), JobKindName(job.kind()), JobStateName(job.state()),
+                             finished);
       }
     }
   }

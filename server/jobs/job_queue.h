@@ -43,6 +43,7 @@
 #include "server/jobs/final_state_journal.h"
 #include "server/jobs/job_context.h"
 #include "server/jobs/job_store.h"
+#include "server/jobs/step_rate.h"
 #include "taylorshift/v1/jobs.pb.h"
 
 namespace ts::server {
@@ -50,13 +51,15 @@ namespace ts::server {
 class JobProcess;
 
 // A queued or running job. `job` is read and written under its JobQueue's lock only (Snapshot,
-// Update); `id` never changes; `cancel` and the process are the runner's.
+// Update); `id` never changes; `cancel`, the process and `step_rate` are the runner's (its
+// JobRecorder's, for `step_rate`).
 struct ActiveJob {
   explicit ActiveJob(taylorshift::v1::Job stored) : id(stored.id()), job(std::move(stored)) {}
 
   const std::string id;
   taylorshift::v1::Job job;
   std::atomic<bool> cancel{false};
+  StepRate step_rate;  // of the progress reports since its workers started
 
   // The workers now running the job, or null; StopProcess asks them to stop (SIGTERM, then
   // SIGKILL after jobs.stop_grace).

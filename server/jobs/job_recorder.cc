@@ -24,6 +24,11 @@ void JobRecorder::Apply(ActiveJob& active, const pb::WorkerMessage& message) {
         progress->set_skipped_examples(started.skipped_examples());
         if (started.resumed_step() > 0) progress->set_step(started.resumed_step());
       });
+      active.step_rate.Reset();
+      if (context_->metrics != nullptr) {
+        context_->metrics->SetJobTotalSteps(id, static_cast<std::int64_t>(started.total_steps()),
+                                            static_cast<std::int64_t>(started.resumed_step()));
+      }
       if (started.resumed_step() > 0) {
         context_->Log(absl::StrCat("job ", id, " resumes at step ", started.resumed_step()));
         // The steps after the saved state are trained again: their first records go.
@@ -36,8 +41,10 @@ void JobRecorder::Apply(ActiveJob& active, const pb::WorkerMessage& message) {
     }
     case pb::WorkerMessage::kProgress: {
       const pb::WorkerProgress& p = message.progress();
+      std::int64_t total_steps = 0;
       queue_->Update(active, [&](pb::Job& job) {
         auto* progress = job.mutable_progress();
+        total_steps = static_cast<std::int64_t>(progress->total_steps());
         progress->set_step(p.step());
         progress->set_loss(p.loss());
         progress->set_learning_rate(p.learning_rate());
@@ -52,8 +59,17 @@ void JobRecorder::Apply(ActiveJob& active, const pb::WorkerMessage& message) {
       row.time_ms = p.time_ms();
       context_->StoreWriteOk(history_->AppendMetric(id, row), "append_metric", id,
                              absl::StrCat("the loss of step ", row.step));
+      // The worker's time of the report (a fake worker may leave it out: then now).
+      active.step_rate.Add(
+          row.step, p.time_ms() > 0 ? absl::FromUnixMillis(p.time_ms()) : context_->clock->Now());
       if (context_->metrics != nullptr) {
-        context_->metrics->SetJobProgress(id, row.step, p.loss(), p.examples_per_second());
+        JobProgressSample sample;
+        sample.step = row.step;
+        sample.total_steps = total_steps;
+        sample.loss = p.loss();
+        sample.examples_per_second = p.examples_per_second();
+        sample.eta_seconds = active.step_rate.EtaSeconds(row.step, total_steps).value_or(-1);
+        context_->metrics->SetJobProgress(id, sample);
       }
       queue_->Publish(active, pb::JobEvent::PROGRESS);
       return;

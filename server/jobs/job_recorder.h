@@ -1,8 +1,11 @@
 // JobRecorder: puts what a job's workers report (job_contract/event_pipe.h's WorkerMessages) into
 // the job, the store, the metrics and the job's watchers:
-//   started     → labels, totals, the spec with epochs as steps; a resumed job drops the history
-//                 after its resume step (it trains those steps again)          → PROGRESS event
-//   progress    → the job's progress, a loss-curve row, the job's gauges        → PROGRESS event
+//   started     → labels, totals, the spec with epochs as steps, the total-steps gauges; a
+//                 resumed job drops the history after its resume step (it trains those steps
+//                 again); the step rate starts again                           → PROGRESS event
+//   progress    → the job's progress, a loss-curve row, the job's gauges (step, loss, progress
+//                 ratio, and the ETA from the step rate of its recent reports,
+//                 server/jobs/step_rate.h)                                     → PROGRESS event
 //   validation  → the latest and best validation, a validation row, the gauge   → VALIDATION
 //   checkpoint  → the checkpoint list and records (job_checkpoints.h)           → CHECKPOINT
 //   report      → an evaluation job's report and its row (no event; the final STATE carries it)

@@ -476,7 +476,8 @@ class DashboardTest(unittest.TestCase):
                        "Attention path share", "Sequence length distribution", "Queue depth",
                        "Rejections by reason", "Process memory", "Device memory",
                        "Training loss", "Validation accuracy", "Examples per second",
-                       "Jobs by state"):
+                       "Jobs by state", "Job progress", "Job time left (ETA)",
+                       "Request latency p95 by front end"):
             self.assertIn(wanted, titles)
         for board in lib.dashboards().values():
             self.assertIn("model", {v["name"] for v in lib.variables(board)})

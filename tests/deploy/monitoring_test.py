@@ -481,6 +481,25 @@ class MonitoringTest(unittest.TestCase):
         self.assertGreater(float(rate[0]["value"][1]), 0, rate)
         # The failed job stopped before its first step: no progress series.
         self.assertEqual(self.panel_result("Step", training_job=failed), [])
+        # The trained job ran all its steps: progress 1, nothing left to wait for.
+        progress = self.panel_result("Job progress", training_job=trained)
+        self.assertEqual([float(s["value"][1]) for s in progress], [1])
+        eta = self.panel_result("Job time left (ETA)", training_job=trained)
+        self.assertEqual([float(s["value"][1]) for s in eta], [0])
+        self.assertEqual(self.panel_result("Job progress", training_job=failed), [])
+        self.assertEqual(self.panel_result("Job time left (ETA)", training_job=failed), [])
+
+    def test_latency_panel_shows_each_front_end(self):
+        # tsctl bench sent its requests over gRPC (Classify): the panel's p95 by front end has a
+        # finite number of seconds for it. Over 10 minutes, not the 1 minute of the other
+        # checks: the traffic may be longer ago than that when this test runs.
+        board, panel = self.panel("Request latency p95 by front end and by code")
+        assignment = {v["name"]: ".*" for v in lib.variables(board)} | {"model": "listops"}
+        result = self.stack.query(lib.substitute(panel["targets"][0]["expr"], assignment, "10m"))
+        self.assertEqual(result.get("status"), "success", result)
+        rows = result["data"]["result"]
+        protocols = {s["metric"]["protocol"] for s in rows if math.isfinite(float(s["value"][1]))}
+        self.assertIn("grpc", protocols, rows)
 
     def test_failed_job_alert_fires(self):
         def firing():

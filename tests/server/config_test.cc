@@ -365,6 +365,23 @@ auth:
                  {"no token in auth has the \"metrics\" role"});
 }
 
+TEST(ConfigTest, FinishedJobSeriesKey) {
+  absl::StatusOr<ServerConfig> defaults = ParseServerConfig("", "");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->metrics.finished_job_series, absl::Hours(1));
+  absl::StatusOr<ServerConfig> config =
+      ParseServerConfig("metrics_finished_job_series_s: 90\n", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->metrics.finished_job_series, absl::Seconds(90));
+  config = ParseServerConfig("metrics_finished_job_series_s: 0\n", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->metrics.finished_job_series, absl::ZeroDuration());
+  ExpectRejected("metrics_finished_job_series_s: -1\n",
+                 {"metrics_finished_job_series_s: must be >= 0, got -1"});
+  ExpectRejected("metrics_finished_job_series_s: soon\n",
+                 {"metrics_finished_job_series_s: expected an integer"});
+}
+
 TEST(ConfigTest, RejectsBadTls) {
   ExpectRejected("tls: {cert_file: a.crt}\n", {"tls.key_file: required when tls.cert_file"});
   ExpectRejected("tls: {key_file: a.key}\n", {"tls.cert_file: required when tls.key_file"});
@@ -459,6 +476,7 @@ TEST(ConfigTest, JobsDefaults) {
   ASSERT_TRUE(config.ok()) << config.status();
   const JobsConfig& jobs = config->jobs;
   EXPECT_TRUE(jobs.enabled);
+  EXPECT_EQ(jobs.elsewhere, "");
   EXPECT_EQ(jobs.max_concurrent, 1);
   EXPECT_EQ(jobs.max_queued, 64);
   EXPECT_EQ(jobs.threads_per_job, 0);
@@ -480,6 +498,7 @@ TEST(ConfigTest, JobsSectionIsRead) {
   absl::StatusOr<ServerConfig> config = ParseServerConfig(R"yaml(
 jobs:
   enabled: false
+  elsewhere: taylorshift-jobs:50051
   max_concurrent: 2
   max_queued: 5
   threads_per_job: 3
@@ -501,6 +520,7 @@ jobs:
   ASSERT_TRUE(config.ok()) << config.status();
   const JobsConfig& jobs = config->jobs;
   EXPECT_FALSE(jobs.enabled);
+  EXPECT_EQ(jobs.elsewhere, "taylorshift-jobs:50051");
   EXPECT_EQ(jobs.max_concurrent, 2);
   EXPECT_EQ(jobs.max_queued, 5);
   EXPECT_EQ(jobs.threads_per_job, 3);
@@ -669,6 +689,8 @@ TEST_F(ShippedConfigTest, DefaultYamlServesTheTwoDemoModels) {
   // The jobs section spells out the built-in defaults too.
   const JobsConfig jobs;
   EXPECT_EQ(config->jobs.enabled, jobs.enabled);
+  EXPECT_EQ(config->jobs.elsewhere, jobs.elsewhere);
+  EXPECT_EQ(config->metrics.finished_job_series, MetricsConfig().finished_job_series);
   EXPECT_EQ(config->jobs.max_concurrent, jobs.max_concurrent);
   EXPECT_EQ(config->jobs.max_queued, jobs.max_queued);
   EXPECT_EQ(config->jobs.threads_per_job, jobs.threads_per_job);

@@ -14,6 +14,8 @@ namespace {
 
 namespace pb = taylorshift::v1;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 pb::WorkerMessage Progress(std::uint64_t step, double loss) {
   pb::WorkerMessage message;
@@ -100,6 +102,43 @@ TEST_F(JobRecorderTest, ProgressBecomesALossRowTheJobsProgressItsGaugesAndAnEven
   EXPECT_EQ(events_[1].job().progress().step(), 20u);
   // The snapshot is persisted with each event.
   EXPECT_EQ(env_.jobs().GetJob("job-1")->progress().step(), 20u);
+}
+
+// The job's total from its workers' start, its progress ratio at each report, and an ETA from
+// the rate of the reports' steps over their times (the worker's clock).
+TEST_F(JobRecorderTest, StartAndProgressSetTotalRatioAndEta) {
+  pb::WorkerMessage started;
+  started.mutable_started()->set_total_steps(100);
+  recorder_.Apply(*active_, started);
+  EXPECT_EQ(env_.Sample("taylorshift_job_total_steps{job_id=\"job-1\"}"), 100);
+  EXPECT_THAT(env_.metrics().Serialize(),
+              HasSubstr("taylorshift_job_progress_ratio{job_id=\"job-1\"} 0\n"));
+  const auto at = [](std::uint64_t step, std::int64_t ms) {
+    pb::WorkerMessage message = Progress(step, 1.0);
+    message.mutable_progress()->set_time_ms(1'700'000'000'000 + ms);
+    return message;
+  };
+  recorder_.Apply(*active_, at(10, 0));
+  EXPECT_EQ(env_.Sample("taylorshift_job_progress_ratio{job_id=\"job-1\"}"), 0.1);
+  // One report: no rate yet.
+  EXPECT_THAT(env_.metrics().Serialize(), Not(HasSubstr("taylorshift_job_eta_seconds{")));
+  recorder_.Apply(*active_, at(20, 2000));
+  recorder_.Apply(*active_, at(40, 4000));
+  // 30 steps in 4 s: the 60 left take 8 s.
+  EXPECT_EQ(env_.Sample("taylorshift_job_eta_seconds{job_id=\"job-1\"}"), 8);
+  EXPECT_EQ(env_.Sample("taylorshift_job_progress_ratio{job_id=\"job-1\"}"), 0.4);
+  // Restarted workers resume at step 20: ratio from there, and no ETA until two new reports.
+  started.mutable_started()->set_resumed_step(20);
+  recorder_.Apply(*active_, started);
+  EXPECT_EQ(env_.Sample("taylorshift_job_progress_ratio{job_id=\"job-1\"}"), 0.2);
+  recorder_.Apply(*active_, at(30, 60000));
+  EXPECT_THAT(env_.metrics().Serialize(), Not(HasSubstr("taylorshift_job_eta_seconds{")));
+  recorder_.Apply(*active_, at(50, 70000));
+  EXPECT_EQ(env_.Sample("taylorshift_job_eta_seconds{job_id=\"job-1\"}"), 25);
+  recorder_.Apply(*active_, at(100, 80000));
+  EXPECT_THAT(env_.metrics().Serialize(),
+              HasSubstr("taylorshift_job_eta_seconds{job_id=\"job-1\"} 0\n"));
+  EXPECT_EQ(env_.Sample("taylorshift_job_progress_ratio{job_id=\"job-1\"}"), 1);
 }
 
 TEST_F(JobRecorderTest, ValidationKeepsTheLatestAndTheBestRun) {

@@ -41,6 +41,7 @@
 #include "taylorshift/v1/classifier.grpc.pb.h"
 #include "taylorshift/v1/jobs.grpc.pb.h"
 #include "tests/testing/encoder_testing.h"
+#include "tests/testing/metrics_text.h"
 #include "tests/testing/server_process.h"
 
 namespace ts {
@@ -1291,6 +1292,39 @@ TEST_F(JobLifecycleTest, RetentionDeletesFinishedJobsOlderThanItsLimit) {
   EXPECT_NE(metrics.find("taylorshift_jobs_deleted_total{reason=\"retention\"} 1"),
             std::string::npos)
       << metrics;
+}
+
+// A finished job's series leave /metrics metrics_finished_job_series_s after it ended, while the
+// job itself stays (jobs.retention_s 0); until then its progress reads done.
+TEST_F(JobLifecycleTest, FinishedJobSeriesLeaveMetricsAfterTheirTime) {
+  {
+    std::ofstream config(dir_ + "/config.yaml", std::ios::app);
+    config << "metrics_finished_job_series_s: 3\n";
+  }
+  StartServer();
+  pb::Job job;
+  ASSERT_TRUE(Submit(TinySpec("expiring", 20), &job).ok());
+  ASSERT_EQ(Watch(job.id(), 120).back().job().state(), pb::JOB_STATE_SUCCEEDED) << server_.Log();
+  const std::string series = "{job_id=\"" + job.id() + "\"}";
+  std::string metrics = ts::testing::HttpGet(server_.metrics_address(), "/metrics");
+  EXPECT_EQ(ts::testing::MetricSample(metrics, "taylorshift_job_total_steps" + series), 20)
+      << metrics;
+  EXPECT_EQ(ts::testing::MetricSample(metrics, "taylorshift_job_progress_ratio" + series), 1)
+      << metrics;
+  EXPECT_EQ(ts::testing::MetricSample(metrics, "taylorshift_job_eta_seconds" + series), 0)
+      << metrics;
+  // Gone within a bounded wait (3 s after the end, read at the next scrape).
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline &&
+         metrics.find("job_id=\"" + job.id() + "\"") != std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    metrics = ts::testing::HttpGet(server_.metrics_address(), "/metrics");
+  }
+  EXPECT_EQ(metrics.find("job_id=\"" + job.id() + "\""), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("taylorshift_jobs_total{kind=\"training\",state=\"succeeded\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(GetCode(job.id()), grpc::StatusCode::OK);  // the job is kept; only its series went
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "tests/testing/fake_clock.h"
 
 namespace ts::server {
 namespace {
@@ -170,12 +171,13 @@ const std::vector<std::string>& AllFamilies() {
   return names;
 }
 
-TEST(MetricsTest, RequestsCountByModelAndCodeWithLatencyHistogram) {
+TEST(MetricsTest, RequestsCountByModelProtocolAndCodeWithLatencyHistogram) {
   std::unique_ptr<Metrics> metrics = RegistryOnly();
   ASSERT_NE(metrics, nullptr);
   metrics->RecordRequest("listops", "grpc", "OK", 0.003);
   metrics->RecordRequest("listops", "grpc", "OK", 0.004);
   metrics->RecordRequest("listops", "grpc", "NOT_FOUND", 0.2);
+  metrics->RecordRequest("listops", "v2_rest", "OK", 1.5);
   metrics->RecordRequest("imdb", "grpc", "OK", 70);
   const std::string text = metrics->Serialize();
 
@@ -189,18 +191,25 @@ TEST(MetricsTest, RequestsCountByModelAndCodeWithLatencyHistogram) {
                   {{"model", "imdb"}, {"protocol", "grpc"}, {"code", "OK"}}),
             1);
 
+  // Latency has the same labels as the count: by protocol and code as well as model.
   const std::string duration = "taylorshift_request_duration_seconds";
-  const Labels listops = {{"model", "listops"}};
-  EXPECT_EQ(Value(text, duration + "_count", listops), 3);
-  EXPECT_NEAR(*Value(text, duration + "_sum", listops), 0.207, 1e-9);
+  const Labels listops = {{"model", "listops"}, {"protocol", "grpc"}, {"code", "OK"}};
+  EXPECT_EQ(Value(text, duration + "_count", listops), 2);
+  EXPECT_NEAR(*Value(text, duration + "_sum", listops), 0.007, 1e-9);
   EXPECT_EQ(BucketCount(text, duration, listops, 0.0025), 0);
   EXPECT_EQ(BucketCount(text, duration, listops, 0.005), 2);
-  EXPECT_EQ(BucketCount(text, duration, listops, 0.1), 2);
-  EXPECT_EQ(BucketCount(text, duration, listops, 0.25), 3);
-  EXPECT_EQ(BucketCount(text, duration, listops, INFINITY), 3);
+  EXPECT_EQ(BucketCount(text, duration, listops, INFINITY), 2);
+  const Labels not_found = {{"model", "listops"}, {"protocol", "grpc"}, {"code", "NOT_FOUND"}};
+  EXPECT_EQ(BucketCount(text, duration, not_found, 0.1), 0);
+  EXPECT_EQ(BucketCount(text, duration, not_found, 0.25), 1);
+  const Labels rest = {{"model", "listops"}, {"protocol", "v2_rest"}, {"code", "OK"}};
+  EXPECT_EQ(BucketCount(text, duration, rest, 1), 0);
+  EXPECT_EQ(BucketCount(text, duration, rest, 2.5), 1);
+  EXPECT_FALSE(Value(text, duration + "_count", {{"model", "listops"}}).has_value());
   // 70 s is past the last finite bucket (60 s): only +Inf counts it.
-  EXPECT_EQ(BucketCount(text, duration, {{"model", "imdb"}}, 60), 0);
-  EXPECT_EQ(BucketCount(text, duration, {{"model", "imdb"}}, INFINITY), 1);
+  const Labels imdb = {{"model", "imdb"}, {"protocol", "grpc"}, {"code", "OK"}};
+  EXPECT_EQ(BucketCount(text, duration, imdb, 60), 0);
+  EXPECT_EQ(BucketCount(text, duration, imdb, INFINITY), 1);
 
   const std::vector<double> bounds = BucketBounds(text, duration, listops);
   ASSERT_FALSE(bounds.empty());
@@ -414,17 +423,181 @@ TEST(MetricsTest, ProcessBuildHttpBatchAndWorkerSeries) {
       Value(text, "taylorshift_batches_stopped_total", {{"model", "m"}, {"reason", "shutdown"}}),
       1);
 
-  std::vector<Metrics::WorkerProcess> workers = {{"job-7", 0, static_cast<int>(getpid())}};
+  // No worker yet: the workers' total is 0, not absent (the memory alert adds it).
+  EXPECT_EQ(Value(text, "taylorshift_workers_resident_memory_bytes", {}), 0);
+  // Two ranks (this process stands in for both) and a pid that is gone.
+  std::vector<Metrics::WorkerProcess> workers = {{"job-7", 0, static_cast<int>(getpid())},
+                                                 {"job-7", 1, static_cast<int>(getpid())},
+                                                 {"job-8", 0, 0x7ffffff0}};
   metrics->SetWorkerSource([&workers] { return workers; });
   text = metrics->Serialize();
   const Labels worker = {{"job_id", "job-7"}, {"rank", "0"}};
-  EXPECT_GT(Value(text, "taylorshift_job_worker_resident_memory_bytes", worker).value_or(0),
-            1 << 20);
+  const double rank0 =
+      Value(text, "taylorshift_job_worker_resident_memory_bytes", worker).value_or(0);
+  const double rank1 = Value(text, "taylorshift_job_worker_resident_memory_bytes",
+                             {{"job_id", "job-7"}, {"rank", "1"}})
+                           .value_or(0);
+  EXPECT_GT(rank0, 1 << 20);
   EXPECT_GT(Value(text, "taylorshift_job_worker_cpu_seconds", worker).value_or(0), 0.01);
-  workers.clear();  // the job ended: its series go
+  EXPECT_EQ(Value(text, "taylorshift_workers_resident_memory_bytes", {}), rank0 + rank1);
+  workers.clear();  // the job ended: its series go, and the total is 0 again
   text = metrics->Serialize();
   EXPECT_FALSE(Value(text, "taylorshift_job_worker_resident_memory_bytes", worker).has_value());
+  EXPECT_EQ(Value(text, "taylorshift_workers_resident_memory_bytes", {}), 0);
   metrics->SetWorkerSource(nullptr);
+}
+
+// Every family that carries a job_id, for the expiry and deletion tests.
+const std::vector<std::string>& JobFamilies() {
+  static const std::vector<std::string> names = {
+      "taylorshift_job_state",       "taylorshift_job_step",
+      "taylorshift_job_loss",        "taylorshift_job_examples_per_second",
+      "taylorshift_job_total_steps", "taylorshift_job_progress_ratio",
+      "taylorshift_job_eta_seconds", "taylorshift_job_validation_accuracy",
+  };
+  return names;
+}
+
+// The job-family names that have a sample of job `id`.
+std::set<std::string> FamiliesOfJob(const std::string& text, const std::string& id) {
+  std::set<std::string> names;
+  for (const Sample& sample : ParseSamples(text)) {
+    const auto it = sample.labels.find("job_id");
+    if (it != sample.labels.end() && it->second == id) names.insert(sample.name);
+  }
+  return names;
+}
+
+// A training job with a value in every job family, left in `state`.
+void RecordTrainingJob(Metrics& metrics, const std::string& id, const std::string& state) {
+  metrics.SetJobState(id, "training", "queued");
+  metrics.SetJobState(id, "training", "running");
+  metrics.SetJobTotalSteps(id, 100, 0);
+  JobProgressSample progress;
+  progress.step = 40;
+  progress.total_steps = 100;
+  progress.loss = 0.5;
+  progress.examples_per_second = 300;
+  progress.eta_seconds = 12;
+  metrics.SetJobProgress(id, progress);
+  metrics.SetJobValidationAccuracy(id, 0.75);
+  if (state != "running") metrics.SetJobState(id, "training", state);
+}
+
+TEST(MetricsTest, JobProgressTotalRatioAndEta) {
+  std::unique_ptr<Metrics> metrics = RegistryOnly();
+  ASSERT_NE(metrics, nullptr);
+  const Labels job = {{"job_id", "job-1"}};
+  metrics->SetJobState("job-1", "training", "running");
+  // A resumed job starts at its resume step.
+  metrics->SetJobTotalSteps("job-1", 200, 50);
+  std::string text = metrics->Serialize();
+  EXPECT_EQ(Value(text, "taylorshift_job_total_steps", job), 200);
+  EXPECT_EQ(Value(text, "taylorshift_job_progress_ratio", job), 0.25);
+  EXPECT_FALSE(Value(text, "taylorshift_job_eta_seconds", job).has_value());
+  JobProgressSample progress;
+  progress.step = 150;
+  progress.total_steps = 200;
+  progress.loss = 1.25;
+  progress.examples_per_second = 64;
+  metrics->SetJobProgress("job-1", progress);  // ETA not known yet: none
+  text = metrics->Serialize();
+  EXPECT_EQ(Value(text, "taylorshift_job_step", job), 150);
+  EXPECT_EQ(Value(text, "taylorshift_job_progress_ratio", job), 0.75);
+  EXPECT_FALSE(Value(text, "taylorshift_job_eta_seconds", job).has_value());
+  progress.eta_seconds = 30;
+  metrics->SetJobProgress("job-1", progress);
+  EXPECT_EQ(Value(metrics->Serialize(), "taylorshift_job_eta_seconds", job), 30);
+  // Succeeded: nothing is left to wait for.
+  metrics->SetJobState("job-1", "training", "succeeded");
+  EXPECT_EQ(Value(metrics->Serialize(), "taylorshift_job_eta_seconds", job), 0);
+  // Failed or cancelled: no ETA (the job will not get there), the rest stays.
+  RecordTrainingJob(*metrics, "job-2", "cancelled");
+  text = metrics->Serialize();
+  EXPECT_FALSE(Value(text, "taylorshift_job_eta_seconds", {{"job_id", "job-2"}}).has_value());
+  EXPECT_EQ(Value(text, "taylorshift_job_progress_ratio", {{"job_id", "job-2"}}), 0.4);
+  // An evaluation job has no steps: nothing.
+  metrics->SetJobTotalSteps("job-3", 0, 0);
+  EXPECT_TRUE(FamiliesOfJob(metrics->Serialize(), "job-3").empty());
+}
+
+TEST(MetricsTest, DeletedJobLeavesNoSeries) {
+  std::unique_ptr<Metrics> metrics = RegistryOnly();
+  ASSERT_NE(metrics, nullptr);
+  RecordTrainingJob(*metrics, "job-1", "succeeded");
+  RecordTrainingJob(*metrics, "job-2", "running");
+  std::string text = metrics->Serialize();
+  ASSERT_EQ(FamiliesOfJob(text, "job-1"),
+            std::set<std::string>(JobFamilies().begin(), JobFamilies().end()));
+  metrics->RemoveJob("job-1", "training", "request");
+  text = metrics->Serialize();
+  EXPECT_EQ(FamiliesOfJob(text, "job-1"), std::set<std::string>());
+  EXPECT_EQ(FamiliesOfJob(text, "job-2").size(), JobFamilies().size());
+  EXPECT_EQ(Value(text, "taylorshift_jobs_deleted_total", {{"reason", "request"}}), 1);
+}
+
+TEST(MetricsTest, FinishedJobSeriesExpire) {
+  ts::testing::FakeClock clock;
+  MetricsOptions options;
+  options.finished_job_series = absl::Seconds(60);
+  options.clock = &clock;
+  absl::StatusOr<std::unique_ptr<Metrics>> created = Metrics::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Metrics& metrics = **created;
+  RecordTrainingJob(metrics, "done", "succeeded");
+  RecordTrainingJob(metrics, "failed", "failed");
+  RecordTrainingJob(metrics, "running", "running");
+  clock.Advance(absl::Seconds(30));
+  RecordTrainingJob(metrics, "later", "cancelled");
+  metrics.RecordJobFinished("training", "succeeded");
+  clock.Advance(absl::Seconds(29));
+  std::string text = metrics.Serialize();
+  for (const char* id : {"done", "failed", "running", "later"}) {
+    EXPECT_FALSE(FamiliesOfJob(text, id).empty()) << id;
+  }
+  // 60 s after they finished, the first two jobs' series are gone, every family of them.
+  clock.Advance(absl::Seconds(1));
+  text = metrics.Serialize();
+  EXPECT_EQ(FamiliesOfJob(text, "done"), std::set<std::string>());
+  EXPECT_EQ(FamiliesOfJob(text, "failed"), std::set<std::string>());
+  EXPECT_EQ(FamiliesOfJob(text, "running").size(), JobFamilies().size());
+  EXPECT_EQ(Value(text, "taylorshift_job_state",
+                  {{"job_id", "later"}, {"kind", "training"}, {"state", "cancelled"}}),
+            1);
+  // Counters without a job_id stay.
+  EXPECT_EQ(Value(text, "taylorshift_jobs_total", {{"kind", "training"}, {"state", "succeeded"}}),
+            1);
+  clock.Advance(absl::Seconds(30));
+  EXPECT_EQ(FamiliesOfJob(metrics.Serialize(), "later"), std::set<std::string>());
+  // A job that runs again (a retry queues it) is not expired by its earlier end; its new end
+  // starts the time again.
+  RecordTrainingJob(metrics, "retried", "failed");
+  clock.Advance(absl::Seconds(50));
+  metrics.SetJobState("retried", "training", "queued");
+  clock.Advance(absl::Seconds(50));
+  EXPECT_FALSE(FamiliesOfJob(metrics.Serialize(), "retried").empty());
+  // At a start, a job that ended longer ago gets no series; one that ended since, the rest.
+  metrics.SetJobState("old", "training", "succeeded", clock.Now() - absl::Seconds(61));
+  metrics.SetJobState("recent", "evaluation", "succeeded", clock.Now() - absl::Seconds(50));
+  text = metrics.Serialize();
+  EXPECT_EQ(FamiliesOfJob(text, "old"), std::set<std::string>());
+  EXPECT_EQ(Value(text, "taylorshift_job_state",
+                  {{"job_id", "recent"}, {"kind", "evaluation"}, {"state", "succeeded"}}),
+            1);
+  clock.Advance(absl::Seconds(10));
+  EXPECT_EQ(FamiliesOfJob(metrics.Serialize(), "recent"), std::set<std::string>());
+}
+
+TEST(MetricsTest, FinishedJobSeriesStayWithoutExpiry) {
+  ts::testing::FakeClock clock;
+  MetricsOptions options;
+  options.finished_job_series = absl::ZeroDuration();
+  options.clock = &clock;
+  absl::StatusOr<std::unique_ptr<Metrics>> created = Metrics::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  RecordTrainingJob(**created, "done", "succeeded");
+  clock.Advance(absl::Hours(24 * 365));
+  EXPECT_EQ(FamiliesOfJob((*created)->Serialize(), "done").size(), JobFamilies().size());
 }
 
 TEST(MetricsTest, GpuGaugesFollowTheGpusTheSourceReports) {

@@ -322,6 +322,13 @@ TEST_F(ServerIntegrationTest, MetricsEndpointPassesPromtool) {
         "taylorshift_process_resident_memory_bytes"}) {
     EXPECT_NE(metrics.find(family), std::string::npos) << family;
   }
+  // Latency is labelled by protocol and code, as the request count is.
+  EXPECT_GE(ts::testing::MetricSample(metrics,
+                                      "taylorshift_request_duration_seconds_count{code=\"OK\","
+                                      "model=\"tiny\",protocol=\"grpc\"}")
+                .value_or(0),
+            1)
+      << metrics;
   const std::string path = *dir_ + "/metrics.txt";
   std::ofstream(path) << metrics;
   const int rc =

@@ -1,24 +1,33 @@
 // The server as a library (server/server.h): built in-process with a fake clock, answering the
 // same document identically over Classifier.Classify, KServe v2 ModelInfer and the HTTP route,
-// refusing an address in use, and stopping on Shutdown.
+// refusing an address in use, and stopping on Shutdown. With jobs off, every Jobs RPC says so
+// and where jobs run, and nothing is made under state_dir.
 #include <gmock/gmock.h>
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "server/server.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
+#include "taylorshift/v1/jobs.grpc.pb.h"
 #include "tests/testing/fake_clock.h"
 
 namespace ts::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 ServerConfig DemoConfig() {
   ServerConfig config;
@@ -101,6 +110,96 @@ TEST(ServerLibraryTest, OneProcessServesEveryFrontEndAlikeAndShutsDown) {
   after.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   EXPECT_FALSE(classifier->Classify(&after, request, &classified).ok());
   (*server)->Shutdown(absl::Seconds(5));  // idempotent
+}
+
+// `method` ("/package.Service/Method") called with an empty request, as any client may call it.
+grpc::Status CallWithEmptyRequest(grpc::GenericStub& stub, const std::string& method) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::Slice empty("");
+  const grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
+  return done.get_future().get();
+}
+
+TEST(ServerLibraryTest, JobsOffAnswersEveryJobsRpcSayingSoAndWhereJobsRun) {
+  ts::testing::FakeClock clock;
+  ServerConfig config = DemoConfig();
+  config.http.listen = "";
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("jobs-off-" + std::to_string(getpid()));
+  config.state_dir = (dir / "state").string();
+  config.data_root = (dir / "data").string();
+  config.jobs.elsewhere = "taylorshift-jobs:50051";
+  auto server = Server::Create(config, &clock, [](const std::string&) {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel((*server)->grpc_address(), grpc::InsecureChannelCredentials());
+
+  // Every method the service has (read from its descriptor: the ones added later too).
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("taylorshift.v1.Jobs");
+  ASSERT_NE(service, nullptr);
+  ASSERT_GE(service->method_count(), 9);
+  grpc::GenericStub generic(channel);
+  for (int i = 0; i < service->method_count(); ++i) {
+    const std::string method = "/taylorshift.v1.Jobs/" + service->method(i)->name();
+    const grpc::Status status = CallWithEmptyRequest(generic, method);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << method;
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("jobs are disabled on this server (jobs.enabled: false)"))
+        << method;
+    EXPECT_THAT(status.error_message(), HasSubstr("jobs run at taylorshift-jobs:50051")) << method;
+  }
+  // As tsctl calls them: a unary call and the WatchJob stream.
+  auto jobs = taylorshift::v1::Jobs::NewStub(channel);
+  grpc::ClientContext list_context;
+  taylorshift::v1::ListJobsResponse listed;
+  const grpc::Status list =
+      jobs->ListJobs(&list_context, taylorshift::v1::ListJobsRequest(), &listed);
+  EXPECT_EQ(list.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  grpc::ClientContext watch_context;
+  taylorshift::v1::WatchJobRequest watch;
+  watch.set_id("job-1");
+  auto reader = jobs->WatchJob(&watch_context, watch);
+  taylorshift::v1::JobEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  const grpc::Status watched = reader->Finish();
+  EXPECT_EQ(watched.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(watched.error_message(), HasSubstr("taylorshift-jobs:50051"));
+  // A method of no service is still UNIMPLEMENTED; the health of Jobs stays NOT_SERVING.
+  EXPECT_EQ(CallWithEmptyRequest(generic, "/taylorshift.v1.Nothing/Here").error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext health_context;
+  grpc::health::v1::HealthCheckRequest check;
+  check.set_service("taylorshift.v1.Jobs");
+  grpc::health::v1::HealthCheckResponse checked;
+  ASSERT_TRUE(health->Check(&health_context, check, &checked).ok());
+  EXPECT_EQ(checked.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+
+  (*server)->Shutdown(absl::Seconds(5));
+  // Nothing was made under state_dir or data_root.
+  EXPECT_FALSE(std::filesystem::exists(config.state_dir));
+  EXPECT_FALSE(std::filesystem::exists(config.data_root));
+}
+
+TEST(ServerLibraryTest, JobsOffWithoutAHintSaysWhereToGo) {
+  ts::testing::FakeClock clock;
+  ServerConfig config = DemoConfig();
+  config.http.listen = "";
+  auto server = Server::Create(config, &clock, [](const std::string&) {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  grpc::GenericStub generic(
+      grpc::CreateChannel((*server)->grpc_address(), grpc::InsecureChannelCredentials()));
+  const grpc::Status status = CallWithEmptyRequest(generic, "/taylorshift.v1.Jobs/SubmitTraining");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("jobs are disabled on this server (jobs.enabled: false)"));
+  EXPECT_THAT(status.error_message(), HasSubstr("on the server that runs them"));
+  EXPECT_THAT(status.error_message(), Not(HasSubstr("jobs.elsewhere")));
 }
 
 }  // namespace

@@ -192,12 +192,15 @@ TEST_F(TsctlTest, HealthOfAnUnreachableServerFails) {
   EXPECT_NE(out.text.find("UNAVAILABLE"), std::string::npos) << out.text;
 }
 
-TEST_F(TsctlTest, HealthIsNotServingForJobsOnAServerWithoutThem) {
+TEST_F(TsctlTest, JobsOffServerSaysSoAndWhereJobsRunAndIsNotServingForJobs) {
   // Its own folder: ServerProcess names its ready file after the starts in that folder.
   const std::string dir = *dir_ + "/no-jobs";
   std::filesystem::create_directories(dir);
   const std::string config = dir + "/tsserver.yaml";
-  std::ofstream(config) << "jobs: {enabled: false}\n";
+  std::ofstream(config) << "jobs: {enabled: false, elsewhere: \"taylorshift-jobs:50051\"}\n";
+  const std::string spec = dir + "/spec.yaml";
+  std::ofstream(spec) << "model: {embed_dim: 32, depth: 1, heads: 4, max_length: 64}\n"
+                         "data: {train: {format: jsonl, path: train.jsonl}}\nsteps: 10\n";
   ts::testing::ServerProcess server;
   ASSERT_TRUE(server.Start(TS_TSSERVER_BINARY,
                            {"--config", config, "--listen", "127.0.0.1:0", "--metrics-listen", "",
@@ -211,7 +214,22 @@ TEST_F(TsctlTest, HealthIsNotServingForJobsOnAServerWithoutThem) {
   EXPECT_EQ(jobs.text, "NOT_SERVING\n");
   const auto overall = RunCommand(tsctl);
   EXPECT_EQ(overall.exit_code, 0) << overall.text;
+  // What a user who asks for jobs reads: the code, that jobs are off here, and where they run.
+  const std::string server_flag = " --server " + server.grpc_address();
+  for (const std::string& command :
+       {std::string(" jobs list"), " train --spec " + spec, std::string(" jobs get job-1")}) {
+    const auto out = RunCommand(std::string(TS_TSCTL_BINARY) + command + server_flag);
+    EXPECT_EQ(out.exit_code, 1) << command << ": " << out.text;
+    EXPECT_NE(out.text.find("FAILED_PRECONDITION"), std::string::npos)
+        << command << ": " << out.text;
+    EXPECT_NE(out.text.find("jobs are disabled on this server (jobs.enabled: false)"),
+              std::string::npos)
+        << command << ": " << out.text;
+    EXPECT_NE(out.text.find("taylorshift-jobs:50051"), std::string::npos) << out.text;
+  }
   EXPECT_EQ(server.Stop(SIGTERM), 0);
+  // Nothing was read or written under state_dir: it was never made.
+  EXPECT_FALSE(std::filesystem::exists(dir + "/state"));
 }
 
 TEST_F(TsctlTest, HealthTakesNoPositionalArguments) {
