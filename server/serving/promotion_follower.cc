@@ -113,6 +113,17 @@ std::string PromotionFollower::ModelDir(const std::string& name) const {
   return (fs::path(options_.follow.cache_dir) / name).string();
 }
 
+absl::StatusOr<std::shared_ptr<ServedModel>> PromotionFollower::LoadCached(
+    const ServedModel& served, const std::string& path) const {
+  TS_ASSIGN_OR_RETURN(const LoadedCheckpoint checkpoint, LoadCheckpoint(path));
+  if (const std::string differences = Differences(served.metadata(), checkpoint.metadata);
+      !differences.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("it answers another task than the configured model: ", differences));
+  }
+  return LoadVersion(served.config(), path, checkpoint.options.max_length(), metrics_, clock_);
+}
+
 void PromotionFollower::RestoreFromCache() {
   for (const std::string& name : options_.models) {
     const std::string dir = ModelDir(name);
@@ -123,17 +134,7 @@ void PromotionFollower::RestoreFromCache() {
     if (served == nullptr || !version.ok()) continue;
     const std::string path =
         (fs::path(dir) / absl::StrCat(absl::StripAsciiWhitespace(*version), ".tsckpt")).string();
-    auto checkpoint = LoadCheckpoint(path);
-    absl::StatusOr<std::shared_ptr<ServedModel>> model = checkpoint.status();
-    if (checkpoint.ok()) {
-      if (const std::string differences = Differences(served->metadata(), checkpoint->metadata);
-          !differences.empty()) {
-        model = absl::FailedPreconditionError(differences);
-      } else {
-        model =
-            LoadVersion(served->config(), path, checkpoint->options.max_length(), metrics_, clock_);
-      }
-    }
+    auto model = LoadCached(*served, path);
     if (!model.ok()) {
       Log(absl::StrCat("model '", name, "': the cached version in ", dir,
                        " is not served: ", model.status().message()));

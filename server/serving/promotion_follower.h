@@ -68,6 +68,9 @@ class PromotionFollower {
   PromotionFollower(PromotionFollowerOptions options, std::unique_ptr<State> state,
                     ModelRegistry* registry, Metrics* metrics, Clock* clock);
   void Poll(const std::string& name);
+  // The cached checkpoint `path` loaded with `served`'s settings, when it answers its task.
+  absl::StatusOr<std::shared_ptr<ServedModel>> LoadCached(const ServedModel& served,
+                                                          const std::string& path) const;
   // Checks, swaps in and records the checkpoint downloaded to `incoming`.
   absl::Status Adopt(const std::string& name, const std::string& incoming,
                      const std::string& version, const std::string& source, std::string* reason);

@@ -84,6 +84,9 @@ class PromotionFollowTest : public ::testing::Test {
   void SetUp() override {
     dir_ = ts::testing::MakeScratchDir();
     fs::create_directories(dir_ + "/data");
+    // Each process's ready file and log in its own folder (ServerProcess numbers them per object).
+    fs::create_directories(dir_ + "/jobs-run");
+    fs::create_directories(dir_ + "/replica-run");
     listops_ = SourceDir() + "/models/listops-demo.tsckpt";
     source_lang_ = SourceDir() + "/models/source-lang-demo.tsckpt";
     // A new version of the listops model: the same weights and task, other bytes.
@@ -108,8 +111,8 @@ class PromotionFollowTest : public ::testing::Test {
            "  - {name: listops, checkpoint: "
         << listops_ << ", device: cpu}\n  - {name: lang, checkpoint: " << listops_
         << ", device: cpu}\n";
-    ASSERT_TRUE(
-        jobs_.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/jobs.yaml", "--threads", "1"}, dir_));
+    ASSERT_TRUE(jobs_.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/jobs.yaml", "--threads", "1"},
+                            dir_ + "/jobs-run"));
   }
 
   // The serving replica: jobs off, following the jobs server every 200 ms.
@@ -123,7 +126,8 @@ class PromotionFollowTest : public ::testing::Test {
         << "    cache_dir: follow-cache\nmodels:\n  - {name: listops, checkpoint: " << listops_
         << ", device: cpu}\n  - {name: lang, checkpoint: " << source_lang_ << ", device: cpu}\n";
     ASSERT_TRUE(replica_.Start(TS_TSSERVER_BINARY,
-                               {"--config", dir_ + "/replica.yaml", "--threads", "1"}, dir_));
+                               {"--config", dir_ + "/replica.yaml", "--threads", "1"},
+                               dir_ + "/replica-run"));
   }
 
   double ReplicaMetric(const std::string& series) {
