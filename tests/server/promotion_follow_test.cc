@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -130,6 +131,11 @@ class PromotionFollowTest : public ::testing::Test {
                                dir_ + "/replica-run"));
   }
 
+  void TearDown() override {
+    std::error_code error;
+    fs::remove_all(dir_, error);
+  }
+
   double ReplicaMetric(const std::string& series) {
     return ts::testing::MetricSample(ts::testing::HttpGet(replica_.metrics_address(), "/metrics"),
                                      series)
@@ -158,7 +164,18 @@ TEST_F(PromotionFollowTest, ReplicaServesPromotionsRefusesOtherTasksAndOutlivesT
   EXPECT_EQ(ServedVersion(replica_.grpc_address(), "lang"), lang_configured);
   EXPECT_NE(replica_.Log().find("answers another task"), std::string::npos) << replica_.Log();
 
-  // A promotion on the jobs server reaches the replica without a restart.
+  // A promotion on the jobs server reaches the replica without a restart, and no request to the
+  // replica fails while it swaps (a client classifies throughout).
+  std::atomic<bool> swapped{false};
+  std::atomic<int> answered{0};
+  std::atomic<int> failed{0};
+  std::thread load([&] {
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (!swapped && std::chrono::steady_clock::now() < deadline) {
+      std::string version;
+      (Classify(replica_.grpc_address(), "listops", &version).ok() ? answered : failed)++;
+    }
+  });
   {
     auto stub =
         pb::Jobs::NewStub(grpc::CreateChannel(jobs_address_, grpc::InsecureChannelCredentials()));
@@ -172,9 +189,13 @@ TEST_F(PromotionFollowTest, ReplicaServesPromotionsRefusesOtherTasksAndOutlivesT
     ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << jobs_.Log();
     ASSERT_EQ(response.model().version(), v2_version_);
   }
-  ASSERT_TRUE(WaitUntil([&] {
-    return ServedVersion(replica_.grpc_address(), "listops") == v2_version_;
-  })) << replica_.Log();
+  const bool followed =
+      WaitUntil([&] { return ServedVersion(replica_.grpc_address(), "listops") == v2_version_; });
+  swapped = true;
+  load.join();
+  ASSERT_TRUE(followed) << replica_.Log();
+  EXPECT_EQ(failed, 0);
+  EXPECT_GT(answered, 0);
   std::string answered_by;
   grpc::Status classified = Classify(replica_.grpc_address(), "listops", &answered_by);
   ASSERT_TRUE(classified.ok()) << classified.error_message();
