@@ -105,17 +105,24 @@ std::string CheckpointDigest::version() const { return absl::StrFormat("%08x", v
 
 absl::StatusOr<pb::CheckpointHeader> ReceiveCheckpoint(
     grpc::ClientContext& context, grpc::ClientReaderInterface<pb::CheckpointChunk>& reader,
-    const std::string& path, std::uint64_t max_bytes) {
+    const std::string& path, std::uint64_t max_bytes, bool* call_failed) {
+  bool ignored = false;
+  if (call_failed == nullptr) call_failed = &ignored;
+  *call_failed = false;
+  const auto call_status = [call_failed](const grpc::Status& status) {
+    *call_failed = true;
+    return CallStatus(status);
+  };
   pb::CheckpointChunk chunk;
   if (!reader.Read(&chunk)) {
     const grpc::Status status = reader.Finish();
-    if (!status.ok()) return CallStatus(status);
+    if (!status.ok()) return call_status(status);
     return absl::DataLossError("the checkpoint stream ended before its header");
   }
   const pb::CheckpointHeader header = chunk.header();
   if (header.not_modified()) {
     const grpc::Status status = reader.Finish();
-    if (!status.ok()) return CallStatus(status);
+    if (!status.ok()) return call_status(status);
     return header;
   }
   if (header.size_bytes() > max_bytes) {
@@ -144,7 +151,7 @@ absl::StatusOr<pb::CheckpointHeader> ReceiveCheckpoint(
     reader.Finish();
     return written;
   }
-  if (const grpc::Status status = reader.Finish(); !status.ok()) return CallStatus(status);
+  if (const grpc::Status status = reader.Finish(); !status.ok()) return call_status(status);
   if (digest.bytes_seen() != header.size_bytes()) {
     return absl::DataLossError(absl::StrCat("the checkpoint stream ended after ",
                                             digest.bytes_seen(), " of ", header.size_bytes(),

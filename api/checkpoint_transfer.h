@@ -42,12 +42,13 @@ class CheckpointDigest {
 // the same directory, is checked against the header (the sizes agree, the CRC-32 and the version
 // match, at most `max_bytes`), fsynced and renamed over `path`, so `path` is either untouched or
 // the whole checked file. A not_modified header writes nothing. Returns the header.
-// Errors: the call's own status; DATA_LOSS for a stream that does not match its header (named
-// `what`, e.g. the server's address); RESOURCE_EXHAUSTED for a checkpoint over `max_bytes`
-// (the call is then cancelled through `context`); file errors as common/atomic_file.h's.
+// Errors: the call's own status; DATA_LOSS for a stream that does not match its header;
+// RESOURCE_EXHAUSTED for a checkpoint over `max_bytes` (the call is then cancelled through
+// `context`); file errors as common/atomic_file.h's. `call_failed` (may be null) is set when
+// the error is the call's own status, to tell it from the others.
 absl::StatusOr<taylorshift::v1::CheckpointHeader> ReceiveCheckpoint(
     grpc::ClientContext& context,
     grpc::ClientReaderInterface<taylorshift::v1::CheckpointChunk>& reader, const std::string& path,
-    std::uint64_t max_bytes);
+    std::uint64_t max_bytes, bool* call_failed = nullptr);
 
 }  // namespace ts::api

@@ -382,19 +382,22 @@ int RunDownload(const DownloadFlags& flags) {
   PrepareContext(connection, flags.common.TimeoutMs(kDownloadTimeoutMs), &context);
   std::unique_ptr<grpc::ClientReader<taylorshift::v1::CheckpointChunk>> reader =
       stub->DownloadCheckpoint(&context, flags.request);
+  bool call_failed = false;
   absl::StatusOr<taylorshift::v1::CheckpointHeader> header =
-      api::ReceiveCheckpoint(context, *reader, flags.out, flags.max_bytes);
+      api::ReceiveCheckpoint(context, *reader, flags.out, flags.max_bytes, &call_failed);
   if (!header.ok()) {
-    return RpcFailed("DownloadCheckpoint", connection, ToGrpcStatus(header.status()));
+    return call_failed ? RpcFailed("DownloadCheckpoint", connection, ToGrpcStatus(header.status()))
+                       : LocalError(header.status());
   }
   if (flags.json) {
     Json json = MessageJson(*header);
     json["path"] = flags.out;
     std::cout << DumpJson(json) << std::endl;
   } else {
-    std::cout << absl::StrFormat("wrote %s: %s version %s, %d bytes, CRC-32 %08x checked\n",
+    std::cout << absl::StrFormat("wrote %s: %s version %s, %d bytes, CRC-32 %08x checked",
                                  flags.out, header->source(), header->version(),
-                                 header->size_bytes(), header->crc32());
+                                 header->size_bytes(), header->crc32())
+              << std::endl;
   }
   return kExitOk;
 }
