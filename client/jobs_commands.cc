@@ -16,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "api/api_json.h"
+#include "api/checkpoint_transfer.h"
 #include "api/proto_names.h"
 #include "client/command_line.h"
 #include "client/file_util.h"
@@ -76,6 +78,9 @@ absl::StatusOr<std::string> ReadSpec(const std::string& file) {
 
 // A watch lasts as long as the job: no deadline unless --timeout-ms is given.
 std::int64_t WatchTimeoutMs(const ConnectionFlags& flags) { return flags.TimeoutMs(0); }
+
+// A download without --timeout-ms: a checkpoint of some GiB on a slow link takes minutes.
+constexpr std::int64_t kDownloadTimeoutMs = 30 * 60 * 1000;
 
 struct SubmitFlags {
   ConnectionFlags common;
@@ -368,6 +373,35 @@ int RunPromote(const PromoteFlags& flags) {
   return kExitOk;
 }
 
+// download: a job's checkpoint or a served model's into a file, checked against its CRC-32.
+int RunDownload(const DownloadFlags& flags) {
+  const ConnectionOptions& connection = flags.common.connection;
+  std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
+  if (stub == nullptr) return kExitError;
+  grpc::ClientContext context;
+  PrepareContext(connection, flags.common.TimeoutMs(kDownloadTimeoutMs), &context);
+  std::unique_ptr<grpc::ClientReader<taylorshift::v1::CheckpointChunk>> reader =
+      stub->DownloadCheckpoint(&context, flags.request);
+  bool call_failed = false;
+  absl::StatusOr<taylorshift::v1::CheckpointHeader> header =
+      api::ReceiveCheckpoint(context, *reader, flags.out, flags.max_bytes, &call_failed);
+  if (!header.ok()) {
+    return call_failed ? RpcFailed("DownloadCheckpoint", connection, ToGrpcStatus(header.status()))
+                       : LocalError(header.status());
+  }
+  if (flags.json) {
+    Json json = MessageJson(*header);
+    json["path"] = flags.out;
+    std::cout << DumpJson(json) << std::endl;
+  } else {
+    std::cout << absl::StrFormat("wrote %s: %s version %s, %d bytes, CRC-32 %08x checked",
+                                 flags.out, header->source(), header->version(),
+                                 header->size_bytes(), header->crc32())
+              << std::endl;
+  }
+  return kExitOk;
+}
+
 int RunTrain(const SubmitFlags& flags) {
   return Submit(flags, &ParseTrainingSpecYaml, &Jobs::Stub::SubmitTraining, "SubmitTraining");
 }
@@ -447,6 +481,33 @@ void AddPromoteFlags(CLI::App& command, PromoteFlags* flags) {
       "version's");
 }
 
+void AddDownloadFlags(CLI::App& command, DownloadFlags* flags) {
+  taylorshift::v1::DownloadCheckpointRequest* request = &flags->request;
+  CLI::App* source = command.add_option_group("Source", "what to download (exactly one)");
+  CLI::Option* job = source
+                         ->add_option_function<std::string>(
+                             "--job", [request](const std::string& id) { request->set_job_id(id); },
+                             "a training job: its best checkpoint (--last: its latest)")
+                         ->check(NonEmpty());
+  source
+      ->add_option_function<std::string>(
+          "--model", [request](const std::string& name) { request->set_model(name); },
+          "a served model: the checkpoint of the version served now (a promotion's included)")
+      ->check(NonEmpty());
+  source->require_option(1);
+  command
+      .add_flag_callback(
+          "--last", [request] { request->set_which(taylorshift::v1::CHECKPOINT_CHOICE_LAST); },
+          "the job's latest checkpoint instead of its best")
+      ->needs(job);
+  command.add_option("--out", flags->out, "the .tsckpt file to write (replaced atomically)")
+      ->required()
+      ->check(NonEmpty());
+  command.add_option("--max-bytes", flags->max_bytes, "refuse a checkpoint larger than this")
+      ->capture_default_str()
+      ->check(IntegerIn(1, INT64_MAX));
+}
+
 void AddJobCommands(Commands& commands) {
   AddSubmitCommand(commands, "train",
                    "submit a training job from a YAML spec (keys as in jobs.proto's "
@@ -506,6 +567,19 @@ void AddJobCommands(Commands& commands) {
   command->add_flag("--json", promote->json, "JSON output");
   AddConnectionFlags(*command, &promote->common);
   commands.OnRun(*command, [promote] { return RunPromote(*promote); });
+
+  auto download = std::make_shared<DownloadFlags>();
+  CLI::App* download_command = commands.app().add_subcommand(
+      "download",
+      "write a training job's best (--last: latest) checkpoint, or the checkpoint a model is "
+      "served from, to a file (its size and CRC-32 checked); it loads with tsmodel and serves "
+      "with tsserver --model NAME=FILE");
+  AddDownloadFlags(*download_command, download.get());
+  download_command->add_flag("--json", download->json,
+                             "print the checkpoint's header (version, size, CRC-32, source) as "
+                             "JSON");
+  AddConnectionFlags(*download_command, &download->common);
+  commands.OnRun(*download_command, [download] { return RunDownload(*download); });
 }
 
 }  // namespace ts::client

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "client/command_line.h"
 #include "taylorshift/v1/jobs.pb.h"
@@ -19,6 +20,9 @@ namespace ts::client {
 //     key); `jobs plot ID --out F.svg` writes them as an SVG file (only .svg: another extension
 //     is a usage error).
 //   promote (--job ID [--last] | --checkpoint PATH) --model NAME [--require-better] [--json]
+//   download (--job ID [--last] | --model NAME) --out FILE [--max-bytes N] [--json]:
+//     DownloadCheckpoint into FILE (written to a temporary name, checked against the size and
+//     CRC-32 the server sent, then renamed).
 void AddJobCommands(Commands& commands);
 
 // jobs list's flags (exposed for tests): --state and --kind filters, --limit (0 = every job).
@@ -39,5 +43,16 @@ struct PromoteFlags {
   bool json = false;
 };
 void AddPromoteFlags(CLI::App& command, PromoteFlags* flags);
+
+// download's flags (exposed for tests): exactly one of --job and --model, --last only with
+// --job, --out required; they fill `request`.
+struct DownloadFlags {
+  ConnectionFlags common;
+  taylorshift::v1::DownloadCheckpointRequest request;
+  std::string out;
+  std::int64_t max_bytes = std::int64_t{16} << 30;
+  bool json = false;
+};
+void AddDownloadFlags(CLI::App& command, DownloadFlags* flags);
 
 }  // namespace ts::client

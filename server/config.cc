@@ -336,6 +336,27 @@ absl::Status ValidateModel(const ModelConfig& model, const std::string& path) {
   return absl::OkStatus();
 }
 
+FieldReader Promotions(PromotionsConfig* promotions) {
+  PromotionFollowConfig* follow = &promotions->follow;
+  return Map({
+      {"follow", Map({
+                     {"server", String(&follow->server)},
+                     {"token_file", String(&follow->token_file)},
+                     {"tls", Map({
+                                 {"enabled", Bool(&follow->tls)},
+                                 {"ca_file", String(&follow->ca_file)},
+                                 {"cert_file", String(&follow->cert_file)},
+                                 {"key_file", String(&follow->key_file)},
+                                 {"server_name", String(&follow->tls_server_name)},
+                             })},
+                     {"interval_ms", Duration(&follow->interval, absl::Milliseconds(1))},
+                     {"timeout_ms", Duration(&follow->timeout, absl::Milliseconds(1))},
+                     {"cache_dir", String(&follow->cache_dir)},
+                     {"max_checkpoint_bytes", Int64(&follow->max_checkpoint_bytes)},
+                 })},
+  });
+}
+
 FieldReader Jobs(JobsConfig* jobs) {
   JobLimits& limits = jobs->limits;
   return Map({
@@ -492,6 +513,29 @@ absl::Status ValidateTls(const std::string& key, const TlsConfig& tls) {
   return absl::OkStatus();
 }
 
+absl::Status ValidatePromotions(const ServerConfig& config) {
+  const PromotionFollowConfig& follow = config.promotions.follow;
+  if (follow.server.empty()) return absl::OkStatus();
+  TS_RETURN_IF_ERROR(CheckHostPort("promotions.follow.server", follow.server));
+  if (config.jobs.enabled) {
+    return absl::InvalidArgumentError(
+        "promotions.follow.server: needs jobs.enabled: false (a server that runs jobs serves its "
+        "own promotions)");
+  }
+  if (follow.cache_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "promotions.follow.cache_dir: required with promotions.follow.server");
+  }
+  if (follow.interval < absl::Milliseconds(100) || follow.timeout < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError(
+        "promotions.follow: interval_ms and timeout_ms must be >= 100");
+  }
+  if (follow.cert_file.empty() != follow.key_file.empty()) {
+    return absl::InvalidArgumentError("promotions.follow.tls: cert_file and key_file go together");
+  }
+  return CheckAtLeast({{"promotions.follow.max_checkpoint_bytes", follow.max_checkpoint_bytes, 1}});
+}
+
 }  // namespace
 
 absl::Status ValidateServerConfig(const ServerConfig& config) {
@@ -577,6 +621,7 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
   }
 
   TS_RETURN_IF_ERROR(ValidateJobs(config.jobs));
+  TS_RETURN_IF_ERROR(ValidatePromotions(config));
 
   std::set<std::string> names;
   for (std::size_t i = 0; i < config.models.size(); ++i) {
@@ -669,6 +714,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                return absl::OkStatus();
              }},
             {"jobs", Jobs(&config.jobs)},
+            {"promotions", Promotions(&config.promotions)},
         });
   };
   TS_RETURN_IF_ERROR(ReadDocument(yaml_text, read_root));
@@ -676,7 +722,10 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
   for (std::string* path :
        {&config.state_dir, &config.data_root, &config.tls.cert_file, &config.tls.key_file,
         &config.tls.client_ca_file, &config.metrics.tls.cert_file, &config.metrics.tls.key_file,
-        &config.metrics.tls.client_ca_file, &config.auth.tokens_file}) {
+        &config.metrics.tls.client_ca_file, &config.auth.tokens_file,
+        &config.promotions.follow.token_file, &config.promotions.follow.ca_file,
+        &config.promotions.follow.cert_file, &config.promotions.follow.key_file,
+        &config.promotions.follow.cache_dir}) {
     *path = ResolvePath(base_dir, *path);
   }
   for (ModelConfig& model : config.models) {

@@ -174,6 +174,35 @@ struct HttpConfig {
   int keep_alive_max_requests = 1000;
 };
 
+// A serving replica following the promotions of a jobs server (server/serving/
+// promotion_follower.h; docs/SERVING.md, "Serving replicas follow promotions"): every `interval`
+// it asks `server` (DownloadCheckpoint) for the version served there under each of its models'
+// names, downloads a new one into cache_dir, checks it and swaps it in.
+struct PromotionFollowConfig {
+  std::string server;  // host:port of the jobs server; empty = no following
+  // A file holding the bearer token sent (the admin role, when the jobs server has tokens); read
+  // at every poll, so a rotated secret is picked up. Empty = no token.
+  std::string token_file;
+  // TLS to the jobs server (as tsctl's --tls, --ca-file, --cert-file, --key-file,
+  // --tls-server-name): enabled is implied by any of the files.
+  bool tls = false;
+  std::string ca_file;    // PEM roots to verify the jobs server with; empty = the system's
+  std::string cert_file;  // client certificate chain (mutual TLS), with key_file
+  std::string key_file;
+  std::string tls_server_name;  // the name checked against its certificate; empty = the host
+  absl::Duration interval = absl::Seconds(30);  // between polls
+  absl::Duration timeout = absl::Seconds(60);   // one model's poll (and download) at most
+  // Where followed checkpoints are kept (<cache_dir>/<model>/<version>.tsckpt and `current`), so
+  // a restart serves the last followed version before it polls. Required with `server`.
+  std::string cache_dir;
+  // A checkpoint larger than this is not downloaded (counted, logged).
+  std::int64_t max_checkpoint_bytes = std::int64_t{4} << 30;
+};
+
+struct PromotionsConfig {
+  PromotionFollowConfig follow;
+};
+
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   // Loopback by default: metrics name models, versions and jobs (README, "Deployment").
@@ -205,6 +234,7 @@ struct ServerConfig {
   HttpConfig http;
   std::vector<ModelConfig> models;
   JobsConfig jobs;
+  PromotionsConfig promotions;
 };
 
 // Parses YAML text; `base_dir` resolves relative file paths (checkpoint, calibration, TLS files,

@@ -413,6 +413,15 @@ struct Metrics::Impl {
                  "Batches stopped while they ran, because every caller's deadline had passed "
                  "(deadline), every caller had cancelled (cancelled) or the shutdown grace was up "
                  "(shutdown).");
+  Family<Counter>& promotion_follow_errors =
+      AddCounter(registry, "taylorshift_promotion_follow_errors_total",
+                 "Polls of the jobs server for a model's promoted version that failed, on a "
+                 "serving replica that follows promotions, by model and reason (unavailable, rpc, "
+                 "download, invalid, incompatible, load).");
+  Family<Gauge>& promotion_follow_last_sync = AddGauge(
+      registry, "taylorshift_promotion_follow_last_sync_timestamp_seconds",
+      "Unix time of the last poll of the jobs server that succeeded for a model (it served that "
+      "version, or the new one was swapped in), on a serving replica that follows promotions.");
   Counter& process_cpu = AddCounter(registry, "taylorshift_process_cpu_seconds_total",
                                     "User and system CPU time of the server process, in seconds.")
                              .Add({});
@@ -685,6 +694,14 @@ void Metrics::AddBatchesInFlight(const std::string& model, int delta) {
 
 void Metrics::RecordBatchStopped(const std::string& model, const std::string& reason) {
   impl_->batches_stopped.Add({{"model", model}, {"reason", reason}}).Increment();
+}
+
+void Metrics::RecordPromotionFollowError(const std::string& model, const std::string& reason) {
+  impl_->promotion_follow_errors.Add({{"model", model}, {"reason", reason}}).Increment();
+}
+
+void Metrics::SetPromotionFollowLastSync(const std::string& model, double unix_seconds) {
+  impl_->promotion_follow_last_sync.Add({{"model", model}}).Set(unix_seconds);
 }
 
 void Metrics::SetWorkerSource(std::function<std::vector<WorkerProcess>()> source) {

@@ -111,6 +111,11 @@ class Metrics {
   // A running batch stopped early (LengthBucketBatcher's Batch::stop): reason deadline,
   // cancelled or shutdown.
   void RecordBatchStopped(const std::string& model, const std::string& reason);
+  // A serving replica that follows a jobs server's promotions (promotions.follow): a poll of
+  // `model` that failed (reason: unavailable — the jobs server could not be reached —, rpc,
+  // download, invalid, incompatible, load) and the Unix time of its last poll that succeeded.
+  void RecordPromotionFollowError(const std::string& model, const std::string& reason);
+  void SetPromotionFollowLastSync(const std::string& model, double unix_seconds);
   // The worker processes of running jobs, read at each scrape (/proc/PID/stat and statm): their
   // resident memory and CPU time per job_id and rank, and their resident memory together
   // (taylorshift_workers_resident_memory_bytes, 0 when none runs). `source` is called from

@@ -31,6 +31,7 @@
 #include "server/serving/inference_core.h"
 #include "server/serving/kserve_service.h"
 #include "server/serving/model_registry.h"
+#include "server/serving/promotion_follower.h"
 
 namespace ts::server {
 namespace {
@@ -117,6 +118,23 @@ void LogModels(const ModelRegistry& registry, const std::function<void(const std
   }
 }
 
+// promotions.follow: the follower of the jobs server's promotions, the configured models' last
+// followed versions served from its cache (before the server accepts calls); null when off.
+absl::StatusOr<std::unique_ptr<PromotionFollower>> StartFollowing(
+    const ServerConfig& config, std::function<void(const std::string&)> log,
+    ModelRegistry* registry, Metrics* metrics, Clock* clock) {
+  if (config.promotions.follow.server.empty()) return nullptr;
+  PromotionFollowerOptions options;
+  options.follow = config.promotions.follow;
+  for (const auto& model : config.models) options.models.push_back(model.name);
+  options.log = std::move(log);
+  TS_ASSIGN_OR_RETURN(auto follower, Prefixed(PromotionFollower::Create(std::move(options),
+                                                                        registry, metrics, clock),
+                                              "promotions.follow: "));
+  follower->RestoreFromCache();
+  return follower;
+}
+
 }  // namespace
 
 // Declared in the order they are built; destroyed in reverse (front ends before what they use).
@@ -129,6 +147,7 @@ struct Server::Parts {
   std::unique_ptr<ModelRegistry> registry;
   grpc::HealthCheckServiceInterface* health = nullptr;
   std::unique_ptr<JobManager> jobs;
+  std::unique_ptr<PromotionFollower> follower;  // promotions.follow
   std::unique_ptr<InferenceCore> inference;
   std::unique_ptr<ClassifierService> classifier;
   std::unique_ptr<KServeService> kserve;
@@ -180,6 +199,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
                          "jobs: "));
     p.jobs->RestorePromotions();
   }
+  TS_ASSIGN_OR_RETURN(p.follower,
+                      StartFollowing(config, p.log, p.registry.get(), p.metrics.get(), clock));
   TS_ASSIGN_OR_RETURN(const auto credentials, Prefixed(Credentials(config.tls), "tls: "));
 
   p.inference = std::make_unique<InferenceCore>(
@@ -232,6 +253,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     }
   }
   for (const auto& model : p.registry->List()) p.health->SetServingStatus(model->name(), true);
+  if (p.follower != nullptr) p.follower->Start();
 
   // The HTTP front end, once gRPC is up (both share the inference core).
   std::unique_ptr<Server> server(new Server(std::move(parts)));
@@ -271,6 +293,7 @@ void Server::Shutdown(absl::Duration grace) {
   p.stopped = true;
   p.health->SetServingStatus(false);
   p.inference->SetDraining();
+  if (p.follower != nullptr) p.follower->Stop();
   const absl::Time deadline = p.clock->Now() + grace;
   // A running training job saves its state at its next step and resumes on the next start.
   if (p.jobs != nullptr) {

@@ -290,4 +290,31 @@ absl::StatusOr<Promotion> JobManager::Promote(const pb::PromoteCheckpointRequest
   return promoter_.Promote(request);
 }
 
+absl::StatusOr<std::unique_ptr<CheckpointFileReader>> JobManager::OpenCheckpoint(
+    const pb::DownloadCheckpointRequest& request) const {
+  TS_RETURN_IF_ERROR(ValidateDownloadRequest(request));
+  if (request.source_case() == pb::DownloadCheckpointRequest::kJobId) {
+    const bool last = request.which() == pb::CHECKPOINT_CHOICE_LAST;
+    TS_ASSIGN_OR_RETURN(
+        const std::string path,
+        Prefixed(checkpoints_.JobCheckpoint(request.job_id(), request.which()), "job_id: "));
+    const std::string choice = last ? "last" : "best";
+    return CheckpointFileReader::Open(path, absl::StrCat("checkpoint of job ", request.job_id()),
+                                      absl::StrCat("job:", request.job_id(), ":", choice),
+                                      absl::StrCat(request.job_id(), "-", choice));
+  }
+  TS_ASSIGN_OR_RETURN(const ServedCheckpoint served,
+                      Prefixed(promoter_.ServedCheckpointOf(request.model()), "model: "));
+  TS_ASSIGN_OR_RETURN(auto reader,
+                      CheckpointFileReader::Open(
+                          served.path, absl::StrCat("checkpoint of model '", request.model(), "'"),
+                          absl::StrCat("model:", request.model()), request.model()));
+  if (reader->header().version() != served.version) {
+    return absl::DataLossError(absl::StrCat(
+        "model '", request.model(), "': its checkpoint file ", served.path, " holds version ",
+        reader->header().version(), ", not the served ", served.version, " (replaced on disk)"));
+  }
+  return reader;
+}
+
 }  // namespace ts::server

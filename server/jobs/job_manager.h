@@ -62,6 +62,7 @@
 #include "common/data_root.h"
 #include "common/directory_lock.h"
 #include "server/config.h"
+#include "server/jobs/checkpoint_download.h"
 #include "server/jobs/final_state_journal.h"
 #include "server/jobs/job_admission.h"
 #include "server/jobs/job_checkpoints.h"
@@ -159,6 +160,14 @@ class JobManager {
   // request.model(): copied to models/<name>/<version>.tsckpt, loaded, hot-swapped into the
   // registry, and recorded so that it is served again after a restart.
   absl::StatusOr<Promotion> Promote(const taylorshift::v1::PromoteCheckpointRequest& request);
+
+  // The checkpoint DownloadCheckpoint streams: a training job's best or last checkpoint, or the
+  // file the version served under a model name was loaded from. INVALID_ARGUMENT for a bad
+  // request (ValidateDownloadRequest); NOT_FOUND naming the job or the model; FAILED_PRECONDITION
+  // for a job without such a checkpoint; DATA_LOSS when a served model's file no longer holds
+  // the version served.
+  absl::StatusOr<std::unique_ptr<CheckpointFileReader>> OpenCheckpoint(
+      const taylorshift::v1::DownloadCheckpointRequest& request) const;
 
   // Stops the workers: a running training job saves its state at the next step boundary and
   // stays RUNNING in the store (it resumes on the next start); queued jobs stay queued; watches

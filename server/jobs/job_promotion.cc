@@ -5,12 +5,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/atomic_file.h"
 #include "common/file_io.h"
 #include "common/quoted.h"
 #include "common/status_macros.h"
 #include "model/checkpoints/checkpoint.h"
 #include "server/serving/model_registry.h"
+#include "server/serving/model_swap.h"
 
 namespace ts::server {
 namespace pb = taylorshift::v1;
@@ -88,9 +90,8 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
 
   ModelConfig config = current != nullptr ? current->config() : options_.promoted_model_defaults;
   config.name = request.model();
-  config.checkpoint = destination;
-  if (config.max_length > candidate->options.max_length()) config.max_length = 0;
-  TS_ASSIGN_OR_RETURN(auto model, ServedModel::Load(config, context_->metrics, context_->clock));
+  TS_ASSIGN_OR_RETURN(auto model, LoadVersion(config, destination, candidate->options.max_length(),
+                                              context_->metrics, context_->clock));
 
   PromotionRecord record;
   record.model = request.model();
@@ -106,10 +107,7 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
     return s;
   }
 
-  const auto previous = registry_->Put(model);
-  if (previous != nullptr && context_->metrics != nullptr && previous->version() != version) {
-    context_->metrics->RemoveModelInfo(request.model(), previous->version());
-  }
+  SwapIn(*registry_, model, context_->metrics);
   promotion.model = model;
   context_->Log(absl::StrCat("model '", request.model(), "' now serves version ", version, " (",
                              source,
@@ -139,24 +137,33 @@ void CheckpointPromoter::RestorePromotions() {
       config = current->config();
     }
     config.name = record.model;
-    config.checkpoint = record.checkpoint;
     auto loaded = LoadCheckpoint(record.checkpoint);
-    if (loaded.ok() && config.max_length > loaded->options.max_length()) config.max_length = 0;
-    auto model = ServedModel::Load(config, context_->metrics, context_->clock);
+    auto model = LoadVersion(config, record.checkpoint,
+                             loaded.ok() ? loaded->options.max_length() : config.max_length,
+                             context_->metrics, context_->clock);
     if (!model.ok()) {
       context_->Log(absl::StrCat("promoted model '", record.model, "' version ", record.version,
                                  " not restored: ", model.status().message()));
       continue;
     }
-    const auto previous = registry_->Put(*model);
-    if (previous != nullptr && context_->metrics != nullptr &&
-        previous->version() != (*model)->version()) {
-      context_->metrics->RemoveModelInfo(record.model, previous->version());
-    }
+    SwapIn(*registry_, *model, context_->metrics);
     context_->Log(absl::StrCat("model '", record.model, "' version ", (*model)->version(),
                                " restored from promotion (", record.source, ")"));
     if (options_.on_model_served) options_.on_model_served(record.model);
   }
+}
+
+absl::StatusOr<ServedCheckpoint> CheckpointPromoter::ServedCheckpointOf(
+    const std::string& model) const {
+  const auto served = registry_->Find(model);
+  if (served == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& m : registry_->List()) names.push_back(m->name());
+    return absl::NotFoundError(absl::StrCat("model ", Quoted(model), " is not served (",
+                                            names.empty() ? "none are" : absl::StrJoin(names, ", "),
+                                            ")"));
+  }
+  return ServedCheckpoint{served->config().checkpoint, served->version()};
 }
 
 }  // namespace ts::server

@@ -35,6 +35,12 @@ struct Promotion {
   std::optional<double> previous_validation_accuracy;
 };
 
+// The file a served model's current version was loaded from, and that version.
+struct ServedCheckpoint {
+  std::string path;
+  std::string version;
+};
+
 struct CheckpointPromoterOptions {
   std::string models_dir;  // <state_dir>/models
   // Settings of a model first served by a promotion (a name not in the configuration).
@@ -61,6 +67,10 @@ class CheckpointPromoter {
   // Serves the latest promotion of each model name again (call once, after the configured models
   // are loaded). A promotion whose checkpoint cannot be loaded is logged and skipped.
   void RestorePromotions();
+
+  // Where the version served under `model` was loaded from (a promoted copy under models/ or a
+  // configured checkpoint). NOT_FOUND naming the model and listing the served ones.
+  absl::StatusOr<ServedCheckpoint> ServedCheckpointOf(const std::string& model) const;
 
  private:
   const CheckpointPromoterOptions options_;

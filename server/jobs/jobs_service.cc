@@ -1,9 +1,11 @@
 #include "server/jobs/jobs_service.h"
 
+#include <algorithm>
 #include <deque>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "api/checkpoint_transfer.h"
 #include "common/status_macros.h"
 #include "server/serving/grpc_call.h"
 #include "server/serving/grpc_status.h"
@@ -143,7 +145,80 @@ class WatchReactor final : public grpc::ServerWriteReactor<pb::JobEvent> {
   std::int64_t handle_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// DownloadCheckpoint: the header (with the first chunk), then one chunk per write, each read
+// from the file when the previous write is done, so at most one chunk is held.
+class DownloadReactor final : public grpc::ServerWriteReactor<pb::CheckpointChunk> {
+ public:
+  DownloadReactor(const JobManager* manager, const Authorizer* authorizer,
+                  grpc::CallbackServerContext* context,
+                  const pb::DownloadCheckpointRequest& request)
+      : chunk_bytes_(request.chunk_bytes() == 0 ? api::kCheckpointChunkBytes
+                                                : request.chunk_bytes()) {
+    if (auto auth = authorizer->Check(*context, kAdminRole); !auth.ok()) {
+      Finish(ToGrpcStatus(auth));
+      return;
+    }
+    auto reader = manager->OpenCheckpoint(request);
+    if (!reader.ok()) {
+      Finish(ToGrpcStatus(manager->ForClient(reader.status())));
+      return;
+    }
+    reader_ = *std::move(reader);
+    *chunk_.mutable_header() = reader_->header();
+    const auto& known = request.if_none_match();
+    if (std::find(known.begin(), known.end(), reader_->header().version()) != known.end()) {
+      chunk_.mutable_header()->set_not_modified(true);
+      done_ = true;
+    }
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the downloader went away"));
+      return;
+    }
+    if (done_) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    chunk_.Clear();
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Reads the next chunk into chunk_ (keeping a header already there) and writes it.
+  void WriteNext() {
+    if (!done_) {
+      auto data = reader_->Next(chunk_bytes_);
+      if (!data.ok()) {
+        Finish(ToGrpcStatus(data.status()));
+        return;
+      }
+      done_ = data->size() < chunk_bytes_;
+      if (data->empty() && !chunk_.has_header()) {
+        Finish(grpc::Status::OK);
+        return;
+      }
+      chunk_.set_data(*std::move(data));
+    }
+    StartWrite(&chunk_);
+  }
+
+  const std::size_t chunk_bytes_;
+  std::unique_ptr<CheckpointFileReader> reader_;
+  pb::CheckpointChunk chunk_;
+  bool done_ = false;
+};
+
 }  // namespace
+
+grpc::ServerWriteReactor<pb::CheckpointChunk>* JobsService::DownloadCheckpoint(
+    grpc::CallbackServerContext* context, const pb::DownloadCheckpointRequest* request) {
+  return new DownloadReactor(manager_, authorizer_, context, *request);
+}
 
 grpc::ServerUnaryReactor* JobsService::SubmitTraining(grpc::CallbackServerContext* context,
                                                       const pb::SubmitTrainingRequest* request,

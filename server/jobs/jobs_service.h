@@ -40,6 +40,9 @@ class JobsService final : public taylorshift::v1::Jobs::CallbackService {
   grpc::ServerUnaryReactor* GetJobHistory(grpc::CallbackServerContext* context,
                                           const taylorshift::v1::GetJobHistoryRequest* request,
                                           taylorshift::v1::GetJobHistoryResponse* response) final;
+  grpc::ServerWriteReactor<taylorshift::v1::CheckpointChunk>* DownloadCheckpoint(
+      grpc::CallbackServerContext* context,
+      const taylorshift::v1::DownloadCheckpointRequest* request) final;
 
  private:
   JobManager* manager_;

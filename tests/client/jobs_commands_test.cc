@@ -192,6 +192,32 @@ TEST(JobsCommandsTest, PromoteRefusesIncompleteOrConflictingSources) {
   EXPECT_THAT(error_of({"--model", "m", "--job", ""}), HasSubstr("--job: must not be empty"));
 }
 
+TEST(JobsCommandsTest, DownloadFlags) {
+  DownloadFlags job;
+  EXPECT_EQ(ParseError(AddDownloadFlags, &job, {"--job", "j-7", "--last", "--out", "a.tsckpt"}),
+            "");
+  EXPECT_EQ(job.request.job_id(), "j-7");
+  EXPECT_EQ(job.request.which(), taylorshift::v1::CHECKPOINT_CHOICE_LAST);
+  EXPECT_EQ(job.out, "a.tsckpt");
+  DownloadFlags model;
+  EXPECT_EQ(ParseError(AddDownloadFlags, &model, {"--model", "imdb", "--out", "b.tsckpt"}), "");
+  EXPECT_EQ(model.request.model(), "imdb");
+  EXPECT_EQ(model.max_bytes, std::int64_t{16} << 30);
+
+  const auto error_of = [](const std::vector<std::string>& args) {
+    DownloadFlags flags;
+    return ParseError(AddDownloadFlags, &flags, args);
+  };
+  EXPECT_THAT(error_of({"--model", "m"}), HasSubstr("--out is required"));
+  EXPECT_THAT(error_of({"--out", "f"}), HasSubstr("Exactly 1 option from [--job,--model]"));
+  EXPECT_THAT(error_of({"--job", "j", "--model", "m", "--out", "f"}),
+              HasSubstr("Exactly 1 option from [--job,--model] is required and 2 were given"));
+  EXPECT_THAT(error_of({"--model", "m", "--last", "--out", "f"}),
+              HasSubstr("--last requires --job"));
+  EXPECT_THAT(error_of({"--model", "m", "--out", "f", "--max-bytes", "0"}),
+              HasSubstr("--max-bytes"));
+}
+
 class TempSpec {
  public:
   explicit TempSpec(const std::string& text) {

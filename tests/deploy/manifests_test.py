@@ -357,11 +357,24 @@ class ServerConfigTest(unittest.TestCase):
     """The shipped tsserver configurations, read by the real tsserver."""
 
     def test_serving_config_is_the_jobs_config_with_jobs_off(self):
+        """...and following the jobs replica's promotions through its Service."""
         combined, serving = server_config(), load_yaml(SERVING_CONFIG)
         self.assertEqual(combined["jobs"], {"enabled": True})
         self.assertEqual(serving["jobs"], {"enabled": False})
-        self.assertEqual({k: v for k, v in combined.items() if k != "jobs"},
-                         {k: v for k, v in serving.items() if k != "jobs"})
+        differ = ("jobs", "promotions")
+        self.assertEqual({k: v for k, v in combined.items() if k not in differ},
+                         {k: v for k, v in serving.items() if k not in differ})
+        self.assertNotIn("promotions", combined)
+        follow = serving["promotions"]["follow"]
+        host, port = follow["server"].rsplit(":", 1)
+        with open(os.path.join(K8S_DIR, "base", "service.yaml")) as f:
+            services = {d["metadata"]["name"]: d for d in yaml.safe_load_all(f) if d is not None}
+        self.assertIn(host, services)
+        self.assertEqual(services[host]["spec"]["selector"]["app.kubernetes.io/component"], "jobs")
+        self.assertIn(int(port), [p["port"] for p in services[host]["spec"]["ports"]])
+        self.assertEqual(port_of(combined["listen"]), int(port))
+        # On the serving pods' writable emptyDir (their root file system is read-only).
+        self.assertTrue(follow["cache_dir"].startswith(serving["state_dir"] + "/"))
 
     def test_tsserver_runs_every_shipped_config(self):
         """Each config starts tsserver (unknown keys or bad values would stop it), which then
@@ -387,6 +400,11 @@ class ServerConfigTest(unittest.TestCase):
         for model in config["models"]:
             model["checkpoint"] = checkpoint
         os.makedirs(scratch)
+        # A follower's cache in the scratch dir; its jobs server (a Service name) stays
+        # unreachable here, which it must outlive.
+        follow = (config.get("promotions") or {}).get("follow") or {}
+        if follow.get("cache_dir"):
+            follow["cache_dir"] = os.path.join(scratch, "follow-cache")
         config_path = os.path.join(scratch, "tsserver.yaml")
         with open(config_path, "w") as f:
             yaml.safe_dump(config, f)

@@ -382,6 +382,53 @@ TEST(ConfigTest, FinishedJobSeriesKey) {
                  {"metrics_finished_job_series_s: expected an integer"});
 }
 
+TEST(ConfigTest, PromotionsFollowKeys) {
+  {
+    absl::StatusOr<ServerConfig> defaults = ParseServerConfig("", "");
+    ASSERT_TRUE(defaults.ok()) << defaults.status();
+    EXPECT_TRUE(defaults->promotions.follow.server.empty());
+    EXPECT_EQ(defaults->promotions.follow.interval, absl::Seconds(30));
+  }
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(R"yaml(
+jobs: {enabled: false}
+promotions:
+  follow:
+    server: taylorshift-jobs:50051
+    token_file: /run/secrets/follow-token
+    tls: {enabled: true, ca_file: ca.crt, server_name: jobs.example}
+    interval_ms: 5000
+    timeout_ms: 20000
+    cache_dir: cache
+    max_checkpoint_bytes: 1048576
+)yaml",
+                                                          "/srv/ts");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const PromotionFollowConfig& follow = config->promotions.follow;
+  EXPECT_EQ(follow.server, "taylorshift-jobs:50051");
+  EXPECT_EQ(follow.token_file, "/run/secrets/follow-token");
+  EXPECT_TRUE(follow.tls);
+  EXPECT_EQ(follow.ca_file, "/srv/ts/ca.crt");
+  EXPECT_EQ(follow.tls_server_name, "jobs.example");
+  EXPECT_EQ(follow.interval, absl::Seconds(5));
+  EXPECT_EQ(follow.timeout, absl::Seconds(20));
+  EXPECT_EQ(follow.cache_dir, "/srv/ts/cache");
+  EXPECT_EQ(follow.max_checkpoint_bytes, 1 << 20);
+
+  // A jobs server promotes its own models; a follower needs somewhere to keep what it follows.
+  ExpectRejected("promotions: {follow: {server: jobs:50051, cache_dir: c}}\n",
+                 {"promotions.follow.server: needs jobs.enabled: false"});
+  ExpectRejected("jobs: {enabled: false}\npromotions: {follow: {server: jobs:50051}}\n",
+                 {"promotions.follow.cache_dir: required"});
+  ExpectRejected("jobs: {enabled: false}\npromotions: {follow: {server: jobs, cache_dir: c}}\n",
+                 {"promotions.follow.server: must be host:port"});
+  ExpectRejected(
+      "jobs: {enabled: false}\n"
+      "promotions: {follow: {server: jobs:1, cache_dir: c, interval_ms: 10}}\n",
+      {"interval_ms and timeout_ms must be >= 100"});
+  ExpectRejected("promotions: {follow: {intervall_ms: 10}}\n",
+                 {"promotions.follow.intervall_ms: unknown key"});
+}
+
 TEST(ConfigTest, RejectsBadTls) {
   ExpectRejected("tls: {cert_file: a.crt}\n", {"tls.key_file: required when tls.cert_file"});
   ExpectRejected("tls: {key_file: a.key}\n", {"tls.cert_file: required when tls.key_file"});
@@ -704,6 +751,12 @@ TEST_F(ShippedConfigTest, DefaultYamlServesTheTwoDemoModels) {
   EXPECT_EQ(config->jobs.limits.max_threads, jobs.limits.max_threads);
   EXPECT_EQ(config->jobs.limits.max_generate_count, jobs.limits.max_generate_count);
   EXPECT_EQ(config->jobs.limits.max_epochs, jobs.limits.max_epochs);
+  // promotions.follow: documented, off.
+  const PromotionFollowConfig follow;
+  EXPECT_TRUE(config->promotions.follow.server.empty());
+  EXPECT_EQ(config->promotions.follow.interval, follow.interval);
+  EXPECT_EQ(config->promotions.follow.timeout, follow.timeout);
+  EXPECT_EQ(config->promotions.follow.max_checkpoint_bytes, follow.max_checkpoint_bytes);
 }
 
 TEST_F(ShippedConfigTest, ExamplesParse) {

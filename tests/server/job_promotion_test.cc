@@ -7,8 +7,10 @@
 
 #include <filesystem>
 
+#include "common/file_io.h"
 #include "model/checkpoints/checkpoint.h"
 #include "model/networks/encoder.h"
+#include "server/jobs/checkpoint_download.h"
 #include "server/jobs/job_queue.h"
 #include "server/serving/model_registry.h"
 #include "tests/testing/encoder_testing.h"
@@ -105,6 +107,61 @@ TEST_F(CheckpointPromoterTest, AJobsBestCheckpointIsCopiedServedRecordedAndResto
   ASSERT_NE(restarted.Find("news"), nullptr);
   EXPECT_EQ(restarted.Find("news")->version(), version);
   EXPECT_TRUE(env_.Logged("restored from promotion (job:" + id + ":best)"));
+}
+
+// DownloadCheckpoint's server side: the file a served version came from, read in chunks with
+// the header the stream starts with.
+TEST_F(CheckpointPromoterTest, AServedVersionsCheckpointIsReadInChunksWithItsHeader) {
+  const std::string best = env_.dir() + "/best.tsckpt";
+  WriteCheckpoint(best, 4, "");
+  pb::PromoteCheckpointRequest request;
+  request.set_model("news");
+  request.set_job_id(JobWithBest(best));
+  auto promotion = promoter_->Promote(request);
+  ASSERT_TRUE(promotion.ok()) << promotion.status();
+
+  auto served = promoter_->ServedCheckpointOf("news");
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(served->version, promotion->model->version());
+  auto bytes = ReadFile(served->path);
+  ASSERT_TRUE(bytes.ok());
+  auto reader = CheckpointFileReader::Open(served->path, "checkpoint", "model:news", "news");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const pb::CheckpointHeader& header = (*reader)->header();
+  EXPECT_EQ(header.version(), CheckpointVersion(*bytes));
+  EXPECT_EQ(header.version(), served->version);
+  EXPECT_EQ(header.size_bytes(), bytes->size());
+  EXPECT_EQ(header.crc32(), Crc32(bytes->data(), bytes->size()));
+  EXPECT_EQ(header.source(), "model:news");
+  EXPECT_EQ(header.file_name(), "news-" + served->version + ".tsckpt");
+  std::string read;
+  for (int i = 0; i < 100000; ++i) {
+    auto chunk = (*reader)->Next(1000);
+    ASSERT_TRUE(chunk.ok()) << chunk.status();
+    if (chunk->empty()) break;
+    EXPECT_LE(chunk->size(), 1000u);
+    read += *chunk;
+  }
+  EXPECT_EQ(read, *bytes);
+
+  auto unknown = promoter_->ServedCheckpointOf("sports");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("\"sports\" is not served (news)"));
+  EXPECT_EQ(CheckpointFileReader::Open(env_.dir() + "/missing.tsckpt", "checkpoint", "x", "x")
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+
+  pb::DownloadCheckpointRequest download;
+  EXPECT_THAT(ValidateDownloadRequest(download).message(),
+              HasSubstr("source: give job_id or model"));
+  download.set_model("news");
+  EXPECT_TRUE(ValidateDownloadRequest(download).ok());
+  download.set_chunk_bytes((1 << 20) + 1);
+  EXPECT_THAT(ValidateDownloadRequest(download).message(), HasSubstr("chunk_bytes: at most"));
+  download.set_chunk_bytes(0);
+  for (int i = 0; i < 17; ++i) download.add_if_none_match("v");
+  EXPECT_THAT(ValidateDownloadRequest(download).message(), HasSubstr("if_none_match: at most 16"));
 }
 
 TEST_F(CheckpointPromoterTest, TheAccuracyGuardKeepsABetterServedVersion) {
