@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/memory_limit.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "common/yaml_fields.h"
@@ -463,23 +464,6 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
 }
 
 }  // namespace
-
-std::int64_t MemoryLimitBytes() {
-  // The machine's memory (MemTotal).
-  std::int64_t limit = std::int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE);
-  // The container's: cgroup v2 ("max" = no limit), or v1 (a huge number = no limit), as a
-  // container sees its own cgroup at the root of /sys/fs/cgroup.
-  for (const char* path :
-       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    std::ifstream cgroup(path);
-    std::string text;
-    std::int64_t cgroup_limit = 0;
-    if (cgroup >> text && absl::SimpleAtoi(text, &cgroup_limit) && cgroup_limit > 0) {
-      limit = limit > 0 ? std::min(limit, cgroup_limit) : cgroup_limit;
-    }
-  }
-  return std::max<std::int64_t>(limit, 0);
-}
 
 std::int64_t MemoryBudgetBytes(const JobsConfig& jobs) {
   if (jobs.memory_budget_bytes > 0) return jobs.memory_budget_bytes;

@@ -254,11 +254,8 @@ absl::Status ValidateServerConfig(const ServerConfig& config);
 // jobs.max_concurrent). Job specs then cap it at jobs.limits.max_threads.
 int ThreadsPerJob(const JobsConfig& jobs, int num_cores);
 
-// The memory this process may use: the lower of the machine's (MemTotal) and its container's
-// limit (cgroup v2 memory.max, or v1 memory/memory.limit_in_bytes); 0 when unknown.
-std::int64_t MemoryLimitBytes();
-
-// jobs.memory_budget_bytes, or when 0 half of MemoryLimitBytes().
+// jobs.memory_budget_bytes, or when 0 half of MemoryLimitBytes() (common/memory_limit.h): the
+// machine's memory or the container's limit, whichever is lower.
 std::int64_t MemoryBudgetBytes(const JobsConfig& jobs);
 
 }  // namespace ts::server

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/memory_limit.h"
 #include "common/status_macros.h"
 #include "model/torch_compat.h"
 #include "server/serving/http_listener.h"
@@ -288,6 +289,9 @@ struct Metrics::Impl {
   }
 
   void UpdateMemory() {
+    if (const std::int64_t limit = MemoryLimitBytes(); limit > 0) {
+      memory_limit.Set(static_cast<double>(limit));
+    }
     if (const auto [size, resident] = VirtualAndResidentBytes("self"); resident > 0) {
       virtual_memory.Set(size);
       resident_memory.Set(resident);
@@ -351,6 +355,12 @@ struct Metrics::Impl {
   Gauge& resident_memory = AddGauge(registry, "taylorshift_process_resident_memory_bytes",
                                     "Resident set size of the server process, in bytes.")
                                .Add({});
+  Gauge& memory_limit =
+      AddGauge(registry, "taylorshift_memory_limit_bytes",
+               "Memory the server and its job workers may use together: the container's limit "
+               "(cgroup memory.max or memory.limit_in_bytes), or the machine's memory when lower "
+               "or when there is none. The memory alerts compare with it.")
+          .Add({});
   Gauge& virtual_memory = AddGauge(registry, "taylorshift_process_virtual_memory_bytes",
                                    "Virtual memory size of the server process, in bytes.")
                               .Add({});
