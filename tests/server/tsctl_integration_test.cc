@@ -218,7 +218,9 @@ TEST_F(TsctlTest, JobsOffServerSaysSoAndWhereJobsRunAndIsNotServingForJobs) {
   const std::string server_flag = " --server " + server.grpc_address();
   for (const std::string& command :
        {std::string(" jobs list"), " train --spec " + spec, std::string(" jobs get job-1")}) {
-    const auto out = RunCommand(std::string(TS_TSCTL_BINARY) + command + server_flag);
+    std::string line = TS_TSCTL_BINARY;
+    line.append(command).append(server_flag);
+    const auto out = RunCommand(line);
     EXPECT_EQ(out.exit_code, 1) << command << ": " << out.text;
     EXPECT_NE(out.text.find("FAILED_PRECONDITION"), std::string::npos)
         << command << ": " << out.text;
