@@ -593,7 +593,8 @@ class KubernetesTest(unittest.TestCase):
             self.assertIn("memory", container["resources"]["limits"], name)
             mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
             read_only_root = container["securityContext"].get("readOnlyRootFilesystem", False)
-            # tsserver opens its jobs database in state_dir even with jobs off.
+            # state_dir is writable: the jobs database, or (jobs off) the promotion follower's
+            # cache_dir.
             state = mounts.get(config["state_dir"])
             if read_only_root:
                 self.assertTrue(state and not state.get("readOnly"),
