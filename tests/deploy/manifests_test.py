@@ -360,7 +360,9 @@ class ServerConfigTest(unittest.TestCase):
         """...and following the jobs replica's promotions through its Service."""
         combined, serving = server_config(), load_yaml(SERVING_CONFIG)
         self.assertEqual(combined["jobs"], {"enabled": True})
-        self.assertEqual(serving["jobs"], {"enabled": False})
+        # Jobs off, and the answer to a Jobs RPC names the jobs replica's Service.
+        self.assertEqual(serving["jobs"], {"enabled": False,
+                                           "elsewhere": "tsserver-jobs.taylorshift:50051"})
         differ = ("jobs", "promotions")
         self.assertEqual({k: v for k, v in combined.items() if k not in differ},
                          {k: v for k, v in serving.items() if k not in differ})
