@@ -18,8 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/memory_limit.h"
 #include "common/file_io.h"
+#include "common/memory_limit.h"
 #include "common/status_macros.h"
 #include "common/yaml_fields.h"
 
