@@ -430,8 +430,8 @@ struct Metrics::Impl {
                  "download, invalid, incompatible, load).");
   Family<Gauge>& promotion_follow_last_sync = AddGauge(
       registry, "taylorshift_promotion_follow_last_sync_timestamp_seconds",
-      "Unix time of the last poll of the jobs server that succeeded for a model (it served that "
-      "version, or the new one was swapped in), on a serving replica that follows promotions.");
+      "Unix time of the last poll of the jobs server that found a model's version served here "
+      "(unchanged, or the new one swapped in), on a serving replica that follows promotions.");
   Counter& process_cpu = AddCounter(registry, "taylorshift_process_cpu_seconds_total",
                                     "User and system CPU time of the server process, in seconds.")
                              .Add({});

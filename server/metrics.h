@@ -113,7 +113,8 @@ class Metrics {
   void RecordBatchStopped(const std::string& model, const std::string& reason);
   // A serving replica that follows a jobs server's promotions (promotions.follow): a poll of
   // `model` that failed (reason: unavailable — the jobs server could not be reached —, rpc,
-  // download, invalid, incompatible, load) and the Unix time of its last poll that succeeded.
+  // download, invalid, incompatible, load) and the Unix time of its last poll that found the
+  // jobs server's version served here.
   void RecordPromotionFollowError(const std::string& model, const std::string& reason);
   void SetPromotionFollowLastSync(const std::string& model, double unix_seconds);
   // The worker processes of running jobs, read at each scrape (/proc/PID/stat and statm): their

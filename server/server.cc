@@ -159,7 +159,10 @@ struct Server::Parts {
   bool stopped = false;
 };
 
-Server::Server(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+// Made once gRPC serves: the promotion follower starts polling now.
+Server::Server(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {
+  if (parts_->follower != nullptr) parts_->follower->Start();
+}
 
 Server::~Server() { Shutdown(absl::ZeroDuration()); }
 
@@ -253,7 +256,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
     }
   }
   for (const auto& model : p.registry->List()) p.health->SetServingStatus(model->name(), true);
-  if (p.follower != nullptr) p.follower->Start();
 
   // The HTTP front end, once gRPC is up (both share the inference core).
   std::unique_ptr<Server> server(new Server(std::move(parts)));

@@ -226,7 +226,9 @@ void PromotionFollower::Poll(const std::string& name) {
     return;
   }
   if (header->not_modified()) {
-    Succeeded(name);
+    // A version refused before is no sync: the replica still serves something else, and the
+    // last-sync gauge should age for as long as that lasts.
+    if (header->version() == served->version()) Succeeded(name);
     return;
   }
   std::string reason;

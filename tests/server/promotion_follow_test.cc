@@ -163,6 +163,10 @@ TEST_F(PromotionFollowTest, ReplicaServesPromotionsRefusesOtherTasksAndOutlivesT
   })) << replica_.Log();
   EXPECT_EQ(ServedVersion(replica_.grpc_address(), "lang"), lang_configured);
   EXPECT_NE(replica_.Log().find("answers another task"), std::string::npos) << replica_.Log();
+  // Not in sync: the jobs server serves another version under that name.
+  EXPECT_EQ(ReplicaMetric("taylorshift_promotion_follow_last_sync_timestamp_seconds{model="
+                          "\"lang\"}"),
+            0);
 
   // A promotion on the jobs server reaches the replica without a restart, and no request to the
   // replica fails while it swaps (a client classifies throughout).
