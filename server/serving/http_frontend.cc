@@ -599,8 +599,9 @@ using RouteHandler = std::function<HttpAnswer(CallContext call, const HttpExchan
 // /v2/models/NAME[/versions/VERSION]: groups 1 and 2.
 constexpr char kV2Model[] = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
 
-// Whether a route's caller needs a token (when the server has tokens).
-enum class Access { kOpen, kToken };
+// Whether a route's caller needs a token (when the server has tokens); the classification
+// routes also count an early refusal in the request metrics under their protocol.
+enum class Access { kOpen, kToken, kClassifyRest, kClassifyV2Rest };
 
 // Adds a route that answers `method` (and 405 to every other method).
 using RouteAdder = std::function<void(const std::string& method, const std::string& pattern,
@@ -654,7 +655,7 @@ void AddModelRoutes(const RouteAdder& route, Inference* inference, const RouteOp
         call.protocol = CallContext::kProtocolV2Rest;
         return Infer(inference, options, call, *infer);
       },
-      Access::kToken);
+      Access::kClassifyV2Rest);
   route(
       "GET", "/v1/models",
       [inference](const CallContext& call, const HttpExchange&) {
@@ -693,7 +694,7 @@ void AddModelRoutes(const RouteAdder& route, Inference* inference, const RouteOp
         call.protocol = CallContext::kProtocolRest;
         return Classify(inference, options.clock, call, *classify);
       },
-      Access::kToken);
+      Access::kClassifyRest);
 }
 
 std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options) {
@@ -709,13 +710,23 @@ std::vector<HttpRoute> Routes(Inference* inference, const RouteOptions& options)
                     }};
     // The token is checked from the headers, before the listener reads a byte of the body: a
     // caller without one is answered 401 (403 without the role) whatever it sends after.
-    if (access == Access::kToken) {
-      added.before_body = [inference](const HttpExchange& request) -> std::optional<HttpAnswer> {
+    if (access != Access::kOpen) {
+      const char* protocol = access == Access::kClassifyRest     ? CallContext::kProtocolRest
+                             : access == Access::kClassifyV2Rest ? CallContext::kProtocolV2Rest
+                                                                 : nullptr;
+      added.before_body = [inference,
+                           protocol](const HttpExchange& request) -> std::optional<HttpAnswer> {
         CallContext call;
         call.authorization = Header(request, "authorization");
-        if (absl::Status allowed = inference->Authorize(call); !allowed.ok()) {
-          return ErrorAnswer(allowed);
+        absl::Status allowed;
+        if (protocol != nullptr) {
+          call.protocol = protocol;
+          const std::string model = request.path_groups.empty() ? "" : request.path_groups[0];
+          allowed = inference->AuthorizeClassify(call, model);
+        } else {
+          allowed = inference->Authorize(call);
         }
+        if (!allowed.ok()) return ErrorAnswer(allowed);
         return std::nullopt;
       };
     }

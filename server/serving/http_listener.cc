@@ -263,6 +263,7 @@ class ConnectionOn final : public Connection {
   ConnectionOn(Listener* listener, tcp::socket socket, std::string peer)
       : Connection(listener, std::move(peer)),
         stream_(MakeStream(listener, std::move(socket))),
+        timer_(stream_.get_executor()),
         buffer_(static_cast<std::size_t>(listener->options.max_header_bytes) + kBodyPieceBytes) {}
 
   void Begin() override {
@@ -301,6 +302,7 @@ class ConnectionOn final : public Connection {
 
   void Close() {
     state = kClosed;
+    timer_.cancel();
     beast::error_code ignored;
     Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
     Lowest().close();
@@ -321,19 +323,48 @@ class ConnectionOn final : public Connection {
     const SteadyTime now = std::chrono::steady_clock::now();
     SteadyTime expiry = std::min(header_deadline_, now + Chrono(options().read_timeout));
     if (!seen_bytes_) expiry = std::min(expiry, first_byte_deadline_);
-    Lowest().expires_at(expiry);
+    ReadUntil(expiry);
     http::async_read_some(
         stream_, buffer_, *parser_,
         [self = Self()](beast::error_code ec, std::size_t n) { self->OnHeaderBytes(ec, n); });
   }
 
+  // Bounds the read about to start: at `expiry` the read is cancelled (timed_out_ tells its
+  // handler, which answers 408 when a request had begun). beast's own expiry, which closes the
+  // socket, stays one write_timeout later as a backstop.
+  void ReadUntil(SteadyTime expiry) {
+    Lowest().expires_at(expiry + Chrono(options().write_timeout));
+    timed_out_ = false;
+    timer_.expires_at(expiry);
+    timer_.async_wait([self = Self(), generation = ++timer_generation_](beast::error_code ec) {
+      // A wait cancelled, or one that expired after its read had finished (a later read is
+      // another generation), cancels nothing.
+      if (ec || generation != self->timer_generation_) return;
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->Lowest().socket().cancel(ignored);
+    });
+  }
+  // The read's handler runs: its deadline no longer applies.
+  void ReadEnded() {
+    ++timer_generation_;
+    timer_.cancel();
+  }
+
   void OnHeaderBytes(beast::error_code ec, std::size_t n) {
+    ReadEnded();
     if (n > 0) seen_bytes_ = true;
     if (ec == http::error::header_limit) {
       return Refuse(ErrorAnswer(431,
                                 absl::StrCat("headers: larger than ", options().name,
                                              ".max_header_bytes ", options().max_header_bytes),
                                 "RESOURCE_EXHAUSTED"));
+    }
+    // A request begun and not finished in time is told so (408) before the connection closes;
+    // an idle connection that sent nothing is closed without a word.
+    if (ec == asio::error::operation_aborted && timed_out_ && seen_bytes_ && state != kClosed) {
+      return Refuse(
+          TimeoutAnswer("headers", header_deadline_, "header_timeout", options().header_timeout));
     }
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
         ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
@@ -427,14 +458,18 @@ class ConnectionOn final : public Connection {
     parser_->get().body().data = piece_.data();
     parser_->get().body().size = piece_.size();
     const SteadyTime now = std::chrono::steady_clock::now();
-    Lowest().expires_at(std::min(body_deadline_, now + Chrono(options().read_timeout)));
+    ReadUntil(std::min(body_deadline_, now + Chrono(options().read_timeout)));
     http::async_read_some(
         stream_, buffer_, *parser_,
         [self = Self()](beast::error_code ec, std::size_t n) { self->OnBodyBytes(ec, n); });
   }
 
   void OnBodyBytes(beast::error_code ec, std::size_t n) {
+    ReadEnded();
     if (ec == http::error::need_buffer) ec = {};
+    if (ec == asio::error::operation_aborted && timed_out_ && state != kClosed) {
+      return Refuse(TimeoutAnswer("body", body_deadline_, "body_timeout", options().body_timeout));
+    }
     if (ec || state == kClosed) return Close();
     const std::size_t decoded = piece_.size() - parser_->get().body().size;
     wire_body_bytes_ += static_cast<std::int64_t>(n);
@@ -469,6 +504,23 @@ class ConnectionOn final : public Connection {
   }
 
   // --- answers ---
+
+  // 408 naming the deadline that passed: the part's total one (`key`, counted from the headers'
+  // first chance) or the time allowed between two reads.
+  HttpAnswer TimeoutAnswer(const char* part, SteadyTime deadline, const char* key,
+                           absl::Duration total) const {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return ErrorAnswer(408,
+                         absl::StrCat(part, ": not received within ", options().name, ".", key,
+                                      "_ms ", absl::ToInt64Milliseconds(total)),
+                         "DEADLINE_EXCEEDED");
+    }
+    return ErrorAnswer(
+        408,
+        absl::StrCat(part, ": no byte arrived within ", options().name, ".read_timeout_ms ",
+                     absl::ToInt64Milliseconds(options().read_timeout)),
+        "DEADLINE_EXCEEDED");
+  }
 
   // An answer before the body was read: the connection closes after it (what the client still
   // sends is drained, at most kDrainBytes for kDrainTime, so that it reads the answer).
@@ -535,6 +587,9 @@ class ConnectionOn final : public Connection {
   }
 
   Stream stream_;
+  asio::steady_timer timer_;  // the deadline of the read in progress (ReadUntil)
+  std::uint64_t timer_generation_ = 0;
+  bool timed_out_ = false;     // the read in progress was cancelled at its deadline
   beast::flat_buffer buffer_;  // bytes read and not parsed yet (bounded by its max size)
   std::optional<http::request_parser<http::buffer_body>> parser_;
   std::optional<http::response<http::string_body>> response_;

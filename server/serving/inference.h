@@ -58,6 +58,13 @@ class Inference {
   // UNAUTHENTICATED / PERMISSION_DENIED as Classify answers them. Cheap and never blocks: a
   // front end asks it from a request's headers, before it reads the body.
   virtual absl::Status Authorize(const CallContext& call) const = 0;
+  // Authorize for a classification of `model` that a front end refuses before it reads the
+  // request (and so never calls Classify): a refusal is also counted as a finished request of
+  // `model` under call.protocol, as Classify counts its own refusals.
+  virtual absl::Status AuthorizeClassify(const CallContext& call,
+                                         const std::string& /*model*/) const {
+    return Authorize(call);
+  }
   // Whether Classify can be answered now: models are loaded and the server is not draining.
   virtual bool Ready() const = 0;
 };

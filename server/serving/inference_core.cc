@@ -130,11 +130,7 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
                              ClassifyDone done) {
   const absl::Time received = clock_->Now();
   const std::string& model_name = request.model();
-  // The metrics' model label: a name that is not served is "(unknown)", so that clients cannot
-  // create a series per name they send.
-  const std::string label = model_name.empty()                       ? "-"
-                            : registry_->Find(model_name) != nullptr ? model_name
-                                                                     : "(unknown)";
+  const std::string label = ModelLabel(model_name);
   // Every exit goes through here: metrics, then the caller's callback.
   // `reason`: the rejected_total reason when not the status code's usual one.
   auto finish = [this, label, protocol = std::string(call.protocol), received, done](
@@ -259,6 +255,24 @@ void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
 
 absl::Status InferenceCore::Authorize(const CallContext& call) const {
   return authorizer_->Check(call.authorization, kClassifyRole);
+}
+
+absl::Status InferenceCore::AuthorizeClassify(const CallContext& call,
+                                              const std::string& model) const {
+  absl::Status allowed = Authorize(call);
+  if (!allowed.ok() && metrics_ != nullptr) {
+    const std::string label = ModelLabel(model);
+    metrics_->RecordRequest(label, call.protocol, StatusCodeName(allowed.code()), 0.0);
+    metrics_->RecordRejected(label, RejectReason(allowed.code()));
+  }
+  return allowed;
+}
+
+std::string InferenceCore::ModelLabel(const std::string& model) const {
+  // A name that is not served is "(unknown)", so that clients cannot create a series per name
+  // they send.
+  if (model.empty()) return "-";
+  return registry_->Find(model) != nullptr ? model : "(unknown)";
 }
 
 absl::StatusOr<std::vector<pb::ModelInfo>> InferenceCore::ListModels(const CallContext& call) {

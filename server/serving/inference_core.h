@@ -41,12 +41,16 @@ class InferenceCore final : public Inference {
   absl::StatusOr<taylorshift::v1::ModelInfo> GetModel(const CallContext& call,
                                                       const std::string& name) override;
   absl::Status Authorize(const CallContext& call) const override;
+  absl::Status AuthorizeClassify(const CallContext& call, const std::string& model) const override;
   bool Ready() const override;
 
   // Shutdown has begun: Ready() turns false (Classify keeps answering until the front ends stop).
   void SetDraining() { draining_ = true; }
 
  private:
+  // The `model` label of the request metrics for a requested name.
+  std::string ModelLabel(const std::string& model) const;
+
   ModelRegistry* registry_;
   const Authorizer* authorizer_;
   Metrics* metrics_;

@@ -436,6 +436,54 @@ TEST(HttpListenerTest, HeaderDeadlineClosesSlowlorisAndSilentTlsHandshakes) {
   ::close(silent);
 }
 
+// A request begun and not finished in time is answered 408 naming the deadline that passed,
+// then closed: the headers' total deadline, the body's, and the time allowed between two reads.
+// A connection that sent nothing is closed without an answer.
+TEST(HttpListenerTest, RequestsNotReceivedInTimeAre408NamingTheDeadline) {
+  FakeInference fake;
+  HttpFrontendOptions options;
+  options.http.header_timeout = absl::Milliseconds(600);
+  options.http.body_timeout = absl::Milliseconds(600);
+  options.http.read_timeout = absl::Seconds(5);
+  options.http.keep_alive = absl::Milliseconds(600);
+  Started server = Start(&fake, options);
+  ASSERT_NE(server.frontend, nullptr);
+
+  const int headers = Connect(server.port);
+  SendAll(headers, "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n");
+  std::string answer = ReadAnswer(headers, std::chrono::seconds(3));
+  EXPECT_EQ(StatusOf(answer), 408) << answer;
+  EXPECT_THAT(answer, HasSubstr("headers: not received within http.header_timeout_ms 600"));
+  EXPECT_TRUE(ClosedWithin(headers, std::chrono::seconds(3)));
+  ::close(headers);
+
+  const int body = Connect(server.port);
+  SendAll(body,
+          "POST /v1/models/m:classify HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"x");
+  answer = ReadAnswer(body, std::chrono::seconds(3));
+  EXPECT_EQ(StatusOf(answer), 408) << answer;
+  EXPECT_THAT(answer, HasSubstr("body: not received within http.body_timeout_ms 600"));
+  ::close(body);
+
+  options.http.header_timeout = absl::Seconds(10);
+  options.http.read_timeout = absl::Milliseconds(400);
+  Started slow = Start(&fake, options);
+  ASSERT_NE(slow.frontend, nullptr);
+  const int pause = Connect(slow.port);
+  SendAll(pause, "GET /v2/health/ready HTTP/1.1\r\n");
+  answer = ReadAnswer(pause, std::chrono::seconds(3));
+  EXPECT_EQ(StatusOf(answer), 408) << answer;
+  EXPECT_THAT(answer, HasSubstr("headers: no byte arrived within http.read_timeout_ms 400"));
+  ::close(pause);
+
+  const int silent = Connect(server.port);
+  const Clock::time_point start = Clock::now();
+  answer = ReadAnswer(silent, std::chrono::seconds(3));
+  EXPECT_EQ(answer, "");
+  EXPECT_LT(MillisecondsSince(start), 2500);
+  ::close(silent);
+}
+
 // At the cap the connection idle the longest is closed for the new one; a connection whose
 // request is being answered is not.
 TEST(HttpListenerTest, TheOldestIdleConnectionIsShedAtTheCap) {

@@ -478,7 +478,8 @@ TEST_F(ServerIntegrationConfigTest, Bf16ModelsServeWithin002OfFp32OrAreRefusedWi
 
 TEST_F(ServerIntegrationConfigTest, BearerTokensGuardClassifyButNotHealth) {
   std::ofstream(dir_ + "/auth.yaml")
-      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+      << "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\n"
+         "http: {listen: 127.0.0.1:0}\n"
          "auth: {tokens: {s3cret: [classify]}}\n"
          "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
   auto server = StartServer(dir_ + "/auth.yaml", &clock_);
@@ -499,6 +500,29 @@ TEST_F(ServerIntegrationConfigTest, BearerTokensGuardClassifyButNotHealth) {
     }
   }
   EXPECT_EQ(HealthStatus((*server)->grpc_address(), ""), 1);
+  // The HTTP routes refuse a classification from its headers, before the body; those refusals
+  // are counted with every other request (issue 41: they were not).
+  const std::string http = (*server)->http_address();
+  using ts::testing::HttpResponse;
+  using ts::testing::HttpStatus;
+  EXPECT_EQ(HttpStatus(
+                HttpResponse(http, "POST", "/v1/models/tiny:classify", {}, R"({"document": "x"})")),
+            401);
+  EXPECT_EQ(HttpStatus(HttpResponse(http, "POST", "/v2/models/nope/infer",
+                                    {"Authorization: Bearer wrong"}, R"({"inputs": []})")),
+            401);
+  const std::string metrics = ts::testing::HttpGet((*server)->metrics_address(), "/metrics");
+  EXPECT_NE(metrics.find("taylorshift_requests_total{code=\"UNAUTHENTICATED\",model=\"tiny\","
+                         "protocol=\"rest\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("taylorshift_requests_total{code=\"UNAUTHENTICATED\","
+                         "model=\"(unknown)\",protocol=\"v2_rest\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("taylorshift_requests_total{code=\"UNAUTHENTICATED\",model=\"tiny\","
+                         "protocol=\"grpc\"} 2"),
+            std::string::npos);
 }
 
 // One grpc.reflection.v1alpha ServerReflectionInfo exchange through a generic stub (the test has
