@@ -561,7 +561,16 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
       {"http.max_json_depth", config.http.max_json_depth, 2},
       {"http.keep_alive_max_requests", config.http.keep_alive_max_requests, 1},
       {"http.max_body_bytes", config.http.max_body_bytes, 0},
+      {"http.max_buffered_body_bytes", config.http.max_buffered_body_bytes, 0},
   }));
+  const std::int64_t body_limit =
+      config.http.max_body_bytes > 0 ? config.http.max_body_bytes : config.max_message_bytes;
+  if (config.http.max_buffered_body_bytes > 0 && config.http.max_buffered_body_bytes < body_limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("http.max_buffered_body_bytes: must be 0 or at least the body limit ",
+                     body_limit, " (http.max_body_bytes, or max_message_bytes when it is 0), got ",
+                     config.http.max_buffered_body_bytes));
+  }
   // gRPC takes message limits as int.
   if (config.max_message_bytes > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("max_message_bytes: must be <= ", INT_MAX,
@@ -660,6 +669,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                  {"max_json_depth", Int(&config.http.max_json_depth)},
                  {"max_body_bytes", Int64(&config.http.max_body_bytes)},
                  {"max_inflate_ratio", Int64(&config.http.max_inflate_ratio)},
+                 {"max_buffered_body_bytes", Int64(&config.http.max_buffered_body_bytes)},
                  {"max_header_bytes", Int64(&config.http.max_header_bytes)},
                  {"default_timeout_ms",
                   Duration(&config.http.default_timeout, absl::Milliseconds(1))},

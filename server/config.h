@@ -164,6 +164,9 @@ struct HttpConfig {
   std::int64_t max_body_bytes = 0;
   // A compressed body that inflates to more than this many times its size → 413.
   std::int64_t max_inflate_ratio = 100;
+  // Request bodies held at once by all connections together; a body that would pass it → 503
+  // with Retry-After. 0 = four times the body limit; else at least the body limit.
+  std::int64_t max_buffered_body_bytes = 0;
   // A request line and headers larger than this → 431.
   std::int64_t max_header_bytes = 16 << 10;
   // Deadline of a request without an X-Timeout-Ms header; 0 = none.

@@ -805,6 +805,7 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   listener.body_timeout = options.http.body_timeout;
   listener.write_timeout = options.http.write_timeout;
   listener.max_inflate_ratio = options.http.max_inflate_ratio;
+  listener.max_buffered_body_bytes = options.http.max_buffered_body_bytes;
   listener.max_header_bytes = options.http.max_header_bytes;
   listener.max_body_bytes =
       options.http.max_body_bytes > 0 ? options.http.max_body_bytes : options.max_message_bytes;

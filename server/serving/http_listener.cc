@@ -188,6 +188,9 @@ class Connection;
 struct Listener {
   explicit Listener(const HttpListenerOptions& options)
       : options(options),
+        buffered_budget(options.max_buffered_body_bytes > 0
+                            ? std::max(options.max_buffered_body_bytes, options.max_body_bytes)
+                            : 4 * options.max_body_bytes),
         io(std::max(1, options.io_threads)),
         acceptor(asio::make_strand(io)),
         pool(std::max(1, options.threads)) {}
@@ -204,12 +207,15 @@ struct Listener {
   }
 
   const HttpListenerOptions options;
+  const std::int64_t buffered_budget;  // of buffered_bytes
   std::vector<HttpRoute> routes;
   asio::io_context io;
   std::optional<asio::ssl::context> tls;
   tcp::acceptor acceptor;
   std::atomic<bool> stopping{false};
   std::atomic<std::uint64_t> next_id{0};
+  // Body bytes held by all connections (Connection::HoldBody); at most buffered_budget.
+  std::atomic<std::int64_t> buffered_bytes{0};
   absl::Mutex mu;
   // Every open connection, by id (accept order); an entry leaves before its connection is gone.
   std::map<std::uint64_t, Connection*> connections ABSL_GUARDED_BY(mu);
@@ -281,6 +287,8 @@ class ConnectionOn final : public Connection {
       ReadHeader();
     }
   }
+
+  ~ConnectionOn() override { ReleaseBody(); }
 
   void CloseSoon() override {
     asio::post(stream_.get_executor(), [self = Self()] { self->Close(); });
@@ -474,6 +482,9 @@ class ConnectionOn final : public Connection {
     const std::size_t decoded = piece_.size() - parser_->get().body().size;
     wire_body_bytes_ += static_cast<std::int64_t>(n);
     absl::Status added = decoder_->Add(std::string_view(piece_.data(), decoded));
+    if (added.ok() && !HoldBody(decoder_->decoded_bytes())) {
+      return Refuse(BusyAnswer());
+    }
     // Chunk framing counts too: a body sent one byte per chunk is bounded by its wire size.
     if (added.ok() && wire_body_bytes_ > 2 * options().max_body_bytes + (64 << 10)) {
       added = absl::ResourceExhaustedError(
@@ -487,6 +498,7 @@ class ConnectionOn final : public Connection {
   void OnBody() {
     auto body = decoder_->Finish();
     decoder_.reset();
+    std::vector<char>().swap(piece_);  // an idle connection holds no body piece
     if (!body.ok()) return Refuse(FromStatus(body.status()));
     exchange_.body = *std::move(body);
     if (!Transition(kReadingBody, kAnswering)) return Close();
@@ -501,6 +513,40 @@ class ConnectionOn final : public Connection {
       asio::post(self->stream_.get_executor(),
                  [self, answer = std::move(answer)]() mutable { self->Write(std::move(answer)); });
     });
+  }
+
+  // --- the body budget shared by all connections ---
+
+  // Counts this request's body as `bytes` held; false (nothing more held) when that would pass
+  // the listener's budget.
+  bool HoldBody(std::int64_t bytes) {
+    const std::int64_t more = bytes - held_bytes_;
+    if (more <= 0) return true;
+    const std::int64_t before = listener_->buffered_bytes.fetch_add(more);
+    if (before + more > listener_->buffered_budget) {
+      listener_->buffered_bytes.fetch_sub(more);
+      return false;
+    }
+    held_bytes_ = bytes;
+    return true;
+  }
+  // The request's body is gone (answered, refused or closed): its bytes leave the budget.
+  void ReleaseBody() {
+    exchange_.body = std::string();
+    decoder_.reset();
+    if (held_bytes_ == 0) return;
+    listener_->buffered_bytes.fetch_sub(held_bytes_);
+    held_bytes_ = 0;
+  }
+  HttpAnswer BusyAnswer() const {
+    HttpAnswer answer =
+        ErrorAnswer(503,
+                    absl::StrCat("body: the server holds as many request bodies as ",
+                                 options().name, ".max_buffered_body_bytes ",
+                                 listener_->buffered_budget, " allows; retry shortly"),
+                    "UNAVAILABLE");
+    answer.headers["Retry-After"] = "1";
+    return answer;
   }
 
   // --- answers ---
@@ -557,6 +603,7 @@ class ConnectionOn final : public Connection {
   void OnWritten(beast::error_code ec, bool close) {
     if (options().on_response) options().on_response(status_);
     response_.reset();
+    ReleaseBody();
     if (ec || state == kClosed) return Close();
     if (refused_) return Drain();
     if (close) return Close();
@@ -566,6 +613,7 @@ class ConnectionOn final : public Connection {
     header_deadline_ = now + Chrono(options().header_timeout);
     first_byte_deadline_ = now + Chrono(options().keep_alive);
     seen_bytes_ = buffer_.size() > 0;
+    if (!seen_bytes_) buffer_.shrink_to_fit();  // nor the room its last headers took
     BecomeIdle();
     ReadHeader();
   }
@@ -587,7 +635,8 @@ class ConnectionOn final : public Connection {
   }
 
   Stream stream_;
-  asio::steady_timer timer_;  // the deadline of the read in progress (ReadUntil)
+  std::int64_t held_bytes_ = 0;  // of listener_->buffered_bytes, for this request's body
+  asio::steady_timer timer_;     // the deadline of the read in progress (ReadUntil)
   std::uint64_t timer_generation_ = 0;
   bool timed_out_ = false;     // the read in progress was cancelled at its deadline
   beast::flat_buffer buffer_;  // bytes read and not parsed yet (bounded by its max size)
@@ -781,6 +830,8 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
     SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
     SSL_CTX_set_options(
         native, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_COMPRESSION);
+    // An idle TLS connection keeps no read or write buffer (about 34 KiB each otherwise).
+    SSL_CTX_set_mode(native, SSL_MODE_RELEASE_BUFFERS);
     beast::error_code ec;
     const bool loaded =
         SSL_CTX_set_cipher_list(native, kTls12Ciphers) == 1 &&

@@ -91,6 +91,10 @@ struct HttpListenerOptions {
   std::int64_t max_body_bytes = 1 << 20;
   // A gzip/deflate body inflating more than this many times its compressed size → 413.
   std::int64_t max_inflate_ratio = 100;
+  // Request bodies held at once by all connections together (as read, until their answers are
+  // written); a body that would pass it → 503 with Retry-After, naming the limit. 0 = four times
+  // max_body_bytes; at least max_body_bytes.
+  std::int64_t max_buffered_body_bytes = 0;
   std::int64_t max_header_bytes = 16 << 10;      // request line and headers; larger → 431
   absl::Duration keep_alive = absl::Seconds(5);  // idle between requests, then closed
   int keep_alive_max_requests = 1000;

@@ -10,6 +10,7 @@
 #include "api/proto_convert.h"
 #include "common/quoted.h"
 #include "common/status_macros.h"
+#include "job_contract/job_spec.h"
 #include "model/networks/cost_model.h"
 #include "server/serving/grpc_status.h"
 
@@ -150,6 +151,12 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
   }
   if (model_name.empty()) {
     return finish(absl::InvalidArgumentError("model: required (see ListModels)"), {});
+  }
+  if (!job::IsValidName(model_name)) {
+    // ".", ".." or a service's name is refused as what it is, not looked up.
+    return finish(absl::InvalidArgumentError(absl::StrCat("model: must match ", job::kNameRule,
+                                                          ", got ", Quoted(model_name))),
+                  {});
   }
   const auto model = registry_->Find(model_name);
   if (model == nullptr) {

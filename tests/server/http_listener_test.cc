@@ -484,6 +484,62 @@ TEST(HttpListenerTest, RequestsNotReceivedInTimeAre408NamingTheDeadline) {
   ::close(silent);
 }
 
+// Many clients each sending a large body at once: the bodies held together stay within
+// http.max_buffered_body_bytes (the rest are 503 with Retry-After, naming the limit), memory
+// stays flat, and once the held bodies are answered a new one is read again.
+TEST(HttpListenerTest, BodiesHeldAtOnceStayWithinTheSharedBudget) {
+  FakeInference fake;
+  HttpFrontendOptions options;
+  options.http.max_body_bytes = 4 << 20;
+  // Two 3 MiB bodies fit; a third is refused 32 KiB before its end, so that what the client
+  // still sends is drained and the answer is not lost to a reset.
+  options.http.max_buffered_body_bytes = (9 << 20) - (32 << 10);
+  options.http.body_timeout = absl::Seconds(20);
+  Started server = Start(&fake, options);
+  ASSERT_NE(server.frontend, nullptr);
+  const std::int64_t rss_before = ResidentBytes();
+  const std::string piece(3 << 20, 'x');  // 3 of a body's 4 MiB: held, not finished
+  const std::string head =
+      "POST /v1/models/m:classify HTTP/1.1\r\nHost: x\r\nContent-Length: 4194304\r\n\r\n";
+  constexpr int kClients = 40;
+  std::vector<int> fds;
+  int busy = 0;
+  std::string busy_answer;
+  for (int i = 0; i < kClients; ++i) {
+    const int fd = Connect(server.port);
+    ASSERT_GE(fd, 0);
+    SendAll(fd, head);
+    SendAll(fd, piece);
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 300) > 0) {
+      const std::string answer = ReadAnswer(fd, std::chrono::seconds(2));
+      if (StatusOf(answer) == 503) {
+        ++busy;
+        busy_answer = answer;
+      }
+    }
+    fds.push_back(fd);
+  }
+  const std::int64_t grown = ResidentBytes() - rss_before;
+  std::printf(
+      "%d clients with 3 MiB bodies under way at a 9 MiB budget: %d answered 503, RSS "
+      "growth %.1f MiB\n",
+      kClients, busy, static_cast<double>(grown) / (1 << 20));
+  EXPECT_EQ(busy, kClients - 2) << "two 3 MiB bodies fit, a third does not";
+  EXPECT_THAT(busy_answer, HasSubstr("http.max_buffered_body_bytes 9404416"));
+  EXPECT_THAT(busy_answer, HasSubstr("Retry-After: 1"));
+  EXPECT_LT(grown, 48 << 20);
+  for (const int fd : fds) ::close(fd);
+  // The held bodies' connections are gone: a whole body is read and answered again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int fd = Connect(server.port);
+  SendAll(fd, head);
+  SendAll(fd, std::string(4 << 20, 'x'));
+  const std::string answer = ReadAnswer(fd, std::chrono::seconds(5));
+  EXPECT_EQ(StatusOf(answer), 400) << answer.substr(0, 300);  // read whole, then not JSON
+  ::close(fd);
+}
+
 // At the cap the connection idle the longest is closed for the new one; a connection whose
 // request is being answered is not.
 TEST(HttpListenerTest, TheOldestIdleConnectionIsShedAtTheCap) {

@@ -199,6 +199,13 @@ TEST_F(ServerIntegrationTest, ErrorsAnswerTheirCodeAndTheServerKeepsServing) {
   auto status = Call(*stub, Document("nope", "abc"), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_NE(status.error_message().find("\"nope\""), std::string::npos) << status.error_message();
+  // A name no model can have is refused as such, not looked up (issue 41).
+  for (const std::string name : {"..", ".", "taylorshift.v1.Jobs"}) {
+    status = Call(*stub, Document(name, "abc"), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+    EXPECT_NE(status.error_message().find("model: must match [A-Za-z0-9]"), std::string::npos)
+        << status.error_message();
+  }
 
   status = Call(*stub, Document("tiny", ""), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
