@@ -76,6 +76,18 @@ absl::Status HttpBodyDecoder::CheckDecoded() const {
   return absl::OkStatus();
 }
 
+void HttpBodyDecoder::MakeRoom(std::size_t more) {
+  const std::size_t needed = body_.size() + more;
+  if (needed <= body_.capacity() || needed <= kHeapBodyBytes) return;
+  // Past kHeapBodyBytes the buffer jumps to kMappedBodyBytes, above the largest threshold at
+  // which glibc's malloc maps a block (32 MiB), so that it is mapped and goes back to the system
+  // when freed however much freed memory the heap keeps (heap_keep_freed_bytes); only the pages
+  // written are resident. Never more than the limit allows.
+  const auto limit = static_cast<std::size_t>(options_.max_body_bytes) + kInflatePieceBytes;
+  const std::size_t room = std::max({needed, 2 * body_.capacity(), kMappedBodyBytes});
+  body_.reserve(std::max(needed, std::min(room, limit)));
+}
+
 absl::Status HttpBodyDecoder::Add(std::string_view bytes) {
   if (!failed_.ok()) return failed_;
   encoded_bytes_ += static_cast<std::int64_t>(bytes.size());
@@ -83,11 +95,12 @@ absl::Status HttpBodyDecoder::Add(std::string_view bytes) {
     failed_ = absl::ResourceExhaustedError(absl::StrCat(
         "body: larger than ", options_.name, ".max_body_bytes ", options_.max_body_bytes));
   } else if (inflater_ == nullptr) {
+    MakeRoom(bytes.size());
     body_.append(bytes);
   } else {
     failed_ = Inflate(bytes);
   }
-  if (!failed_.ok()) body_.clear();
+  if (!failed_.ok()) std::string().swap(body_);  // the memory too, not only the bytes
   return failed_;
 }
 
@@ -104,6 +117,7 @@ absl::Status HttpBodyDecoder::Inflate(std::string_view bytes) {
       if (inflateReset(&z) != Z_OK) return absl::InvalidArgumentError("body: corrupt gzip");
       inflater_->ended = false;
     }
+    MakeRoom(kInflatePieceBytes);
     const std::size_t before = body_.size();
     body_.resize(before + kInflatePieceBytes);
     z.next_out = reinterpret_cast<Bytef*>(body_.data() + before);
@@ -124,6 +138,7 @@ absl::Status HttpBodyDecoder::Inflate(std::string_view bytes) {
   }
   // inflate may hold output back while input is consumed: drain what it has.
   while (!inflater_->ended) {
+    MakeRoom(kInflatePieceBytes);
     const std::size_t before = body_.size();
     body_.resize(before + kInflatePieceBytes);
     z.next_out = reinterpret_cast<Bytef*>(body_.data() + before);

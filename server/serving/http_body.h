@@ -55,6 +55,10 @@ class HttpBodyDecoder {
   struct Inflater;
   HttpBodyDecoder(const HttpBodyOptions& options, std::unique_ptr<Inflater> inflater);
   absl::Status Inflate(std::string_view bytes);
+  // Room in body_ for `more` bytes (see the definition for how a large body is held).
+  void MakeRoom(std::size_t more);
+  static constexpr std::size_t kHeapBodyBytes = std::size_t{1} << 20;
+  static constexpr std::size_t kMappedBodyBytes = (std::size_t{32} << 20) + (std::size_t{1} << 20);
   absl::Status CheckDecoded() const;
 
   const HttpBodyOptions options_;

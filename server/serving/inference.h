@@ -48,6 +48,17 @@ class Inference {
   virtual void Classify(const CallContext& call, const taylorshift::v1::ClassifyRequest& request,
                         ClassifyDone done) = 0;
 
+  // Whether the requests of one call that carries several (a KServe v2 request's batch
+  // elements) may be classified, judged together before any is queued: each as Classify would
+  // judge it (an error names its element) and their estimated cost together against the
+  // model's max_request_mflop, as one request of that many windows. A refusal is counted once
+  // per element, like Classify's; OK means each is to be passed to Classify.
+  virtual absl::Status AdmitTogether(
+      const CallContext& /*call*/,
+      const std::vector<taylorshift::v1::ClassifyRequest>& /*requests*/) {
+    return absl::OkStatus();
+  }
+
   // The served models, by name; UNAUTHENTICATED / PERMISSION_DENIED as Classify.
   virtual absl::StatusOr<std::vector<taylorshift::v1::ModelInfo>> ListModels(
       const CallContext& call) = 0;

@@ -260,6 +260,56 @@ void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
   }
 }
 
+absl::Status InferenceCore::AdmitTogether(const CallContext& call,
+                                          const std::vector<pb::ClassifyRequest>& requests) {
+  if (requests.size() < 2) return absl::OkStatus();
+  const std::string& name = requests.front().model();
+  const auto refuse = [&](const absl::Status& status, const char* reason) {
+    if (metrics_ != nullptr) {
+      const std::string label = ModelLabel(name);
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        metrics_->RecordRequest(label, call.protocol, StatusCodeName(status.code()), 0.0);
+        metrics_->RecordRejected(label, reason != nullptr ? reason : RejectReason(status.code()));
+      }
+    }
+    return status;
+  };
+  if (auto auth = Authorize(call); !auth.ok()) return refuse(auth, nullptr);
+  const auto model = registry_->Find(name);
+  // Classify answers an unknown or invalid name for each element.
+  if (model == nullptr) return absl::OkStatus();
+  double cost = 0;
+  std::int64_t rows = 0;
+  std::int64_t longest = 0;
+  AttentionPath path = AttentionPath::kAuto;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto element = [i](const absl::Status& status) {
+      return absl::Status(status.code(), absl::StrCat("batch element ", i, ": ", status.message()));
+    };
+    auto requested = FromProtoPath(requests[i].path());
+    if (!requested.ok()) return refuse(element(requested.status()), nullptr);
+    path = *requested;
+    auto prepared = PrepareInput(requests[i], *model);
+    if (!prepared.ok()) return refuse(element(prepared.status()), nullptr);
+    std::int64_t tokens = 0;
+    for (const auto& w : prepared->windows) tokens = std::max<std::int64_t>(tokens, w.size());
+    const auto windows = static_cast<std::int64_t>(prepared->windows.size());
+    cost += model->EstimateMflop(path, tokens + 1, windows);
+    rows += windows;
+    longest = std::max(longest, tokens + 1);
+  }
+  if (cost > model->max_request_mflop()) {
+    return refuse(absl::ResourceExhaustedError(absl::StrFormat(
+                      "model %s: the request's %d elements together (%d window%s, the longest "
+                      "%d tokens) have an estimated cost of %.0f MFLOP, over "
+                      "max_request_mflop=%.0f; send fewer or shorter elements, or path auto",
+                      Quoted(name), requests.size(), rows, rows == 1 ? "" : "s", longest, cost,
+                      model->max_request_mflop())),
+                  "over_cost");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InferenceCore::Authorize(const CallContext& call) const {
   return authorizer_->Check(call.authorization, kClassifyRole);
 }

@@ -40,6 +40,9 @@ class InferenceCore final : public Inference {
       const CallContext& call) override;
   absl::StatusOr<taylorshift::v1::ModelInfo> GetModel(const CallContext& call,
                                                       const std::string& name) override;
+  absl::Status AdmitTogether(
+      const CallContext& call,
+      const std::vector<taylorshift::v1::ClassifyRequest>& requests) override;
   absl::Status Authorize(const CallContext& call) const override;
   absl::Status AuthorizeClassify(const CallContext& call, const std::string& model) const override;
   bool Ready() const override;

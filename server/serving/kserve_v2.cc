@@ -424,6 +424,10 @@ void Infer(Inference* inference, const CallContext& call, const v2::ModelInferRe
   }
   auto plan = Plan(request, *model, max_batch);
   if (!plan.ok()) return done(plan.status(), {});
+  // The elements are one request: admitted together, or none is queued.
+  if (auto admitted = inference->AdmitTogether(call, plan->requests); !admitted.ok()) {
+    return done(admitted, {});
+  }
 
   // Every element goes to the batcher now (they can share batches); the last one to finish
   // assembles the answer.

@@ -19,6 +19,7 @@
 
 #include "common/file_io.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
 #include "model/checkpoints/checkpoint.h"
 #include "model/kernels/mixed_linear.h"
 #include "model/networks/batch_classifier.h"
@@ -1052,6 +1053,55 @@ TEST_F(ServerAdmissionTest, ARequestOverTheCostLimitIsRefusedNamingTheLimitBefor
                 metrics, "taylorshift_rejected_total{model=\"deep\",reason=\"over_cost\"}"),
             2)
       << metrics;
+  server->Shutdown(absl::Seconds(5));
+}
+
+// Issue 41: a KServe v2 request's elements were admitted one at a time, so four elements that
+// each fit the request limit were all computed although together they cost far more. Now they
+// are one request: over the limit together, none is queued.
+TEST_F(ServerAdmissionTest, AKServeRequestsElementsAreAdmittedTogether) {
+  auto server = Start("", "");
+  ASSERT_NE(server, nullptr);
+  auto kserve = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(server->grpc_address(), grpc::InsecureChannelCredentials()));
+  const auto infer = [&](int elements, inference::ModelInferResponse* response) {
+    inference::ModelInferRequest request;
+    request.set_model_name("deep");
+    (*request.mutable_parameters())["path"].set_string_param("softmax");
+    auto* input = request.add_inputs();
+    input->set_name("document");
+    input->set_datatype("BYTES");
+    input->add_shape(elements);
+    std::mt19937 rng(9);
+    for (int i = 0; i < elements; ++i) {
+      // One window of 1024 tokens each: on softmax about 0.4 of max_request_mflop.
+      input->mutable_contents()->add_bytes_contents(RandomDocument(rng, kWindowLength));
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    return kserve->ModelInfer(&context, request, response);
+  };
+  inference::ModelInferResponse response;
+  const auto sent = std::chrono::steady_clock::now();
+  const grpc::Status refused = infer(4, &response);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("4 elements together"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("max_request_mflop="), std::string::npos)
+      << refused.error_message();
+  EXPECT_LT(seconds, 1.0) << "refused only after computing";
+  const std::string metrics = ts::testing::HttpGet(server->metrics_address(), "/metrics");
+  EXPECT_EQ(ts::testing::MetricSample(
+                metrics, "taylorshift_rejected_total{model=\"deep\",reason=\"over_cost\"}"),
+            4)
+      << metrics;
+  EXPECT_EQ(metrics.find("taylorshift_batch_size_count{model=\"deep\""), std::string::npos)
+      << "an element of the refused request was computed";
+  // One element alone fits and is answered.
+  const grpc::Status ok = infer(1, &response);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
   server->Shutdown(absl::Seconds(5));
 }
 
