@@ -42,7 +42,9 @@ What it asserts (exit status 1 on any violation, each listed):
   ClassifyStream's per-request error_code and on Jobs calls), no HTTP 500 or other 5xx besides
   503/504, no connection dropped or refused outside the restart windows;
 - server RSS flat after warm-up: for each server process, the largest VmRSS (from /proc,
-  every second) after its warm-up minus its VmRSS at the end of the warm-up < 50 MiB;
+  every second) after its warm-up minus its VmRSS at the end of the warm-up < 50 MiB; while
+  the listener attack runs, < 50 MiB + the one body of http.max_body_bytes (64 MiB) that the
+  server reads before it refuses the chunked attack body;
 - every job ends in the state its history says: the state GetJob reports at the end is the
   final STATE event WatchJob streamed, the first terminal state the driver saw, and what the
   faults it took predict (SIGKILL or a long SIGSTOP: FAILED naming the signal or the missing
@@ -98,6 +100,8 @@ PROTO_DIR = os.path.join(ROOT, "proto")
 GRPC_PYTHON_PLUGIN = "/usr/bin/grpc_python_plugin"
 MIB = 1 << 20
 RSS_LIMIT_BYTES = 50 * MIB
+# The largest request body the server reads (http.max_body_bytes, here max_message_bytes' 64 MiB).
+ATTACK_BODY_BYTES = 64 * MIB
 HEARTBEAT_TIMEOUT_MS = 8000
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 FRONT_ENDS = ("classify", "stream", "v2_grpc", "v2_rest", "plain")
@@ -1258,6 +1262,7 @@ class Faults:
         closed, for `seconds`; meanwhile a chunked body of up to 1 GiB and a gzip bomb (1 GiB of
         zeros, about 1 MB) to the plain route, each of which must be answered 413."""
         endpoint = attack.Endpoint(*self.server.http_address)
+        t_start = self.record.now()
         rss_before = self.server.rss_bytes() or 0
         flood = attack.ConnectionAttack(
             endpoint, seconds, idle_sources=[f"127.0.0.{i}" for i in (2, 3, 4, 5)],
@@ -1289,7 +1294,7 @@ class Faults:
             thread.join(timeout=seconds + 30)
             flood.stop()
             thread.join(timeout=10)
-        self.record.fault("listener_attack", seconds=seconds,
+        self.record.fault("listener_attack", seconds=seconds, started=round(t_start, 1),
                           rss_before_mib=round(rss_before / MIB, 1),
                           rss_after_mib=round((self.server.rss_bytes() or 0) / MIB, 1),
                           opened=flood.opens,
@@ -1390,24 +1395,39 @@ def rss_sampler(record, server, stop_event):
 
 def rss_report(record, warmup_s):
     """Per server process: RSS at warm-up end, end, max after warm-up; violations."""
+    windows = [(f["started"], f["t"] + 3.0) for f in record.faults
+               if f["kind"] == "listener_attack" and "started" in f]
+
+    def attack(t):
+        return any(start <= t <= end for start, end in windows)
+
     by_incarnation = collections.defaultdict(list)
     for t, incarnation, rss in record.rss:
         by_incarnation[incarnation].append((t, rss))
     rows = []
     for incarnation, samples in sorted(by_incarnation.items()):
         t0 = samples[0][0]
-        warm = [rss for t, rss in samples if t - t0 >= warmup_s]
+        warm = [(t, rss) for t, rss in samples if t - t0 >= warmup_s]
         row = {"process": incarnation, "seconds": round(samples[-1][0] - t0),
                "start_mib": round(samples[0][1] / MIB, 1),
                "max_mib": round(max(r for _, r in samples) / MIB, 1),
                "end_mib": round(samples[-1][1] / MIB, 1)}
         if len(warm) >= 10:
-            row["after_warmup_mib"] = round(warm[0] / MIB, 1)
-            row["growth_after_warmup_mib"] = round((max(warm) - warm[0]) / MIB, 1)
-            if max(warm) - warm[0] >= RSS_LIMIT_BYTES:
+            base = warm[0][1]
+            top = max(rss for _, rss in warm)
+            row["after_warmup_mib"] = round(base / MIB, 1)
+            row["growth_after_warmup_mib"] = round((top - base) / MIB, 1)
+            # While the listener attack runs, the server may hold one body of up to
+            # http.max_body_bytes (its chunked body is read up to the limit, then refused):
+            # judged against the limit plus that body, and flat again after.
+            over = [(t, rss) for t, rss in warm
+                    if rss - base >= RSS_LIMIT_BYTES + (ATTACK_BODY_BYTES if attack(t) else 0)]
+            if over:
+                t, rss = max(over, key=lambda sample: sample[1])
                 record.violation(f"server process {incarnation}: RSS grew "
-                                 f"{(max(warm) - warm[0]) / MIB:.1f} MiB after warm-up "
-                                 f"({warm[0] / MIB:.1f} -> {max(warm) / MIB:.1f} MiB)")
+                                 f"{(rss - base) / MIB:.1f} MiB after warm-up at {t:.0f} s "
+                                 f"({base / MIB:.1f} -> {rss / MIB:.1f} MiB)"
+                                 + (" during the listener attack" if attack(t) else ""))
         else:
             row["growth_after_warmup_mib"] = None  # too short to judge
         rows.append(row)
