@@ -47,6 +47,10 @@ class InferenceCore final : public Inference {
   void SetDraining() { draining_ = true; }
 
  private:
+  // NOT_FOUND for a name that is not served, listing the served ones: what Classify and GetModel
+  // answer, so every front end (gRPC, REST, KServe v2, tsctl) shows the same list.
+  absl::Status NotServed(const std::string& name) const;
+
   ModelRegistry* registry_;
   const Authorizer* authorizer_;
   Metrics* metrics_;
