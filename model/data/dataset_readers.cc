@@ -381,9 +381,12 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
         absl::StrCat("truncated record: ", tail, " of ", kCifarRecordBytes, " bytes")));
   }
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);
-  dataset.label_names = {"airplane", "automobile", "bird",  "cat",  "deer",
-                         "dog",      "frog",       "horse", "ship", "truck"};
+  dataset.label_names = Cifar10LabelNames();
   return dataset;
+}
+
+std::vector<std::string> Cifar10LabelNames() {
+  return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
 }
 
 }  // namespace ts
