@@ -186,15 +186,15 @@ absl::Status NormalizeSource(const std::string& key, DataSource* source, const S
   if (!generate->has_min_length()) generate->set_min_length(500);
   if (!generate->has_max_length()) generate->set_max_length(2000);
   if (generate->seed() == 0) generate->set_seed(1);
-  if (generate->min_length() > generate->max_length()) {
-    return Invalid(at + ".min_length", absl::StrCat(generate->min_length(), " exceeds ", at,
-                                                    ".max_length ", generate->max_length()));
-  }
   if (generate->max_length() < kGenerateMinMaxLength ||
       generate->max_length() > kGenerateMaxLength) {
     return Invalid(at + ".max_length",
                    absl::StrCat("must be in ", kGenerateMinMaxLength, "..", kGenerateMaxLength,
                                 ", got ", generate->max_length()));
+  }
+  if (generate->min_length() > generate->max_length()) {
+    return Invalid(at + ".min_length", absl::StrCat(generate->min_length(), " exceeds ", at,
+                                                    ".max_length ", generate->max_length()));
   }
   return absl::OkStatus();
 }

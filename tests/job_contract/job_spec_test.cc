@@ -457,9 +457,10 @@ TEST(JobSpecNormalizeTest, GeneratorRanges) {
       auto* train = s.mutable_data()->mutable_train();
       train->set_format("listops");
       train->clear_path();
-      train->mutable_generate()->set_count(count);
-      train->mutable_generate()->set_min_length(min_length);
-      train->mutable_generate()->set_max_length(max_length);
+      // 0: left out (the default); an explicit 0 is its own case below.
+      if (count != 0) train->mutable_generate()->set_count(count);
+      if (min_length != 0) train->mutable_generate()->set_min_length(min_length);
+      if (max_length != 0) train->mutable_generate()->set_max_length(max_length);
     };
   };
   ExpectNormalizeError(listops(100, 3000, 0), "data.train.generate.min_length",
@@ -467,6 +468,18 @@ TEST(JobSpecNormalizeTest, GeneratorRanges) {
   ExpectNormalizeError(listops(20000000, 0, 0), "data.train.generate.count",
                        "20000000 exceeds jobs.limits.max_generate_count 10000000");
   ExpectNormalizeError(listops(10, 1, 5), "data.train.generate.max_length", "must be in 10..");
+  ExpectNormalizeError(
+      [&listops](TrainingSpec& s) {
+        listops(10, 0, 0)(s);
+        s.mutable_data()->mutable_train()->mutable_generate()->set_max_length(0);
+      },
+      "data.train.generate.max_length", "must be in 10..1000000, got 0");
+  ExpectNormalizeError(
+      [&listops](TrainingSpec& s) {
+        listops(0, 0, 0)(s);
+        s.mutable_data()->mutable_train()->mutable_generate()->set_count(0);
+      },
+      "data.train.generate.count", "0 is out of range [1, 10000000]");
   SpecRules jobs;
   jobs.limits.max_generate_count = 50;
   ExpectNormalizeError(listops(51, 0, 0), "data.train.generate.count",
