@@ -237,6 +237,12 @@ std::string JobEventJson(const JobEvent& event) {
   return DumpJson(object);
 }
 
+std::string DeleteJson(const taylorshift::v1::DeleteJobResponse& response) {
+  Json object = MessageJson(response, true);
+  object["state"] = JobStateName(response.state());
+  return DumpJson(object);
+}
+
 std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& response) {
   Json object = MessageJson(response, true);
   object["model"] = ModelInfoJson(response.model());

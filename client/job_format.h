@@ -68,6 +68,9 @@ std::string JobJson(const taylorshift::v1::Job& job,
                     const taylorshift::v1::GetJobHistoryResponse* history = nullptr);
 std::string JobEventJson(const taylorshift::v1::JobEvent& event);
 std::string PromoteJson(const taylorshift::v1::PromoteCheckpointResponse& response);
+// tsctl jobs delete --json: {"id":"j-1","state":"CANCELLED","files_removed":3,"bytes_freed":1024};
+// the state in upper case, as in every other JSON tsctl prints.
+std::string DeleteJson(const taylorshift::v1::DeleteJobResponse& response);
 
 // One line per event, without a newline:
 //   snapshot    job j-1 filetype (training): RUNNING, step 40/300

@@ -337,7 +337,7 @@ int RunJobsWithId(const std::string& subcommand, const JobFlags& flags) {
     taylorshift::v1::DeleteJobResponse deleted;
     if (!CallWithId(*stub, &Jobs::Stub::DeleteJob, "DeleteJob", flags, &deleted)) return kExitError;
     if (json) {
-      std::cout << DumpJson(MessageJson(deleted)) << "\n";
+      std::cout << DeleteJson(deleted) << "\n";
     } else {
       std::cout << absl::StrFormat("job %s (%s) deleted: %d files, %.1f MiB freed\n", deleted.id(),
                                    JobStateName(deleted.state()), deleted.files_removed(),

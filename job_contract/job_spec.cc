@@ -45,6 +45,13 @@ absl::Status Invalid(absl::string_view path, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
 }
 
+// A value given explicitly but outside the field's range `[min, max]` (an explicit 0 is never read
+// as "use the default": a field left out is).
+absl::Status OutOfRange(absl::string_view path, std::uint64_t value, std::uint64_t min,
+                        absl::string_view max) {
+  return Invalid(path, absl::StrCat(value, " is out of range [", min, ", ", max, "]"));
+}
+
 absl::Status Exceeds(absl::string_view path, std::uint64_t value, absl::string_view limit,
                      std::int64_t limit_value) {
   return Invalid(path, absl::StrCat(value, " exceeds jobs.limits.", limit, " ", limit_value));
@@ -104,7 +111,10 @@ int ThreadCap(const SpecRules& jobs, int num_cores) {
 template <typename Spec>
 absl::Status NormalizeThreads(Spec* spec, const SpecRules& jobs, int num_cores) {
   const int cap = ThreadCap(jobs, num_cores);
-  if (spec->threads() == 0) {
+  if (spec->has_threads() && spec->threads() == 0) {
+    return OutOfRange("threads", 0, 1, absl::StrCat(cap));
+  }
+  if (!spec->has_threads()) {
     spec->set_threads(static_cast<std::uint32_t>(std::max(1, std::min(jobs.threads_per_job, cap))));
     return absl::OkStatus();
   }
@@ -118,10 +128,13 @@ absl::Status NormalizeThreads(Spec* spec, const SpecRules& jobs, int num_cores) 
   return absl::OkStatus();
 }
 
-// `batch_size` of either spec: default 16, at most jobs.limits.max_batch_size.
+// `batch_size` of either spec: default 16 when left out, in [1, jobs.limits.max_batch_size].
 template <typename Spec>
 absl::Status NormalizeBatchSize(Spec* spec, const SpecRules& jobs) {
-  if (spec->batch_size() == 0) spec->set_batch_size(16);
+  if (!spec->has_batch_size()) spec->set_batch_size(16);
+  if (spec->batch_size() == 0) {
+    return OutOfRange("batch_size", 0, 1, absl::StrCat(jobs.limits.max_batch_size));
+  }
   if (spec->batch_size() > jobs.limits.max_batch_size) {
     return Exceeds("batch_size", spec->batch_size(), "max_batch_size", jobs.limits.max_batch_size);
   }
@@ -162,23 +175,26 @@ absl::Status NormalizeSource(const std::string& key, DataSource* source, const S
   }
   ListOpsGenerate* generate = source->mutable_generate();
   const std::string at = key + ".generate";
-  if (generate->count() == 0) return Invalid(at + ".count", "required (> 0) for format listops");
+  if (!generate->has_count()) return Invalid(at + ".count", "required (> 0) for format listops");
+  if (generate->count() == 0) {
+    return OutOfRange(at + ".count", 0, 1, absl::StrCat(jobs.limits.max_generate_count));
+  }
   if (generate->count() > static_cast<std::uint64_t>(jobs.limits.max_generate_count)) {
     return Exceeds(at + ".count", generate->count(), "max_generate_count",
                    jobs.limits.max_generate_count);
   }
-  if (generate->min_length() == 0) generate->set_min_length(500);
-  if (generate->max_length() == 0) generate->set_max_length(2000);
+  if (!generate->has_min_length()) generate->set_min_length(500);
+  if (!generate->has_max_length()) generate->set_max_length(2000);
   if (generate->seed() == 0) generate->set_seed(1);
-  if (generate->min_length() > generate->max_length()) {
-    return Invalid(at + ".min_length", absl::StrCat(generate->min_length(), " exceeds ", at,
-                                                    ".max_length ", generate->max_length()));
-  }
   if (generate->max_length() < kGenerateMinMaxLength ||
       generate->max_length() > kGenerateMaxLength) {
     return Invalid(at + ".max_length",
                    absl::StrCat("must be in ", kGenerateMinMaxLength, "..", kGenerateMaxLength,
                                 ", got ", generate->max_length()));
+  }
+  if (generate->min_length() > generate->max_length()) {
+    return Invalid(at + ".min_length", absl::StrCat(generate->min_length(), " exceeds ", at,
+                                                    ".max_length ", generate->max_length()));
   }
   return absl::OkStatus();
 }
@@ -218,6 +234,7 @@ absl::Status NormalizeData(TrainingSpec* spec, const SpecRules& jobs) {
 
 absl::Status NormalizeModel(TrainingSpec* spec, const SpecRules& jobs) {
   const bool has_model = spec->has_model() && spec->model().ByteSizeLong() > 0;
+  const JobLimits& limits = jobs.limits;
   const std::string& init_from = spec->init_from();
   if (!init_from.empty()) {
     if (has_model) {
@@ -239,13 +256,20 @@ absl::Status NormalizeModel(TrainingSpec* spec, const SpecRules& jobs) {
   }
   if (!has_model) return Invalid("model", "required (or init_from)");
   ModelSpec* model = spec->mutable_model();
-  const JobLimits& limits = jobs.limits;
-  for (const auto& [key, value] :
-       {std::pair<const char*, std::uint32_t>{"embed_dim", model->embed_dim()},
-        {"depth", model->depth()},
-        {"heads", model->heads()},
-        {"max_length", model->max_length()}}) {
-    if (value == 0) return Invalid(absl::StrCat("model.", key), "required (> 0)");
+  struct Required {
+    const char* key;
+    bool given;
+    std::uint32_t value;
+    std::int64_t max;
+  };
+  for (const Required& field :
+       {Required{"embed_dim", model->has_embed_dim(), model->embed_dim(), limits.max_embed_dim},
+        Required{"depth", model->has_depth(), model->depth(), limits.max_depth},
+        Required{"heads", model->has_heads(), model->heads(), limits.max_embed_dim},
+        Required{"max_length", model->has_max_length(), model->max_length(), limits.max_length}}) {
+    const std::string key = absl::StrCat("model.", field.key);
+    if (!field.given) return Invalid(key, "required (> 0)");
+    if (field.value == 0) return OutOfRange(key, 0, 1, absl::StrCat(field.max));
   }
   if (model->embed_dim() > limits.max_embed_dim) {
     return Exceeds("model.embed_dim", model->embed_dim(), "max_embed_dim", limits.max_embed_dim);
@@ -269,7 +293,7 @@ absl::Status NormalizeModel(TrainingSpec* spec, const SpecRules& jobs) {
         "model.embed_dim",
         absl::StrCat("must be divisible by 4 with model.conv_embed, got ", model->embed_dim()));
   }
-  if (model->mlp_ratio() == 0) model->set_mlp_ratio(4);
+  if (!model->has_mlp_ratio()) model->set_mlp_ratio(4);
   if (!(model->mlp_ratio() > 0) || !std::isfinite(model->mlp_ratio()) ||
       std::round(model->embed_dim() * model->mlp_ratio()) < 1) {
     return Invalid(
@@ -295,7 +319,7 @@ absl::Status NormalizeOptimizer(TrainingSpec* spec) {
                    absl::StrCat("must be adamw or lamb, got ", Quoted(optimizer->name())));
   }
   optimizer->set_name(name);
-  if (optimizer->lr() == 0) optimizer->set_lr(0.001);
+  if (!optimizer->has_lr()) optimizer->set_lr(0.001);
   if (!(optimizer->lr() > 0) || !std::isfinite(optimizer->lr())) {
     return Invalid("optimizer.lr", absl::StrCat("must be > 0 and finite, got ", optimizer->lr()));
   }
@@ -314,8 +338,8 @@ absl::Status NormalizeOptimizer(TrainingSpec* spec) {
     return Invalid("optimizer.min_lr_ratio",
                    absl::StrCat("must be in [0, 1], got ", optimizer->min_lr_ratio()));
   }
-  if (optimizer->beta1() == 0) optimizer->set_beta1(0.9);
-  if (optimizer->beta2() == 0) optimizer->set_beta2(0.999);
+  if (!optimizer->has_beta1()) optimizer->set_beta1(0.9);
+  if (!optimizer->has_beta2()) optimizer->set_beta2(0.999);
   for (const auto& [key, value] :
        {std::pair<const char*, double>{"optimizer.beta1", optimizer->beta1()},
         {"optimizer.beta2", optimizer->beta2()}}) {
@@ -323,7 +347,7 @@ absl::Status NormalizeOptimizer(TrainingSpec* spec) {
       return Invalid(key, absl::StrCat("must be in [0, 1), got ", value));
     }
   }
-  if (optimizer->eps() == 0) optimizer->set_eps(1e-8);
+  if (!optimizer->has_eps()) optimizer->set_eps(1e-8);
   if (!(optimizer->eps() > 0) || !std::isfinite(optimizer->eps())) {
     return Invalid("optimizer.eps", absl::StrCat("must be > 0 and finite, got ", optimizer->eps()));
   }
@@ -336,12 +360,17 @@ absl::Status NormalizeOptimizer(TrainingSpec* spec) {
 
 absl::Status NormalizeDuration(TrainingSpec* spec, const SpecRules& jobs) {
   const double epochs = spec->epochs();
-  if (spec->steps() > 0 && epochs != 0) return Invalid("steps", "give steps or epochs, not both");
-  if (spec->steps() == 0 && epochs == 0) return Invalid("steps", "required (or epochs)");
+  if (spec->has_steps() && spec->has_epochs()) {
+    return Invalid("steps", "give steps or epochs, not both");
+  }
+  if (!spec->has_steps() && !spec->has_epochs()) return Invalid("steps", "required (or epochs)");
+  if (spec->has_steps() && spec->steps() == 0) {
+    return OutOfRange("steps", 0, 1, absl::StrCat(jobs.limits.max_steps));
+  }
   if (spec->steps() > static_cast<std::uint64_t>(jobs.limits.max_steps)) {
     return Exceeds("steps", spec->steps(), "max_steps", jobs.limits.max_steps);
   }
-  if (epochs != 0) {
+  if (spec->has_epochs()) {
     if (!(epochs > 0) || !std::isfinite(epochs)) {
       return Invalid("epochs", absl::StrCat("must be > 0 and finite, got ", epochs));
     }
@@ -353,19 +382,34 @@ absl::Status NormalizeDuration(TrainingSpec* spec, const SpecRules& jobs) {
   return absl::OkStatus();
 }
 
-// Interval defaults for a spec whose steps are known; every interval capped to steps.
+// Interval defaults (for those left out) for a spec whose steps are known; every interval capped
+// to steps.
 void FillIntervals(TrainingSpec* spec) {
   const std::uint64_t steps = spec->steps();
-  if (spec->checkpoint_interval() == 0)
+  if (!spec->has_checkpoint_interval())
     spec->set_checkpoint_interval(std::max<std::uint64_t>(steps / 10, 1));
-  if (spec->eval_interval() == 0) spec->set_eval_interval(spec->checkpoint_interval());
-  if (spec->log_interval() == 0) spec->set_log_interval(10);
+  if (!spec->has_eval_interval()) spec->set_eval_interval(spec->checkpoint_interval());
+  if (!spec->has_log_interval()) spec->set_log_interval(10);
   spec->set_checkpoint_interval(std::min(spec->checkpoint_interval(), steps));
   spec->set_eval_interval(std::min(spec->eval_interval(), steps));
   spec->set_log_interval(std::min(spec->log_interval(), steps));
 }
 
 absl::Status CheckIntervals(const TrainingSpec& spec) {
+  struct Interval {
+    const char* key;
+    bool given;
+    std::uint64_t value;
+  };
+  for (const Interval& interval :
+       {Interval{"checkpoint_interval", spec.has_checkpoint_interval(), spec.checkpoint_interval()},
+        Interval{"eval_interval", spec.has_eval_interval(), spec.eval_interval()},
+        Interval{"log_interval", spec.has_log_interval(), spec.log_interval()}}) {
+    if (interval.given && interval.value == 0) {
+      return OutOfRange(interval.key, 0, 1,
+                        spec.steps() > 0 ? absl::StrCat("steps ", spec.steps()) : "steps");
+    }
+  }
   if (spec.steps() == 0) return absl::OkStatus();
   for (const auto& [key, value] :
        {std::pair<const char*, std::uint64_t>{"checkpoint_interval", spec.checkpoint_interval()},
@@ -438,8 +482,11 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const SpecRules& jobs, in
   TS_RETURN_IF_ERROR(CheckAttentionPath(spec->path()));
   TS_RETURN_IF_ERROR(NormalizeThreads(spec, jobs, num_cores));
   TS_RETURN_IF_ERROR(CheckLabels(spec->labels(), jobs.limits));
-  if (spec->keep_checkpoints() == 0) {
+  if (!spec->has_keep_checkpoints()) {
     spec->set_keep_checkpoints(static_cast<std::uint32_t>(jobs.keep_checkpoints));
+  }
+  if (spec->keep_checkpoints() == 0) {
+    return Invalid("keep_checkpoints", "0 is out of range [1, 4294967295] (the best is kept too)");
   }
   if (spec->modality().empty()) {
     spec->set_modality(spec->data().train().format() == "cifar10" ? "pixels" : "bytes");
@@ -448,7 +495,10 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const SpecRules& jobs, in
     return Invalid("modality",
                    absl::StrCat("must be bytes or pixels, got ", Quoted(spec->modality())));
   }
-  if (spec->workers() == 0) spec->set_workers(1);
+  if (!spec->has_workers()) spec->set_workers(1);
+  if (spec->workers() == 0) {
+    return OutOfRange("workers", 0, 1, absl::StrCat(jobs.limits.max_workers));
+  }
   if (spec->workers() > static_cast<std::uint32_t>(jobs.limits.max_workers)) {
     return Exceeds("workers", spec->workers(), "max_workers", jobs.limits.max_workers);
   }
@@ -479,9 +529,9 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const SpecRules& jobs, in
     }
   }
   TS_RETURN_IF_ERROR(NormalizeNumerics(spec));
-  if (spec->steps() > 0) {
+  if (spec->has_steps()) {
     FillIntervals(spec);
-  } else if (spec->log_interval() == 0) {
+  } else if (!spec->has_log_interval()) {
     spec->set_log_interval(10);  // capped to steps once FinalizeTrainingSpec knows them
   }
   return absl::OkStatus();
@@ -492,7 +542,7 @@ absl::Status FinalizeTrainingSpec(TrainingSpec* spec, std::int64_t train_example
   if (train_examples <= 0) {
     return Invalid("data.train", absl::StrCat("has no training examples, got ", train_examples));
   }
-  if (spec->steps() == 0) {
+  if (!spec->has_steps()) {
     const double epochs = spec->epochs();
     if (!(epochs > 0) || !std::isfinite(epochs)) return Invalid("steps", "required (or epochs)");
     if (spec->batch_size() == 0)

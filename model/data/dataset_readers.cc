@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/data_root.h"
@@ -34,6 +35,13 @@
 
 namespace ts {
 namespace {
+
+// "[neg, pos]", at most 20 shown: an error names the labels without growing with them.
+std::string ShownLabels(const std::vector<std::string>& labels) {
+  constexpr std::size_t kShown = 20;
+  if (labels.size() <= kShown) return absl::StrCat("[", absl::StrJoin(labels, ", "), "]");
+  return absl::StrCat("[", absl::StrJoin(labels.begin(), labels.begin() + kShown, ", "), ", …]");
+}
 
 namespace fs = std::filesystem;
 
@@ -215,7 +223,8 @@ absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
         auto it = std::find(options.labels.begin(), options.labels.end(), name);
         if (it == options.labels.end()) {
           return absl::InvalidArgumentError(absl::StrCat("label \"", name, "\" is not one of the ",
-                                                         options.labels.size(), " labels"));
+                                                         options.labels.size(), " labels ",
+                                                         ShownLabels(options.labels)));
         }
         index = it - options.labels.begin();
       }
@@ -381,9 +390,12 @@ absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
         absl::StrCat("truncated record: ", tail, " of ", kCifarRecordBytes, " bytes")));
   }
   if (dataset.examples.empty()) return NoExamplesError(path, dataset);
-  dataset.label_names = {"airplane", "automobile", "bird",  "cat",  "deer",
-                         "dog",      "frog",       "horse", "ship", "truck"};
+  dataset.label_names = Cifar10LabelNames();
   return dataset;
+}
+
+std::vector<std::string> Cifar10LabelNames() {
+  return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
 }
 
 }  // namespace ts

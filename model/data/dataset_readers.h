@@ -63,5 +63,7 @@ absl::StatusOr<Dataset> ReadListOpsTsvDataset(const std::string& path,
 // the CIFAR-10 class names (airplane … truck). A trailing partial record is malformed.
 absl::StatusOr<Dataset> ReadCifar10Dataset(const std::string& path,
                                            const DatasetReadOptions& options = {});
+// The CIFAR-10 class names in label order (airplane … truck): a CIFAR-10 dataset's label_names.
+std::vector<std::string> Cifar10LabelNames();
 
 }  // namespace ts

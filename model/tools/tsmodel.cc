@@ -26,6 +26,7 @@
 #include "common/json_output.h"
 #include "common/status_macros.h"
 #include "model/api/attention_path.h"
+#include "model/api/inputs.h"
 #include "model/api/precision.h"
 #include "model/checkpoints/checkpoint.h"
 #include "model/checkpoints/reference_import.h"
@@ -192,7 +193,8 @@ absl::Status Info(const InfoFlags& flags) {
 // One input file of `predict` and, once classified, its logits.
 struct PredictItem {
   std::string file;
-  // Why this file has no result (it could not be read); the other files still get theirs.
+  // Why this file has no result (it could not be read, or the server would refuse its bytes);
+  // the other files still get theirs.
   absl::Status error;
   std::vector<std::int64_t> tokens;
   bool truncated = false;
@@ -200,7 +202,10 @@ struct PredictItem {
   AttentionPath path = AttentionPath::kAuto;
 };
 
-// Each file's bytes as tokens (the first `max_length`), or the error that reading it gave.
+// Each file's bytes as tokens, or the error that reading it gave. The bytes go through
+// PrepareTokens (model/api/inputs.h), the check the server applies to a document, under the
+// server's default over-length policy (truncate: the first `max_length`), so tsmodel and the
+// server answer the same bytes alike: an empty file is "input is empty (0 tokens)" for both.
 std::vector<PredictItem> ReadPredictItems(const std::vector<std::string>& files,
                                           std::int64_t max_length) {
   std::vector<PredictItem> items;
@@ -212,9 +217,18 @@ std::vector<PredictItem> ReadPredictItems(const std::vector<std::string>& files,
       item.error = read.status();
       continue;
     }
-    const auto* bytes = reinterpret_cast<const unsigned char*>(read->data());
-    item.truncated = static_cast<std::int64_t>(read->size()) > max_length;
-    item.tokens.assign(bytes, bytes + std::min<std::size_t>(read->size(), max_length));
+    LengthPolicyOptions policy;
+    policy.max_length = max_length;
+    policy.policy = LengthPolicy::kTruncate;
+    absl::StatusOr<PreparedInput> prepared = PrepareTokens(*read, policy);
+    if (!prepared.ok()) {
+      item.error = prepared.status();
+      continue;
+    }
+    const std::string& window = prepared->windows.front();
+    const auto* bytes = reinterpret_cast<const unsigned char*>(window.data());
+    item.truncated = prepared->truncated;
+    item.tokens.assign(bytes, bytes + window.size());
   }
   return items;
 }
@@ -307,9 +321,9 @@ absl::Status Predict(const PredictFlags& flags) {
   }
   std::cout.flush();
   if (!failed.empty()) {
-    return absl::Status(first_error,
-                        absl::StrCat(failed.size(), " of ", items.size(),
-                                     " files could not be read: ", absl::StrJoin(failed, ", ")));
+    return absl::Status(
+        first_error, absl::StrCat(failed.size(), " of ", items.size(),
+                                  " files could not be classified: ", absl::StrJoin(failed, ", ")));
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +13,8 @@
 #include "common/quoted.h"
 #include "common/status_macros.h"
 #include "job_contract/job_spec.h"
+#include "model/data/dataset_readers.h"
+#include "model/data/listops_generator.h"
 #include "model/kernels/bf16_matmul_probe.h"
 #include "model/networks/cost_model.h"
 #include "server/serving/model_registry.h"
@@ -19,6 +24,77 @@ namespace pb = taylorshift::v1;
 namespace fs = std::filesystem;
 
 namespace {
+
+// What an evaluation's target classifies, when the server knows it without reading the
+// checkpoint: a served model's metadata, or a training job's labels and modality.
+struct EvaluatedClassifier {
+  std::string name;  // `model "filetype"`, `job job-1`
+  std::vector<std::string> labels;
+  std::string modality;
+};
+
+// "[a, b, c]", at most 20 labels shown: a message never grows with the label count.
+std::string LabelList(const std::vector<std::string>& labels) {
+  constexpr std::size_t kShown = 20;
+  if (labels.size() <= kShown) return absl::StrCat("[", absl::StrJoin(labels, ", "), "]");
+  const std::vector<std::string> shown(labels.begin(), labels.begin() + kShown);
+  return absl::StrCat("[", absl::StrJoin(shown, ", "), ", … (", labels.size(), " labels)]");
+}
+
+// The label names a data source has that are known without reading its records: the generator's
+// and LRA ListOps' "0".."9", CIFAR-10's class names, a folder's class folders (sorted, hidden ones
+// left out, as ReadFolderDataset has them). nullopt for JSON Lines (its labels are in its records:
+// the worker checks them).
+std::optional<std::vector<std::string>> CheapDataLabels(const pb::DataSource& source,
+                                                        const DataRoot& root) {
+  const std::string& format = source.format();
+  if (format == "listops" || format == "lra_tsv") return ListOpsLabelNames();
+  if (format == "cifar10") return Cifar10LabelNames();
+  if (format != "folder") return std::nullopt;
+  auto path = root.Resolve(source.path());
+  if (!path.ok()) return std::nullopt;
+  std::vector<std::string> classes;
+  std::error_code error;
+  for (fs::directory_iterator it(*path, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name.front() != '.' && it->is_directory(error)) classes.push_back(name);
+  }
+  std::sort(classes.begin(), classes.end());
+  return classes;
+}
+
+// FAILED_PRECONDITION when the data cannot be what `classifier` classifies: its modality (pixels
+// for cifar10, bytes otherwise) differs, or its labels, when known cheaply, do not match — the
+// generated and fixed-label formats must have the classifier's labels in its order (the report
+// counts by index); a folder needs a class folder for at least one of them (it reads only those).
+absl::Status CheckEvaluationData(const EvaluatedClassifier& classifier,
+                                 const pb::DataSource& source, const DataRoot& root) {
+  const std::string& format = source.format();
+  const std::string modality = format == "cifar10" ? "pixels" : "bytes";
+  if (!classifier.modality.empty() && classifier.modality != modality) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data: format ", format, " is ", modality, ", but ", classifier.name,
+                     " takes ", classifier.modality, " (the data and the model must agree)"));
+  }
+  if (classifier.labels.empty()) return absl::OkStatus();
+  const std::optional<std::vector<std::string>> labels = CheapDataLabels(source, root);
+  if (!labels.has_value()) return absl::OkStatus();
+  bool compatible = false;
+  if (format == "folder") {
+    for (const std::string& label : classifier.labels) {
+      compatible = compatible || std::binary_search(labels->begin(), labels->end(), label);
+    }
+  } else {
+    compatible = *labels == classifier.labels;
+  }
+  if (compatible) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "data: ",
+      format == "folder" ? absl::StrCat("folder ", Quoted(source.path()), " has the class folders ")
+                         : absl::StrCat("format ", format, " has the labels "),
+      LabelList(*labels), ", but ", classifier.name, " has the labels ",
+      LabelList(classifier.labels), format == "folder" ? " (none of them is a class folder)" : ""));
+}
 
 // A CUDA worker's host memory besides the data and LibTorch: CUDA's context and libraries.
 constexpr std::int64_t kCudaHostBytes = std::int64_t{1} << 30;
@@ -163,24 +239,40 @@ absl::StatusOr<pb::Job> JobAdmission::Evaluation(pb::EvaluationSpec spec) const 
   TS_RETURN_IF_ERROR(CheckSpecSize(spec));
   TS_RETURN_IF_ERROR(job::NormalizeEvaluationSpec(&spec, jobs_, num_cores_));
   TS_RETURN_IF_ERROR(CheckSourcePaths(spec.data(), "data"));
+  // A checkpoint file's labels are read by the worker (unpickling it here would cost what
+  // loading it does); a served model's and a job's are known.
+  std::optional<EvaluatedClassifier> classifier;
   switch (spec.target_case()) {
-    case pb::EvaluationSpec::kModel:
-      if (registry_->Find(spec.model()) == nullptr) {
+    case pb::EvaluationSpec::kModel: {
+      const auto model = registry_->Find(spec.model());
+      if (model == nullptr) {
         return absl::NotFoundError(
             absl::StrCat("model: no served model named ", Quoted(spec.model())));
       }
+      classifier = EvaluatedClassifier{absl::StrCat("model ", Quoted(spec.model())),
+                                       model->metadata().labels, model->metadata().modality};
       break;
-    case pb::EvaluationSpec::kJobId:
+    }
+    case pb::EvaluationSpec::kJobId: {
       if (auto path = checkpoints_->JobCheckpoint(spec.job_id(), pb::CHECKPOINT_CHOICE_BEST);
           !path.ok()) {
         return Prefixed(path.status(), "job_id: ");
       }
+      auto job = checkpoints_->GetJob(spec.job_id());
+      if (!job.ok()) return Prefixed(job.status(), "job_id: ");
+      classifier = EvaluatedClassifier{absl::StrCat("job ", spec.job_id()),
+                                       {job->labels().begin(), job->labels().end()},
+                                       job->training().modality()};
       break;
+    }
     case pb::EvaluationSpec::kCheckpoint:
       TS_RETURN_IF_ERROR(checkpoints_->Resolve(spec.checkpoint(), "checkpoint").status());
       break;
     default:
       return absl::InvalidArgumentError("target: give one of model, job_id or checkpoint");
+  }
+  if (classifier.has_value()) {
+    TS_RETURN_IF_ERROR(CheckEvaluationData(*classifier, spec.data(), *data_root_));
   }
   pb::Job job;
   job.set_kind(pb::JOB_KIND_EVALUATION);

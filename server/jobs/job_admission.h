@@ -1,6 +1,8 @@
 // JobAdmission: what a submitted spec must pass before its job is queued — the spec's own checks
 // and jobs.limits (job_contract/job_spec.h), its data inside the data root, its checkpoint
-// references, an evaluation's served model, and (training) its estimated peak memory within
+// references, an evaluation's served model and whether its data can be what that model (or job)
+// classifies (modality, and labels where the data's are known without reading it:
+// FAILED_PRECONDITION naming both label sets), and (training) its estimated peak memory within
 // jobs.memory_budget_bytes. Makes the job record to queue (with the estimate); the queue's own
 // limits (jobs.max_queued, the budget of the running jobs) are JobQueue's.
 //

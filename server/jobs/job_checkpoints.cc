@@ -78,6 +78,10 @@ absl::StatusOr<std::string> CheckpointResolver::JobCheckpoint(const std::string&
   return ChooseCheckpoint(job, which);
 }
 
+absl::StatusOr<pb::Job> CheckpointResolver::GetJob(const std::string& job_id) const {
+  return jobs_->Get(job_id);
+}
+
 absl::StatusOr<std::string> CheckpointResolver::Resolve(const std::string& reference,
                                                         const std::string& field) const {
   if (absl::StartsWith(reference, "job:")) {

@@ -51,6 +51,8 @@ class CheckpointResolver {
   // ChooseCheckpoint of job `job_id` (NOT_FOUND for an unknown id).
   absl::StatusOr<std::string> JobCheckpoint(const std::string& job_id,
                                             taylorshift::v1::CheckpointChoice which) const;
+  // The job `job_id` as the queue has it (NOT_FOUND for an unknown id).
+  absl::StatusOr<taylorshift::v1::Job> GetJob(const std::string& job_id) const;
   // "job:<id>" → its best checkpoint; otherwise a regular file inside the data root
   // (PERMISSION_DENIED / INVALID_ARGUMENT outside it, NOT_FOUND when missing). Errors start with
   // "<field>: ".

@@ -7,6 +7,7 @@
 #include <deque>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -168,13 +169,25 @@ JobProcessOutcome JobProcess::Outcome(const std::string& failure, int failing_ra
                      ") reported its result, then ", ExitDescription(rank->exit));
     break;
   }
-  if (!outcome.status.ok() && !outcome.stopped && !outcome.last_log_lines.empty()) {
-    std::vector<std::string> tail(
-        outcome.last_log_lines.end() - std::min<std::size_t>(outcome.last_log_lines.size(), 3),
-        outcome.last_log_lines.end());
-    outcome.status = absl::Status(
-        outcome.status.code(),
-        absl::StrCat(outcome.status.message(), "; last log lines: ", absl::StrJoin(tail, " | ")));
+  if (!outcome.status.ok() && !outcome.stopped) {
+    // A worker logs the result it reports too ("tsworker[rank 0] failed: <result>"): such a line
+    // would only say the reason twice.
+    std::vector<std::string> lines;
+    for (const std::string& line : outcome.last_log_lines) {
+      const bool repeats_a_result =
+          std::any_of(ranks_.begin(), ranks_.end(), [&line](const auto& rank) {
+            return rank->have_result && !rank->result.message().empty() &&
+                   absl::StrContains(line, rank->result.message());
+          });
+      if (!repeats_a_result) lines.push_back(line);
+    }
+    if (!lines.empty()) {
+      const std::vector<std::string> tail(lines.end() - std::min<std::size_t>(lines.size(), 3),
+                                          lines.end());
+      outcome.status = absl::Status(
+          outcome.status.code(),
+          absl::StrCat(outcome.status.message(), "; last log lines: ", absl::StrJoin(tail, " | ")));
+    }
   }
   return outcome;
 }

@@ -82,8 +82,11 @@ absl::StatusOr<CallContext> CallFromHttp(const HttpExchange& request,
                                                   "got \"",
                                                   timeout, "\""));
     }
-    call.timeout = absl::Milliseconds(ms);
-  } else if (default_timeout > absl::ZeroDuration()) {
+    // 0 is "no deadline of its own", as tsctl's --timeout-ms 0 and http.default_timeout_ms 0
+    // are: the server's default applies, as without the header.
+    if (ms > 0) call.timeout = absl::Milliseconds(ms);
+  }
+  if (call.timeout == absl::InfiniteDuration() && default_timeout > absl::ZeroDuration()) {
     call.timeout = default_timeout;
   }
   return call;

@@ -62,7 +62,7 @@ class Inference {
   // The served models, by name; UNAUTHENTICATED / PERMISSION_DENIED as Classify.
   virtual absl::StatusOr<std::vector<taylorshift::v1::ModelInfo>> ListModels(
       const CallContext& call) = 0;
-  // One model; NOT_FOUND naming it when it is not served.
+  // One model; NOT_FOUND naming it and the served models when it is not served.
   virtual absl::StatusOr<taylorshift::v1::ModelInfo> GetModel(const CallContext& call,
                                                               const std::string& name) = 0;
   // Whether the call's token may classify and read models: OK when authentication is off;

@@ -159,14 +159,7 @@ void InferenceCore::Classify(const CallContext& call, const pb::ClassifyRequest&
                   {});
   }
   const auto model = registry_->Find(model_name);
-  if (model == nullptr) {
-    std::vector<std::string> names;
-    for (const auto& m : registry_->List()) names.push_back(m->name());
-    return finish(absl::NotFoundError(
-                      absl::StrCat("model ", Quoted(model_name), " is not served (",
-                                   names.empty() ? "none are" : absl::StrJoin(names, ", "), ")")),
-                  {});
-  }
+  if (model == nullptr) return finish(NotServed(model_name), {});
   auto path = FromProtoPath(request.path());
   if (!path.ok()) return finish(path.status(), {});
   if (*path != AttentionPath::kAuto && !options_.classify_diagnostic_options) {
@@ -343,12 +336,18 @@ absl::StatusOr<pb::ModelInfo> InferenceCore::GetModel(const CallContext& call,
                                                       const std::string& name) {
   TS_RETURN_IF_ERROR(authorizer_->Check(call.authorization, kClassifyRole));
   const auto model = registry_->Find(name);
-  if (model == nullptr) {
-    return absl::NotFoundError(absl::StrCat("model ", Quoted(name), " is not served"));
-  }
+  if (model == nullptr) return NotServed(name);
   pb::ModelInfo info;
   FillModelInfo(*model, &info);
   return info;
+}
+
+absl::Status InferenceCore::NotServed(const std::string& name) const {
+  std::vector<std::string> names;
+  for (const auto& m : registry_->List()) names.push_back(m->name());
+  return absl::NotFoundError(absl::StrCat("model ", Quoted(name), " is not served (",
+                                          names.empty() ? "none are" : absl::StrJoin(names, ", "),
+                                          ")"));
 }
 
 bool InferenceCore::Ready() const { return !draining_ && !registry_->List().empty(); }

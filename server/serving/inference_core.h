@@ -53,6 +53,9 @@ class InferenceCore final : public Inference {
  private:
   // The `model` label of the request metrics for a requested name.
   std::string ModelLabel(const std::string& model) const;
+  // NOT_FOUND for a name that is not served, listing the served ones: what Classify and GetModel
+  // answer, so every front end (gRPC, REST, KServe v2, tsctl) shows the same list.
+  absl::Status NotServed(const std::string& name) const;
 
   ModelRegistry* registry_;
   const Authorizer* authorizer_;

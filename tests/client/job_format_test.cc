@@ -347,6 +347,20 @@ TEST(JobFormatTest, Table) {
             "j-10  evaluation  e         QUEUED     -        -         -\n");
 }
 
+// Issue 45: `tsctl jobs delete --json` printed "cancelled" where every other --json prints states
+// upper case.
+TEST(JobFormatTest, DeleteJsonStateIsUpperCaseLikeEveryOtherJson) {
+  const auto response = FromText<taylorshift::v1::DeleteJobResponse>(
+      R"pb(
+        id: "j-7" state: JOB_STATE_CANCELLED files_removed: 3 bytes_freed: 1024
+      )pb");
+  EXPECT_EQ(DeleteJson(response),
+            R"({"id":"j-7","state":"CANCELLED","files_removed":3,"bytes_freed":1024})");
+  Job job;
+  job.set_state(taylorshift::v1::JOB_STATE_CANCELLED);
+  EXPECT_THAT(JobJson(job), HasSubstr(R"("state":"CANCELLED")"));
+}
+
 TEST(JobFormatTest, Promotion) {
   const auto response = FromText<taylorshift::v1::PromoteCheckpointResponse>(R"pb(
     model {

@@ -120,13 +120,14 @@ TEST(JobSpecNormalizeTest, KeepsExplicitZerosWhereTheyMeanSomething) {
 name: zeros
 model: {embed_dim: 32, depth: 1, heads: 2, max_length: 128}
 data: {train: {format: jsonl, path: t.jsonl}}
-optimizer: {weight_decay: 0, min_lr_ratio: 0}
+optimizer: {weight_decay: 0, min_lr_ratio: 0, beta1: 0, warmup_steps: 0}
 steps: 5
 seed: 0
 grad_clip: 0
 )yaml");
   ASSERT_TRUE(NormalizeTrainingSpec(&spec, SpecRules(), kCores).ok());
   EXPECT_EQ(spec.optimizer().weight_decay(), 0.0);
+  EXPECT_EQ(spec.optimizer().beta1(), 0.0);  // in [0, 1), so kept, not the default 0.9
   EXPECT_EQ(spec.seed(), 0u);
   EXPECT_EQ(spec.grad_clip(), 0.0);
   // Defaults larger than a short run are capped to its steps.
@@ -203,6 +204,59 @@ TEST(JobSpecNormalizeTest, Name) {
   EXPECT_TRUE(NormalizeTrainingSpec(&longest, SpecRules(), kCores).ok());
 }
 
+// Issue 45: an explicit 0 is an error naming the field, the value and the range; only a key left
+// out takes the default (the YAML the user wrote, as tsctl parses it; a gRPC client setting the
+// optional field to 0 is the same message).
+TEST(JobSpecNormalizeTest, ExplicitZeroIsOutOfRangeNotTheDefault) {
+  const std::string base = R"yaml(
+name: zeros
+data: {train: {format: jsonl, path: t.jsonl}}
+)yaml";
+  const std::string model = "model: {embed_dim: 32, depth: 1, heads: 2, max_length: 128}\n";
+  struct Case {
+    std::string yaml;
+    std::string key;
+    std::string message;
+  };
+  for (const Case& c : {
+           Case{model + "steps: 100\nbatch_size: 0\n", "batch_size",
+                "batch_size: 0 is out of range [1, 1024]"},
+           Case{model + "steps: 100\nlog_interval: 0\n", "log_interval",
+                "log_interval: 0 is out of range [1, steps 100]"},
+           Case{model + "steps: 100\ncheckpoint_interval: 0\n", "checkpoint_interval",
+                "checkpoint_interval: 0 is out of range [1, steps 100]"},
+           Case{model + "epochs: 2\neval_interval: 0\n", "eval_interval",
+                "eval_interval: 0 is out of range [1, steps]"},
+           Case{model + "steps: 0\n", "steps", "steps: 0 is out of range [1, 1000000]"},
+           Case{model + "epochs: 0\n", "epochs", "epochs: must be > 0 and finite, got 0"},
+           Case{"model: {embed_dim: 0, depth: 1, heads: 2, max_length: 128}\nsteps: 5\n",
+                "model.embed_dim", "model.embed_dim: 0 is out of range [1, 1024]"},
+           Case{"model: {embed_dim: 0, depth: 0, heads: 0, max_length: 0}\nsteps: 5\n",
+                "model.embed_dim", "model.embed_dim: 0 is out of range [1, 1024]"},
+           Case{model + "steps: 5\nthreads: 0\n", "threads", "threads: 0 is out of range [1, 4]"},
+           Case{model + "steps: 5\nworkers: 0\n", "workers", "workers: 0 is out of range [1, 8]"},
+           Case{model + "steps: 5\nkeep_checkpoints: 0\n", "keep_checkpoints",
+                "keep_checkpoints: 0 is out of range [1, "},
+           Case{model + "steps: 5\noptimizer: {lr: 0}\n", "optimizer.lr",
+                "optimizer.lr: must be > 0 and finite, got 0"},
+           Case{model + "steps: 5\noptimizer: {eps: 0}\n", "optimizer.eps",
+                "optimizer.eps: must be > 0 and finite, got 0"},
+           Case{"model: {embed_dim: 32, depth: 1, heads: 2, max_length: 128, mlp_ratio: 0}\n"
+                "steps: 5\n",
+                "model.mlp_ratio", "got 0"},
+       }) {
+    SCOPED_TRACE(c.yaml);
+    TrainingSpec spec = ParseOrDie(base + c.yaml);
+    ExpectStatus(NormalizeTrainingSpec(&spec, SpecRules(), kCores), c.key, c.message);
+  }
+  // The same keys left out take their defaults.
+  TrainingSpec spec = ParseOrDie(base + model + "steps: 100\n");
+  ASSERT_TRUE(NormalizeTrainingSpec(&spec, SpecRules(), kCores).ok());
+  EXPECT_EQ(spec.batch_size(), 16u);
+  EXPECT_EQ(spec.log_interval(), 10u);
+  EXPECT_EQ(spec.workers(), 1u);
+}
+
 TEST(JobSpecNormalizeTest, ModelOrInitFrom) {
   ExpectNormalizeError([](TrainingSpec& s) { s.clear_model(); }, "model",
                        "required (or init_from)");
@@ -223,6 +277,12 @@ TEST(JobSpecNormalizeTest, ModelShape) {
         [key](TrainingSpec& s) {
           const auto* field = s.model().GetDescriptor()->FindFieldByName(key);
           s.mutable_model()->GetReflection()->SetUInt32(s.mutable_model(), field, 0);
+        },
+        absl::StrCat("model.", key), "0 is out of range [1, ");
+    ExpectNormalizeError(
+        [key](TrainingSpec& s) {
+          const auto* field = s.model().GetDescriptor()->FindFieldByName(key);
+          s.mutable_model()->GetReflection()->ClearField(s.mutable_model(), field);
         },
         absl::StrCat("model.", key), "required (> 0)");
   }
@@ -397,9 +457,10 @@ TEST(JobSpecNormalizeTest, GeneratorRanges) {
       auto* train = s.mutable_data()->mutable_train();
       train->set_format("listops");
       train->clear_path();
-      train->mutable_generate()->set_count(count);
-      train->mutable_generate()->set_min_length(min_length);
-      train->mutable_generate()->set_max_length(max_length);
+      // 0: left out (the default); an explicit 0 is its own case below.
+      if (count != 0) train->mutable_generate()->set_count(count);
+      if (min_length != 0) train->mutable_generate()->set_min_length(min_length);
+      if (max_length != 0) train->mutable_generate()->set_max_length(max_length);
     };
   };
   ExpectNormalizeError(listops(100, 3000, 0), "data.train.generate.min_length",
@@ -407,6 +468,18 @@ TEST(JobSpecNormalizeTest, GeneratorRanges) {
   ExpectNormalizeError(listops(20000000, 0, 0), "data.train.generate.count",
                        "20000000 exceeds jobs.limits.max_generate_count 10000000");
   ExpectNormalizeError(listops(10, 1, 5), "data.train.generate.max_length", "must be in 10..");
+  ExpectNormalizeError(
+      [&listops](TrainingSpec& s) {
+        listops(10, 0, 0)(s);
+        s.mutable_data()->mutable_train()->mutable_generate()->set_max_length(0);
+      },
+      "data.train.generate.max_length", "must be in 10..1000000, got 0");
+  ExpectNormalizeError(
+      [&listops](TrainingSpec& s) {
+        listops(0, 0, 0)(s);
+        s.mutable_data()->mutable_train()->mutable_generate()->set_count(0);
+      },
+      "data.train.generate.count", "0 is out of range [1, 10000000]");
   SpecRules jobs;
   jobs.limits.max_generate_count = 50;
   ExpectNormalizeError(listops(51, 0, 0), "data.train.generate.count",
@@ -712,6 +785,10 @@ TEST(EvaluationSpecNormalizeTest, Checks) {
                   "2000 exceeds jobs.limits.max_batch_size 1024");
   ExpectEvalError([](EvaluationSpec& s) { s.set_threads(64); }, "threads",
                   "64 exceeds the 4 cores");
+  ExpectEvalError([](EvaluationSpec& s) { s.set_batch_size(0); }, "batch_size",
+                  "0 is out of range [1, 1024]");
+  ExpectEvalError([](EvaluationSpec& s) { s.set_threads(0); }, "threads",
+                  "0 is out of range [1, 4]");
   ExpectEvalError(
       [](EvaluationSpec& s) { s.set_path(static_cast<taylorshift::v1::AttentionPath>(-1)); },
       "path", "unknown attention path");

@@ -71,8 +71,13 @@ TEST_F(DatasetTest, JsonLinesIntegerLabelsAndGivenLabels) {
   EXPECT_EQ(data->examples[1].label, 0);
 
   const std::string unknown = Write("c.jsonl", "{\"text\": \"a\", \"label\": \"cat\"}\n");
-  EXPECT_EQ(ReadJsonLinesDataset(unknown, options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  const absl::Status refused = ReadJsonLinesDataset(unknown, options).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  // Issue 45: the message names the labels it expected, not only how many.
+  EXPECT_NE(
+      std::string(refused.message()).find("label \"cat\" is not one of the 2 labels [zebra, ant]"),
+      std::string::npos)
+      << refused;
 }
 
 TEST_F(DatasetTest, JsonLinesMalformedFailsNamingFileAndLine) {

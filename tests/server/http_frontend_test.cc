@@ -167,6 +167,15 @@ TEST(HttpFrontendTest, LatencyAndDeadlinesRunOnTheInjectedClock) {
                          R"({"inputs": [{"name": "document", "datatype": "BYTES", "shape": [1],
                        "data": ["ab"]}]})"});
   EXPECT_EQ(late_v2.status, 504) << late_v2.body;
+  // Issue 45: X-Timeout-Ms: 0 answered 504 at once, where tsctl's --timeout-ms 0 and
+  // http.default_timeout_ms 0 mean no deadline. 0 is no deadline of the request's own: the
+  // server's default applies, as without the header.
+  const HttpAnswer no_deadline = classify("0");
+  ASSERT_EQ(no_deadline.status, 200) << no_deadline.body;
+  EXPECT_EQ(fake.contexts().back().timeout, absl::InfiniteDuration());
+  options.default_timeout = absl::Seconds(5);
+  EXPECT_EQ(classify("0").status, 504);
+  EXPECT_EQ(fake.contexts().back().timeout, absl::Seconds(5));
 }
 
 TEST(HttpFrontendTest, ErrorsCarryTheirStatusFieldAndHeaders) {

@@ -19,6 +19,7 @@ namespace {
 
 namespace pb = taylorshift::v1;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 pb::TrainingSpec TinySpec() {
   pb::TrainingSpec spec;
@@ -234,6 +235,64 @@ TEST_F(JobAdmissionTest, AnEvaluationNeedsAServedModelOrAJobWithACheckpoint) {
   EXPECT_EQ(no_checkpoint.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(no_checkpoint.status().message()),
               HasSubstr("job_id: job job-1 (queued) has no best or last checkpoint yet"));
+}
+
+// Issue 45: a model/data label mismatch failed only at run time. The labels and modality of the
+// evaluated job (or served model) are checked against the data's at submission, where the data's
+// are known without reading it.
+TEST_F(JobAdmissionTest, AnEvaluationWhoseDataCannotMatchTheModelIsRefusedAtSubmission) {
+  pb::Job trained;
+  trained.set_kind(pb::JOB_KIND_TRAINING);
+  trained.mutable_training()->set_modality("bytes");
+  trained.add_labels("neg");
+  trained.add_labels("pos");
+  auto* best = trained.add_checkpoints();
+  best->set_kind("best");
+  best->set_path(env_.dir() + "/best.tsckpt");
+  auto queued = queue_.Enqueue(trained);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  const std::string id = queued->id();
+
+  pb::EvaluationSpec spec;
+  spec.set_name("eval");
+  spec.set_job_id(id);
+  spec.mutable_data()->set_format("listops");
+  spec.mutable_data()->mutable_generate()->set_count(10);
+  auto listops = Admission().Evaluation(spec);
+  EXPECT_EQ(listops.status().code(), absl::StatusCode::kFailedPrecondition) << listops.status();
+  EXPECT_EQ(listops.status().message(),
+            "data: format listops has the labels [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], but job " + id +
+                " has the labels [neg, pos]");
+
+  // A folder: its class folders, none of them the job's labels; named relative to the data root.
+  std::filesystem::create_directories(env_.dir() + "/data/pets/cat");
+  std::filesystem::create_directories(env_.dir() + "/data/pets/dog");
+  std::ofstream(env_.dir() + "/data/pets/cat/a.txt") << "meow";
+  spec.mutable_data()->Clear();
+  spec.mutable_data()->set_format("folder");
+  spec.mutable_data()->set_path("pets");
+  auto folder = Admission().Evaluation(spec);
+  EXPECT_EQ(folder.status().code(), absl::StatusCode::kFailedPrecondition) << folder.status();
+  EXPECT_THAT(std::string(folder.status().message()),
+              HasSubstr("data: folder \"pets\" has the class folders [cat, dog], but job " + id +
+                        " has the labels [neg, pos]"));
+  EXPECT_THAT(std::string(folder.status().message()), Not(HasSubstr(env_.dir())));
+  std::filesystem::create_directories(env_.dir() + "/data/pets/pos");
+  EXPECT_TRUE(Admission().Evaluation(spec).ok());
+
+  // CIFAR-10 is pixels; the job's model takes bytes.
+  std::ofstream(env_.dir() + "/data/batch.bin") << std::string(3073, '\0');
+  spec.mutable_data()->set_format("cifar10");
+  spec.mutable_data()->set_path("batch.bin");
+  auto pixels = Admission().Evaluation(spec);
+  EXPECT_EQ(pixels.status().code(), absl::StatusCode::kFailedPrecondition) << pixels.status();
+  EXPECT_EQ(pixels.status().message(), "data: format cifar10 is pixels, but job " + id +
+                                           " takes bytes (the data and the model must agree)");
+
+  // JSON Lines labels are in the records: the worker checks them.
+  spec.mutable_data()->set_format("jsonl");
+  spec.mutable_data()->set_path("task/train.jsonl");
+  EXPECT_TRUE(Admission().Evaluation(spec).ok());
 }
 
 TEST_F(JobAdmissionTest, NothingIsAdmittedWhenJobsAreDisabled) {

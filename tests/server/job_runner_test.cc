@@ -338,6 +338,9 @@ TEST_F(JobRunnerTest, AFailureTheWorkerReportsIsNotRetried) {
   StartTraining(/*max_retries=*/3);
   FakeWorker* worker = launcher_.AwaitWorker(0);
   ASSERT_NE(worker, nullptr);
+  // Issue 45: the worker logs its failure too; the reason said it twice ("...; last log lines:
+  // tsworker[rank 0] failed: INVALID_ARGUMENT: ..."). A line that repeats the result is left out.
+  worker->Log("tsworker[rank 0] failed: INVALID_ARGUMENT: data.train: task/bad.jsonl:2: not JSON");
   worker->Result(absl::InvalidArgumentError("data.train: task/bad.jsonl:2: not JSON"));
   worker->Exit(1);
   const pb::Job done = Finish();

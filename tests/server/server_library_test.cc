@@ -96,6 +96,43 @@ TEST(ServerLibraryTest, OneProcessServesEveryFrontEndAlikeAndShutsDown) {
         << c;
   }
 
+  // Issue 45: NOT_FOUND lists the served models on every front end, not only gRPC Classify.
+  const std::string not_served = "model \"nope\" is not served (listops)";
+  request.set_model("nope");
+  grpc::ClientContext unknown_context;
+  const grpc::Status unknown = classifier->Classify(&unknown_context, request, &classified);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(unknown.error_message(), HasSubstr(not_served));
+  request.set_model("listops");
+  inference::ModelMetadataRequest metadata_request;
+  metadata_request.set_name("nope");
+  inference::ModelMetadataResponse metadata;
+  grpc::ClientContext metadata_context;
+  const grpc::Status v2_grpc =
+      kserve->ModelMetadata(&metadata_context, metadata_request, &metadata);
+  EXPECT_EQ(v2_grpc.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(v2_grpc.error_message(), HasSubstr(not_served));
+  infer.set_model_name("nope");
+  grpc::ClientContext unknown_infer_context;
+  const grpc::Status v2_infer = kserve->ModelInfer(&unknown_infer_context, infer, &inferred);
+  EXPECT_EQ(v2_infer.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(v2_infer.error_message(), HasSubstr(not_served));
+  for (const auto& [method, path] :
+       std::vector<std::pair<std::string, std::string>>{{"POST", "/v1/models/nope:classify"},
+                                                        {"GET", "/v1/models/nope"},
+                                                        {"GET", "/v2/models/nope"},
+                                                        {"POST", "/v2/models/nope/infer"}}) {
+    const std::string body =
+        path.find("infer") != std::string::npos
+            ? R"({"inputs": [{"name": "document", "datatype": "BYTES", "shape": [1], "data": ["a"]}]})"
+            : nlohmann::json{{"text", document}}.dump();
+    auto rest_answer =
+        method == "GET" ? client.Get(path) : client.Post(path, body, "application/json");
+    ASSERT_TRUE(rest_answer) << path;
+    EXPECT_EQ(rest_answer->status, 404) << path << ": " << rest_answer->body;
+    EXPECT_THAT(rest_answer->body, HasSubstr("is not served (listops)")) << path;
+  }
+
   // The address in use is refused, with nothing left running.
   ServerConfig same = DemoConfig();
   same.listen = (*server)->grpc_address();

@@ -69,6 +69,17 @@ TEST_F(TsctlTest, ModelsListsWhatIsServed) {
   EXPECT_NE(out.text.find("\"max_length\":256"), std::string::npos) << out.text;
 }
 
+// Issue 45: `tsctl model NAME` of a name that is not served lists the served ones, as gRPC
+// Classify's NOT_FOUND does.
+TEST_F(TsctlTest, ModelOfAnUnservedNameListsTheServedModels) {
+  const auto out = RunCommand(Tsctl("model", "nope"));
+  EXPECT_EQ(out.exit_code, 1) << out.text;
+  EXPECT_NE(out.text.find("NOT_FOUND"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("model \"nope\" is not served ("), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("pixels"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("text"), std::string::npos) << out.text;
+}
+
 TEST_F(TsctlTest, ClassifyPrintsOneJsonLinePerInputInInputOrder) {
   std::vector<std::string> files;
   for (int i = 0; i < 6; ++i) {

@@ -248,6 +248,26 @@ TEST_F(TsmodelTest, CalibrateRefusesAnUnsupportedPrecisionBeforeMeasuring) {
       << run.err;
 }
 
+// Issue 45: tsmodel predict on an empty file predicted a label (1 token) where the server refuses
+// "input is empty (0 tokens)". Both run the bytes through PrepareTokens (model/api/inputs.h); the
+// server's answer is checked in tests/server/server_integration_test.cc.
+TEST_F(TsmodelTest, PredictRefusesAnEmptyFileAsTheServerDoes) {
+  Import();
+  WriteText(dir_ + "/empty.txt", "");
+  WriteText(dir_ + "/one.txt", "a");
+  const ToolRun run = Tsmodel("predict --checkpoint " + checkpoint_ + " " + dir_ + "/empty.txt " +
+                              dir_ + "/one.txt");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  const std::string refused =
+      R"x("error":{"code":"INVALID_ARGUMENT","message":"input is empty (0 tokens)"})x";
+  EXPECT_NE(run.out.find(refused), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find(R"("file":")" + dir_ + R"(/empty.txt","label")"), std::string::npos)
+      << run.out;
+  // The other file is still classified.
+  EXPECT_NE(run.out.find(R"("tokens":2)"), std::string::npos) << run.out;
+  EXPECT_NE(run.err.find("1 of 2 files could not be classified"), std::string::npos) << run.err;
+}
+
 TEST_F(TsmodelTest, ErrorsExitOneAndUsageErrorsExitTwo) {
   ToolRun run = Tsmodel("predict --checkpoint " + dir_ + "/absent.ckpt " + dir_ + "/x.txt");
   EXPECT_EQ(run.exit_code, 1);
