@@ -19,6 +19,7 @@
 #include "server/serving/auth.h"
 #include "server/serving/inference_core.h"
 #include "server/serving/model_registry.h"
+#include "server/serving/model_swap.h"
 #include "tests/testing/encoder_testing.h"
 #include "tests/testing/job_testing.h"
 
@@ -313,6 +314,17 @@ TEST_F(CheckpointPromoterTest, TheTaskGuardNamesEachDifferenceAndForceOverridesI
   EXPECT_EQ(registry_.Find("news")->version(), served);
   EXPECT_EQ(env_.promotions().PromotionHistory("news")->size(), 1u);
 
+  // The input kind, the check serving replicas make too (promotion_follower.cc).
+  CheckpointMetadata bytes;
+  bytes.modality = "bytes";
+  bytes.labels = {"a", "b"};
+  CheckpointMetadata pixels = bytes;
+  pixels.modality = "pixels";
+  EXPECT_THAT(TaskDifferences(bytes, pixels),
+              ::testing::ElementsAre("modality differs: served bytes, candidate pixels"));
+  EXPECT_TRUE(TaskDifferences(bytes, bytes, 64, 64).empty());
+  EXPECT_TRUE(TaskDifferences(bytes, bytes, 64, 0).empty());
+
   // A new name: nothing to compare with.
   EXPECT_TRUE(promoter_->Promote(FromCheckpoint("digits", "digits.tsckpt")).ok());
 
@@ -483,6 +495,9 @@ TEST_F(CheckpointPromoterTest, RollbacksUnderClassifyLoadFailNoRequest) {
   }
   stop = true;
   for (auto& client : clients) client.join();
+  // A request's last hold on a version goes on its batch thread after `done` returned: the
+  // batchers stop (as at a server's shutdown) before the registry goes, so none joins itself.
+  registry_.DrainAll(env_.clock().Now());
   EXPECT_EQ(failed, 0) << first_error;
   EXPECT_GE(ok, 150);
   absl::MutexLock lock(&mu);
