@@ -643,6 +643,49 @@ TEST_F(JobsIntegrationTest, JobsNeedTheAdminRole) {
   };
   EXPECT_EQ(history("reader"), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(history("operator"), grpc::StatusCode::NOT_FOUND);  // allowed; there is no job-1
+
+  // Issue 45: promotion, rollback and the promotion history need the role too, and a promotion
+  // records which token asked (a fingerprint, never the token).
+  WriteServedModel(dir_ + "/data/same-task.tsckpt");
+  const auto promote = [&](const std::string& token) {
+    grpc::ClientContext promote_context;
+    SetDeadline(promote_context);
+    promote_context.AddMetadata("authorization", "Bearer " + token);
+    pb::PromoteCheckpointRequest promote_request;
+    promote_request.set_model("docs");
+    promote_request.set_checkpoint("same-task.tsckpt");
+    pb::PromoteCheckpointResponse response;
+    return jobs_->PromoteCheckpoint(&promote_context, promote_request, &response).error_code();
+  };
+  const auto rollback = [&](const std::string& token) {
+    grpc::ClientContext rollback_context;
+    SetDeadline(rollback_context);
+    rollback_context.AddMetadata("authorization", "Bearer " + token);
+    pb::RollbackPromotionRequest rollback_request;
+    rollback_request.set_model("docs");
+    pb::PromoteCheckpointResponse response;
+    return jobs_->RollbackPromotion(&rollback_context, rollback_request, &response).error_code();
+  };
+  const auto promotions = [&](const std::string& token, pb::ListPromotionsResponse* response) {
+    grpc::ClientContext list_context;
+    SetDeadline(list_context);
+    list_context.AddMetadata("authorization", "Bearer " + token);
+    pb::ListPromotionsRequest list_request;
+    list_request.set_model("docs");
+    return jobs_->ListPromotions(&list_context, list_request, response).error_code();
+  };
+  EXPECT_EQ(promote("reader"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(rollback("operator"), grpc::StatusCode::FAILED_PRECONDITION);  // never promoted
+  EXPECT_EQ(promote("operator"), grpc::StatusCode::OK);  // the same task: no force needed
+  EXPECT_EQ(rollback("reader"), grpc::StatusCode::PERMISSION_DENIED);
+  pb::ListPromotionsResponse listed;
+  EXPECT_EQ(promotions("reader", &listed), grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_EQ(promotions("operator", &listed), grpc::StatusCode::OK);
+  ASSERT_EQ(listed.entries_size(), 1);
+  // The first 12 hex digits of SHA-256("operator").
+  EXPECT_EQ(listed.entries(0).actor(), "token:06e55b633481");
+  EXPECT_FALSE(listed.entries(0).forced());
+  EXPECT_EQ(rollback("operator"), grpc::StatusCode::OK);
 }
 
 // Counts the non-overlapping occurrences of `needle` in `text`.
