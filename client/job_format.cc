@@ -436,4 +436,28 @@ std::string PromoteText(const taylorshift::v1::PromoteCheckpointResponse& respon
   return out;
 }
 
+std::string RollbackText(const taylorshift::v1::PromoteCheckpointResponse& response) {
+  return absl::StrCat("rolled back ", response.model().name(), " to version ",
+                      response.model().version(), " (was ", response.previous_version(), ")");
+}
+
+std::string PromotionHistoryTable(const taylorshift::v1::ListPromotionsResponse& response) {
+  std::vector<std::vector<std::string>> rows = {
+      {"TIME", "KIND", "VERSION", "SOURCE", "ACCURACY", "BY"}};
+  for (const auto& entry : response.entries()) {
+    rows.push_back({TimeText(entry.time()),
+                    entry.forced() ? absl::StrCat(entry.kind(), " (forced)") : entry.kind(),
+                    entry.version(), entry.source(),
+                    entry.has_validation_accuracy()
+                        ? absl::StrFormat("%.4f", entry.validation_accuracy())
+                        : "-",
+                    entry.actor().empty() ? "-" : entry.actor()});
+  }
+  return FormatTable(rows);
+}
+
+std::string PromotionEntryJson(const taylorshift::v1::PromotionEntry& entry) {
+  return DumpJson(MessageJson(entry, true));
+}
+
 }  // namespace ts::client

@@ -92,5 +92,11 @@ std::string JobDetails(const taylorshift::v1::Job& job);
 std::string JobTable(const std::vector<taylorshift::v1::Job>& jobs);
 // "promoted imdb version v4 (previous v3); validation accuracy 0.91 (previous 0.89)".
 std::string PromoteText(const taylorshift::v1::PromoteCheckpointResponse& response);
+// promote --rollback's line: "rolled back NAME to version V (was W)".
+std::string RollbackText(const taylorshift::v1::PromoteCheckpointResponse& response);
+// models --history: one row per promotion or rollback, oldest first (TIME, KIND, VERSION, SOURCE,
+// ACCURACY, BY; a forced promotion's kind reads "promote (forced)"); JSON: one object a line.
+std::string PromotionHistoryTable(const taylorshift::v1::ListPromotionsResponse& response);
+std::string PromotionEntryJson(const taylorshift::v1::PromotionEntry& entry);
 
 }  // namespace ts::client

@@ -364,6 +364,17 @@ int RunPromote(const PromoteFlags& flags) {
   const ConnectionOptions& connection = flags.common.connection;
   std::unique_ptr<Jobs::Stub> stub = NewJobsStub(connection);
   taylorshift::v1::PromoteCheckpointResponse response;
+  if (flags.rollback) {
+    taylorshift::v1::RollbackPromotionRequest request;
+    request.set_model(flags.request.model());
+    if (stub == nullptr ||
+        !CallOrReport(*stub, &Jobs::Stub::RollbackPromotion, "RollbackPromotion", connection,
+                      flags.common.UnaryTimeoutMs(), request, &response)) {
+      return kExitError;
+    }
+    std::cout << (flags.json ? PromoteJson(response) : RollbackText(response)) << std::endl;
+    return kExitOk;
+  }
   if (stub == nullptr ||
       !CallOrReport(*stub, &Jobs::Stub::PromoteCheckpoint, "PromoteCheckpoint", connection,
                     flags.common.UnaryTimeoutMs(), flags.request, &response)) {
@@ -441,6 +452,27 @@ CLI::App* AddJobCommand(Commands& commands, CLI::App& jobs, const std::string& n
 
 }  // namespace
 
+int RunPromotionHistory(const ConnectionFlags& common, const std::string& model, bool json) {
+  std::unique_ptr<Jobs::Stub> stub = NewJobsStub(common.connection);
+  taylorshift::v1::ListPromotionsRequest request;
+  request.set_model(model);
+  taylorshift::v1::ListPromotionsResponse response;
+  if (stub == nullptr ||
+      !CallOrReport(*stub, &Jobs::Stub::ListPromotions, "ListPromotions", common.connection,
+                    common.UnaryTimeoutMs(), request, &response)) {
+    return kExitError;
+  }
+  if (json) {
+    for (const auto& entry : response.entries()) std::cout << PromotionEntryJson(entry) << "\n";
+  } else if (response.entries_size() == 0) {
+    std::cout << "model " << model << " was never promoted\n";
+  } else {
+    std::cout << PromotionHistoryTable(response);
+  }
+  std::cout.flush();
+  return kExitOk;
+}
+
 void AddListFlags(CLI::App& command, ListFlags* flags) {
   AddParsedOption(command, "--state", &flags->state, ParseJobState,
                   "only jobs in this state: queued|running|succeeded|failed|cancelled");
@@ -453,18 +485,39 @@ void AddListFlags(CLI::App& command, ListFlags* flags) {
 void AddPromoteFlags(CLI::App& command, PromoteFlags* flags) {
   taylorshift::v1::PromoteCheckpointRequest* request = &flags->request;
   request->set_which(taylorshift::v1::CHECKPOINT_CHOICE_BEST);
-  CLI::App* source = command.add_option_group("Source", "what to promote (exactly one)");
+  CLI::App* source =
+      command.add_option_group("Source", "what to promote (exactly one, none with --rollback)");
   CLI::Option* job = source
                          ->add_option_function<std::string>(
                              "--job", [request](const std::string& id) { request->set_job_id(id); },
                              "a training job: its best checkpoint (--last: its latest)")
                          ->check(NonEmpty());
-  source
-      ->add_option_function<std::string>(
-          "--checkpoint", [request](const std::string& path) { request->set_checkpoint(path); },
-          "a .tsckpt file under the server's data root")
-      ->check(NonEmpty());
+  CLI::Option* checkpoint =
+      source
+          ->add_option_function<std::string>(
+              "--checkpoint", [request](const std::string& path) { request->set_checkpoint(path); },
+              "a .tsckpt file under the server's data root")
+          ->check(NonEmpty());
   source->require_option(1);
+  // Option callbacks run before the groups' requirements are checked: --rollback lifts the source.
+  CLI::Option* rollback =
+      command
+          .add_flag_callback(
+              "--rollback",
+              [flags, source] {
+                flags->rollback = true;
+                source->require_option(0);
+              },
+              "serve the model's previous version again (down to its configured checkpoint) "
+              "instead of promoting")
+          ->excludes(job)
+          ->excludes(checkpoint);
+  command
+      .add_flag_callback(
+          "--force", [request] { request->set_force(true); },
+          "replace a served version whose labels, input kind (bytes/pixels) or max length differ "
+          "(refused without it, naming the differences)")
+      ->excludes(rollback);
   command
       .add_option("--model", *request->mutable_model(),
                   "serve it as model NAME (a new name, or a new version of it)")
@@ -562,7 +615,7 @@ void AddJobCommands(Commands& commands) {
   CLI::App* command = commands.app().add_subcommand(
       "promote",
       "serve a training job's best (--last: latest) checkpoint, or a .tsckpt under the data "
-      "root, as model NAME");
+      "root, as model NAME; --rollback serves its previous version again");
   AddPromoteFlags(*command, promote.get());
   command->add_flag("--json", promote->json, "JSON output");
   AddConnectionFlags(*command, &promote->common);

@@ -41,8 +41,13 @@ struct PromoteFlags {
   ConnectionFlags common;
   taylorshift::v1::PromoteCheckpointRequest request;
   bool json = false;
+  bool rollback = false;  // --rollback: RollbackPromotion of request.model(), no source
 };
 void AddPromoteFlags(CLI::App& command, PromoteFlags* flags);
+
+// models --history NAME: the model's promotions and rollbacks (ListPromotions), as a table or
+// one JSON object a line. An exit code.
+int RunPromotionHistory(const ConnectionFlags& common, const std::string& model, bool json);
 
 // download's flags (exposed for tests): exactly one of --job and --model, --last only with
 // --job, --out required; they fill `request`.

@@ -375,9 +375,17 @@ void AddCommands(Commands& commands) {
   {
     auto flags = std::make_shared<ModelsFlags>();
     CLI::App* command = tsctl.add_subcommand("models", "list the served models");
-    command->add_flag("--json", flags->json, "one JSON object per model per line");
+    command->add_flag("--json", flags->json, "one JSON object per model (or record) per line");
+    command
+        ->add_option("--history", flags->name,
+                     "instead: model NAME's promotions and rollbacks (who, when, source, version, "
+                     "validation accuracy), oldest first")
+        ->check(NonEmpty());
     AddConnectionFlags(*command, &flags->common);
-    commands.OnRun(*command, [flags] { return RunModels(*flags); });
+    commands.OnRun(*command, [flags] {
+      return flags->name.empty() ? RunModels(*flags)
+                                 : RunPromotionHistory(flags->common, flags->name, flags->json);
+    });
   }
   {
     auto flags = std::make_shared<ModelsFlags>();

@@ -99,6 +99,7 @@ JobManagerOptions JobOptionsFor(const ServerConfig& config) {
   options.data_root = config.data_root;
   options.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.heap_keep_freed_bytes = config.heap_keep_freed_bytes;
+  options.configured_models = config.models;
   return options;
 }
 

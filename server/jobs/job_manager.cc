@@ -48,10 +48,10 @@ JobManager::JobManager(JobManagerOptions options, std::unique_ptr<StoreDatabase>
               &queue_, &recorder_, &checkpoints_, registry, &context_,
               own_launcher_ != nullptr ? own_launcher_.get() : options_.worker_launcher),
       deleter_((fs::path(options_.state_dir) / "jobs").string(), &queue_, &jobs_, &context_),
-      promoter_(
-          CheckpointPromoterOptions{(fs::path(options_.state_dir) / "models").string(),
-                                    options_.promoted_model_defaults, options_.on_model_served},
-          &checkpoints_, registry, &promotions_, &context_) {}
+      promoter_(CheckpointPromoterOptions{(fs::path(options_.state_dir) / "models").string(),
+                                          options_.promoted_model_defaults,
+                                          options_.configured_models, options_.on_model_served},
+                &checkpoints_, registry, &promotions_, &context_) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions options,
                                                                ModelRegistry* registry,
@@ -285,9 +285,21 @@ absl::StatusOr<std::int64_t> JobManager::Watch(const std::string& id, Listener l
 
 void JobManager::Unwatch(std::int64_t handle) { queue_.Unwatch(handle); }
 
-absl::StatusOr<Promotion> JobManager::Promote(const pb::PromoteCheckpointRequest& request) {
+absl::StatusOr<Promotion> JobManager::Promote(const pb::PromoteCheckpointRequest& request,
+                                              const std::string& actor) {
   TS_RETURN_IF_ERROR(CheckStarted());
-  return promoter_.Promote(request);
+  return promoter_.Promote(request, actor);
+}
+
+absl::StatusOr<Promotion> JobManager::RollbackPromotion(const std::string& model,
+                                                        const std::string& actor) {
+  TS_RETURN_IF_ERROR(CheckStarted());
+  return promoter_.Rollback(model, actor);
+}
+
+absl::StatusOr<std::vector<PromotionRecord>> JobManager::PromotionHistory(
+    const std::string& model) const {
+  return promoter_.History(model);
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointFileReader>> JobManager::OpenCheckpoint(

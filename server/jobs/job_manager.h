@@ -92,6 +92,8 @@ struct JobManagerOptions {
   std::int64_t heap_keep_freed_bytes = 0;  // passed to the workers (model/heap_policy.h)
   // Settings of a model first served by a promotion (a name not in the configuration).
   ModelConfig promoted_model_defaults;
+  // The configured models (a rollback past a name's first promotion serves its checkpoint again).
+  std::vector<ModelConfig> configured_models;
   // Called after a promotion serves a model (health status, logs). May be empty.
   std::function<void(const std::string& model)> on_model_served;
   // Log lines (job state changes, restores, failed store writes). May be empty.
@@ -159,7 +161,15 @@ class JobManager {
   // Serves a checkpoint (a training job's best or last one, or a file in the data root) under
   // request.model(): copied to models/<name>/<version>.tsckpt, loaded, hot-swapped into the
   // registry, and recorded so that it is served again after a restart.
-  absl::StatusOr<Promotion> Promote(const taylorshift::v1::PromoteCheckpointRequest& request);
+  // `actor` is recorded as who promoted (Authorizer::Identity). See CheckpointPromoter.
+  absl::StatusOr<Promotion> Promote(const taylorshift::v1::PromoteCheckpointRequest& request,
+                                    const std::string& actor = "anonymous");
+  // Serves the previous version of `model` again, down to its configured checkpoint
+  // (CheckpointPromoter::Rollback).
+  absl::StatusOr<Promotion> RollbackPromotion(const std::string& model,
+                                              const std::string& actor = "anonymous");
+  // The model's promotions and rollbacks, oldest first.
+  absl::StatusOr<std::vector<PromotionRecord>> PromotionHistory(const std::string& model) const;
 
   // The checkpoint DownloadCheckpoint streams: a training job's best or last checkpoint, or the
   // file the version served under a model name was loaded from. INVALID_ARGUMENT for a bad

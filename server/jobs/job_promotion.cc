@@ -29,14 +29,27 @@ std::optional<double> RecordedAccuracy(const CheckpointMetadata& metadata) {
   return value;
 }
 
+absl::Status CheckName(const std::string& model) {
+  // The same name rule as configured models.
+  if (!IsValidName(model)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: must match ", kNameRule, ", got ", Quoted(model)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpointRequest& request) {
-  // The same name rule as configured models.
-  if (!IsValidName(request.model())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model: must match ", kNameRule, ", got ", Quoted(request.model())));
+const ModelConfig* CheckpointPromoter::Configured(const std::string& name) const {
+  for (const ModelConfig& config : options_.configured_models) {
+    if (config.name == name) return &config;
   }
+  return nullptr;
+}
+
+absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpointRequest& request,
+                                                      const std::string& actor) {
+  TS_RETURN_IF_ERROR(CheckName(request.model()));
   std::string source_path;
   std::string source;
   switch (request.source_case()) {
@@ -82,6 +95,19 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
           *promotion.validation_accuracy, *promotion.previous_validation_accuracy));
     }
   }
+  bool forced = false;  // the guard found differences and force overrode it
+  if (current != nullptr) {
+    const auto differences =
+        TaskDifferences(current->metadata(), candidate->metadata, current->options().max_length(),
+                        candidate->options.max_length());
+    if (!differences.empty() && !request.force()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", request.model(), "' (version ", current->version(),
+          ") answers another task than the candidate: ", absl::StrJoin(differences, "; "),
+          "; pass force to replace it"));
+    }
+    forced = !differences.empty();
+  }
   const std::string version = CheckpointVersion(bytes);
   const std::string dir = (fs::path(options_.models_dir) / request.model()).string();
   TS_RETURN_IF_ERROR(CreateDirectories(dir));
@@ -100,6 +126,10 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
   record.source = source;
   record.validation_accuracy = promotion.validation_accuracy;
   record.time_ms = absl::ToUnixMillis(context_->clock->Now());
+  record.job_id = request.job_id();
+  record.actor = actor;
+  record.kind = "promote";
+  record.forced = forced;
   if (absl::Status s = promotions_->RecordPromotion(record); !context_->StoreWriteOk(
           s, "record_promotion", request.job_id().empty() ? "-" : request.job_id(),
           absl::StrCat("the promotion of ", source, " to model '", request.model(), "' version ",
@@ -118,6 +148,86 @@ absl::StatusOr<Promotion> CheckpointPromoter::Promote(const pb::PromoteCheckpoin
   return promotion;
 }
 
+absl::StatusOr<Promotion> CheckpointPromoter::Rollback(const std::string& model,
+                                                       const std::string& actor) {
+  TS_RETURN_IF_ERROR(CheckName(model));
+  absl::MutexLock files_lock(&context_->files_mu);
+  TS_ASSIGN_OR_RETURN(const auto history, promotions_->PromotionHistory(model));
+  // The promotions in force, oldest first: each rollback undid the latest one before it.
+  std::vector<const PromotionRecord*> stack;
+  for (const PromotionRecord& record : history) {
+    if (record.kind == "rollback") {
+      if (!stack.empty()) stack.pop_back();
+    } else {
+      stack.push_back(&record);
+    }
+  }
+  const auto current = registry_->Find(model);
+  if (current == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", Quoted(model), ": nothing to roll back (it is not served)"));
+  }
+  if (stack.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", Quoted(model), ": nothing to roll back to (",
+        history.empty() ? "it was never promoted"
+                        : "it already serves its configured checkpoint, the first version",
+        ")"));
+  }
+  stack.pop_back();
+  const ModelConfig* configured = Configured(model);
+  if (stack.empty() && configured == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", Quoted(model), ": nothing to roll back to (version ", current->version(),
+        " is its first promotion and the configuration has no checkpoint for it)"));
+  }
+  // The file and the settings to serve it with: the earlier promotion's copy with the served
+  // version's settings, or the configuration's model as configured.
+  ModelConfig config = stack.empty() ? *configured : current->config();
+  const std::string path = stack.empty() ? configured->checkpoint : stack.back()->checkpoint;
+  auto loaded = LoadCheckpoint(path);
+  if (!loaded.ok()) return Prefixed(loaded.status(), "rollback: ");
+  TS_ASSIGN_OR_RETURN(auto served, LoadVersion(config, path, loaded->options.max_length(),
+                                               context_->metrics, context_->clock));
+
+  PromotionRecord record;
+  record.model = model;
+  record.version = served->version();
+  record.kind = "rollback";
+  record.actor = actor;
+  record.time_ms = absl::ToUnixMillis(context_->clock->Now());
+  if (stack.empty()) {
+    record.source = "config";  // checkpoint stays empty: the configuration's own
+  } else {
+    record.checkpoint = path;
+    record.source = stack.back()->source;
+    record.job_id = stack.back()->job_id;
+  }
+  record.validation_accuracy = RecordedAccuracy(loaded->metadata);
+  if (absl::Status s = promotions_->RecordPromotion(record); !context_->StoreWriteOk(
+          s, "record_promotion", "-",
+          absl::StrCat("the rollback of model '", model, "' to version ", record.version))) {
+    return s;
+  }
+
+  Promotion promotion;
+  promotion.previous_version = current->version();
+  promotion.previous_validation_accuracy = RecordedAccuracy(current->metadata());
+  promotion.validation_accuracy = record.validation_accuracy;
+  SwapIn(*registry_, served, context_->metrics);
+  promotion.model = served;
+  context_->Log(absl::StrCat("model '", model, "' rolled back to version ", record.version, " (",
+                             record.source, ", was ", promotion.previous_version, ")"));
+  if (options_.on_model_served) options_.on_model_served(model);
+  return promotion;
+}
+
+absl::StatusOr<std::vector<PromotionRecord>> CheckpointPromoter::History(
+    const std::string& model) const {
+  TS_RETURN_IF_ERROR(CheckName(model));
+  return promotions_->PromotionHistory(model);
+}
+
 void CheckpointPromoter::RestorePromotions() {
   auto promotions = promotions_->CurrentPromotions();
   if (!promotions.ok()) {
@@ -130,6 +240,12 @@ void CheckpointPromoter::RestorePromotions() {
       context_->Log(absl::StrCat("promoted model ", Quoted(record.model), " version ",
                                  record.version, " not restored: the name does not match ",
                                  kNameRule));
+      continue;
+    }
+    // Rolled back to the configuration's checkpoint: the configured model, already served.
+    if (record.checkpoint.empty()) {
+      context_->Log(absl::StrCat("model '", record.model, "' serves its configured checkpoint (",
+                                 "rolled back to version ", record.version, ")"));
       continue;
     }
     ModelConfig config = options_.promoted_model_defaults;
@@ -147,8 +263,9 @@ void CheckpointPromoter::RestorePromotions() {
       continue;
     }
     SwapIn(*registry_, *model, context_->metrics);
-    context_->Log(absl::StrCat("model '", record.model, "' version ", (*model)->version(),
-                               " restored from promotion (", record.source, ")"));
+    context_->Log(absl::StrCat(
+        "model '", record.model, "' version ", (*model)->version(), " restored from ",
+        record.kind == "rollback" ? "rollback" : "promotion", " (", record.source, ")"));
     if (options_.on_model_served) options_.on_model_served(record.model);
   }
 }

@@ -1,5 +1,7 @@
 #include "server/jobs/jobs_service.h"
 
+#include <google/protobuf/util/time_util.h>
+
 #include <algorithm>
 #include <deque>
 #include <utility>
@@ -213,6 +215,19 @@ class DownloadReactor final : public grpc::ServerWriteReactor<pb::CheckpointChun
   bool done_ = false;
 };
 
+pb::PromoteCheckpointResponse ToResponse(const Promotion& promotion) {
+  pb::PromoteCheckpointResponse promoted;
+  FillModelInfo(*promotion.model, promoted.mutable_model());
+  promoted.set_previous_version(promotion.previous_version);
+  if (promotion.validation_accuracy) {
+    promoted.set_validation_accuracy(*promotion.validation_accuracy);
+  }
+  if (promotion.previous_validation_accuracy) {
+    promoted.set_previous_validation_accuracy(*promotion.previous_validation_accuracy);
+  }
+  return promoted;
+}
+
 }  // namespace
 
 grpc::ServerWriteReactor<pb::CheckpointChunk>* JobsService::DownloadCheckpoint(
@@ -276,21 +291,51 @@ grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(grpc::CallbackServ
 grpc::ServerUnaryReactor* JobsService::PromoteCheckpoint(
     grpc::CallbackServerContext* context, const pb::PromoteCheckpointRequest* request,
     pb::PromoteCheckpointResponse* response) {
-  return Unary(
-      context, *manager_, authorizer_, response,
-      [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
-        TS_ASSIGN_OR_RETURN(auto promotion, manager_->Promote(*request));
-        pb::PromoteCheckpointResponse promoted;
-        FillModelInfo(*promotion.model, promoted.mutable_model());
-        promoted.set_previous_version(promotion.previous_version);
-        if (promotion.validation_accuracy) {
-          promoted.set_validation_accuracy(*promotion.validation_accuracy);
-        }
-        if (promotion.previous_validation_accuracy) {
-          promoted.set_previous_validation_accuracy(*promotion.previous_validation_accuracy);
-        }
-        return promoted;
-      });
+  return Unary(context, *manager_, authorizer_, response,
+               [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
+                 TS_ASSIGN_OR_RETURN(auto promotion,
+                                     manager_->Promote(*request, authorizer_->Identity(*context)));
+                 return ToResponse(promotion);
+               });
+}
+
+grpc::ServerUnaryReactor* JobsService::RollbackPromotion(
+    grpc::CallbackServerContext* context, const pb::RollbackPromotionRequest* request,
+    pb::PromoteCheckpointResponse* response) {
+  return Unary(context, *manager_, authorizer_, response,
+               [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
+                 TS_ASSIGN_OR_RETURN(auto promotion,
+                                     manager_->RollbackPromotion(request->model(),
+                                                                 authorizer_->Identity(*context)));
+                 return ToResponse(promotion);
+               });
+}
+
+grpc::ServerUnaryReactor* JobsService::ListPromotions(grpc::CallbackServerContext* context,
+                                                      const pb::ListPromotionsRequest* request,
+                                                      pb::ListPromotionsResponse* response) {
+  return Unary(context, *manager_, authorizer_, response,
+               [&]() -> absl::StatusOr<pb::ListPromotionsResponse> {
+                 TS_ASSIGN_OR_RETURN(auto records, manager_->PromotionHistory(request->model()));
+                 pb::ListPromotionsResponse listed;
+                 for (const PromotionRecord& record : records) {
+                   pb::PromotionEntry* entry = listed.add_entries();
+                   entry->set_model(record.model);
+                   entry->set_version(record.version);
+                   entry->set_kind(record.kind);
+                   entry->set_source(record.source);
+                   entry->set_job_id(record.job_id);
+                   entry->set_actor(record.actor);
+                   *entry->mutable_time() =
+                       google::protobuf::util::TimeUtil::MillisecondsToTimestamp(record.time_ms);
+                   if (record.validation_accuracy) {
+                     entry->set_has_validation_accuracy(true);
+                     entry->set_validation_accuracy(*record.validation_accuracy);
+                   }
+                   entry->set_forced(record.forced);
+                 }
+                 return listed;
+               });
 }
 
 }  // namespace ts::server

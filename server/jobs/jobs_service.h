@@ -37,6 +37,13 @@ class JobsService final : public taylorshift::v1::Jobs::CallbackService {
       grpc::CallbackServerContext* context,
       const taylorshift::v1::PromoteCheckpointRequest* request,
       taylorshift::v1::PromoteCheckpointResponse* response) final;
+  grpc::ServerUnaryReactor* RollbackPromotion(
+      grpc::CallbackServerContext* context,
+      const taylorshift::v1::RollbackPromotionRequest* request,
+      taylorshift::v1::PromoteCheckpointResponse* response) final;
+  grpc::ServerUnaryReactor* ListPromotions(grpc::CallbackServerContext* context,
+                                           const taylorshift::v1::ListPromotionsRequest* request,
+                                           taylorshift::v1::ListPromotionsResponse* response) final;
   grpc::ServerUnaryReactor* GetJobHistory(grpc::CallbackServerContext* context,
                                           const taylorshift::v1::GetJobHistoryRequest* request,
                                           taylorshift::v1::GetJobHistoryResponse* response) final;

@@ -17,14 +17,22 @@
 
 namespace ts::server {
 
-// One promotion of a checkpoint to a served model version.
+// One promotion of a checkpoint to a served model version, or one rollback to an earlier one.
 struct PromotionRecord {
-  std::string model;       // served model name
-  std::string version;     // the version it was served as
-  std::string checkpoint;  // the promoted .tsckpt path
-  std::string source;      // where it came from, e.g. "job:job-7" or the requested path
+  std::string model;    // served model name
+  std::string version;  // the version it was served as
+  // The promoted .tsckpt path; for a rollback, the file of the version it serves again, empty
+  // for the configuration's own checkpoint.
+  std::string checkpoint;
+  std::string source;  // where it came from, e.g. "job:job-7:best" or "checkpoint:<path>"
   std::optional<double> validation_accuracy;  // the candidate's, when recorded
   std::int64_t time_ms = 0;                   // Unix time
+  std::string job_id;                         // the source job, when it was one
+  // Who asked (Authorizer::Identity: "token:<fingerprint>", "cert:<subject>", "anonymous");
+  // empty in records written before it was kept.
+  std::string actor;
+  std::string kind = "promote";  // "promote" or "rollback"
+  bool forced = false;           // the task guard was overridden (force)
 };
 
 class PromotionStore {
@@ -34,9 +42,9 @@ class PromotionStore {
 
   // `record.model` must not be empty (INVALID_ARGUMENT).
   absl::Status RecordPromotion(const PromotionRecord& record);
-  // The latest promotion of each model name, sorted by model name.
+  // The latest record (promotion or rollback) of each model name, sorted by model name.
   absl::StatusOr<std::vector<PromotionRecord>> CurrentPromotions() const;
-  // Every promotion of `model`, oldest first (empty for a name never promoted).
+  // Every record of `model`, oldest first (empty for a name never promoted).
   absl::StatusOr<std::vector<PromotionRecord>> PromotionHistory(const std::string& model) const;
 
  private:

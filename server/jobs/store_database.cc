@@ -77,10 +77,20 @@ CREATE TABLE promotions(
 CREATE INDEX promotions_by_model ON promotions(model);
 )sql";
 
+// Version 2 (issue 45): who promoted, from which job, whether the served version's guard was
+// overridden, and rollbacks (a rollback row names the version it serves again; an empty
+// checkpoint is the configuration's own).
+constexpr char kSchemaV2[] = R"sql(
+ALTER TABLE promotions ADD COLUMN job_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE promotions ADD COLUMN actor TEXT NOT NULL DEFAULT '';
+ALTER TABLE promotions ADD COLUMN kind TEXT NOT NULL DEFAULT 'promote';
+ALTER TABLE promotions ADD COLUMN forced INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 // kMigrations[v] takes a database from schema version v to v + 1; kMigrations[0] creates the
 // schema in an empty file. A schema change appends a step (and bumps kSchemaVersion); a step
 // that has shipped is never edited (store_database_test.cc keeps a copy of each to check).
-constexpr const char* kMigrations[] = {kSchemaV1};
+constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2};
 static_assert(std::size(kMigrations) == StoreDatabase::kSchemaVersion,
               "one migration step per schema version");
 

@@ -72,6 +72,38 @@ absl::Status Authorizer::Check(std::string_view authorization, const std::string
   return absl::OkStatus();
 }
 
+std::string Authorizer::Identity(const grpc::CallbackServerContext& context) const {
+  std::string_view authorization;
+  const auto& metadata = context.client_metadata();
+  if (const auto it = metadata.find("authorization"); it != metadata.end()) {
+    authorization = std::string_view(it->second.data(), it->second.size());
+  }
+  std::string subject;
+  if (const auto auth_context = context.auth_context(); auth_context != nullptr) {
+    for (const auto& value : auth_context->FindPropertyValues("x509_subject")) {
+      subject.assign(value.data(), value.size());
+    }
+  }
+  return Identity(authorization, subject);
+}
+
+std::string Authorizer::Identity(std::string_view authorization,
+                                 std::string_view cert_subject) const {
+  constexpr std::string_view kPrefix = "Bearer ";
+  if (enabled() && authorization.substr(0, kPrefix.size()) == kPrefix) {
+    const Digest digest = Sha256(authorization.substr(kPrefix.size()));
+    constexpr char kHex[] = "0123456789abcdef";
+    std::string fingerprint = "token:";
+    for (std::size_t i = 0; i < 6; ++i) {
+      fingerprint += kHex[digest[i] >> 4];
+      fingerprint += kHex[digest[i] & 0xf];
+    }
+    return fingerprint;
+  }
+  if (!cert_subject.empty()) return "cert:" + std::string(cert_subject);
+  return "anonymous";
+}
+
 absl::Status Authorizer::Authenticate(std::string_view authorization) const {
   if (tokens_.empty()) return absl::OkStatus();
   return Roles(authorization).status();

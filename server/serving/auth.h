@@ -37,6 +37,13 @@ class Authorizer {
   absl::Status Authenticate(std::string_view authorization) const;
   bool enabled() const { return !tokens_.empty(); }
 
+  // Who made a call, for records such as promotions (never a secret): "token:<first 12 hex
+  // digits of the token's SHA-256>" when authentication is on and the call carries a token,
+  // else "cert:<subject>" for a verified client certificate, else "anonymous".
+  std::string Identity(const grpc::CallbackServerContext& context) const;
+  // The same from the header's value and the certificate's subject (either may be empty).
+  std::string Identity(std::string_view authorization, std::string_view cert_subject) const;
+
   static constexpr std::size_t kDigestBytes = 32;  // SHA-256
   using Digest = std::array<unsigned char, kDigestBytes>;
 

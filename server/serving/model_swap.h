@@ -5,11 +5,14 @@
 // defaults for a new name), so a new version keeps its batching, policy and device; a configured
 // max_length over the new checkpoint's falls back to the checkpoint's. SwapIn serves it: requests
 // that already found the old version finish on it, new ones get the new one (ModelRegistry::Put),
-// and the old version's taylorshift_model_info series goes. Thread-safe as ModelRegistry.
+// and the old version's taylorshift_model_info series goes. TaskDifferences is the one check of
+// whether a checkpoint answers the task a served version answers (a promotion's guard and a
+// followed promotion's). Thread-safe as ModelRegistry.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
@@ -18,6 +21,14 @@
 #include "server/serving/model_registry.h"
 
 namespace ts::server {
+
+// What makes `candidate` answer another task than `served`, one sentence each: its labels (names
+// and order), its modality (bytes or pixels) and, when both are given (> 0), its encoder's max
+// length. E.g. "labels differ: served [a, b], candidate [0, 1, 2]". Empty when they agree.
+std::vector<std::string> TaskDifferences(const CheckpointMetadata& served,
+                                         const CheckpointMetadata& candidate,
+                                         std::int64_t served_max_length = 0,
+                                         std::int64_t candidate_max_length = 0);
 
 // `base` (its name kept) served from `checkpoint`, whose encoder accepts at most
 // `checkpoint_max_length` tokens. Errors: ServedModel::Load's.

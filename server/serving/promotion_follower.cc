@@ -52,21 +52,6 @@ absl::StatusOr<std::string> ReadToken(const std::string& token_file) {
   return std::string(absl::StripAsciiWhitespace(token));
 }
 
-// What makes `candidate` answer another task than `served`: its labels (names and order) and its
-// modality; empty when they agree.
-std::string Differences(const CheckpointMetadata& served, const CheckpointMetadata& candidate) {
-  std::vector<std::string> differences;
-  if (served.labels != candidate.labels) {
-    differences.push_back(absl::StrCat("labels [", absl::StrJoin(candidate.labels, ", "),
-                                       "] instead of [", absl::StrJoin(served.labels, ", "), "]"));
-  }
-  if (served.modality != candidate.modality) {
-    differences.push_back(
-        absl::StrCat("modality ", candidate.modality, " instead of ", served.modality));
-  }
-  return absl::StrJoin(differences, "; ");
-}
-
 bool Unreachable(absl::StatusCode code) {
   return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded;
 }
@@ -116,10 +101,10 @@ std::string PromotionFollower::ModelDir(const std::string& name) const {
 absl::StatusOr<std::shared_ptr<ServedModel>> PromotionFollower::LoadCached(
     const ServedModel& served, const std::string& path) const {
   TS_ASSIGN_OR_RETURN(const LoadedCheckpoint checkpoint, LoadCheckpoint(path));
-  if (const std::string differences = Differences(served.metadata(), checkpoint.metadata);
+  if (const auto differences = TaskDifferences(served.metadata(), checkpoint.metadata);
       !differences.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("it answers another task than the configured model: ", differences));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it answers another task than the configured model: ", absl::StrJoin(differences, "; ")));
   }
   return LoadVersion(served.config(), path, checkpoint.options.max_length(), metrics_, clock_);
 }
@@ -257,11 +242,11 @@ absl::Status PromotionFollower::Adopt(const std::string& name, const std::string
   // The model layer checks the file end to end (magic, payload CRC, tensors).
   auto checkpoint = LoadCheckpoint(incoming);
   if (!checkpoint.ok()) return refuse("invalid", checkpoint.status());
-  if (const std::string differences = Differences(served->metadata(), checkpoint->metadata);
+  if (const auto differences = TaskDifferences(served->metadata(), checkpoint->metadata);
       !differences.empty()) {
     return refuse("incompatible", absl::FailedPreconditionError(absl::StrCat(
                                       "it answers another task than the version served (",
-                                      served->version(), "): ", differences)));
+                                      served->version(), "): ", absl::StrJoin(differences, "; "))));
   }
   const std::string dir = ModelDir(name);
   const std::string path = (fs::path(dir) / absl::StrCat(version, ".tsckpt")).string();

@@ -192,6 +192,34 @@ TEST(JobsCommandsTest, PromoteRefusesIncompleteOrConflictingSources) {
   EXPECT_THAT(error_of({"--model", "m", "--job", ""}), HasSubstr("--job: must not be empty"));
 }
 
+// Issue 45: --force overrides the task guard; --rollback names only the model.
+TEST(JobsCommandsTest, PromoteForceAndRollback) {
+  PromoteFlags forced;
+  EXPECT_EQ(ParseError(AddPromoteFlags, &forced, {"--job", "j-7", "--model", "imdb", "--force"}),
+            "");
+  EXPECT_TRUE(forced.request.force());
+  EXPECT_FALSE(forced.rollback);
+
+  PromoteFlags rollback;
+  EXPECT_EQ(ParseError(AddPromoteFlags, &rollback, {"--rollback", "--model", "imdb"}), "");
+  EXPECT_TRUE(rollback.rollback);
+  EXPECT_EQ(rollback.request.model(), "imdb");
+  EXPECT_FALSE(rollback.request.force());
+
+  const auto error_of = [](const std::vector<std::string>& args) {
+    PromoteFlags flags;
+    return ParseError(AddPromoteFlags, &flags, args);
+  };
+  EXPECT_THAT(error_of({"--rollback"}), HasSubstr("--model is required"));
+  EXPECT_THAT(error_of({"--rollback", "--model", "m", "--job", "j"}), HasSubstr("excludes"));
+  EXPECT_THAT(error_of({"--rollback", "--model", "m", "--checkpoint", "c.tsckpt"}),
+              HasSubstr("excludes"));
+  EXPECT_THAT(error_of({"--rollback", "--model", "m", "--force"}), HasSubstr("excludes"));
+  // Without --rollback a source is still required.
+  EXPECT_THAT(error_of({"--model", "m", "--force"}),
+              HasSubstr("Exactly 1 option from [--job,--checkpoint]"));
+}
+
 TEST(JobsCommandsTest, DownloadFlags) {
   DownloadFlags job;
   EXPECT_EQ(ParseError(AddDownloadFlags, &job, {"--job", "j-7", "--last", "--out", "a.tsckpt"}),
@@ -572,6 +600,74 @@ TEST_F(JobsCommandsServiceTest, GetCancelAndPromote) {
   EXPECT_EQ(request.which(), taylorshift::v1::CHECKPOINT_CHOICE_LAST);
   EXPECT_TRUE(request.require_at_least_current_accuracy());
   EXPECT_THAT(service_.record().rpcs, ElementsAre("GetJob", "CancelJob", "PromoteCheckpoint"));
+}
+
+// Issue 45: promote --rollback calls RollbackPromotion; models --history lists the records.
+TEST_F(JobsCommandsServiceTest, RollbackAndPromotionHistory) {
+  FakeJobsService::Script script;
+  script.promoted =
+      FromText<taylorshift::v1::PromoteCheckpointResponse>(R"pb(model { name: "imdb" version: "v1" }
+                                                                previous_version: "v2")pb");
+  script.promotions = FromText<taylorshift::v1::ListPromotionsResponse>(
+      R"pb(entries {
+             model: "imdb"
+             version: "v1"
+             kind: "promote"
+             source: "job:j-3:best"
+             job_id: "j-3"
+             actor: "token:77a4e2062962"
+             time { seconds: 1700000000 }
+             has_validation_accuracy: true
+             validation_accuracy: 0.75
+           }
+           entries {
+             model: "imdb"
+             version: "v2"
+             kind: "promote"
+             source: "checkpoint:b.tsckpt"
+             actor: "anonymous"
+             time { seconds: 1700000060 }
+             forced: true
+           }
+           entries {
+             model: "imdb"
+             version: "v1"
+             kind: "rollback"
+             source: "job:j-3:best"
+             actor: "cert:CN=ops"
+             time { seconds: 1700000120 }
+           })pb");
+  service_.set_script(script);
+
+  const Output rollback = Capture([&] {
+    return RunCommand("promote", Args({"--rollback", "--model", "imdb"}));
+  });
+  EXPECT_EQ(rollback.status, kExitOk) << rollback.err;
+  EXPECT_THAT(rollback.lines, ElementsAre("rolled back imdb to version v1 (was v2)"));
+  EXPECT_EQ(service_.record().rollback_model, "imdb");
+
+  ConnectionFlags common;
+  common.connection.server = service_.address();
+  const Output table = Capture([&] { return RunPromotionHistory(common, "imdb", false); });
+  EXPECT_EQ(table.status, kExitOk) << table.err;
+  EXPECT_EQ(service_.record().promotions_model, "imdb");
+  ASSERT_EQ(table.lines.size(), 4u);
+  EXPECT_THAT(table.lines[0], StartsWith("TIME"));
+  EXPECT_THAT(table.lines[1], HasSubstr("promote "));
+  EXPECT_THAT(table.lines[1], HasSubstr("job:j-3:best"));
+  EXPECT_THAT(table.lines[1], HasSubstr("0.7500"));
+  EXPECT_THAT(table.lines[1], HasSubstr("token:77a4e2062962"));
+  EXPECT_THAT(table.lines[2], HasSubstr("promote (forced)"));
+  EXPECT_THAT(table.lines[3], HasSubstr("rollback"));
+  EXPECT_THAT(table.lines[3], HasSubstr("cert:CN=ops"));
+
+  const Output json = Capture([&] { return RunPromotionHistory(common, "imdb", true); });
+  EXPECT_EQ(json.status, kExitOk) << json.err;
+  ASSERT_EQ(json.lines.size(), 3u);
+  EXPECT_THAT(json.lines[0], HasSubstr("\"actor\":\"token:77a4e2062962\""));
+  EXPECT_THAT(json.lines[2], HasSubstr("\"kind\":\"rollback\""));
+  EXPECT_THAT(service_.record().rpcs,
+              ElementsAre("RollbackPromotion", "ListPromotions", "ListPromotions"));
 }
 
 TEST_F(JobsCommandsServiceTest, CancelSaysARunningJobIsStoppingNotRunning) {

@@ -48,6 +48,19 @@ TEST(AuthorizerTest, RolesPerToken) {
   EXPECT_EQ(authorizer->Authenticate("").code(), absl::StatusCode::kUnauthenticated);
 }
 
+// Issue 45: who promoted is recorded as a fingerprint of the token (never the token), the client
+// certificate's subject, or "anonymous".
+TEST(AuthorizerTest, IdentityIsATokenFingerprintACertificateSubjectOrAnonymous) {
+  auto on = Make({{"s3cret-admin", {"admin"}}});
+  // The first 12 hex digits of SHA-256("s3cret-admin").
+  EXPECT_EQ(on->Identity("Bearer s3cret-admin", "CN=ops"), "token:77a4e2062962");
+  EXPECT_EQ(on->Identity("", "CN=ops"), "cert:CN=ops");
+  EXPECT_EQ(on->Identity("", ""), "anonymous");
+  auto off = Make({});
+  EXPECT_EQ(off->Identity("Bearer s3cret-admin", ""), "anonymous");
+  EXPECT_EQ(off->Identity("Bearer s3cret-admin", "CN=ops"), "cert:CN=ops");
+}
+
 TEST(AuthorizerTest, OnlyTheExactTokenMatches) {
   const std::string token = "0123456789abcdef0123456789abcdef";
   auto authorizer = Make({{token, {"classify"}}, {"other-token", {"admin"}}});

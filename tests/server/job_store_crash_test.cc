@@ -207,10 +207,18 @@ absl::Status Run(const Op& op, int round, JobStores& store, pb::Job* job) {
     }
     case Op::kRemoveCheckpoint:
       return store.history.RemoveCheckpoint(job->id(), op.text);
-    case Op::kPromote:
-      return store.promotions.RecordPromotion({PromotedModel(round), op.text,
-                                               CheckpointPath(round, op.step), "job:" + job->id(),
-                                               0.5, 1700000000000 + op.step});
+    case Op::kPromote: {
+      PromotionRecord record;
+      record.model = PromotedModel(round);
+      record.version = op.text;
+      record.checkpoint = CheckpointPath(round, op.step);
+      record.source = "job:" + job->id();
+      record.validation_accuracy = 0.5;
+      record.time_ms = 1700000000000 + op.step;
+      record.job_id = job->id();
+      record.actor = "anonymous";
+      return store.promotions.RecordPromotion(record);
+    }
     case Op::kTruncate:
       return store.history.TruncateHistory(job->id(), op.step);
     case Op::kFinish:

@@ -547,13 +547,13 @@ TEST_F(JobStoreTest, UnfinishedJobsAndDataSurviveReopen) {
   EXPECT_EQ(Create(*store, MakeTrainingJob("g")).id(), "job-7");
 }
 
-TEST_F(JobStoreTest, UsesWriteAheadLogAndSchemaVersion1) {
+TEST_F(JobStoreTest, UsesWriteAheadLogAndSchemaVersion2) {
   std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   RawDb raw(path_);
   EXPECT_EQ(raw.QueryText("PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(raw.QueryText("PRAGMA user_version"), "1");
-  EXPECT_EQ(StoreDatabase::kSchemaVersion, 1);
+  EXPECT_EQ(raw.QueryText("PRAGMA user_version"), "2");
+  EXPECT_EQ(StoreDatabase::kSchemaVersion, 2);
   EXPECT_EQ(raw.QueryText("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
                           "('jobs', 'job_metrics', 'job_evaluations', 'checkpoints', "
                           "'promotions')"),
@@ -567,7 +567,7 @@ TEST_F(JobStoreTest, NewerSchemaVersionIsFailedPrecondition) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr(path_));
   EXPECT_THAT(status.message(), HasSubstr("schema version 99"));
-  EXPECT_THAT(status.message(), HasSubstr("up to 1"));
+  EXPECT_THAT(status.message(), HasSubstr("up to 2"));
 }
 
 TEST_F(JobStoreTest, NonDatabaseFileIsAClearError) {
@@ -648,6 +648,14 @@ CREATE TABLE promotions(
 CREATE INDEX promotions_by_model ON promotions(model);
 )sql";
 
+// Version 2's step as it shipped (issue 45: who promoted, rollbacks).
+constexpr char kShippedMigrationV2[] = R"sql(
+ALTER TABLE promotions ADD COLUMN job_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE promotions ADD COLUMN actor TEXT NOT NULL DEFAULT '';
+ALTER TABLE promotions ADD COLUMN kind TEXT NOT NULL DEFAULT 'promote';
+ALTER TABLE promotions ADD COLUMN forced INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 // Every table and index of a database file, with its SQL, one per line.
 std::string SchemaOf(const std::string& path) {
   return RawDb(path).QueryText(
@@ -655,10 +663,11 @@ std::string SchemaOf(const std::string& path) {
       "FROM (SELECT * FROM sqlite_master ORDER BY name)");
 }
 
-TEST_F(JobStoreTest, ANewDatabaseHasTheSchemaVersion1Shipped) {
+TEST_F(JobStoreTest, ANewDatabaseHasTheSchemaVersions1And2Shipped) {
   ASSERT_NE(OpenStore(), nullptr);
   const std::string shipped = dir_ + "/shipped.db";
   RawDb(shipped).Exec(kShippedSchemaV1);
+  RawDb(shipped).Exec(kShippedMigrationV2);
   EXPECT_THAT(SchemaOf(path_), HasSubstr("table promotions"));
   EXPECT_EQ(SchemaOf(path_), SchemaOf(shipped));
 }
@@ -707,16 +716,41 @@ TEST_F(JobStoreTest, ADatabaseWrittenWithSchemaVersion1OpensWithItsRecordsAndTak
   EXPECT_EQ((*checkpoints)[0].time().nanos(), 500000000);
   absl::StatusOr<std::vector<PromotionRecord>> promotions = store->promotions.CurrentPromotions();
   ASSERT_TRUE(promotions.ok()) << promotions.status();
-  EXPECT_THAT(*promotions, ElementsAre(FieldsAre("news", "1", "models/news/1.tsckpt", "job:job-7",
-                                                 Optional(0.75), 1700000600000)));
+  ASSERT_EQ(promotions->size(), 1u);
+  const PromotionRecord& old = (*promotions)[0];
+  EXPECT_EQ(old.model, "news");
+  EXPECT_EQ(old.version, "1");
+  EXPECT_EQ(old.checkpoint, "models/news/1.tsckpt");
+  EXPECT_EQ(old.source, "job:job-7");
+  EXPECT_THAT(old.validation_accuracy, Optional(0.75));
+  EXPECT_EQ(old.time_ms, 1700000600000);
+  // Migrated to version 2: the columns it adds read as "not recorded".
+  EXPECT_EQ(old.actor, "");
+  EXPECT_EQ(old.job_id, "");
+  EXPECT_EQ(old.kind, "promote");
+  EXPECT_FALSE(old.forced);
 
   // Writes go on from where the old file left off; a delete still takes the job's rows.
   EXPECT_EQ(Create(*store, MakeTrainingJob("new")).id(), "job-8");
   ASSERT_TRUE(store->history.AppendMetric("job-8", JobMetricRow{1, 2.0, 0.1, 10, 1}).ok());
   ASSERT_TRUE(store->jobs.DeleteJob("job-7").ok());
   EXPECT_EQ(RawDb(path_).QueryText("SELECT count(*) FROM job_metrics WHERE job_id = 'job-7'"), "0");
-  EXPECT_EQ(RawDb(path_).QueryText("PRAGMA user_version"), "1");
+  EXPECT_EQ(RawDb(path_).QueryText("PRAGMA user_version"), "2");
   EXPECT_EQ(store->promotions.PromotionHistory("news")->size(), 1u);
+  PromotionRecord rollback;
+  rollback.model = "news";
+  rollback.version = "0";
+  rollback.source = "config";
+  rollback.actor = "token:0123456789ab";
+  rollback.kind = "rollback";
+  rollback.time_ms = 1700000700000;
+  ASSERT_TRUE(store->promotions.RecordPromotion(rollback).ok());
+  absl::StatusOr<std::vector<PromotionRecord>> current = store->promotions.CurrentPromotions();
+  ASSERT_TRUE(current.ok()) << current.status();
+  ASSERT_EQ(current->size(), 1u);
+  EXPECT_EQ((*current)[0].kind, "rollback");
+  EXPECT_EQ((*current)[0].actor, "token:0123456789ab");
+  EXPECT_EQ((*current)[0].checkpoint, "");
 }
 
 // A full disk at start (every write fails, RLIMIT_FSIZE 0, after a clean stop removed the WAL
@@ -1213,27 +1247,50 @@ TEST_F(JobStoreTest, CheckpointsRecordReplaceAndRemove) {
 TEST_F(JobStoreTest, CurrentPromotionsPickTheLatestPerModel) {
   std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
-  const PromotionRecord imdb1{"imdb", "1", "/ckpt/imdb-a.tsckpt", "job:job-1", 0.81, 1000};
-  const PromotionRecord listops1{"listops",         "1",          "/ckpt/l.tsckpt",
-                                 "models/l.tsckpt", std::nullopt, 1500};
-  const PromotionRecord imdb2{"imdb", "2", "/ckpt/imdb-b.tsckpt", "job:job-2", 0.84, 2000};
-  const PromotionRecord cifar1{"cifar", "1", "/ckpt/c.tsckpt", "job:job-3", 0.5, 2500};
-  for (const PromotionRecord& record : {imdb1, listops1, imdb2, cifar1}) {
-    ASSERT_TRUE(store->promotions.RecordPromotion(record).ok());
+  const auto record = [](std::string model, std::string version, std::string checkpoint,
+                         std::string source, std::optional<double> accuracy, std::int64_t time_ms,
+                         std::string job_id, std::string actor, std::string kind, bool forced) {
+    PromotionRecord r;
+    r.model = std::move(model);
+    r.version = std::move(version);
+    r.checkpoint = std::move(checkpoint);
+    r.source = std::move(source);
+    r.validation_accuracy = accuracy;
+    r.time_ms = time_ms;
+    r.job_id = std::move(job_id);
+    r.actor = std::move(actor);
+    r.kind = std::move(kind);
+    r.forced = forced;
+    return r;
+  };
+  const PromotionRecord imdb1 = record("imdb", "1", "/ckpt/imdb-a.tsckpt", "job:job-1:best", 0.81,
+                                       1000, "job-1", "token:0123456789ab", "promote", false);
+  const PromotionRecord listops1 = record("listops", "1", "/ckpt/l.tsckpt", "models/l.tsckpt",
+                                          std::nullopt, 1500, "", "anonymous", "promote", true);
+  const PromotionRecord imdb2 = record("imdb", "2", "/ckpt/imdb-b.tsckpt", "job:job-2:best", 0.84,
+                                       2000, "job-2", "cert:CN=ops", "promote", false);
+  const PromotionRecord cifar1 = record("cifar", "1", "/ckpt/c.tsckpt", "job:job-3:best", 0.5, 2500,
+                                        "job-3", "anonymous", "promote", false);
+  // A rollback of imdb to version 1: the latest record, so the current one.
+  const PromotionRecord imdb_back = record("imdb", "1", "/ckpt/imdb-a.tsckpt", "job:job-1:best",
+                                           0.81, 3000, "job-1", "anonymous", "rollback", false);
+  for (const PromotionRecord& r : {imdb1, listops1, imdb2, cifar1, imdb_back}) {
+    ASSERT_TRUE(store->promotions.RecordPromotion(r).ok());
   }
   const auto fields = [](const PromotionRecord& r) {
-    return FieldsAre(r.model, r.version, r.checkpoint, r.source, r.validation_accuracy, r.time_ms);
+    return FieldsAre(r.model, r.version, r.checkpoint, r.source, r.validation_accuracy, r.time_ms,
+                     r.job_id, r.actor, r.kind, r.forced);
   };
 
   absl::StatusOr<std::vector<PromotionRecord>> current = store->promotions.CurrentPromotions();
   ASSERT_TRUE(current.ok()) << current.status();
-  EXPECT_THAT(*current, ElementsAre(fields(cifar1), fields(imdb2), fields(listops1)));
+  EXPECT_THAT(*current, ElementsAre(fields(cifar1), fields(imdb_back), fields(listops1)));
   EXPECT_EQ((*current)[2].validation_accuracy, std::nullopt);
-  EXPECT_THAT((*current)[1].validation_accuracy, Optional(0.84));
+  EXPECT_THAT((*current)[1].validation_accuracy, Optional(0.81));
 
   absl::StatusOr<std::vector<PromotionRecord>> history = store->promotions.PromotionHistory("imdb");
   ASSERT_TRUE(history.ok()) << history.status();
-  EXPECT_THAT(*history, ElementsAre(fields(imdb1), fields(imdb2)));
+  EXPECT_THAT(*history, ElementsAre(fields(imdb1), fields(imdb2), fields(imdb_back)));
   history = store->promotions.PromotionHistory("never-promoted");
   ASSERT_TRUE(history.ok()) << history.status();
   EXPECT_THAT(*history, IsEmpty());

@@ -255,10 +255,26 @@ TEST_F(JobsIntegrationTest, LearnsOverGrpcEvaluatesAndPromotesUnderLoadAcrossRes
   EXPECT_EQ(evaluated.report().confusion_size(), 3);
   EXPECT_EQ(evaluated.report().classes_size(), 3);
 
-  // Promote under concurrent Classify load: no request fails, and the version switches.
+  // The task guard: docs answers [a, b, c]; the job's checkpoint [digits, lower, upper].
   pb::ClassifyResponse before;
   ASSERT_TRUE(Classify("12345", &before).ok());
   const std::string old_version = before.model_version();
+  {
+    pb::PromoteCheckpointRequest unforced;
+    unforced.set_model("docs");
+    unforced.set_job_id(job.id());
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::PromoteCheckpointResponse refused;
+    const auto status = jobs_->PromoteCheckpoint(&context, unforced, &refused);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(status.error_message().find("labels differ: served [a, b, c], candidate [digits, "
+                                          "lower, upper]; pass force to replace it"),
+              std::string::npos)
+        << status.error_message();
+  }
+
+  // Promote (forced) under concurrent Classify load: no request fails, and the version switches.
   std::atomic<bool> stop{false};
   std::atomic<int> failures{0}, ok{0};
   std::mutex versions_mu;
@@ -290,6 +306,7 @@ TEST_F(JobsIntegrationTest, LearnsOverGrpcEvaluatesAndPromotesUnderLoadAcrossRes
   pb::PromoteCheckpointRequest promote;
   promote.set_model("docs");
   promote.set_job_id(job.id());
+  promote.set_force(true);
   pb::PromoteCheckpointResponse promoted;
   {
     grpc::ClientContext context;
@@ -371,6 +388,51 @@ TEST_F(JobsIntegrationTest, LearnsOverGrpcEvaluatesAndPromotesUnderLoadAcrossRes
   ASSERT_TRUE(jobs_->ListJobs(&context, list, &listed).ok());
   ASSERT_EQ(listed.jobs_size(), 1);
   EXPECT_EQ(listed.jobs(0).id(), job.id());
+
+  // Issue 45: rollbacks walk back through the promotions (the same version twice) to the
+  // configured checkpoint, recorded; a restart serves the configured checkpoint again.
+  const auto rollback = [&](pb::PromoteCheckpointResponse* response) {
+    pb::RollbackPromotionRequest request;
+    request.set_model("docs");
+    grpc::ClientContext rollback_context;
+    SetDeadline(rollback_context);
+    return jobs_->RollbackPromotion(&rollback_context, request, response);
+  };
+  pb::PromoteCheckpointResponse first, second, third;
+  ASSERT_TRUE(rollback(&first).ok());
+  EXPECT_EQ(first.model().version(), promoted.model().version());
+  ASSERT_TRUE(rollback(&second).ok());
+  EXPECT_EQ(second.model().version(), old_version);
+  EXPECT_EQ(second.previous_version(), promoted.model().version());
+  pb::ClassifyResponse rolled_back;
+  ASSERT_TRUE(Classify("0123456789", &rolled_back).ok());
+  EXPECT_EQ(rolled_back.model_version(), old_version);
+  const auto nothing = rollback(&third);
+  EXPECT_EQ(nothing.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(nothing.error_message().find("nothing to roll back to"), std::string::npos)
+      << nothing.error_message();
+  pb::ListPromotionsRequest history_request;
+  history_request.set_model("docs");
+  pb::ListPromotionsResponse history;
+  {
+    grpc::ClientContext history_context;
+    SetDeadline(history_context);
+    ASSERT_TRUE(jobs_->ListPromotions(&history_context, history_request, &history).ok());
+  }
+  ASSERT_EQ(history.entries_size(), 4);
+  EXPECT_EQ(history.entries(0).kind(), "promote");
+  EXPECT_TRUE(history.entries(0).forced());
+  EXPECT_EQ(history.entries(0).job_id(), job.id());
+  EXPECT_EQ(history.entries(0).actor(), "anonymous");
+  EXPECT_TRUE(history.entries(0).has_validation_accuracy());
+  EXPECT_EQ(history.entries(3).kind(), "rollback");
+  EXPECT_EQ(history.entries(3).version(), old_version);
+  EXPECT_EQ(history.entries(3).source(), "config");
+  ASSERT_EQ(server_.Stop(SIGTERM), 0) << server_.Log();
+  StartServer();
+  pb::ClassifyResponse after_rollback_restart;
+  ASSERT_TRUE(Classify("0123456789", &after_rollback_restart).ok());
+  EXPECT_EQ(after_rollback_restart.model_version(), old_version);
 }
 
 TEST_F(JobsIntegrationTest, KillNineMidTrainingResumesFromTheCheckpoint) {
@@ -581,6 +643,49 @@ TEST_F(JobsIntegrationTest, JobsNeedTheAdminRole) {
   };
   EXPECT_EQ(history("reader"), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(history("operator"), grpc::StatusCode::NOT_FOUND);  // allowed; there is no job-1
+
+  // Issue 45: promotion, rollback and the promotion history need the role too, and a promotion
+  // records which token asked (a fingerprint, never the token).
+  WriteServedModel(dir_ + "/data/same-task.tsckpt");
+  const auto promote = [&](const std::string& token) {
+    grpc::ClientContext promote_context;
+    SetDeadline(promote_context);
+    promote_context.AddMetadata("authorization", "Bearer " + token);
+    pb::PromoteCheckpointRequest promote_request;
+    promote_request.set_model("docs");
+    promote_request.set_checkpoint("same-task.tsckpt");
+    pb::PromoteCheckpointResponse response;
+    return jobs_->PromoteCheckpoint(&promote_context, promote_request, &response).error_code();
+  };
+  const auto rollback = [&](const std::string& token) {
+    grpc::ClientContext rollback_context;
+    SetDeadline(rollback_context);
+    rollback_context.AddMetadata("authorization", "Bearer " + token);
+    pb::RollbackPromotionRequest rollback_request;
+    rollback_request.set_model("docs");
+    pb::PromoteCheckpointResponse response;
+    return jobs_->RollbackPromotion(&rollback_context, rollback_request, &response).error_code();
+  };
+  const auto promotions = [&](const std::string& token, pb::ListPromotionsResponse* response) {
+    grpc::ClientContext list_context;
+    SetDeadline(list_context);
+    list_context.AddMetadata("authorization", "Bearer " + token);
+    pb::ListPromotionsRequest list_request;
+    list_request.set_model("docs");
+    return jobs_->ListPromotions(&list_context, list_request, response).error_code();
+  };
+  EXPECT_EQ(promote("reader"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(rollback("operator"), grpc::StatusCode::FAILED_PRECONDITION);  // never promoted
+  EXPECT_EQ(promote("operator"), grpc::StatusCode::OK);  // the same task: no force needed
+  EXPECT_EQ(rollback("reader"), grpc::StatusCode::PERMISSION_DENIED);
+  pb::ListPromotionsResponse listed;
+  EXPECT_EQ(promotions("reader", &listed), grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_EQ(promotions("operator", &listed), grpc::StatusCode::OK);
+  ASSERT_EQ(listed.entries_size(), 1);
+  // The first 12 hex digits of SHA-256("operator").
+  EXPECT_EQ(listed.entries(0).actor(), "token:06e55b633481");
+  EXPECT_FALSE(listed.entries(0).forced());
+  EXPECT_EQ(rollback("operator"), grpc::StatusCode::OK);
 }
 
 // Counts the non-overlapping occurrences of `needle` in `text`.

@@ -3,9 +3,9 @@
 // the caller's "authorization" header, and answers from the script: `job` for the unary job
 // RPCs, `events` for WatchJob (then OK, or `watch_end`), `jobs` for ListJobs in pages of
 // page_size (default `default_page_size`; the token is the next index), `promoted` for
-// PromoteCheckpoint, `history` for GetJobHistory in `history_pages` (each answered as scripted,
-// the token is the next page's index). Tests set the script before the call and read the records
-// after it. Thread-safe.
+// PromoteCheckpoint and RollbackPromotion, `promotions` for ListPromotions, `history` for
+// GetJobHistory in `history_pages` (each answered as scripted, the token is the next page's index).
+// Tests set the script before the call and read the records after it. Thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -33,6 +33,7 @@ class FakeJobsService final : public taylorshift::v1::Jobs::Service {
     std::uint32_t default_page_size = 2;
     taylorshift::v1::PromoteCheckpointResponse promoted;
     std::vector<taylorshift::v1::GetJobHistoryResponse> history_pages;
+    taylorshift::v1::ListPromotionsResponse promotions;  // ListPromotions' answer
   };
   struct Record {
     std::vector<std::string> rpcs;  // names, in call order
@@ -43,6 +44,8 @@ class FakeJobsService final : public taylorshift::v1::Jobs::Service {
     std::string id;  // of the last Get/Cancel/Watch
     taylorshift::v1::PromoteCheckpointRequest promote;
     std::vector<taylorshift::v1::GetJobHistoryRequest> histories;
+    std::string rollback_model;    // of the last RollbackPromotion
+    std::string promotions_model;  // of the last ListPromotions
   };
 
   ~FakeJobsService() override {
@@ -153,6 +156,26 @@ class FakeJobsService final : public taylorshift::v1::Jobs::Service {
     Note("PromoteCheckpoint", *context);
     record_.promote = *request;
     *response = script_.promoted;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RollbackPromotion(grpc::ServerContext* context,
+                                 const taylorshift::v1::RollbackPromotionRequest* request,
+                                 taylorshift::v1::PromoteCheckpointResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    Note("RollbackPromotion", *context);
+    record_.rollback_model = request->model();
+    *response = script_.promoted;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListPromotions(grpc::ServerContext* context,
+                              const taylorshift::v1::ListPromotionsRequest* request,
+                              taylorshift::v1::ListPromotionsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    Note("ListPromotions", *context);
+    record_.promotions_model = request->model();
+    *response = script_.promotions;
     return grpc::Status::OK;
   }
 
