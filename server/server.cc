@@ -32,6 +32,7 @@
 #include "server/serving/kserve_service.h"
 #include "server/serving/model_registry.h"
 #include "server/serving/promotion_follower.h"
+#include "server/serving/unknown_method.h"
 
 namespace ts::server {
 namespace {
@@ -153,6 +154,7 @@ struct Server::Parts {
   std::unique_ptr<KServeService> kserve;
   std::unique_ptr<JobsService> jobs_service;
   std::unique_ptr<JobsOffService> jobs_off;  // jobs.enabled false: the Jobs RPCs' answer
+  std::unique_ptr<UnknownMethodService> unknown_methods;  // jobs on: unknown methods' answer
   std::unique_ptr<grpc::Server> grpc;
   std::unique_ptr<HttpFrontend> http;
   int port = 0;
@@ -224,11 +226,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   }
   builder.RegisterService(p.classifier.get());
   builder.RegisterService(p.kserve.get());
+  // What an unknown method's UNIMPLEMENTED names as served instead (unknown_method.h).
+  std::vector<std::string> served = {taylorshift::v1::Classifier::service_full_name(),
+                                     inference::GRPCInferenceService::service_full_name(),
+                                     "grpc.health.v1.Health",
+                                     "grpc.reflection.v1alpha.ServerReflection"};
   if (p.jobs != nullptr) {
     p.jobs_service = std::make_unique<JobsService>(p.jobs.get(), p.authorizer.get());
     builder.RegisterService(p.jobs_service.get());
+    served.insert(served.begin() + 1, taylorshift::v1::Jobs::service_full_name());
+    p.unknown_methods = std::make_unique<UnknownMethodService>(std::move(served));
+    builder.RegisterCallbackGenericService(p.unknown_methods.get());
   } else {
-    p.jobs_off = std::make_unique<JobsOffService>(p.authorizer.get(), config.jobs.elsewhere);
+    p.jobs_off = std::make_unique<JobsOffService>(p.authorizer.get(), config.jobs.elsewhere,
+                                                  std::move(served));
     builder.RegisterCallbackGenericService(p.jobs_off.get());
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
