@@ -21,8 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/build_version.h"
 #include "common/command_line.h"
-#include "common/file_io.h"
+#include "common/file_slice.h"
 #include "common/json_output.h"
 #include "common/status_macros.h"
 #include "model/api/attention_path.h"
@@ -38,6 +39,7 @@
 #include "model/networks/encoder.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
+#include "model/version_fields.h"
 
 namespace ts {
 namespace {
@@ -200,21 +202,22 @@ struct PredictItem {
   AttentionPath path = AttentionPath::kAuto;
 };
 
-// Each file's bytes as tokens (the first `max_length`), or the error that reading it gave.
+// Each file's bytes as tokens (the first `max_length`; only those are read), or the error that
+// reading it gave.
 std::vector<PredictItem> ReadPredictItems(const std::vector<std::string>& files,
                                           std::int64_t max_length) {
   std::vector<PredictItem> items;
   for (const auto& file : files) {
     PredictItem& item = items.emplace_back();
     item.file = file;
-    absl::StatusOr<std::string> read = ReadFile(file);
+    absl::StatusOr<FileSlice> read = ReadFileSlice(file, FileEnd::kHead, max_length);
     if (!read.ok()) {
       item.error = read.status();
       continue;
     }
-    const auto* bytes = reinterpret_cast<const unsigned char*>(read->data());
-    item.truncated = static_cast<std::int64_t>(read->size()) > max_length;
-    item.tokens.assign(bytes, bytes + std::min<std::size_t>(read->size(), max_length));
+    const auto* bytes = reinterpret_cast<const unsigned char*>(read->bytes.data());
+    item.truncated = read->file_bytes > max_length;
+    item.tokens.assign(bytes, bytes + read->bytes.size());
   }
   return items;
 }
@@ -402,6 +405,7 @@ int Main(int argc, char** argv) {
       "files, calibrate the direct/efficient crossover",
       "tsmodel");
   UseFlagConventions(app);
+  AddVersionFlag(app, TorchVersionFields);
   app.require_subcommand(1);
   app.footer("Exit status: 0 success, 1 error, 2 usage error.");
   std::int64_t threads = 0;
