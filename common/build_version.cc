@@ -26,7 +26,8 @@ void AddVersionFlag(CLI::App& app, std::function<std::vector<VersionField>()> fi
       [program, fields = std::move(fields)] {
         return VersionText(program, fields ? fields() : std::vector<VersionField>{});
       },
-      "print the version, git commit and build (LibTorch, CPU kernels, CUDA) and exit");
+      "print the version and the build (git commit; LibTorch, CPU kernels and CUDA where linked) "
+      "and exit");
 }
 
 }  // namespace ts

@@ -24,7 +24,7 @@ struct Output {
   std::string text;
 };
 
-Output Run(const std::string& command) {
+Output RunCommand(const std::string& command) {
   Output output;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return output;
@@ -50,7 +50,8 @@ void ExpectVersionAndCommit(const std::string& program, const Output& run) {
   const std::string commit = CommitOf(run.text);
   EXPECT_THAT(commit, ContainsRegex("^([0-9a-f]{7,40}(-dirty)?|unknown)$")) << run.text;
   // In a git checkout, the commit is HEAD's (the binaries are rebuilt with the tests).
-  const Output head = Run(std::string("git -C ") + TS_SOURCE_DIR + " rev-parse HEAD 2>/dev/null");
+  const Output head =
+      RunCommand(std::string("git -C ") + TS_SOURCE_DIR + " rev-parse HEAD 2>/dev/null");
   if (head.exit_code == 0 && head.text.size() >= 40) {
     const std::string hex = commit.substr(0, commit.find('-'));
     EXPECT_EQ(head.text.rfind(hex, 0), 0u) << "commit " << commit << " is not HEAD " << head.text;
@@ -58,7 +59,7 @@ void ExpectVersionAndCommit(const std::string& program, const Output& run) {
 }
 
 TEST(VersionFlagTest, TsctlPrintsVersionAndCommitOnly) {
-  const Output run = Run(std::string(TS_TSCTL_BINARY) + " --version");
+  const Output run = RunCommand(std::string(TS_TSCTL_BINARY) + " --version");
   ExpectVersionAndCommit("tsctl", run);
   EXPECT_THAT(run.text, Not(HasSubstr("libtorch")));  // the client links no LibTorch
 }
@@ -68,14 +69,14 @@ TEST(VersionFlagTest, TorchBinariesAlsoPrintLibTorchCpuKernelsAndCuda) {
        {std::string(TS_TSSERVER_BINARY), std::string(TS_TSWORKER_BINARY),
         std::string(TS_TSMODEL_BINARY)}) {
     const std::string program = binary.substr(binary.rfind('/') + 1);
-    const Output run = Run(binary + " --version");
+    const Output run = RunCommand(binary + " --version");
     SCOPED_TRACE(program);
     ExpectVersionAndCommit(program, run);
     EXPECT_THAT(run.text, ContainsRegex("\nlibtorch: [0-9]+\\.[0-9]+"));
     EXPECT_THAT(run.text, ContainsRegex("\ncpu kernels: (default|avx2|avx512|avx512_bf16|amx)"));
     EXPECT_THAT(run.text, ContainsRegex("\ncuda: (built with CUDA|not built with CUDA)"));
     // The kernel level follows TS_CPU_CAPABILITY's cap, as the kernels do.
-    const Output capped = Run("TS_CPU_CAPABILITY=default " + binary + " --version");
+    const Output capped = RunCommand("TS_CPU_CAPABILITY=default " + binary + " --version");
     EXPECT_THAT(capped.text, ContainsRegex("\ncpu kernels: default"));
   }
 }
