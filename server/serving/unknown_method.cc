@@ -35,6 +35,7 @@ grpc::Status UnknownMethodStatus(std::string_view method,
   std::string message;
   if (descriptor != nullptr) {
     std::vector<std::string> methods;
+    methods.reserve(static_cast<std::size_t>(descriptor->method_count()));
     for (int i = 0; i < descriptor->method_count(); ++i) {
       methods.push_back(descriptor->method(i)->name());
     }
