@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "api/proto_names.h"
+#include "common/build_version.h"
 #include "common/command_line.h"
 
 namespace ts::client {
@@ -68,6 +69,8 @@ void AddConnectionFlags(CLI::App& command, ConnectionFlags* flags) {
 
 Commands::Commands() : app_("tsctl: the remote CLI for TaylorShift Serve", "tsctl") {
   UseFlagConventions(app_);
+  // tsctl links no LibTorch: the version and the commit only.
+  AddVersionFlag(app_);
   // One command per command line: a later word that names another command is an argument.
   app_.require_subcommand(0, 1);
   app_.footer(

@@ -24,7 +24,6 @@
 #include "client/channel.h"
 #include "client/classify_input.h"
 #include "client/command_line.h"
-#include "client/file_util.h"
 #include "client/jobs_commands.h"
 #include "client/load_generator.h"
 #include "client/progress_line.h"
@@ -92,6 +91,21 @@ std::unique_ptr<Classifier::Stub> NewStub(const ConnectionOptions& options) {
   return channel == nullptr ? nullptr : Classifier::NewStub(channel);
 }
 
+// What the server keeps of a document sent to `flags`' model: its GetModel answer with
+// --over-length applied. A server that does not answer GetModel (an older one, a proxy) leaves the
+// limits unknown, and documents are sent whole up to --max-message-bytes.
+DocumentLimits FetchDocumentLimits(Classifier::Stub& stub, const ClassifyFlags& flags) {
+  const ConnectionOptions& connection = flags.common.connection;
+  taylorshift::v1::GetModelRequest request;
+  request.set_name(flags.prototype.model());
+  taylorshift::v1::ModelInfo info;
+  grpc::ClientContext context;
+  PrepareContext(connection, flags.common.UnaryTimeoutMs(), &context);
+  const bool known = stub.GetModel(&context, request, &info).ok();
+  return LimitsFor(known ? &info : nullptr, flags.prototype.over_length(),
+                   connection.max_message_bytes);
+}
+
 int RunModels(const ModelsFlags& flags) {
   std::unique_ptr<Classifier::Stub> stub = NewStub(flags.common.connection);
   taylorshift::v1::ListModelsResponse response;
@@ -132,12 +146,13 @@ int RunClassify(const ClassifyInputs& flags) {
   const bool json = flags.classify.json;
   const ConnectionOptions& connection = flags.classify.common.connection;
 
-  std::optional<absl::StatusOr<std::string>> stdin_document;
-  if (std::count(inputs.begin(), inputs.end(), "-") == 1) {
-    stdin_document = ReadStreamBytes(std::cin, "stdin");
-  }
   std::unique_ptr<Classifier::Stub> stub = NewStub(connection);
   if (stub == nullptr) return kExitError;
+  const DocumentLimits limits = FetchDocumentLimits(*stub, flags.classify);
+  std::optional<absl::StatusOr<std::string>> stdin_document;
+  if (std::count(inputs.begin(), inputs.end(), "-") == 1) {
+    stdin_document = ReadDocumentStream(std::cin, "stdin", limits);
+  }
 
   struct Result {
     grpc::Status status;
@@ -158,7 +173,7 @@ int RunClassify(const ClassifyInputs& flags) {
         return result;
       }
       request.set_document(**stdin_document);
-    } else if (absl::Status read = SetInputFromFile(inputs[index], &request); !read.ok()) {
+    } else if (absl::Status read = SetInputFromFile(inputs[index], limits, &request); !read.ok()) {
       result.status = ToGrpcStatus(read);
       return result;
     }
@@ -234,10 +249,17 @@ int RunBench(const BenchFlags& flags) {
 
   std::optional<RequestGenerator> generator;
   if (!flags.files.empty()) {
+    DocumentLimits limits = LimitsFor(nullptr, "", connection.max_message_bytes);
+    if (protocol == BenchProtocol::kClassify) {
+      std::unique_ptr<Classifier::Stub> stub = NewStub(connection);
+      if (stub == nullptr) return kExitError;
+      limits = FetchDocumentLimits(*stub, flags.classify);
+    }
     std::vector<ClassifyRequest> inputs;
     for (const std::string& file : flags.files) {
       ClassifyRequest input;
-      if (absl::Status read = SetInputFromFile(file, &input); !read.ok()) return LocalError(read);
+      if (absl::Status read = SetInputFromFile(file, limits, &input); !read.ok())
+        return LocalError(read);
       if (absl::Status valid = ValidateProtocolFlags(protocol, http, input.has_image());
           !valid.ok()) {
         return Usage(absl::StrCat(file, ": ", valid.message()));

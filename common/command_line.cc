@@ -26,6 +26,9 @@ std::optional<int> ParseCommandLine(CLI::App& app, std::vector<std::string> args
   } catch (const CLI::CallForAllHelp&) {
     std::cout << app.help("", CLI::AppFormatMode::All);
     return 0;
+  } catch (const CLI::CallForVersion& version) {  // --version (common/build_version.h)
+    std::cout << version.what() << std::flush;
+    return 0;
   } catch (const CLI::ParseError& e) {
     // The help of the (sub)command the error is in: "tsctl jobs list --help".
     std::string command = app.get_name();

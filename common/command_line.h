@@ -24,7 +24,8 @@ constexpr int kUsageExitStatus = 2;
 void UseFlagConventions(CLI::App& app);
 
 // Parses `args` (the words after the program name) with `app`. nullopt: go on. Otherwise the
-// exit status, after printing the help of the (sub)command asked for (stdout, 0) or
+// exit status, after printing the help of the (sub)command asked for or --version's text
+// (stdout, 0) or
 // "PROGRAM: MESSAGE\nRun 'PROGRAM [SUBCOMMAND...] --help' for usage." (stderr, 2).
 std::optional<int> ParseCommandLine(CLI::App& app, std::vector<std::string> args);
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, const char* const* argv);

@@ -32,6 +32,7 @@
 #include "server/serving/kserve_service.h"
 #include "server/serving/model_registry.h"
 #include "server/serving/promotion_follower.h"
+#include "server/serving/unknown_method.h"
 
 namespace ts::server {
 namespace {
@@ -136,6 +137,30 @@ absl::StatusOr<std::unique_ptr<PromotionFollower>> StartFollowing(
   return follower;
 }
 
+// Registers the Jobs service (jobs on) or the jobs-off answer to its RPCs, and the answer to
+// methods no service takes: UNIMPLEMENTED naming what is served instead (unknown_method.h).
+void RegisterJobsAndUnknownMethods(const ServerConfig& config, JobManager* jobs,
+                                   Authorizer* authorizer, grpc::ServerBuilder* builder,
+                                   std::unique_ptr<JobsService>* jobs_service,
+                                   std::unique_ptr<JobsOffService>* jobs_off,
+                                   std::unique_ptr<UnknownMethodService>* unknown_methods) {
+  std::vector<std::string> served = {taylorshift::v1::Classifier::service_full_name(),
+                                     inference::GRPCInferenceService::service_full_name(),
+                                     "grpc.health.v1.Health",
+                                     "grpc.reflection.v1alpha.ServerReflection"};
+  if (jobs != nullptr) {
+    *jobs_service = std::make_unique<JobsService>(jobs, authorizer);
+    builder->RegisterService(jobs_service->get());
+    served.insert(served.begin() + 1, taylorshift::v1::Jobs::service_full_name());
+    *unknown_methods = std::make_unique<UnknownMethodService>(std::move(served));
+    builder->RegisterCallbackGenericService(unknown_methods->get());
+  } else {
+    *jobs_off =
+        std::make_unique<JobsOffService>(authorizer, config.jobs.elsewhere, std::move(served));
+    builder->RegisterCallbackGenericService(jobs_off->get());
+  }
+}
+
 }  // namespace
 
 // Declared in the order they are built; destroyed in reverse (front ends before what they use).
@@ -154,6 +179,7 @@ struct Server::Parts {
   std::unique_ptr<KServeService> kserve;
   std::unique_ptr<JobsService> jobs_service;
   std::unique_ptr<JobsOffService> jobs_off;  // jobs.enabled false: the Jobs RPCs' answer
+  std::unique_ptr<UnknownMethodService> unknown_methods;  // jobs on: unknown methods' answer
   std::unique_ptr<grpc::Server> grpc;
   std::unique_ptr<HttpFrontend> http;
   int port = 0;
@@ -225,13 +251,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   }
   builder.RegisterService(p.classifier.get());
   builder.RegisterService(p.kserve.get());
-  if (p.jobs != nullptr) {
-    p.jobs_service = std::make_unique<JobsService>(p.jobs.get(), p.authorizer.get());
-    builder.RegisterService(p.jobs_service.get());
-  } else {
-    p.jobs_off = std::make_unique<JobsOffService>(p.authorizer.get(), config.jobs.elsewhere);
-    builder.RegisterCallbackGenericService(p.jobs_off.get());
-  }
+  RegisterJobsAndUnknownMethods(config, p.jobs.get(), p.authorizer.get(), &builder, &p.jobs_service,
+                                &p.jobs_off, &p.unknown_methods);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_concurrent_streams);

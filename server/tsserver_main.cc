@@ -21,10 +21,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/build_version.h"
 #include "common/command_line.h"
 #include "common/status_macros.h"
 #include "model/heap_policy.h"
 #include "model/torch_compat.h"
+#include "model/version_fields.h"
 #include "server/config.h"
 #include "server/server.h"
 
@@ -100,6 +102,7 @@ int Run(int argc, char** argv) {
       "metrics. Flags override the config file.",
       "tsserver");
   UseFlagConventions(app);
+  AddVersionFlag(app, TorchVersionFields);
   app.footer(
       "SIGTERM/SIGINT: stop accepting, finish what is queued and in flight within "
       "shutdown_grace, exit 0. Exit 1 on a start-up error, 2 on a usage error.");

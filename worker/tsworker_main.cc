@@ -34,6 +34,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/build_version.h"
 #include "common/command_line.h"
 #include "common/data_root.h"
 #include "common/file_io.h"
@@ -45,6 +46,7 @@
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
 #include "model/training/data_parallel.h"
+#include "model/version_fields.h"
 #include "worker/jobs.h"
 
 namespace ts::worker {
@@ -239,6 +241,7 @@ int Main(int argc, char** argv) {
       "WORLD_SIZE and RANK (absent: one rank).",
       "tsworker");
   UseFlagConventions(app);
+  AddVersionFlag(app, TorchVersionFields);
   app.footer(
       "SIGTERM stops a training job at the next step boundary on every rank (rank 0 saves the "
       "training state; exit 0, \"stopped\"), or while it loads its data, and ends an evaluation "

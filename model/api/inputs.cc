@@ -31,6 +31,11 @@ absl::StatusOr<LengthPolicy> ParseLengthPolicy(std::string_view name) {
       "must be one of truncate, keep_tail, reject, window; got \"", std::string(name), "\""));
 }
 
+std::int64_t WindowStride(const LengthPolicyOptions& options) {
+  return options.window_stride > 0 ? options.window_stride
+                                   : std::max<std::int64_t>(1, options.max_length / 2);
+}
+
 absl::StatusOr<PreparedInput> PrepareTokens(std::string_view tokens,
                                             const LengthPolicyOptions& options) {
   if (options.max_length <= 0) {
@@ -58,9 +63,7 @@ absl::StatusOr<PreparedInput> PrepareTokens(std::string_view tokens,
       return absl::InvalidArgumentError(absl::StrCat(
           "input has ", length, " tokens, over the model's max_length of ", options.max_length));
     case LengthPolicy::kWindow: {
-      const std::int64_t stride = options.window_stride > 0
-                                      ? options.window_stride
-                                      : std::max<std::int64_t>(1, options.max_length / 2);
+      const std::int64_t stride = WindowStride(options);
       // Windows start at 0, stride, 2·stride, …; the last one is aligned to the end so every
       // token is covered and no window is short.
       const std::int64_t windows = 1 + (length - options.max_length + stride - 1) / stride;

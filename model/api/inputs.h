@@ -37,6 +37,9 @@ struct PreparedInput {
   std::int64_t input_tokens = 0;     // tokens before the policy
 };
 
+// The window policy's stride: window_stride, or max_length / 2 (at least 1) when that is 0.
+std::int64_t WindowStride(const LengthPolicyOptions& options);
+
 // INVALID_ARGUMENT for an empty input, or (reject / window) an input over the limits; the
 // message names the limit and the input's length.
 absl::StatusOr<PreparedInput> PrepareTokens(std::string_view tokens,

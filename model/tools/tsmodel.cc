@@ -21,8 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/build_version.h"
 #include "common/command_line.h"
-#include "common/file_io.h"
+#include "common/file_slice.h"
 #include "common/json_output.h"
 #include "common/status_macros.h"
 #include "model/api/attention_path.h"
@@ -39,6 +40,7 @@
 #include "model/networks/encoder.h"
 #include "model/torch_compat.h"
 #include "model/torch_status.h"
+#include "model/version_fields.h"
 
 namespace ts {
 namespace {
@@ -202,17 +204,18 @@ struct PredictItem {
   AttentionPath path = AttentionPath::kAuto;
 };
 
-// Each file's bytes as tokens, or the error that reading it gave. The bytes go through
-// PrepareTokens (model/api/inputs.h), the check the server applies to a document, under the
-// server's default over-length policy (truncate: the first `max_length`), so tsmodel and the
-// server answer the same bytes alike: an empty file is "input is empty (0 tokens)" for both.
+// Each file's bytes as tokens, or the error that reading it gave. Only the first `max_length`
+// bytes are read; they go through PrepareTokens (model/api/inputs.h), the check the server
+// applies to a document, under the server's default over-length policy (truncate: the first
+// `max_length`), so tsmodel and the server answer the same bytes alike: an empty file is "input
+// is empty (0 tokens)" for both.
 std::vector<PredictItem> ReadPredictItems(const std::vector<std::string>& files,
                                           std::int64_t max_length) {
   std::vector<PredictItem> items;
   for (const auto& file : files) {
     PredictItem& item = items.emplace_back();
     item.file = file;
-    absl::StatusOr<std::string> read = ReadFile(file);
+    absl::StatusOr<FileSlice> read = ReadFileSlice(file, FileEnd::kHead, max_length);
     if (!read.ok()) {
       item.error = read.status();
       continue;
@@ -220,14 +223,14 @@ std::vector<PredictItem> ReadPredictItems(const std::vector<std::string>& files,
     LengthPolicyOptions policy;
     policy.max_length = max_length;
     policy.policy = LengthPolicy::kTruncate;
-    absl::StatusOr<PreparedInput> prepared = PrepareTokens(*read, policy);
+    absl::StatusOr<PreparedInput> prepared = PrepareTokens(read->bytes, policy);
     if (!prepared.ok()) {
       item.error = prepared.status();
       continue;
     }
     const std::string& window = prepared->windows.front();
     const auto* bytes = reinterpret_cast<const unsigned char*>(window.data());
-    item.truncated = prepared->truncated;
+    item.truncated = prepared->truncated || read->file_bytes > max_length;
     item.tokens.assign(bytes, bytes + window.size());
   }
   return items;
@@ -416,6 +419,7 @@ int Main(int argc, char** argv) {
       "files, calibrate the direct/efficient crossover",
       "tsmodel");
   UseFlagConventions(app);
+  AddVersionFlag(app, TorchVersionFields);
   app.require_subcommand(1);
   app.footer("Exit status: 0 success, 1 error, 2 usage error.");
   std::int64_t threads = 0;

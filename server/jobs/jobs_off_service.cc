@@ -1,8 +1,11 @@
 #include "server/jobs/jobs_off_service.h"
 
+#include <utility>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/serving/grpc_status.h"
+#include "server/serving/unknown_method.h"
 
 namespace ts::server {
 namespace {
@@ -20,24 +23,19 @@ std::string JobsOffMessage(const std::string& elsewhere) {
   return message;
 }
 
-// Finishes the call with `status` as soon as it starts; never reads or writes a message.
-class FinishingReactor final : public grpc::ServerGenericBidiReactor {
- public:
-  explicit FinishingReactor(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
 }  // namespace
 
-JobsOffService::JobsOffService(const Authorizer* authorizer, const std::string& elsewhere)
-    : authorizer_(authorizer), message_(JobsOffMessage(elsewhere)) {}
+JobsOffService::JobsOffService(const Authorizer* authorizer, const std::string& elsewhere,
+                               std::vector<std::string> served_services)
+    : authorizer_(authorizer),
+      message_(JobsOffMessage(elsewhere)),
+      served_services_(std::move(served_services)) {}
 
 grpc::ServerGenericBidiReactor* JobsOffService::CreateReactor(
     grpc::GenericCallbackServerContext* context) {
   const std::string& method = context->method();
   if (!absl::StartsWith(method, kJobsMethodPrefix)) {
-    return new FinishingReactor(
-        grpc::Status(grpc::StatusCode::UNIMPLEMENTED, absl::StrCat("unknown method ", method)));
+    return new FinishingReactor(UnknownMethodStatus(method, served_services_));
   }
   if (const absl::Status allowed = authorizer_->Check(*context, "admin"); !allowed.ok()) {
     return new FinishingReactor(ToGrpcStatus(allowed));

@@ -1,8 +1,8 @@
 // What a server with jobs.enabled false answers for taylorshift.v1.Jobs: every RPC of the
 // service, unary or streaming and whatever its request, finishes at once with
 // FAILED_PRECONDITION "jobs are disabled on this server (jobs.enabled: false)" and, when
-// jobs.elsewhere is set, where they run. Callers of any other unknown method get gRPC's
-// UNIMPLEMENTED, naming the method.
+// jobs.elsewhere is set, where they run. Callers of any other unknown method get UNIMPLEMENTED
+// naming the method and what is served instead (server/serving/unknown_method.h).
 //
 // It is a generic (ByteBuffer) service, so it needs no list of the Jobs RPCs and answers the
 // ones added later too; gRPC hands it only the calls that no registered service takes. With
@@ -14,6 +14,7 @@
 #include <grpcpp/generic/async_generic_service.h>
 
 #include <string>
+#include <vector>
 
 #include "server/serving/auth.h"
 
@@ -21,8 +22,10 @@ namespace ts::server {
 
 class JobsOffService final : public grpc::CallbackGenericService {
  public:
-  // `elsewhere`: jobs.elsewhere, the hint where jobs run ("" = none).
-  JobsOffService(const Authorizer* authorizer, const std::string& elsewhere);
+  // `elsewhere`: jobs.elsewhere, the hint where jobs run ("" = none). `served_services`: as
+  // UnknownMethodStatus's.
+  JobsOffService(const Authorizer* authorizer, const std::string& elsewhere,
+                 std::vector<std::string> served_services);
 
   // The answer's message.
   const std::string& message() const { return message_; }
@@ -32,6 +35,7 @@ class JobsOffService final : public grpc::CallbackGenericService {
  private:
   const Authorizer* authorizer_;
   const std::string message_;
+  const std::vector<std::string> served_services_;
 };
 
 }  // namespace ts::server

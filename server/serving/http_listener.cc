@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "server/serving/http_body.h"
+#include "server/serving/http_response_encoding.h"
 
 namespace ts::server {
 
@@ -587,6 +588,7 @@ class ConnectionOn final : public Connection {
     response_.emplace();
     response_->version(version_ == 10 ? 10 : 11);
     response_->result(static_cast<unsigned>(answer.status));
+    EncodeForClient(exchange_.headers, &answer.headers, &answer.body);  // gzip only when asked
     for (const auto& [name, value] : answer.headers) response_->set(name, value);
     response_->set(http::field::content_type, answer.content_type);
     response_->body() = std::move(answer.body);

@@ -244,6 +244,9 @@ void FillModelInfo(const ServedModel& model, pb::ModelInfo* info) {
   info->set_crossover_tokens(static_cast<std::uint32_t>(model.crossover_tokens()));
   info->set_crossover_source(model.crossover_source());
   info->set_over_length_policy(std::string(LengthPolicyName(model.config().over_length)));
+  const LengthPolicyOptions policy = model.length_policy();
+  info->set_window_stride(static_cast<std::uint32_t>(WindowStride(policy)));
+  info->set_max_windows(static_cast<std::uint32_t>(policy.max_windows));
   info->set_device(model.device().str());
   info->set_precision(PrecisionName(model.config().precision));
   for (const auto& [batch, tokens] : model.crossover_table().entries()) {

@@ -1,6 +1,8 @@
 // The tsctl binary's classify command against a scripted Classifier service on loopback: what it
-// sends (--top-k, --over-length) and what it prints in text and JSON.
+// sends (--top-k, --over-length, only the part of a document the model uses) and what it prints
+// in text and JSON.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -92,6 +94,102 @@ TEST_F(TsctlClassifyTest, AnUnknownOverLengthPolicyIsAUsageError) {
   EXPECT_THAT(run.err, HasSubstr("--over-length"));
   EXPECT_THAT(run.err, HasSubstr("expected truncate, keep_tail, reject or window"));
   EXPECT_TRUE(service_.requests().empty());  // refused before sending anything
+}
+
+// The model a test scripts for GetModel: max_length bytes, `policy`, stride, window cap.
+taylorshift::v1::ModelInfo ModelWith(std::uint32_t max_length, const std::string& policy,
+                                     std::uint32_t stride, std::uint32_t max_windows) {
+  taylorshift::v1::ModelInfo info;
+  info.set_name("m");
+  info.set_max_length(max_length);
+  info.set_over_length_policy(policy);
+  info.set_window_stride(stride);
+  info.set_max_windows(max_windows);
+  return info;
+}
+
+// A 70 MiB file (sparse past its first bytes) is over the 64 MiB message limit whole, but under
+// truncate the model keeps its first 2048 bytes: tsctl reads and sends max_length + 1 of them.
+TEST_F(TsctlClassifyTest, TruncateSendsOnlyWhatTheModelKeeps) {
+  service_.set_model_info(ModelWith(2048, "truncate", 1024, 16));
+  const std::string big = Write("big.txt", "the head of a long document");
+  ASSERT_EQ(::truncate(big.c_str(), std::int64_t{70} << 20), 0);
+  const ToolRun run = Classify(big);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(service_.requests().size(), 1u);
+  const std::string sent = service_.requests()[0].document();
+  EXPECT_EQ(sent.size(), 2049u);  // one past max_length: the server still answers truncated
+  EXPECT_EQ(sent.substr(0, 27), "the head of a long document");
+
+  // The same from stdin: read as a stream, stopped after max_length + 1 bytes.
+  const ToolRun piped = Classify("- < " + big);
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  ASSERT_EQ(service_.requests().size(), 2u);
+  EXPECT_EQ(service_.requests()[1].document(), sent);
+}
+
+TEST_F(TsctlClassifyTest, KeepTailSendsTheLastMaxLengthPlusOneBytes) {
+  service_.set_model_info(ModelWith(8, "truncate", 4, 16));
+  const std::string file = Write("tail.txt", "0123456789abcdefghijklmnopqrstuvwxyz");
+  ASSERT_EQ(Classify("--over-length keep_tail " + file).exit_code, 0);
+  ASSERT_EQ(Classify("--over-length keep_tail - < " + file).exit_code, 0);
+  ASSERT_EQ(service_.requests().size(), 2u);
+  EXPECT_EQ(service_.requests()[0].document(), "rstuvwxyz");
+  EXPECT_EQ(service_.requests()[1].document(), "rstuvwxyz");
+}
+
+TEST_F(TsctlClassifyTest, WindowOverMaxWindowsIsRefusedBeforeSending) {
+  // max_length 8, stride 4, 2 windows: at most 12 bytes.
+  service_.set_model_info(ModelWith(8, "truncate", 4, 2));
+  const std::string fits = Write("fits.txt", "0123456789ab");
+  ASSERT_EQ(Classify("--over-length window " + fits).exit_code, 0);
+  ASSERT_EQ(service_.requests().size(), 1u);
+  EXPECT_EQ(service_.requests()[0].document(), "0123456789ab");  // windows need it all
+
+  const std::string over = Write("over.txt", "0123456789abcdefghij");
+  for (const std::string& input : {over, "- < " + over}) {
+    const ToolRun run = Classify("--over-length window " + input);
+    EXPECT_EQ(run.exit_code, 1) << input;
+    EXPECT_THAT(run.err, HasSubstr("max_windows of 2: at most 12 bytes")) << input;
+    EXPECT_THAT(run.err, HasSubstr("nothing was sent"));
+  }
+  EXPECT_EQ(service_.requests().size(), 1u);
+}
+
+TEST_F(TsctlClassifyTest, RejectOverMaxLengthIsRefusedBeforeSending) {
+  service_.set_model_info(ModelWith(8, "reject", 4, 2));
+  const ToolRun run = Classify(Write("long.txt", "0123456789"));
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("10 bytes, over model 'm''s max_length of 8 under over-length "
+                                 "policy reject"));
+  EXPECT_THAT(run.err, HasSubstr("--over-length"));
+  EXPECT_TRUE(service_.requests().empty());
+}
+
+// What the server would keep is still over the message limit: refused naming the limit, tsctl's
+// flag and the server's config key, instead of gRPC's "Sent message larger than max".
+TEST_F(TsctlClassifyTest, OverTheMessageLimitIsRefusedNamingFlagAndConfigKey) {
+  service_.set_model_info(ModelWith(100, "window", 100, 100));
+  const std::string file = Write("doc.txt", std::string(5000, 'x'));
+  const ToolRun run = Classify("--max-message-bytes 1000 " + file);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("sending 5000 of 5000 bytes (what the model uses under "
+                                 "over-length policy window) would exceed the message limit of "
+                                 "1000 bytes (tsctl --max-message-bytes; the server's own limit "
+                                 "is its max_message_bytes config key)"));
+  EXPECT_TRUE(service_.requests().empty());
+}
+
+// A server that does not answer GetModel: documents go whole, up to the message limit.
+TEST_F(TsctlClassifyTest, WithoutGetModelTheWholeDocumentIsSentUpToTheLimit) {
+  const std::string file = Write("doc.txt", std::string(5000, 'x'));
+  ASSERT_EQ(Classify(file).exit_code, 0);
+  ASSERT_EQ(service_.requests().size(), 1u);
+  EXPECT_EQ(service_.requests()[0].document().size(), 5000u);
+  const ToolRun run = Classify("--max-message-bytes 1000 " + file);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("--max-message-bytes"));
+  EXPECT_EQ(service_.requests().size(), 1u);
 }
 
 }  // namespace

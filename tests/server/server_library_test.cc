@@ -16,6 +16,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "server/server.h"
@@ -221,6 +222,53 @@ TEST(ServerLibraryTest, JobsOffAnswersEveryJobsRpcSayingSoAndWhereJobsRun) {
   // Nothing was made under state_dir or data_root.
   EXPECT_FALSE(std::filesystem::exists(config.state_dir));
   EXPECT_FALSE(std::filesystem::exists(config.data_root));
+}
+
+// A method no service takes answers UNIMPLEMENTED with a message naming it and what is served
+// instead, with jobs on or off (gRPC's own answer has an empty message).
+TEST(ServerLibraryTest, UnknownMethodsSayWhatIsServedInstead) {
+  for (const bool jobs : {false, true}) {
+    SCOPED_TRACE(jobs ? "jobs on" : "jobs off");
+    ts::testing::FakeClock clock;
+    ServerConfig config = DemoConfig();
+    config.http.listen = "";
+    const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                      ("unknown-method-" + std::to_string(getpid()));
+    config.jobs.enabled = jobs;
+    config.state_dir = (dir / "state").string();
+    config.data_root = (dir / "data").string();
+    auto server = Server::Create(config, &clock, [](const std::string&) {});
+    ASSERT_TRUE(server.ok()) << server.status();
+    grpc::GenericStub generic(
+        grpc::CreateChannel((*server)->grpc_address(), grpc::InsecureChannelCredentials()));
+
+    // Triton's repository RPC, which KServe v2 does not have.
+    const grpc::Status triton =
+        CallWithEmptyRequest(generic, "/inference.GRPCInferenceService/RepositoryIndex");
+    EXPECT_EQ(triton.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_THAT(triton.error_message(),
+                HasSubstr("RepositoryIndex is not implemented by inference.GRPCInferenceService "
+                          "on this server; it answers ServerLive, ServerReady, ModelReady, "
+                          "ServerMetadata, ModelMetadata, ModelInfer, ModelStreamInfer, "
+                          "ModelConfig"));
+    EXPECT_THAT(triton.error_message(), HasSubstr("model repository"));
+    // A method a served service lacks, and a service that is not served.
+    const grpc::Status classifier =
+        CallWithEmptyRequest(generic, "/taylorshift.v1.Classifier/Explain");
+    EXPECT_EQ(classifier.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_THAT(classifier.error_message(),
+                HasSubstr("Explain is not implemented by taylorshift.v1.Classifier on this "
+                          "server; it answers Classify, ClassifyStream, ListModels, GetModel"));
+    const grpc::Status nothing = CallWithEmptyRequest(generic, "/taylorshift.v1.Nothing/Here");
+    EXPECT_EQ(nothing.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_THAT(nothing.error_message(),
+                HasSubstr("unknown method /taylorshift.v1.Nothing/Here: service "
+                          "'taylorshift.v1.Nothing' is not served here; this server serves "
+                          "taylorshift.v1.Classifier, "));
+    EXPECT_EQ(absl::StrContains(nothing.error_message(), "taylorshift.v1.Jobs"), jobs);
+    (*server)->Shutdown(absl::Seconds(5));
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(ServerLibraryTest, JobsOffWithoutAHintSaysWhereToGo) {

@@ -1,7 +1,8 @@
 // A scripted taylorshift.v1.Classifier service on a loopback port, for tests of tsctl's classify
 // command that need the wire but not a model. Classify records each request and answers with the
-// scripted `labels`' probabilities: every class in class order, or (top_k > 0) the top_k best,
-// best first, as the real server does; tokens = document bytes + 1 (CLS). Thread-safe.
+// scripted `labels`' probabilities (GetModel answers the scripted ModelInfo, if any): every class
+// in class order, or (top_k > 0) the top_k best, best first, as the real server does; tokens =
+// document bytes + 1 (CLS). Thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +43,23 @@ class FakeClassifierService final : public taylorshift::v1::Classifier::Service 
     address_ = absl::StrCat("127.0.0.1:", port);
   }
   const std::string& address() const { return address_; }
+
+  // GetModel answers `info` from now on (before: UNIMPLEMENTED, as a server without it).
+  void set_model_info(taylorshift::v1::ModelInfo info) {
+    absl::MutexLock lock(&mu_);
+    model_info_ = std::move(info);
+  }
+
+  grpc::Status GetModel(grpc::ServerContext* /*context*/,
+                        const taylorshift::v1::GetModelRequest* /*request*/,
+                        taylorshift::v1::ModelInfo* response) override {
+    absl::MutexLock lock(&mu_);
+    if (!model_info_.has_value()) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "GetModel is not scripted");
+    }
+    *response = *model_info_;
+    return grpc::Status::OK;
+  }
 
   std::vector<taylorshift::v1::ClassifyRequest> requests() {
     absl::MutexLock lock(&mu_);
@@ -87,6 +106,7 @@ class FakeClassifierService final : public taylorshift::v1::Classifier::Service 
   const std::vector<float> probabilities_;
   absl::Mutex mu_;
   std::vector<taylorshift::v1::ClassifyRequest> requests_ ABSL_GUARDED_BY(mu_);
+  std::optional<taylorshift::v1::ModelInfo> model_info_ ABSL_GUARDED_BY(mu_);
   std::string address_;
   std::unique_ptr<grpc::Server> server_;
 };
