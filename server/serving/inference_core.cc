@@ -285,6 +285,11 @@ absl::Status InferenceCore::AdmitTogether(const CallContext& call,
     auto requested = FromProtoPath(requests[i].path());
     if (!requested.ok()) return refuse(element(requested.status()), nullptr);
     path = *requested;
+    // A path this caller may not choose: Classify refuses each element for that, first.
+    if (path != AttentionPath::kAuto && !options_.classify_diagnostic_options &&
+        !authorizer_->Check(call.authorization, kAdminRole).ok()) {
+      return absl::OkStatus();
+    }
     auto prepared = PrepareInput(requests[i], *model);
     if (!prepared.ok()) return refuse(element(prepared.status()), nullptr);
     std::int64_t tokens = 0;
@@ -294,13 +299,22 @@ absl::Status InferenceCore::AdmitTogether(const CallContext& call,
     rows += windows;
     longest = std::max(longest, tokens + 1);
   }
-  if (cost > model->max_request_mflop()) {
+  // The elements may cost together what one request may, or what as many documents of
+  // max_length cost on AUTO, whichever is more: a batch of plain documents is never refused
+  // (max_infer_batch bounds their count), a batch of windowed or softmax ones is. (The
+  // automatic limits are multiples of one window's cost: sums may differ in the last bits.)
+  const double allowed =
+      std::max(model->max_request_mflop(),
+               static_cast<double>(requests.size()) *
+                   model->EstimateMflop(AttentionPath::kAuto, model->max_length() + 1, 1));
+  if (cost > allowed * (1 + 1e-9)) {
     return refuse(absl::ResourceExhaustedError(absl::StrFormat(
                       "model %s: the request's %d elements together (%d window%s, the longest "
-                      "%d tokens) have an estimated cost of %.0f MFLOP, over "
-                      "max_request_mflop=%.0f; send fewer or shorter elements, or path auto",
+                      "%d tokens) have an estimated cost of %.0f MFLOP, over %.0f MFLOP (the "
+                      "larger of max_request_mflop=%.0f and %d documents of max_length on "
+                      "path auto); send fewer or shorter elements, or path auto",
                       Quoted(name), requests.size(), rows, rows == 1 ? "" : "s", longest, cost,
-                      model->max_request_mflop())),
+                      allowed, model->max_request_mflop(), requests.size())),
                   "over_cost");
   }
   return absl::OkStatus();

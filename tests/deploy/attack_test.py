@@ -23,7 +23,8 @@ sampled from /proc every 20 ms and a second client measures its own latency:
   (classify).
 - cost: KServe v2 REST infer on `source-lang`, 8 documents of 16 KiB with `path: softmax` and
   `over_length: window` (the finding's request): a classify token → 403 naming
-  `auth.classify_diagnostic_options`; an admin token → 429 naming `max_request_mflop`. Then an
+  `auth.classify_diagnostic_options`; an admin token → 429 naming `max_request_mflop` (the
+  elements' costs added up; source-lang's request limit is raised to 200,000 MFLOP here). Then an
   admin's admitted but long request (32 documents of 2 softmax windows of 2,048 tokens, about
   80 s of compute) with `X-Timeout-Ms: 1500`: 504, and a second client's classify on
   `source-lang`, sent 0.5 s into it, is answered within 4.5 s (before: after the whole
@@ -175,8 +176,12 @@ class Server(Endpoint):
             "models": [
                 {"name": "listops",
                  "checkpoint": os.path.join(ROOT, "models", "listops-demo.tsckpt")},
+                # A request limit that admits the long request below (its 32 elements are
+                # admitted together), the automatic batch limit of 5,747 MFLOP (one element per
+                # batch), and still refuses the finding's request (338,543 MFLOP).
                 {"name": "source-lang",
-                 "checkpoint": os.path.join(ROOT, "models", "source-lang-demo.tsckpt")},
+                 "checkpoint": os.path.join(ROOT, "models", "source-lang-demo.tsckpt"),
+                 "max_request_mflop": 200000, "max_batch_mflop": 5747},
             ],
         }
         self.config_path = os.path.join(self.dir, "tsserver.yaml")
@@ -697,8 +702,9 @@ def v2_infer_body(documents, parameters):
 
 
 FINDING_3_PARAMETERS = {"path": "softmax", "over_length": "window"}
-# 2 windows of 2,048 tokens each on softmax: about 5,640 MFLOP, under source-lang's automatic
-# max_request_mflop (5,747), so an admin's request of many is admitted, one per batch.
+# 2 windows of 2,048 tokens each on softmax: about 5,640 MFLOP, under the batch limit (5,747), so
+# an admin's request of many, 180,556 MFLOP together, is admitted under the request limit this
+# server sets (200,000), one element per batch.
 ADMITTED_SOFTMAX_DOCUMENT_BYTES = 3000
 LONG_REQUEST_DOCUMENTS = 32
 LONG_REQUEST_TIMEOUT_MS = 1500
