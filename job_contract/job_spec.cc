@@ -463,6 +463,42 @@ absl::Status NormalizeNumerics(TrainingSpec* spec) {
   return absl::OkStatus();
 }
 
+// workers (ranks) and device: each rank an equal slice of every batch; CUDA ranks one device
+// each, where this build has NCCL.
+absl::Status NormalizeWorkers(TrainingSpec* spec, const SpecRules& jobs) {
+  if (!spec->has_workers()) spec->set_workers(1);
+  if (spec->workers() == 0) {
+    return OutOfRange("workers", 0, 1, absl::StrCat(jobs.limits.max_workers));
+  }
+  if (spec->workers() > static_cast<std::uint32_t>(jobs.limits.max_workers)) {
+    return Exceeds("workers", spec->workers(), "max_workers", jobs.limits.max_workers);
+  }
+  if (spec->batch_size() % spec->workers() != 0) {
+    return Invalid("batch_size", absl::StrCat(spec->batch_size(), " is not divisible by workers ",
+                                              spec->workers(),
+                                              " (each rank takes an equal slice of every batch)"));
+  }
+  TS_RETURN_IF_ERROR(NormalizeDevice(spec->mutable_device(), jobs));
+  if (spec->device() != "cpu" && spec->workers() > 1) {
+    const std::string ranks =
+        absl::StrCat("workers: ", spec->workers(), " ranks from ", spec->device());
+    if (!jobs.cuda_data_parallel) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(ranks,
+                       ": this server's build has no NCCL backend for CUDA ranks (the "
+                       "CUDA build has it), so a CUDA job runs one rank here"));
+    }
+    const std::string last = RankDevice(spec->device(), static_cast<int>(spec->workers()) - 1);
+    int last_index = 0;
+    if (!absl::SimpleAtoi(last.substr(5), &last_index) || last_index >= jobs.cuda_devices) {
+      return absl::FailedPreconditionError(absl::StrCat(ranks, " take one device each, up to ",
+                                                        last, ", but this server sees ",
+                                                        jobs.cuda_devices, " CUDA device(s)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const SpecRules& jobs, int num_cores) {
@@ -495,39 +531,10 @@ absl::Status NormalizeTrainingSpec(TrainingSpec* spec, const SpecRules& jobs, in
     return Invalid("modality",
                    absl::StrCat("must be bytes or pixels, got ", Quoted(spec->modality())));
   }
-  if (!spec->has_workers()) spec->set_workers(1);
-  if (spec->workers() == 0) {
-    return OutOfRange("workers", 0, 1, absl::StrCat(jobs.limits.max_workers));
-  }
-  if (spec->workers() > static_cast<std::uint32_t>(jobs.limits.max_workers)) {
-    return Exceeds("workers", spec->workers(), "max_workers", jobs.limits.max_workers);
-  }
-  if (spec->batch_size() % spec->workers() != 0) {
-    return Invalid("batch_size", absl::StrCat(spec->batch_size(), " is not divisible by workers ",
-                                              spec->workers(),
-                                              " (each rank takes an equal slice of every batch)"));
-  }
   if (spec->max_retries() > static_cast<std::uint32_t>(jobs.limits.max_retries)) {
     return Exceeds("max_retries", spec->max_retries(), "max_retries", jobs.limits.max_retries);
   }
-  TS_RETURN_IF_ERROR(NormalizeDevice(spec->mutable_device(), jobs));
-  if (spec->device() != "cpu" && spec->workers() > 1) {
-    const std::string ranks =
-        absl::StrCat("workers: ", spec->workers(), " ranks from ", spec->device());
-    if (!jobs.cuda_data_parallel) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(ranks,
-                       ": this server's build has no NCCL backend for CUDA ranks (the "
-                       "CUDA build has it), so a CUDA job runs one rank here"));
-    }
-    const std::string last = RankDevice(spec->device(), static_cast<int>(spec->workers()) - 1);
-    int last_index = 0;
-    if (!absl::SimpleAtoi(last.substr(5), &last_index) || last_index >= jobs.cuda_devices) {
-      return absl::FailedPreconditionError(absl::StrCat(ranks, " take one device each, up to ",
-                                                        last, ", but this server sees ",
-                                                        jobs.cuda_devices, " CUDA device(s)"));
-    }
-  }
+  TS_RETURN_IF_ERROR(NormalizeWorkers(spec, jobs));
   TS_RETURN_IF_ERROR(NormalizeNumerics(spec));
   if (spec->has_steps()) {
     FillIntervals(spec);

@@ -460,6 +460,7 @@ TEST_F(CheckpointPromoterTest, RollbacksUnderClassifyLoadFailNoRequest) {
   std::set<std::string> versions;
   std::string first_error;
   std::vector<std::thread> clients;
+  clients.reserve(3);
   for (int t = 0; t < 3; ++t) {
     clients.emplace_back([&, t] {
       for (int i = 0; !stop || i < 50; ++i) {
@@ -468,7 +469,7 @@ TEST_F(CheckpointPromoterTest, RollbacksUnderClassifyLoadFailNoRequest) {
         request.set_document(std::string(static_cast<std::size_t>(1 + (i * 7 + t) % 40), 'x'));
         absl::Notification answered;
         core.Classify(CallContext{}, request,
-                      [&](const absl::Status& status, pb::ClassifyResponse response) {
+                      [&](const absl::Status& status, const pb::ClassifyResponse& response) {
                         absl::MutexLock lock(&mu);
                         if (status.ok()) {
                           ++ok;
