@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "api/api_json.h"
 #include "api/proto_names.h"
+#include "common/quoted.h"
 #include "common/status_macros.h"
 #include "server/serving/grpc_status.h"
 #include "server/serving/kserve_v2.h"
@@ -333,13 +334,36 @@ absl::Status ReadInput(const Json& in, const std::string& at, std::string_view* 
   return absl::OkStatus();
 }
 
+// A body's "model_name" or "model_version" (KServe's Python SDK sends model_name in every
+// request) must be a string equal to the route's; without a version in the route, the body's
+// version is the request's.
+absl::Status CheckBodyNamesRoute(const Json& value, const std::string& key,
+                                 const std::string& route_value) {
+  if (!value.is_string()) return Invalid(key, "must be a string");
+  const auto given = value.get<std::string>();
+  if (key == "model_version" && route_value.empty()) return absl::OkStatus();
+  if (given != route_value) {
+    return Invalid(key,
+                   absl::StrCat(Quoted(given), " differs from the route's ", Quoted(route_value)));
+  }
+  return absl::OkStatus();
+}
+
 // `binary`: the bytes after the JSON header (binary tensor data extension), taken in input order
-// by the inputs with a binary_data_size parameter; every byte must be taken.
+// by the inputs with a binary_data_size parameter; every byte must be taken. `model_name` and
+// `model_version` are the route's.
 absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body,
+                                                           const std::string& model_name,
+                                                           const std::string& model_version,
                                                            std::string_view binary = {}) {
   v2::ModelInferRequest request;
   for (const auto& [key, value] : body.items()) {
-    if (key == "id") {
+    if (key == "model_name") {
+      TS_RETURN_IF_ERROR(CheckBodyNamesRoute(value, key, model_name));
+    } else if (key == "model_version") {
+      TS_RETURN_IF_ERROR(CheckBodyNamesRoute(value, key, model_version));
+      request.set_model_version(value.get<std::string>());
+    } else if (key == "id") {
       if (!value.is_string()) return Invalid("id", "must be a string");
       request.set_id(value.get<std::string>());
     } else if (key == "parameters") {
@@ -365,7 +389,9 @@ absl::StatusOr<v2::ModelInferRequest> InferRequestFromJson(const Json& body,
         }
       }
     } else {
-      return Invalid(key, "unknown key (known: id, parameters, inputs, outputs)");
+      return Invalid(key,
+                     "unknown key (known: id, model_name, model_version, parameters, inputs, "
+                     "outputs)");
     }
   }
   if (!binary.empty()) {
@@ -651,10 +677,11 @@ void AddModelRoutes(const RouteAdder& route, Inference* inference, const RouteOp
         if (!split.ok()) return ErrorAnswer(split.status());
         auto body = ParseJsonText(split->json, options.max_json_depth);
         if (!body.ok()) return ErrorAnswer(body.status());
-        auto infer = InferRequestFromJson(*body, split->binary);
+        auto infer = InferRequestFromJson(*body, request.path_groups[0], request.path_groups[1],
+                                          split->binary);
         if (!infer.ok()) return ErrorAnswer(infer.status());
         infer->set_model_name(request.path_groups[0]);
-        infer->set_model_version(request.path_groups[1]);
+        if (!request.path_groups[1].empty()) infer->set_model_version(request.path_groups[1]);
         call.protocol = CallContext::kProtocolV2Rest;
         return Infer(inference, options, call, *infer);
       },

@@ -18,6 +18,8 @@ runs each in Markdown order, so that a documented example cannot break silently.
   of its file runs.
 - `<!-- doc-test: replace `OLD` `NEW` REASON -->` substitutes NEW for OLD in the next block
   (a training job's step count, say); a replacement that finds nothing fails.
+- `<!-- doc-test: venv NAME -->` runs the next python block with the python of the project venv
+  given as `--venv NAME=DIR` (a client from PyPI, say); without that argument the block fails.
 
 Each Markdown file gets a fresh work directory (the repository's top-level folders symlinked
 in, so `proto/...` and `models/...` resolve as from the repository root; files the examples
@@ -35,7 +37,7 @@ that fails the block.
 Only the standard library and python3-yaml (as deploy_lib.py).
 
 Usage: doc_examples_test.py --tsserver BIN --tsctl BIN --tsmodel BIN [--tsworker BIN]
-       [--only FILE.md]... [--keep] [--verbose]
+       [--venv NAME=DIR]... [--only FILE.md]... [--keep] [--verbose]
 (--keep leaves the work dirs for a look, --verbose prints every block's output)"""
 
 import argparse
@@ -59,6 +61,7 @@ from deploy_lib import stop, wait_for  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_CONFIG = os.path.join(ROOT, "config", "default.yaml")
 RUN_LANGUAGES = {"sh", "bash", "python"}
+ARGS_VENVS = {}  # --venv NAME=DIR
 BLOCK_TIMEOUT_S = 150
 FENCE_RE = re.compile(r"^(\s*)```(\S*)\s*$")
 MARKER_RE = re.compile(r"^\s*<!--\s*doc-test:\s*(\w+)\s*(.*?)\s*-->\s*$")
@@ -178,7 +181,7 @@ def extract(doc_path):
         i += 1
     for block in blocks:
         for kind, argument in block.markers:
-            if kind not in ("skip", "setup", "write", "replace"):
+            if kind not in ("skip", "setup", "write", "replace", "venv"):
                 raise ValueError(f"{block.where}: unknown doc-test marker {kind!r}")
             if kind == "skip" and not argument:
                 raise ValueError(f"{block.where}: a skip marker needs a reason")
@@ -305,7 +308,13 @@ def run_block(block, text, work):
     """(ok, seconds, log text)."""
     trace = os.path.join(work, ".doc-test-trace")
     if block.language == "python":
-        command = ["/usr/bin/python3", "-c", text]
+        venvs = [argument for kind, argument in block.markers if kind == "venv"]
+        python = "/usr/bin/python3"
+        if venvs:
+            if venvs[0] not in ARGS_VENVS:
+                return False, 0.0, f"no --venv {venvs[0]}=DIR given for this block"
+            python = os.path.join(ARGS_VENVS[venvs[0]], "bin", "python")
+        command = [python, "-c", text]
     else:
         command = ["bash", "-c",
                    f"exec 9>{shlex.quote(trace)}; BASH_XTRACEFD=9; PS4='+ '; "
@@ -411,6 +420,8 @@ def main():
                         help="default: tsworker next to tsserver")
     parser.add_argument("--only", action="append", default=[],
                         help="run only this Markdown file (relative to the repository)")
+    parser.add_argument("--venv", action="append", default=[], metavar="NAME=DIR",
+                        help="a project venv for python blocks marked `doc-test: venv NAME`")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the output of every block, not only of those that fail")
@@ -421,6 +432,11 @@ def main():
         setattr(args, name, os.path.abspath(getattr(args, name)))
         if not os.access(getattr(args, name), os.X_OK):
             parser.error(f"--{name} {getattr(args, name)}: not an executable")
+    for venv in args.venv:
+        name, sep, directory = venv.partition("=")
+        if not sep or not name:
+            parser.error(f"--venv {venv}: expected NAME=DIR")
+        ARGS_VENVS[name] = os.path.abspath(directory)
 
     docs = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
     if args.only:

@@ -80,6 +80,37 @@ TEST(HttpFrontendTest, V2InferAnswersJsonTensorsWithExactFloats) {
   EXPECT_STREQ(fake.contexts()[0].protocol, "v2_rest");
 }
 
+// KServe's Python SDK (kserve 0.21, InferenceRESTClient) puts "model_name" in every v2 body: it
+// is accepted when it names the route's model, as is a "model_version" the route leaves open.
+TEST(HttpFrontendTest, V2InferBodyMayNameTheRoutesModelAsKServesSdkDoes) {
+  FakeInference fake;
+  const std::string inputs =
+      R"("inputs": [{"name": "document", "datatype": "BYTES", "shape": [1], "data": ["ab"]}])";
+  const auto body = [&](const std::string& names) { return "{" + names + ", " + inputs + "}"; };
+  EXPECT_EQ(
+      Call(fake, "POST", "/v2/models/m/infer", body(R"("id": "k", "model_name": "m")")).status,
+      200);
+  EXPECT_EQ(Call(fake, "POST", "/v2/models/m/infer", body(R"("model_version": "v1")")).status, 200);
+  EXPECT_EQ(
+      Call(fake, "POST", "/v2/models/m/versions/v1/infer", body(R"("model_version": "v1")")).status,
+      200);
+  const auto refused = [&](const std::string& path, const std::string& names, int status,
+                           const std::string& text) {
+    const HttpAnswer answer = Call(fake, "POST", path, body(names));
+    EXPECT_EQ(answer.status, status) << answer.body;
+    EXPECT_THAT(answer.body, HasSubstr(text));
+  };
+  refused("/v2/models/m/infer", R"("model_name": "other")", 400,
+          R"(model_name: \"other\" differs from the route's \"m\")");
+  refused("/v2/models/m/infer", R"("model_name": 3)", 400, "model_name: must be a string");
+  refused("/v2/models/m/versions/v1/infer", R"("model_version": "v2")", 400,
+          R"(model_version: \"v2\" differs from the route's \"v1\")");
+  // A version named only in the body is the request's version: one the model lacks is 404.
+  refused("/v2/models/m/infer", R"("model_version": "v9")", 404, "has no version");
+  refused("/v2/models/m/infer", R"("model": "m")", 400,
+          "model: unknown key (known: id, model_name, model_version, parameters, inputs, outputs)");
+}
+
 TEST(HttpFrontendTest, PlainClassifyRouteAnswersTsctlsJson) {
   FakeInference fake;
   auto answer = Call(fake, "POST", "/v1/models/m:classify",
