@@ -63,12 +63,7 @@ class PartialFile {
           errno, absl::StrCat("cannot rename ", temp_, " to ", path_, ": ", std::strerror(errno)));
     }
     committed_ = true;
-    const auto slash = path_.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash + 1);
-    if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
-      ::fsync(dir_fd);
-      ::close(dir_fd);
-    }
+    SyncParentDirectory(path_);
     return absl::OkStatus();
   }
 

@@ -73,14 +73,17 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
     ::unlink(temp.c_str());
     return FileErrorStatus(error_number, message);
   }
-  // Make the rename itself durable.
+  SyncParentDirectory(path);  // the rename itself durable
+  return absl::OkStatus();
+}
+
+void SyncParentDirectory(const std::string& path) {
   const auto slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
-  return absl::OkStatus();
 }
 
 absl::Status CreateDirectories(const std::string& dir) {

@@ -18,6 +18,10 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
 // NOT_FOUND for ENOENT and ENOTDIR, INTERNAL otherwise.
 absl::Status FileErrorStatus(int error_number, const std::string& message);
 
+// Makes a rename of or into `path` durable: fsyncs the directory that holds `path` (best effort:
+// a directory that cannot be opened is left as it is, as the rename already happened).
+void SyncParentDirectory(const std::string& path);
+
 // Creates the directory `dir` and its missing parents; INTERNAL "cannot create DIR: WHY".
 absl::Status CreateDirectories(const std::string& dir);
 
