@@ -32,6 +32,7 @@
 #include "server/serving/kserve_service.h"
 #include "server/serving/model_registry.h"
 #include "server/serving/promotion_follower.h"
+#include "server/serving/reflection_v1_service.h"
 #include "server/serving/unknown_method.h"
 
 namespace ts::server {
@@ -139,11 +140,13 @@ absl::StatusOr<std::unique_ptr<PromotionFollower>> StartFollowing(
 
 // Registers the Jobs service (jobs on) or the jobs-off answer to its RPCs, and the answer to
 // methods no service takes: UNIMPLEMENTED naming what is served instead (unknown_method.h).
+// Reflection v1 (reflection_v1_service.h) lists the same services as gRPC's v1alpha.
 void RegisterJobsAndUnknownMethods(const ServerConfig& config, JobManager* jobs,
                                    Authorizer* authorizer, grpc::ServerBuilder* builder,
                                    std::unique_ptr<JobsService>* jobs_service,
                                    std::unique_ptr<JobsOffService>* jobs_off,
-                                   std::unique_ptr<UnknownMethodService>* unknown_methods) {
+                                   std::unique_ptr<UnknownMethodService>* unknown_methods,
+                                   std::unique_ptr<ReflectionV1Service>* reflection_v1) {
   std::vector<std::string> served = {taylorshift::v1::Classifier::service_full_name(),
                                      inference::GRPCInferenceService::service_full_name(),
                                      "grpc.health.v1.Health",
@@ -152,6 +155,11 @@ void RegisterJobsAndUnknownMethods(const ServerConfig& config, JobManager* jobs,
     *jobs_service = std::make_unique<JobsService>(jobs, authorizer);
     builder->RegisterService(jobs_service->get());
     served.insert(served.begin() + 1, taylorshift::v1::Jobs::service_full_name());
+  }
+  *reflection_v1 = std::make_unique<ReflectionV1Service>(served);
+  builder->RegisterService(reflection_v1->get());
+  served.push_back(grpc::reflection::v1::ServerReflection::service_full_name());
+  if (jobs != nullptr) {
     *unknown_methods = std::make_unique<UnknownMethodService>(std::move(served));
     builder->RegisterCallbackGenericService(unknown_methods->get());
   } else {
@@ -180,6 +188,7 @@ struct Server::Parts {
   std::unique_ptr<JobsService> jobs_service;
   std::unique_ptr<JobsOffService> jobs_off;  // jobs.enabled false: the Jobs RPCs' answer
   std::unique_ptr<UnknownMethodService> unknown_methods;  // jobs on: unknown methods' answer
+  std::unique_ptr<ReflectionV1Service> reflection_v1;
   std::unique_ptr<grpc::Server> grpc;
   std::unique_ptr<HttpFrontend> http;
   int port = 0;
@@ -252,7 +261,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(
   builder.RegisterService(p.classifier.get());
   builder.RegisterService(p.kserve.get());
   RegisterJobsAndUnknownMethods(config, p.jobs.get(), p.authorizer.get(), &builder, &p.jobs_service,
-                                &p.jobs_off, &p.unknown_methods);
+                                &p.jobs_off, &p.unknown_methods, &p.reflection_v1);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_concurrent_streams);

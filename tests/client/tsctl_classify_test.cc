@@ -192,5 +192,44 @@ TEST_F(TsctlClassifyTest, WithoutGetModelTheWholeDocumentIsSentUpToTheLimit) {
   EXPECT_EQ(service_.requests().size(), 1u);
 }
 
+// Issue 44: tsctl bench --files reads its inputs through the same bounded read as classify
+// (common/file_slice.h). A 64 GiB file (sparse past its head) is benchmarked at once, each request
+// carrying what the model keeps under the policy (truncate: the first max_length + 1 bytes,
+// keep_tail: the last ones), the same requests as for the file cut to those bytes.
+TEST_F(TsctlClassifyTest, BenchFilesSendsOnlyWhatTheModelKeepsOfAHugeFile) {
+  service_.set_model_info(ModelWith(2048, "truncate", 1024, 16));
+  std::string head = "the head of a huge document ";
+  while (head.size() < 3000) head += head;
+  const std::string big = Write("huge.txt", head);
+  ASSERT_EQ(::truncate(big.c_str(), std::int64_t{64} << 30), 0);
+  const std::string cut = Write("cut.txt", head.substr(0, 2049));
+  const auto bench = [this](const std::string& args) {
+    const std::string out = (dir_ / "stdout").string(), err = (dir_ / "stderr").string();
+    const std::string command = std::string(TS_TSCTL_BINARY) + " bench --model m --server " +
+                                service_.address() + " --timeout-ms 10000 --concurrency 1 " +
+                                "--requests 2 " + args + " >" + out + " 2>" + err;
+    const int status = std::system(command.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadAll(err);
+  };
+  bench("--files " + big);
+  bench("--files " + cut);
+  const auto requests = service_.requests();
+  ASSERT_EQ(requests.size(), 4u);
+  EXPECT_EQ(requests[0].document().size(), 2049u);
+  EXPECT_EQ(requests[0].document(), head.substr(0, 2049));
+  for (const auto& request : requests) EXPECT_EQ(request.document(), requests[0].document());
+
+  // keep_tail: the file's last 2049 bytes (zeros, the sparse part), as for a file of them.
+  const std::string tail = Write("tail.txt", std::string(2049, '\0'));
+  bench("--over-length keep_tail --files " + big);
+  bench("--over-length keep_tail --files " + tail);
+  const auto tails = service_.requests();
+  ASSERT_EQ(tails.size(), 8u);
+  for (std::size_t i = 4; i < 8; ++i) {
+    EXPECT_EQ(tails[i].document(), std::string(2049, '\0')) << i;
+    EXPECT_EQ(tails[i].over_length(), "keep_tail") << i;
+  }
+}
+
 }  // namespace
 }  // namespace ts::client

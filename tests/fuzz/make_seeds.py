@@ -96,6 +96,33 @@ write("v2_json_body_fuzz", "binary_appended",
       sel(DOC | BINARY_HEADER) + b'{"inputs": [{"name": "document", "datatype": "BYTES", '
       b'"shape": [1], "parameters": {"binary_data_size": 9}}]}' + b"\x05\x00\x00\x00hello")
 
+# --- the binary tensor data extension, structured (tests/fuzz/v2_binary_body_fuzz.cc) ---------
+# Bytes 0-4: flags, layout, image, the header and binary_data_size offsets; then the payload.
+def binary_seed(flags, layout, image=0, header_delta=0, size_delta=0, payload=b""):
+    return bytes([flags, layout, image, header_delta & 0xFF, size_delta & 0xFF]) + payload
+
+
+BINARY_SEEDS = {
+    # Two documents (lengths 5 and 3), both outputs asked, all answered as binary.
+    "documents": binary_seed(2, 2 | (3 << 4), payload=b"\x04hello\x02abc"),
+    # [2, 1] documents, probabilities as binary and the label as JSON (per-output parameters).
+    "per_output": binary_seed(4, 2 | 8 | (3 << 4) | 64, payload=b"\x00x\x01yz"),
+    # One 2x3 RGB image, classification on the probabilities output.
+    "image_rgb": binary_seed(1 | 2, 1 | 8 | (1 << 4), image=1 | (2 << 2) | 32,
+                             payload=bytes(range(0, 180, 10))),
+    # The header's length one byte short, binary_data_size one too many.
+    "header_short": binary_seed(8, 1, header_delta=-1, payload=b"\x03abcd"),
+    "size_over": binary_seed(16, 1, size_delta=1, payload=b"\x03abcd"),
+    # data and binary_data_size together; a second input; raw bytes with a broken length prefix.
+    "data_and_size": binary_seed(32, 1, payload=b"\x00a"),
+    "two_inputs": binary_seed(64, 1, payload=b"\x00a\x03xyz"),
+    "raw_prefix": binary_seed(128, 1, payload=b"\xff\x00\x00\x00ab"),
+    # Pixels the shape does not account for.
+    "pixels_raw": binary_seed(1 | 128, 2, image=5, payload=b"\x01\x02\x03"),
+}
+for name, data in BINARY_SEEDS.items():
+    write("v2_binary_body_fuzz", name, data)
+
 # --- the plain route (tests/server/http_frontend_test.cc, README) ----------------------------
 PLAIN = {
     "text": (DOC, '{"text": "hello", "top_k": 2, "request_id": "r", "over_length": "reject"}'),

@@ -4,6 +4,8 @@
 // server keeps serving, an expired deadline skips compute, a full queue says which limit, metrics
 // pass promtool, health, auth, TLS, message limits, calibration and windows behave. What only a
 // process shows (signals, the ready file, exit codes) is tests/server/tsserver_process_test.cc.
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 
 #include "common/file_io.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "model/checkpoints/checkpoint.h"
 #include "model/kernels/mixed_linear.h"
@@ -644,6 +647,149 @@ TEST_F(ServerIntegrationConfigTest, DiscoveryStaysOpenWhenConfiguredOrWithoutTok
     EXPECT_TRUE(listed.status.ok()) << auth << listed.status.error_message();
     EXPECT_NE(listed.bytes.find("taylorshift.v1.Classifier"), std::string::npos) << auth;
   }
+}
+
+// One grpc.reflection.v1 stream: sends `requests` in order, reading each answer before the next
+// (one answer per request), and returns the answers and the stream's status.
+struct ReflectionV1Exchange {
+  std::vector<grpc::reflection::v1::ServerReflectionResponse> responses;
+  grpc::Status status;
+};
+ReflectionV1Exchange ReflectV1(
+    const std::string& address, const std::string& token,
+    const std::vector<grpc::reflection::v1::ServerReflectionRequest>& requests) {
+  auto stub = grpc::reflection::v1::ServerReflection::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  auto stream = stub->ServerReflectionInfo(&context);
+  ReflectionV1Exchange exchange;
+  for (const auto& request : requests) {
+    grpc::reflection::v1::ServerReflectionResponse response;
+    if (!stream->Write(request) || !stream->Read(&response)) break;
+    exchange.responses.push_back(std::move(response));
+  }
+  stream->WritesDone();
+  exchange.status = stream->Finish();
+  return exchange;
+}
+
+// Issue 44: newer grpcurl, Postman and grpcio-reflection ask grpc.reflection.v1 first; gRPC 1.51
+// has only v1alpha, so v1 answered UNIMPLEMENTED. Now every request kind is answered from the
+// generated pool, each file once per stream, behind the same discovery guard as v1alpha.
+TEST_F(ServerIntegrationConfigTest, ReflectionV1AnswersEveryRequestKindBehindTheDiscoveryGuard) {
+  using grpc::reflection::v1::ServerReflectionRequest;
+  std::ofstream(dir_ + "/auth.yaml")
+      << "listen: 127.0.0.1:0\nmetrics_listen: ''\n"
+         "auth: {tokens: {s3cret: [classify]}}\n"
+         "models: [{name: tiny, checkpoint: tiny.tsckpt, device: cpu}]\n";
+  auto server = StartServer(dir_ + "/auth.yaml", &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->grpc_address();
+
+  ServerReflectionRequest list;
+  list.set_list_services("");
+  for (const std::string& token : {std::string(""), std::string("wrong")}) {
+    const ReflectionV1Exchange refused = ReflectV1(address, token, {list});
+    EXPECT_FALSE(refused.status.ok()) << token;
+    EXPECT_NE(refused.status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << token;
+    EXPECT_TRUE(refused.responses.empty()) << token;
+  }
+
+  ServerReflectionRequest classifier;
+  classifier.set_file_containing_symbol("taylorshift.v1.Classifier.Classify");
+  ServerReflectionRequest inference;
+  inference.set_file_containing_symbol("inference.GRPCInferenceService");
+  ServerReflectionRequest missing;
+  missing.set_file_containing_symbol("taylorshift.v1.NoSuchService");
+  ServerReflectionRequest by_name;
+  by_name.set_file_by_filename("taylorshift/v1/classifier.proto");
+  ServerReflectionRequest missing_file;
+  missing_file.set_file_by_filename("no/such.proto");
+  ServerReflectionRequest extension;
+  extension.mutable_file_containing_extension()->set_containing_type("google.protobuf.FileOptions");
+  extension.mutable_file_containing_extension()->set_extension_number(12345);
+  ServerReflectionRequest numbers;
+  numbers.set_all_extension_numbers_of_type("taylorshift.v1.ClassifyRequest");
+  ServerReflectionRequest no_type;
+  no_type.set_all_extension_numbers_of_type("taylorshift.v1.Nope");
+  const ReflectionV1Exchange exchange = ReflectV1(
+      address, "s3cret",
+      {list, classifier, inference, missing, by_name, missing_file, extension, numbers, no_type});
+  ASSERT_TRUE(exchange.status.ok()) << exchange.status.error_message();
+  ASSERT_EQ(exchange.responses.size(), 9u);
+  const auto& r = exchange.responses;
+
+  std::set<std::string> services;
+  for (const auto& service : r[0].list_services_response().service()) {
+    services.insert(service.name());
+  }
+  for (const char* name :
+       {"taylorshift.v1.Classifier", "taylorshift.v1.Jobs", "inference.GRPCInferenceService",
+        "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
+        "grpc.reflection.v1.ServerReflection"}) {
+    EXPECT_EQ(services.count(name), 1u) << name;
+  }
+  EXPECT_EQ(r[0].original_request().message_request_case(), ServerReflectionRequest::kListServices);
+
+  // The files rebuild a pool in which the services and their methods resolve; no file twice.
+  google::protobuf::DescriptorPool pool;
+  std::vector<google::protobuf::FileDescriptorProto> files;
+  std::set<std::string> names;
+  for (int i : {1, 2}) {
+    ASSERT_TRUE(r[i].has_file_descriptor_response()) << r[i].DebugString();
+    for (const std::string& bytes : r[i].file_descriptor_response().file_descriptor_proto()) {
+      google::protobuf::FileDescriptorProto file;
+      ASSERT_TRUE(file.ParseFromString(bytes));
+      EXPECT_TRUE(names.insert(file.name()).second) << file.name() << " sent twice";
+      files.push_back(std::move(file));
+    }
+  }
+  EXPECT_EQ(files.front().name(), "taylorshift/v1/classifier.proto");
+  // Dependencies follow what needs them; the pool takes a file once its imports are in it.
+  for (std::size_t round = 0; round < files.size(); ++round) {
+    for (const auto& file : files) {
+      if (pool.FindFileByName(file.name()) != nullptr) continue;
+      bool ready = true;
+      for (const std::string& dependency : file.dependency()) {
+        ready = ready && pool.FindFileByName(dependency) != nullptr;
+      }
+      if (ready) {
+        ASSERT_NE(pool.BuildFile(file), nullptr) << file.name();
+      }
+    }
+  }
+  const auto* service = pool.FindServiceByName("taylorshift.v1.Classifier");
+  ASSERT_NE(service, nullptr);
+  EXPECT_NE(service->FindMethodByName("Classify"), nullptr);
+  ASSERT_NE(pool.FindServiceByName("inference.GRPCInferenceService"), nullptr);
+  EXPECT_NE(
+      pool.FindServiceByName("inference.GRPCInferenceService")->FindMethodByName("ModelInfer"),
+      nullptr);
+
+  EXPECT_EQ(r[3].error_response().error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  EXPECT_NE(r[3].error_response().error_message().find("taylorshift.v1.NoSuchService"),
+            std::string::npos);
+  // Already sent in this stream: the file by name comes back empty.
+  ASSERT_TRUE(r[4].has_file_descriptor_response()) << r[4].DebugString();
+  EXPECT_EQ(r[4].file_descriptor_response().file_descriptor_proto_size(), 0);
+  EXPECT_EQ(r[5].error_response().error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  EXPECT_NE(r[5].error_response().error_message().find("no/such.proto"), std::string::npos);
+  EXPECT_EQ(r[6].error_response().error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  EXPECT_NE(r[6].error_response().error_message().find("12345"), std::string::npos);
+  EXPECT_EQ(r[7].all_extension_numbers_response().base_type_name(),
+            "taylorshift.v1.ClassifyRequest");
+  EXPECT_EQ(r[7].all_extension_numbers_response().extension_number_size(), 0);
+  EXPECT_EQ(r[8].error_response().error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+
+  // A new stream sends the files again.
+  const ReflectionV1Exchange again = ReflectV1(address, "s3cret", {by_name});
+  ASSERT_EQ(again.responses.size(), 1u);
+  EXPECT_GT(again.responses[0].file_descriptor_response().file_descriptor_proto_size(), 0);
+  // v1alpha lists v1 too.
+  const ReflectionAnswer alpha = ListServicesByReflection(address, "s3cret");
+  EXPECT_NE(alpha.bytes.find("grpc.reflection.v1.ServerReflection"), std::string::npos);
 }
 
 // Issue 41: /metrics was plaintext and open. metrics_tls + metrics_require_token: HTTPS, and a

@@ -1,6 +1,7 @@
 // Runs the real `tsmodel` binary (path from TS_TSMODEL_BINARY) against the PyTorch fixture.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -196,6 +197,34 @@ TEST_F(TsmodelTest, PredictReportsAMissingFileInPlaceAndStillClassifiesTheOthers
       << lines[1];
   EXPECT_EQ(objects[2].value("file", ""), last);
   EXPECT_EQ(objects[2].value("tokens", -1), 12) << lines[2];
+}
+
+// Issue 44: tsmodel predict reads only the first max_length bytes of a file (common/file_slice.h):
+// a 64 GiB file (sparse past its head; reading it whole would need 64 GiB of memory) is
+// predicted at once, with the tokens and logits of the file cut to max_length + 1 bytes.
+TEST_F(TsmodelTest, PredictReadsOnlyTheHeadTheModelKeepsOfAHugeFile) {
+  Import();
+  const std::string head =
+      "TaylorShift: linear attention for long documents, read only at the head.";
+  ASSERT_GT(head.size(), 65u);  // max_length of the fixture: 64
+  const std::string big = dir_ + "/huge.txt", cut = dir_ + "/cut.txt";
+  WriteText(big, head);
+  ASSERT_EQ(::truncate(big.c_str(), std::int64_t{64} << 30), 0);
+  WriteText(cut, head.substr(0, 65));
+  const ToolRun run =
+      Tsmodel("predict --checkpoint " + checkpoint_ + " --threads 1 " + big + " " + cut);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto lines = Lines(run.out);
+  ASSERT_EQ(lines.size(), 2u) << run.out;
+  auto huge = nlohmann::json::parse(lines[0], nullptr, false);
+  auto small = nlohmann::json::parse(lines[1], nullptr, false);
+  ASSERT_TRUE(huge.is_object() && small.is_object()) << run.out;
+  EXPECT_EQ(huge["tokens"], 65) << lines[0];
+  EXPECT_EQ(huge["truncated"], true) << lines[0];
+  EXPECT_EQ(huge["file"], big);
+  huge.erase("file");
+  small.erase("file");
+  EXPECT_EQ(huge, small);
 }
 
 TEST_F(TsmodelTest, CalibrateThenUseTheCalibration) {
