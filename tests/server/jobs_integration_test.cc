@@ -688,6 +688,191 @@ TEST_F(JobsIntegrationTest, JobsNeedTheAdminRole) {
   EXPECT_EQ(rollback("operator"), grpc::StatusCode::OK);
 }
 
+// Issue 45, ownership and quotas: with two admin tokens, bob cannot read, watch, cancel, delete,
+// promote or download alice's job (PERMISSION_DENIED naming the job and the all_jobs role), his
+// list leaves it out, and a token with all_jobs reaches both; each job shows its submitter; the
+// per-identity limits refuse alice's submissions naming the key while bob's still go in.
+TEST_F(JobsIntegrationTest, AnotherTokensJobsNeedTheAllJobsRoleAndQuotasArePerIdentity) {
+  {
+    std::ifstream in(dir_ + "/config.yaml");
+    std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string jobs_line = "jobs: {max_concurrent: 1, threads_per_job: 1}\n";
+    const std::size_t at = config.find(jobs_line);
+    ASSERT_NE(at, std::string::npos);
+    config.replace(at, jobs_line.size(),
+                   "jobs: {max_concurrent: 1, threads_per_job: 1,\n"
+                   "       per_identity: {max_queued: 2, max_total_steps: 150000}}\n"
+                   "auth: {tokens: {alice: [admin], bob: [admin], auditor: [admin, all_jobs]}}\n");
+    std::ofstream(dir_ + "/config.yaml") << config;
+  }
+  StartServer();
+  const auto as = [&](grpc::ClientContext& context, const std::string& token) {
+    SetDeadline(context);
+    context.AddMetadata("authorization", "Bearer " + token);
+  };
+  const auto submit = [&](const std::string& token, std::uint64_t steps, pb::Job* job) {
+    grpc::ClientContext context;
+    as(context, token);
+    pb::SubmitTrainingRequest request;
+    *request.mutable_spec() = TinySpec("owned", steps);
+    return jobs_->SubmitTraining(&context, request, job);
+  };
+  const auto get = [&](const std::string& token, const std::string& id, pb::Job* job) {
+    grpc::ClientContext context;
+    as(context, token);
+    pb::GetJobRequest request;
+    request.set_id(id);
+    return jobs_->GetJob(&context, request, job);
+  };
+  const auto listed = [&](const std::string& token) {
+    grpc::ClientContext context;
+    as(context, token);
+    pb::ListJobsResponse response;
+    EXPECT_TRUE(jobs_->ListJobs(&context, pb::ListJobsRequest(), &response).ok());
+    std::vector<std::string> ids;
+    for (const pb::Job& job : response.jobs()) ids.push_back(job.id());
+    return ids;
+  };
+  const auto denied_for_job = [](const grpc::Status& status, const std::string& id) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+    EXPECT_NE(status.error_message().find("job " + id +
+                                          " was submitted by another identity (a "
+                                          "token)"),
+              std::string::npos)
+        << status.error_message();
+    EXPECT_NE(status.error_message().find("all_jobs role"), std::string::npos);
+    EXPECT_EQ(status.error_message().find("alice"), std::string::npos);
+  };
+
+  // A long job of alice's (running through the test; cancelled at the end), then one of bob's.
+  pb::Job a;
+  ASSERT_TRUE(submit("alice", 100000, &a).ok());
+  EXPECT_EQ(a.submitted_by().rfind("token:", 0), 0u) << a.submitted_by();
+  EXPECT_EQ(a.submitted_by().size(), 6u + 12u);
+  pb::Job b;
+  ASSERT_TRUE(submit("bob", 20, &b).ok());
+  EXPECT_NE(b.submitted_by(), a.submitted_by());
+
+  pb::Job read;
+  denied_for_job(get("bob", a.id(), &read), a.id());
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::CancelJobRequest request;
+    request.set_id(a.id());
+    denied_for_job(jobs_->CancelJob(&context, request, &read), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::DeleteJobRequest request;
+    request.set_id(a.id());
+    pb::DeleteJobResponse response;
+    denied_for_job(jobs_->DeleteJob(&context, request, &response), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::GetJobHistoryRequest request;
+    request.set_id(a.id());
+    pb::GetJobHistoryResponse response;
+    denied_for_job(jobs_->GetJobHistory(&context, request, &response), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::PromoteCheckpointRequest request;
+    request.set_model("docs");
+    request.set_job_id(a.id());
+    pb::PromoteCheckpointResponse response;
+    denied_for_job(jobs_->PromoteCheckpoint(&context, request, &response), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::WatchJobRequest request;
+    request.set_id(a.id());
+    auto reader = jobs_->WatchJob(&context, request);
+    pb::JobEvent event;
+    EXPECT_FALSE(reader->Read(&event));
+    denied_for_job(reader->Finish(), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::DownloadCheckpointRequest request;
+    request.set_job_id(a.id());
+    auto reader = jobs_->DownloadCheckpoint(&context, request);
+    pb::CheckpointChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    denied_for_job(reader->Finish(), a.id());
+  }
+  {
+    // A new job of bob's that would read alice's checkpoint.
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::SubmitEvaluationRequest request;
+    request.mutable_spec()->set_name("peek");
+    request.mutable_spec()->set_job_id(a.id());
+    denied_for_job(jobs_->SubmitEvaluation(&context, request, &read), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::SubmitTrainingRequest request;
+    *request.mutable_spec() = TinySpec("fork", 20);
+    request.mutable_spec()->clear_model();
+    request.mutable_spec()->set_init_from("job:" + a.id());
+    denied_for_job(jobs_->SubmitTraining(&context, request, &read), a.id());
+  }
+  // Alice reaches her own job; the auditor reaches both; bob's and alice's lists keep to theirs.
+  ASSERT_TRUE(get("alice", a.id(), &read).ok());
+  EXPECT_EQ(read.submitted_by(), a.submitted_by());
+  ASSERT_TRUE(get("auditor", a.id(), &read).ok());
+  ASSERT_TRUE(get("auditor", b.id(), &read).ok());
+  EXPECT_EQ(read.submitted_by(), b.submitted_by());
+  EXPECT_EQ(listed("bob"), std::vector<std::string>{b.id()});
+  EXPECT_EQ(listed("alice"), std::vector<std::string>{a.id()});
+  EXPECT_EQ(listed("auditor"), (std::vector<std::string>{b.id(), a.id()}));
+
+  // Quotas: alice's 100000 steps and 50001 more are over 150000; then at most 2 of hers queued.
+  pb::Job refused;
+  const grpc::Status steps = submit("alice", 50001, &refused);
+  EXPECT_EQ(steps.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(steps.error_message().find("(jobs.per_identity.max_total_steps) of 150000"),
+            std::string::npos)
+      << steps.error_message();
+  EXPECT_NE(steps.error_message().find(" has 100000 steps in unfinished jobs"), std::string::npos)
+      << steps.error_message();
+  grpc::Status queued;
+  std::vector<std::string> alice_jobs = {a.id()};
+  for (int i = 0; i < 3 && queued.ok(); ++i) {
+    pb::Job small;
+    queued = submit("alice", 20, &small);
+    if (queued.ok()) alice_jobs.push_back(small.id());
+  }
+  EXPECT_EQ(queued.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(queued.error_message().find("jobs queued, the limit (jobs.per_identity.max_queued) "
+                                        "is 2"),
+            std::string::npos)
+      << queued.error_message();
+  pb::Job b2;
+  EXPECT_TRUE(submit("bob", 20, &b2).ok());  // another identity is not held by alice's use
+
+  // The auditor (all_jobs) cancels alice's jobs, and bob's, so that the server stops at once.
+  alice_jobs.push_back(b.id());
+  alice_jobs.push_back(b2.id());
+  for (const std::string& id : alice_jobs) {
+    grpc::ClientContext context;
+    as(context, "auditor");
+    pb::CancelJobRequest request;
+    request.set_id(id);
+    const grpc::Status cancelled = jobs_->CancelJob(&context, request, &read);
+    EXPECT_TRUE(cancelled.ok() || cancelled.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+        << cancelled.error_message();
+  }
+}
+
 // Counts the non-overlapping occurrences of `needle` in `text`.
 std::size_t Count(const std::string& text, const std::string& needle) {
   std::size_t count = 0;
