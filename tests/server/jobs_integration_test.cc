@@ -873,6 +873,58 @@ TEST_F(JobsIntegrationTest, AnotherTokensJobsNeedTheAllJobsRoleAndQuotasArePerId
   }
 }
 
+// Issue 45: with mutual TLS and no tokens, a job's submitter is its client certificate's subject,
+// and the per-identity limits hold for that identity.
+TEST_F(JobsIntegrationTest, AClientCertificateIsTheSubmitterAndHasItsOwnQuota) {
+  ASSERT_EQ(std::system(
+                (ts::testing::SourcePath("tests/testing/make_test_certs.sh") + " " + dir_).c_str()),
+            0);
+  {
+    std::ifstream in(dir_ + "/config.yaml");
+    std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string jobs_line = "jobs: {max_concurrent: 1, threads_per_job: 1}\n";
+    const std::size_t at = config.find(jobs_line);
+    ASSERT_NE(at, std::string::npos);
+    config.replace(at, jobs_line.size(),
+                   "jobs: {max_concurrent: 1, threads_per_job: 1,\n"
+                   "       per_identity: {max_total_steps: 100000}}\n"
+                   "tls: {cert_file: server.crt, key_file: server.key, client_ca_file: ca.crt}\n");
+    std::ofstream(dir_ + "/config.yaml") << config;
+  }
+  ASSERT_TRUE(server_.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/config.yaml"}, dir_));
+  const auto read = [&](const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const grpc::SslCredentialsOptions tls{read("ca.crt"), read("client.key"), read("client.crt")};
+  auto jobs =
+      pb::Jobs::NewStub(grpc::CreateChannel(server_.grpc_address(), grpc::SslCredentials(tls)));
+  const auto submit = [&](std::uint64_t steps, pb::Job* job) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::SubmitTrainingRequest request;
+    *request.mutable_spec() = TinySpec("by-cert", steps);
+    return jobs->SubmitTraining(&context, request, job);
+  };
+  pb::Job first;
+  const grpc::Status submitted = submit(100000, &first);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  EXPECT_EQ(first.submitted_by().rfind("cert:", 0), 0u) << first.submitted_by();
+  EXPECT_NE(first.submitted_by().find("ts-test-client"), std::string::npos) << first.submitted_by();
+  pb::Job second;
+  const grpc::Status refused = submit(20, &second);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find(first.submitted_by() + " has 100000 steps"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("jobs.per_identity.max_total_steps"), std::string::npos);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  pb::CancelJobRequest cancel;
+  cancel.set_id(first.id());
+  EXPECT_TRUE(jobs->CancelJob(&context, cancel, &second).ok());
+}
+
 // Counts the non-overlapping occurrences of `needle` in `text`.
 std::size_t Count(const std::string& text, const std::string& needle) {
   std::size_t count = 0;
