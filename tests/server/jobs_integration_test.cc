@@ -825,6 +825,32 @@ TEST_F(JobsIntegrationTest, AnotherTokensJobsNeedTheAllJobsRoleAndQuotasArePerId
     request.mutable_spec()->set_init_from("job:" + a.id());
     denied_for_job(jobs_->SubmitTraining(&context, request, &read), a.id());
   }
+  // Undoing alice's promotion needs all_jobs too.
+  WriteServedModel(dir_ + "/data/same-task.tsckpt");
+  const auto promote_or_rollback = [&](const std::string& token, bool rollback) {
+    grpc::ClientContext context;
+    as(context, token);
+    pb::PromoteCheckpointResponse response;
+    if (rollback) {
+      pb::RollbackPromotionRequest request;
+      request.set_model("docs");
+      return jobs_->RollbackPromotion(&context, request, &response);
+    }
+    pb::PromoteCheckpointRequest request;
+    request.set_model("docs");
+    request.set_checkpoint("same-task.tsckpt");
+    return jobs_->PromoteCheckpoint(&context, request, &response);
+  };
+  ASSERT_TRUE(promote_or_rollback("alice", false).ok());
+  const grpc::Status undo = promote_or_rollback("bob", true);
+  EXPECT_EQ(undo.error_code(), grpc::StatusCode::PERMISSION_DENIED) << undo.error_message();
+  EXPECT_NE(undo.error_message().find("model docs was promoted by another identity (a token); "
+                                      "undoing another identity's promotion needs the all_jobs "
+                                      "role"),
+            std::string::npos)
+      << undo.error_message();
+  EXPECT_TRUE(promote_or_rollback("auditor", true).ok());
+
   // Alice reaches her own job; the auditor reaches both; bob's and alice's lists keep to theirs.
   ASSERT_TRUE(get("alice", a.id(), &read).ok());
   EXPECT_EQ(read.submitted_by(), a.submitted_by());
