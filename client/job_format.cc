@@ -150,19 +150,22 @@ bool IsFinalState(JobState state) {
 
 std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse* history) {
   const auto& progress = job.progress();
-  Json object = {{"id", job.id()},
-                 {"kind", JobKindName(job.kind())},
-                 {"name", job.name()},
-                 {"state", JobStateName(job.state())},
-                 {"reason", job.reason()},
-                 {"step", progress.step()},
-                 {"total_steps", progress.total_steps()},
-                 {"epoch", JsonNumber(progress.epoch())},
-                 {"create_time", MessageJson(job.create_time())},
-                 {"start_time", MessageJson(job.start_time())},
-                 {"end_time", MessageJson(job.end_time())},
-                 {"labels", std::vector<std::string>(job.labels().begin(), job.labels().end())},
-                 {"progress", MessageJson(progress, true)}};
+  Json object = {
+      {"id", job.id()},
+      {"kind", JobKindName(job.kind())},
+      {"name", job.name()},
+      {"state", JobStateName(job.state())},
+      {"reason", job.reason()},
+      {"step", progress.step()},
+      {"total_steps", progress.total_steps()},
+      {"epoch", JsonNumber(progress.epoch())},
+      {"create_time", MessageJson(job.create_time())},
+      {"start_time", MessageJson(job.start_time())},
+      {"end_time", MessageJson(job.end_time())},
+      {"labels", std::vector<std::string>(job.labels().begin(), job.labels().end())},
+      // null: stored before submitters were recorded (no owner).
+      {"submitted_by", job.submitted_by().empty() ? Json(nullptr) : Json(job.submitted_by())},
+      {"progress", MessageJson(progress, true)}};
   // The position fields are the job's own, above.
   for (const char* key : {"step", "total_steps", "epoch"}) object["progress"].erase(key);
   const EvaluationReport* metrics = JobMetrics(job);
@@ -340,6 +343,7 @@ std::string JobDetails(const Job& job) {
   line("kind", Lower(JobKindName(job.kind())));
   line("state", JobStateName(job.state()));
   if (!job.reason().empty()) line("reason", job.reason());
+  line("submitted_by", job.submitted_by().empty() ? "-" : job.submitted_by());
   line("created", TimeText(job.create_time()));
   line("started", TimeText(job.start_time()));
   line("ended", TimeText(job.end_time()));
@@ -409,13 +413,13 @@ std::string JobDetails(const Job& job) {
 
 std::string JobTable(const std::vector<Job>& jobs) {
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "KIND", "NAME", "STATE", "STEP", "ACCURACY", "CREATED"}};
+      {"ID", "KIND", "NAME", "STATE", "STEP", "ACCURACY", "CREATED", "SUBMITTED BY"}};
   for (const Job& job : jobs) {
     const EvaluationReport* metrics = JobMetrics(job);
-    rows.push_back({job.id(), Lower(JobKindName(job.kind())), job.name(), JobStateName(job.state()),
-                    StepText(job),
-                    metrics != nullptr ? absl::StrFormat("%.4f", metrics->accuracy()) : "-",
-                    TimeText(job.create_time())});
+    rows.push_back(
+        {job.id(), Lower(JobKindName(job.kind())), job.name(), JobStateName(job.state()),
+         StepText(job), metrics != nullptr ? absl::StrFormat("%.4f", metrics->accuracy()) : "-",
+         TimeText(job.create_time()), job.submitted_by().empty() ? "-" : job.submitted_by()});
   }
   return FormatTable(rows);
 }

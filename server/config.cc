@@ -46,6 +46,7 @@ using yaml_fields::String;
 constexpr char kRoleClassify[] = "classify";
 constexpr char kRoleAdmin[] = "admin";
 constexpr char kRoleMetrics[] = "metrics";
+constexpr char kRoleAllJobs[] = "all_jobs";
 
 // ---------------------------------------------------------------------------------------------
 // Value checks shared by the parser and ValidateServerConfig.
@@ -89,12 +90,12 @@ absl::Status CheckHostPort(const std::string& path, const std::string& value) {
 }
 
 absl::Status CheckRole(const std::string& path, const std::string& role) {
-  if (role == kRoleClassify || role == kRoleAdmin || role == kRoleMetrics) {
+  if (role == kRoleClassify || role == kRoleAdmin || role == kRoleMetrics || role == kRoleAllJobs) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(path, ": unknown role \"", role, "\" (expected ",
-                                                 kRoleClassify, ", ", kRoleAdmin, " or ",
-                                                 kRoleMetrics, ")"));
+                                                 kRoleClassify, ", ", kRoleAdmin, ", ",
+                                                 kRoleMetrics, " or ", kRoleAllJobs, ")"));
 }
 
 // A number's lower limit: the key path that names it, its value, the least value allowed.
@@ -365,6 +366,11 @@ FieldReader Jobs(JobsConfig* jobs) {
       {"elsewhere", String(&jobs->elsewhere)},
       {"max_concurrent", Int(&jobs->max_concurrent)},
       {"max_queued", Int(&jobs->max_queued)},
+      {"per_identity", Map({
+                           {"max_queued", Int64(&jobs->per_identity.max_queued)},
+                           {"max_running", Int64(&jobs->per_identity.max_running)},
+                           {"max_total_steps", Int64(&jobs->per_identity.max_total_steps)},
+                       })},
       {"threads_per_job", Int(&jobs->threads_per_job)},
       {"serving_reserved_cores", Int(&jobs->serving_reserved_cores)},
       {"keep_checkpoints", Int(&jobs->keep_checkpoints)},
@@ -407,6 +413,9 @@ absl::Status ValidateJobs(const JobsConfig& jobs) {
   TS_RETURN_IF_ERROR(CheckAtLeast({
       {"jobs.max_concurrent", jobs.max_concurrent, 1},
       {"jobs.max_queued", jobs.max_queued, 1},
+      {"jobs.per_identity.max_queued", jobs.per_identity.max_queued, 0},
+      {"jobs.per_identity.max_running", jobs.per_identity.max_running, 0},
+      {"jobs.per_identity.max_total_steps", jobs.per_identity.max_total_steps, 0},
       {"jobs.threads_per_job", jobs.threads_per_job, 0},
       {"jobs.serving_reserved_cores", jobs.serving_reserved_cores, 0},
       {"jobs.keep_checkpoints", jobs.keep_checkpoints, 1},

@@ -108,6 +108,14 @@ struct JobsConfig : job::SpecRules {
   int onednn_primitive_cache_capacity = 0;
   int max_concurrent = 1;  // jobs running at once
   int max_queued = 64;     // QUEUED jobs at most; more → RESOURCE_EXHAUSTED
+  // Limits per submitting identity (Authorizer::Identity; not for "anonymous", the one identity
+  // without authentication), so that one token cannot fill the shared queue. 0 = no limit.
+  struct PerIdentity {
+    std::int64_t max_queued = 16;  // its QUEUED jobs; more → RESOURCE_EXHAUSTED
+    std::int64_t max_running = 0;  // its jobs running at once; more wait (others pass them)
+    // Steps of its unfinished (queued and running) jobs together, the new one's included.
+    std::int64_t max_total_steps = 4000000;
+  } per_identity;
   // Cores kept for serving when threads_per_job is automatic. 1 by default: a job's OpenMP
   // threads stall whenever one of their cores is busy (docs/PERFORMANCE.md, "Threads"), so a
   // job that also took the core serving runs on would slow both; on a 2-core machine the

@@ -21,6 +21,9 @@ JobQueueOptions QueueOptions(const JobsConfig& jobs) {
   JobQueueOptions options;
   options.max_queued = jobs.max_queued;
   options.memory_budget_bytes = MemoryBudgetBytes(jobs);
+  options.per_identity_max_queued = jobs.per_identity.max_queued;
+  options.per_identity_max_running = jobs.per_identity.max_running;
+  options.per_identity_max_total_steps = jobs.per_identity.max_total_steps;
   return options;
 }
 
@@ -244,23 +247,27 @@ void JobManager::WorkerLoop() {
 
 void JobManager::RestorePromotions() { promoter_.RestorePromotions(); }
 
-absl::StatusOr<pb::Job> JobManager::SubmitTraining(pb::TrainingSpec spec) {
+absl::StatusOr<pb::Job> JobManager::SubmitTraining(pb::TrainingSpec spec,
+                                                   const std::string& submitter) {
   TS_RETURN_IF_ERROR(CheckStarted());
   TS_ASSIGN_OR_RETURN(auto job, admission_.Training(std::move(spec)));
+  job.set_submitted_by(submitter);
   return queue_.Enqueue(std::move(job));
 }
 
-absl::StatusOr<pb::Job> JobManager::SubmitEvaluation(pb::EvaluationSpec spec) {
+absl::StatusOr<pb::Job> JobManager::SubmitEvaluation(pb::EvaluationSpec spec,
+                                                     const std::string& submitter) {
   TS_RETURN_IF_ERROR(CheckStarted());
   TS_ASSIGN_OR_RETURN(auto job, admission_.Evaluation(std::move(spec)));
+  job.set_submitted_by(submitter);
   return queue_.Enqueue(std::move(job));
 }
 
 absl::StatusOr<pb::Job> JobManager::GetJob(const std::string& id) const { return queue_.Get(id); }
 
-absl::StatusOr<pb::ListJobsResponse> JobManager::ListJobs(
-    const pb::ListJobsRequest& request) const {
-  return queue_.List(request);
+absl::StatusOr<pb::ListJobsResponse> JobManager::ListJobs(const pb::ListJobsRequest& request,
+                                                          const std::string& owner) const {
+  return queue_.List(request, owner);
 }
 
 absl::StatusOr<pb::GetJobHistoryResponse> JobManager::GetJobHistory(

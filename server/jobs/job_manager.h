@@ -127,14 +127,18 @@ class JobManager {
 
   // Validate the spec (INVALID_ARGUMENT naming the key; PERMISSION_DENIED / INVALID_ARGUMENT
   // for paths outside the data root; NOT_FOUND for missing files), store and queue the job.
-  // RESOURCE_EXHAUSTED when jobs.max_queued jobs are waiting; FAILED_PRECONDITION when jobs are
-  // disabled.
-  absl::StatusOr<taylorshift::v1::Job> SubmitTraining(taylorshift::v1::TrainingSpec spec);
-  absl::StatusOr<taylorshift::v1::Job> SubmitEvaluation(taylorshift::v1::EvaluationSpec spec);
+  // RESOURCE_EXHAUSTED when jobs.max_queued jobs are waiting or the submitter is at a
+  // jobs.per_identity limit (JobQueue); FAILED_PRECONDITION when jobs are disabled. `submitter`
+  // (Authorizer::Identity) is recorded as the job's submitted_by.
+  absl::StatusOr<taylorshift::v1::Job> SubmitTraining(taylorshift::v1::TrainingSpec spec,
+                                                      const std::string& submitter = "anonymous");
+  absl::StatusOr<taylorshift::v1::Job> SubmitEvaluation(taylorshift::v1::EvaluationSpec spec,
+                                                        const std::string& submitter = "anonymous");
 
   absl::StatusOr<taylorshift::v1::Job> GetJob(const std::string& id) const;
+  // A non-empty `owner` lists only its jobs and those with no owner (JobStore::ListJobs).
   absl::StatusOr<taylorshift::v1::ListJobsResponse> ListJobs(
-      const taylorshift::v1::ListJobsRequest& request) const;
+      const taylorshift::v1::ListJobsRequest& request, const std::string& owner = "") const;
   // One page of the job's loss curve and validation runs (JobHistoryStore::History).
   absl::StatusOr<taylorshift::v1::GetJobHistoryResponse> GetJobHistory(
       const taylorshift::v1::GetJobHistoryRequest& request) const;

@@ -19,6 +19,11 @@ std::int64_t MemoryEstimate(const pb::Job& job) {
   return static_cast<std::int64_t>(job.progress().memory_estimate_bytes());
 }
 
+// The optimizer steps a job asks for (an evaluation's: none).
+std::int64_t StepsOf(const pb::Job& job) {
+  return job.has_training() ? static_cast<std::int64_t>(job.training().steps()) : 0;
+}
+
 // The field by which `job` reads job `id`'s checkpoint when it starts, or null.
 const char* UsesCheckpointOf(const pb::Job& job, const std::string& id) {
   const std::string reference = absl::StrCat("job:", id);
@@ -151,6 +156,7 @@ absl::StatusOr<pb::Job> JobQueue::Enqueue(pb::Job job) {
     return absl::ResourceExhaustedError(absl::StrCat(
         queued, " jobs are queued, the limit (jobs.max_queued) is ", options_.max_queued));
   }
+  TS_RETURN_IF_ERROR(CheckIdentityQuota(job));
   job.set_state(pb::JOB_STATE_QUEUED);
   SetTimestamp(context_->clock->Now(), job.mutable_create_time());
   auto stored = jobs_->CreateJob(std::move(job));
@@ -170,14 +176,54 @@ absl::StatusOr<pb::Job> JobQueue::Enqueue(pb::Job job) {
   return *stored;
 }
 
-bool JobQueue::HeadMayStartOrStopping() const {
-  if (stopping_) return true;
-  if (queue_.empty()) return false;
-  // The head starts when its memory estimate fits beside the running jobs' (or nothing runs):
-  // jobs.memory_budget_bytes holds for all jobs together.
-  const std::int64_t need = MemoryEstimate(queue_.front()->job);
-  return running_memory_ == 0 || running_memory_ + need <= options_.memory_budget_bytes;
+absl::Status JobQueue::CheckIdentityQuota(const pb::Job& job) const {
+  const std::string& identity = job.submitted_by();
+  if (!HasOwner(identity)) return absl::OkStatus();
+  std::int64_t queued = 0;
+  std::int64_t steps = 0;
+  for (const auto& [id, active] : active_) {
+    if (active->job.submitted_by() != identity || IsFinalJobState(active->job.state())) continue;
+    if (active->job.state() == pb::JOB_STATE_QUEUED) ++queued;
+    steps += StepsOf(active->job);
+  }
+  const std::int64_t max_queued = options_.per_identity_max_queued;
+  if (max_queued > 0 && queued >= max_queued) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(identity, " has ", queued, " jobs queued, the limit (jobs.per_identity.",
+                     "max_queued) is ", max_queued, "; wait for one to start or cancel one"));
+  }
+  const std::int64_t max_steps = options_.per_identity_max_total_steps;
+  if (max_steps > 0 && steps + StepsOf(job) > max_steps) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(identity, " has ", steps, " steps in unfinished jobs; with this job's ",
+                     StepsOf(job), " that is ", steps + StepsOf(job),
+                     ", over the limit (jobs.per_identity.max_total_steps) of ", max_steps));
+  }
+  return absl::OkStatus();
 }
+
+std::deque<std::shared_ptr<ActiveJob>>::const_iterator JobQueue::Startable() const {
+  // The first job whose identity is under jobs.per_identity.max_running; it starts when its
+  // memory estimate fits beside the running jobs' (or nothing runs): jobs.memory_budget_bytes
+  // holds for all jobs together, and a later, smaller job does not pass it.
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    const std::string& identity = (*it)->job.submitted_by();
+    if (options_.per_identity_max_running > 0 && HasOwner(identity)) {
+      const auto running = running_by_identity_.find(identity);
+      if (running != running_by_identity_.end() &&
+          running->second >= options_.per_identity_max_running) {
+        continue;
+      }
+    }
+    const std::int64_t need = MemoryEstimate((*it)->job);
+    const bool fits =
+        running_memory_ == 0 || running_memory_ + need <= options_.memory_budget_bytes;
+    return fits ? it : queue_.end();
+  }
+  return queue_.end();
+}
+
+bool JobQueue::HeadMayStartOrStopping() const { return stopping_ || Startable() != queue_.end(); }
 
 std::shared_ptr<ActiveJob> JobQueue::Next() {
   absl::MutexLock lock(&mu_);
@@ -185,9 +231,11 @@ std::shared_ptr<ActiveJob> JobQueue::Next() {
     context_->clock->WaitUntil(changed_cv_, mu_, absl::InfiniteFuture());
   }
   if (stopping_) return nullptr;
-  std::shared_ptr<ActiveJob> active = std::move(queue_.front());
-  queue_.pop_front();
+  const auto startable = Startable();
+  std::shared_ptr<ActiveJob> active = *startable;
+  queue_.erase(startable);
   running_memory_ += MemoryEstimate(active->job);
+  if (HasOwner(active->job.submitted_by())) ++running_by_identity_[active->job.submitted_by()];
   return active;
 }
 
@@ -195,6 +243,11 @@ void JobQueue::Release(const ActiveJob& active) {
   {
     absl::MutexLock lock(&mu_);
     running_memory_ -= MemoryEstimate(active.job);
+    const std::string& identity = active.job.submitted_by();
+    if (const auto it = running_by_identity_.find(identity);
+        it != running_by_identity_.end() && --it->second <= 0) {
+      running_by_identity_.erase(it);
+    }
     active_.erase(active.id);
   }
   changed_cv_.SignalAll();
@@ -212,7 +265,8 @@ absl::StatusOr<pb::Job> JobQueue::Get(const std::string& id) const {
   return jobs_->GetJob(id);
 }
 
-absl::StatusOr<pb::ListJobsResponse> JobQueue::List(const pb::ListJobsRequest& request) const {
+absl::StatusOr<pb::ListJobsResponse> JobQueue::List(const pb::ListJobsRequest& request,
+                                                    const std::string& owner) const {
   // What Get answers where it is not the store's record: the queued and running jobs' snapshots
   // and the final states the store has not taken. The store lists and filters them in their place.
   std::map<std::string, pb::Job> pending;
@@ -221,7 +275,7 @@ absl::StatusOr<pb::ListJobsResponse> JobQueue::List(const pb::ListJobsRequest& r
     for (const auto& [id, unwritten] : unwritten_finals_) pending.emplace(id, unwritten.job);
     for (const auto& [id, active] : active_) pending.insert_or_assign(id, active->job);
   }
-  return jobs_->ListJobs(request, pending);
+  return jobs_->ListJobs(request, pending, owner);
 }
 
 absl::StatusOr<pb::Job> JobQueue::Cancel(const std::string& id) {

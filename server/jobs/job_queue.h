@@ -3,9 +3,15 @@
 //
 // - Admission: Enqueue stores a job QUEUED (create_time from the clock) unless jobs.max_queued
 //   jobs are waiting (RESOURCE_EXHAUSTED naming the limit) or Stop() was called (UNAVAILABLE).
-// - Start order: Next() hands out the head of the queue once its memory estimate fits beside the
-//   running jobs' in the memory budget (or nothing runs), so the budget holds for all jobs
-//   together; the job stays in the table until Release(). It waits through the context's clock
+// - Per identity (Job.submitted_by, when it names an owner: HasOwner in job_store.h): Enqueue
+//   refuses (RESOURCE_EXHAUSTED naming the limit's key, its value and the identity's use) a job
+//   beyond per_identity_max_queued queued jobs or beyond per_identity_max_total_steps steps of
+//   its unfinished jobs together; 0 = no limit.
+// - Start order: Next() hands out the first queued job whose identity runs fewer than
+//   per_identity_max_running jobs (0 = no limit; jobs of other identities are not held behind
+//   it) once its memory estimate fits beside the running jobs' in the memory budget (or nothing
+//   runs), so the budget holds for all jobs together; the job stays in the table until
+//   Release(). It waits through the context's clock
 //   (with no deadline), so a test's fake clock sees a runner waiting there.
 // - Transitions: SetState stamps start/end times from the clock, updates the job metrics, logs,
 //   persists the snapshot and publishes a STATE event; Publish persists and sends any event.
@@ -76,6 +82,10 @@ struct ActiveJob {
 struct JobQueueOptions {
   std::int64_t max_queued = 100;         // jobs.max_queued: waiting jobs at most
   std::int64_t memory_budget_bytes = 0;  // MemoryBudgetBytes(jobs): the running jobs together
+  // jobs.per_identity.*: per submitter, 0 = no limit (see the class comment).
+  std::int64_t per_identity_max_queued = 0;
+  std::int64_t per_identity_max_running = 0;
+  std::int64_t per_identity_max_total_steps = 0;
   // How often RunFinalStateRetries writes again the final states the store refused.
   absl::Duration final_state_retry_interval = absl::Seconds(5);
 };
@@ -113,8 +123,9 @@ class JobQueue {
   // A page of the store's jobs (JobStore::ListJobs) as Get answers each: the queued and running
   // jobs' snapshots and the final states the store has not taken yet in place of their stored
   // records, also for the state filter and the page tokens.
+  // A non-empty `owner` lists that identity's jobs and those with no owner (JobStore::ListJobs).
   absl::StatusOr<taylorshift::v1::ListJobsResponse> List(
-      const taylorshift::v1::ListJobsRequest& request) const;
+      const taylorshift::v1::ListJobsRequest& request, const std::string& owner = "") const;
   // A queued job is CANCELLED at once; a running one is marked and its workers told to stop
   // (its runner makes it CANCELLED); a finished one is FAILED_PRECONDITION.
   absl::StatusOr<taylorshift::v1::Job> Cancel(const std::string& id);
@@ -154,8 +165,14 @@ class JobQueue {
   bool stopping() const;
 
  private:
-  // The head of the queue may start now (or Stop() was called): what Next() waits for.
+  // The queued job that may start now (see the class comment), or queue_.end().
+  std::deque<std::shared_ptr<ActiveJob>>::const_iterator Startable() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A queued job may start now (or Stop() was called): what Next() waits for.
   bool HeadMayStartOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED when `job` would take its submitter over a per-identity limit.
+  absl::Status CheckIdentityQuota(const taylorshift::v1::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the gauge of unwritten final states; returns their number.
   int UpdateUnwrittenGauge() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -172,6 +189,8 @@ class JobQueue {
   std::deque<std::shared_ptr<ActiveJob>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::int64_t running_memory_ ABSL_GUARDED_BY(mu_) = 0;  // estimates of the running jobs
+  // Jobs handed out by Next() and not yet released, by submitter (those with an owner only).
+  std::map<std::string, std::int64_t> running_by_identity_ ABSL_GUARDED_BY(mu_);
   // Signalled when queue_, running_memory_ or stopping_ changed (Next() waits on it).
   absl::CondVar changed_cv_;
   // Finished jobs whose final state the store refused, as they ended, by id; with the number of

@@ -63,6 +63,10 @@ absl::StatusOr<std::int64_t> DecodePageToken(const std::string& token, int state
 
 }  // namespace
 
+bool HasOwner(const std::string& submitted_by) {
+  return !submitted_by.empty() && submitted_by != "anonymous";
+}
+
 absl::StatusOr<Job> JobStore::CreateJob(Job job) {
   StoreDatabase::Session db(database_);
   const std::int64_t now_ms = absl::ToUnixMillis(clock_->Now());
@@ -72,13 +76,14 @@ absl::StatusOr<Job> JobStore::CreateJob(Job job) {
       // in this transaction, so the placeholder is never visible.
       TS_ASSIGN_OR_RETURN(
           SqliteStatement insert,
-          db.Prepare("INSERT INTO jobs(id, kind, state, name, create_ms, update_ms, job) "
-                     "VALUES('', ?1, ?2, ?3, ?4, ?5, x'')"));
+          db.Prepare("INSERT INTO jobs(id, kind, state, name, create_ms, update_ms, job, "
+                     "submitted_by) VALUES('', ?1, ?2, ?3, ?4, ?5, x'', ?6)"));
       insert.BindInt(1, job.kind())
           .BindInt(2, job.state())
           .BindText(3, job.name())
           .BindInt(4, TimeUtil::TimestampToMilliseconds(job.create_time()))
-          .BindInt(5, now_ms);
+          .BindInt(5, now_ms)
+          .BindText(6, job.submitted_by());
       TS_RETURN_IF_ERROR(insert.Run());
     }
     const std::int64_t seq = db.LastInsertRowid();
@@ -97,14 +102,15 @@ absl::Status JobStore::UpdateJob(const Job& job) {
       SqliteStatement update,
       db.Prepare(
           "UPDATE jobs SET kind = ?2, state = ?3, name = ?4, create_ms = ?5, update_ms = ?6, "
-          "job = ?7 WHERE id = ?1"));
+          "job = ?7, submitted_by = ?8 WHERE id = ?1"));
   update.BindText(1, job.id())
       .BindInt(2, job.kind())
       .BindInt(3, job.state())
       .BindText(4, job.name())
       .BindInt(5, TimeUtil::TimestampToMilliseconds(job.create_time()))
       .BindInt(6, absl::ToUnixMillis(clock_->Now()))
-      .BindBlob(7, job.SerializeAsString());
+      .BindBlob(7, job.SerializeAsString())
+      .BindText(8, job.submitted_by());
   TS_RETURN_IF_ERROR(update.Run());
   if (db.Changes() == 0) return JobNotFound(job.id());
   return absl::OkStatus();
@@ -120,8 +126,9 @@ absl::StatusOr<Job> JobStore::GetJob(const std::string& id) const {
   return ParseJob(select.ColumnBlob(1), select.ColumnInt(0), database_->path());
 }
 
-absl::StatusOr<ListJobsResponse> JobStore::ListJobs(
-    const ListJobsRequest& request, const std::map<std::string, Job>& pending) const {
+absl::StatusOr<ListJobsResponse> JobStore::ListJobs(const ListJobsRequest& request,
+                                                    const std::map<std::string, Job>& pending,
+                                                    const std::string& owner) const {
   if (request.page_size() > kMaxPageSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_size ", request.page_size(), " is over the limit of ", kMaxPageSize));
@@ -133,26 +140,34 @@ absl::StatusOr<ListJobsResponse> JobStore::ListJobs(
   if (!request.page_token().empty()) {
     TS_ASSIGN_OR_RETURN(before_seq, DecodePageToken(request.page_token(), state, kind));
   }
-  const auto matches = [state, kind](const Job& job) {
-    return (state == 0 || job.state() == state) && (kind == 0 || job.kind() == kind);
+  const auto matches = [state, kind, &owner](const Job& job) {
+    return (state == 0 || job.state() == state) && (kind == 0 || job.kind() == kind) &&
+           (owner.empty() || !HasOwner(job.submitted_by()) || job.submitted_by() == owner);
   };
 
   // One constant statement per filter combination, so each can use its index.
+  // An owner keeps to that identity's jobs and those with no owner (HasOwner).
   const char* sql = nullptr;
   if (state != 0 && kind != 0) {
     sql =
         "SELECT seq, job FROM jobs WHERE seq < :before AND state = :state AND kind = :kind "
+        "AND (:owner = '' OR submitted_by IN (:owner, '', 'anonymous')) "
         "ORDER BY seq DESC LIMIT :limit";
   } else if (state != 0) {
     sql =
         "SELECT seq, job FROM jobs WHERE seq < :before AND state = :state "
+        "AND (:owner = '' OR submitted_by IN (:owner, '', 'anonymous')) "
         "ORDER BY seq DESC LIMIT :limit";
   } else if (kind != 0) {
     sql =
         "SELECT seq, job FROM jobs WHERE seq < :before AND kind = :kind "
+        "AND (:owner = '' OR submitted_by IN (:owner, '', 'anonymous')) "
         "ORDER BY seq DESC LIMIT :limit";
   } else {
-    sql = "SELECT seq, job FROM jobs WHERE seq < :before ORDER BY seq DESC LIMIT :limit";
+    sql =
+        "SELECT seq, job FROM jobs WHERE seq < :before "
+        "AND (:owner = '' OR submitted_by IN (:owner, '', 'anonymous')) "
+        "ORDER BY seq DESC LIMIT :limit";
   }
 
   // The page's candidates by seq, newest first: the stored rows that match, without the pending
@@ -168,6 +183,7 @@ absl::StatusOr<ListJobsResponse> JobStore::ListJobs(
     select.BindInt(":before", before_seq)
         .BindInt(":state", state)
         .BindInt(":kind", kind)
+        .BindText(":owner", owner)
         .BindInt(":limit", limit);
     while (true) {
       TS_ASSIGN_OR_RETURN(bool row, select.Step());

@@ -6,6 +6,7 @@
 //   each call is one transaction.
 // - Errors: absl::Status whose message names the database file and SQLite's message.
 //   NOT_FOUND names the missing job id; a stored record that does not parse is DATA_LOSS.
+// - Each job's submitter (Job.submitted_by) is also a column, so that ListJobs filters on it.
 // - Thread safety: all methods may be called from any thread (the database serializes them).
 //   Jobs are value snapshots; the store keeps no pointers into callers' data.
 #pragma once
@@ -23,6 +24,11 @@
 #include "taylorshift/v1/jobs.pb.h"
 
 namespace ts::server {
+
+// Whether a job's submitted_by names an owner: jobs stored before submitters were recorded
+// (empty) and jobs submitted without authentication ("anonymous") have none, and any caller
+// allowed to use the Jobs service reaches them.
+bool HasOwner(const std::string& submitted_by);
 
 class JobStore {
  public:
@@ -47,10 +53,12 @@ class JobStore {
   // stored records (a queued or running job's, a final state the store refused): such a job is
   // listed, and filtered by state, as its pending snapshot says, in its stored place (a pending
   // job without a record is left out), so the filter and the page tokens agree with what reads
-  // of single jobs answer.
+  // of single jobs answer. A non-empty `owner` (an Authorizer identity) lists only the jobs it
+  // submitted and those with no owner (HasOwner); empty lists every job.
   absl::StatusOr<taylorshift::v1::ListJobsResponse> ListJobs(
       const taylorshift::v1::ListJobsRequest& request,
-      const std::map<std::string, taylorshift::v1::Job>& pending = {}) const;
+      const std::map<std::string, taylorshift::v1::Job>& pending = {},
+      const std::string& owner = "") const;
   // QUEUED and RUNNING jobs, oldest first: what to resume after a restart.
   absl::StatusOr<std::vector<taylorshift::v1::Job>> UnfinishedJobs() const;
   // Ids of the SUCCEEDED, FAILED and CANCELLED jobs last written before `cutoff` (their final

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <deque>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "api/checkpoint_transfer.h"
 #include "common/status_macros.h"
+#include "server/jobs/job_ownership.h"
 #include "server/serving/grpc_call.h"
 #include "server/serving/grpc_status.h"
 #include "server/serving/inference_core.h"
@@ -37,6 +40,28 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const JobM
   return FinishUnary(*context, status);
 }
 
+// Whether the caller may reach every identity's jobs: authentication off (everyone is
+// "anonymous"; nothing is owned) or a token with kAllJobsRole.
+bool ReachesAllJobs(const grpc::CallbackServerContext& context, const Authorizer& authorizer) {
+  return !authorizer.enabled() || authorizer.Check(context, kAllJobsRole).ok();
+}
+
+// The job id in a "job:<id>" checkpoint reference, else "".
+std::string JobReference(const std::string& checkpoint) {
+  constexpr std::string_view kPrefix = "job:";
+  return checkpoint.rfind(kPrefix, 0) == 0 ? checkpoint.substr(kPrefix.size()) : "";
+}
+
+// OK when the caller may reach job `id` (CheckJobAccess). An unknown id is left to the call
+// itself, which answers NOT_FOUND.
+absl::Status CheckJobOwner(const grpc::CallbackServerContext& context, const JobManager& manager,
+                           const Authorizer& authorizer, const std::string& id) {
+  if (id.empty() || ReachesAllJobs(context, authorizer)) return absl::OkStatus();
+  const absl::StatusOr<pb::Job> job = manager.GetJob(id);
+  if (!job.ok()) return absl::OkStatus();
+  return CheckJobAccess(id, job->submitted_by(), authorizer.Identity(context), false);
+}
+
 class WatchReactor final : public grpc::ServerWriteReactor<pb::JobEvent> {
  public:
   WatchReactor(JobManager* manager, const Authorizer* authorizer,
@@ -44,6 +69,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<pb::JobEvent> {
       : manager_(manager) {
     if (auto auth = authorizer->Check(*context, kAdminRole); !auth.ok()) {
       FinishOnce(ToGrpcStatus(auth));
+      return;
+    }
+    if (auto owner = CheckJobOwner(*context, *manager, *authorizer, id); !owner.ok()) {
+      FinishOnce(ToGrpcStatus(owner));
       return;
     }
     auto handle = manager_->Watch(id, [this](const pb::JobEvent& event) { Enqueue(event); });
@@ -160,6 +189,11 @@ class DownloadReactor final : public grpc::ServerWriteReactor<pb::CheckpointChun
       Finish(ToGrpcStatus(auth));
       return;
     }
+    if (auto owner = CheckJobOwner(*context, *manager, *authorizer, request.job_id());
+        !owner.ok()) {
+      Finish(ToGrpcStatus(owner));
+      return;
+    }
     auto reader = manager->OpenCheckpoint(request);
     if (!reader.ok()) {
       Finish(ToGrpcStatus(manager->ForClient(reader.status())));
@@ -238,49 +272,72 @@ grpc::ServerWriteReactor<pb::CheckpointChunk>* JobsService::DownloadCheckpoint(
 grpc::ServerUnaryReactor* JobsService::SubmitTraining(grpc::CallbackServerContext* context,
                                                       const pb::SubmitTrainingRequest* request,
                                                       pb::Job* response) {
-  return Unary(context, *manager_, authorizer_, response,
-               [&] { return manager_->SubmitTraining(request->spec()); });
+  return Unary(context, *manager_, authorizer_, response, [&]() -> absl::StatusOr<pb::Job> {
+    // A job that starts from another identity's job reads that job's checkpoint.
+    TS_RETURN_IF_ERROR(CheckJobOwner(*context, *manager_, *authorizer_,
+                                     JobReference(request->spec().init_from())));
+    return manager_->SubmitTraining(request->spec(), authorizer_->Identity(*context));
+  });
 }
 
 grpc::ServerUnaryReactor* JobsService::SubmitEvaluation(grpc::CallbackServerContext* context,
                                                         const pb::SubmitEvaluationRequest* request,
                                                         pb::Job* response) {
-  return Unary(context, *manager_, authorizer_, response,
-               [&] { return manager_->SubmitEvaluation(request->spec()); });
+  return Unary(context, *manager_, authorizer_, response, [&]() -> absl::StatusOr<pb::Job> {
+    TS_RETURN_IF_ERROR(CheckJobOwner(*context, *manager_, *authorizer_, request->spec().job_id()));
+    TS_RETURN_IF_ERROR(CheckJobOwner(*context, *manager_, *authorizer_,
+                                     JobReference(request->spec().checkpoint())));
+    return manager_->SubmitEvaluation(request->spec(), authorizer_->Identity(*context));
+  });
 }
 
 grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
                                               const pb::GetJobRequest* request, pb::Job* response) {
-  return Unary(context, *manager_, authorizer_, response,
-               [&] { return manager_->GetJob(request->id()); });
+  return Unary(context, *manager_, authorizer_, response, [&]() -> absl::StatusOr<pb::Job> {
+    TS_RETURN_IF_ERROR(CheckJobOwner(*context, *manager_, *authorizer_, request->id()));
+    return manager_->GetJob(request->id());
+  });
 }
 
 grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* context,
                                                 const pb::ListJobsRequest* request,
                                                 pb::ListJobsResponse* response) {
-  return Unary(context, *manager_, authorizer_, response,
-               [&] { return manager_->ListJobs(*request); });
+  return Unary(context, *manager_, authorizer_, response, [&] {
+    // Without kAllJobsRole, the caller's own jobs (and those with no owner).
+    const std::string owner =
+        ReachesAllJobs(*context, *authorizer_) ? "" : authorizer_->Identity(*context);
+    return manager_->ListJobs(*request, owner);
+  });
 }
 
 grpc::ServerUnaryReactor* JobsService::GetJobHistory(grpc::CallbackServerContext* context,
                                                      const pb::GetJobHistoryRequest* request,
                                                      pb::GetJobHistoryResponse* response) {
-  return Unary(context, *manager_, authorizer_, response,
-               [&] { return manager_->GetJobHistory(*request); });
+  return Unary(
+      context, *manager_, authorizer_, response,
+      [&]() -> absl::StatusOr<pb::GetJobHistoryResponse> {
+        TS_RETURN_IF_ERROR(CheckJobOwner(*context, *manager_, *authorizer_, request->id()));
+        return manager_->GetJobHistory(*request);
+      });
 }
 
 grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* context,
                                                  const pb::CancelJobRequest* request,
                                                  pb::Job* response) {
-  return Unary(context, *manager_, authorizer_, response,
-               [&] { return manager_->CancelJob(request->id()); });
+  return Unary(context, *manager_, authorizer_, response, [&]() -> absl::StatusOr<pb::Job> {
+    TS_RETURN_IF_ERROR(CheckJobOwner(*context, *manager_, *authorizer_, request->id()));
+    return manager_->CancelJob(request->id());
+  });
 }
 
 grpc::ServerUnaryReactor* JobsService::DeleteJob(grpc::CallbackServerContext* context,
                                                  const pb::DeleteJobRequest* request,
                                                  pb::DeleteJobResponse* response) {
-  return Unary(context, *manager_, authorizer_, response,
-               [&] { return manager_->DeleteJob(request->id()); });
+  return Unary(
+      context, *manager_, authorizer_, response, [&]() -> absl::StatusOr<pb::DeleteJobResponse> {
+        TS_RETURN_IF_ERROR(CheckJobOwner(*context, *manager_, *authorizer_, request->id()));
+        return manager_->DeleteJob(request->id());
+      });
 }
 
 grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(grpc::CallbackServerContext* context,
@@ -291,24 +348,34 @@ grpc::ServerWriteReactor<pb::JobEvent>* JobsService::WatchJob(grpc::CallbackServ
 grpc::ServerUnaryReactor* JobsService::PromoteCheckpoint(
     grpc::CallbackServerContext* context, const pb::PromoteCheckpointRequest* request,
     pb::PromoteCheckpointResponse* response) {
-  return Unary(context, *manager_, authorizer_, response,
-               [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
-                 TS_ASSIGN_OR_RETURN(auto promotion,
-                                     manager_->Promote(*request, authorizer_->Identity(*context)));
-                 return ToResponse(promotion);
-               });
+  return Unary(
+      context, *manager_, authorizer_, response,
+      [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
+        TS_RETURN_IF_ERROR(CheckJobOwner(*context, *manager_, *authorizer_, request->job_id()));
+        TS_ASSIGN_OR_RETURN(auto promotion,
+                            manager_->Promote(*request, authorizer_->Identity(*context)));
+        return ToResponse(promotion);
+      });
 }
 
 grpc::ServerUnaryReactor* JobsService::RollbackPromotion(
     grpc::CallbackServerContext* context, const pb::RollbackPromotionRequest* request,
     pb::PromoteCheckpointResponse* response) {
-  return Unary(context, *manager_, authorizer_, response,
-               [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
-                 TS_ASSIGN_OR_RETURN(auto promotion,
-                                     manager_->RollbackPromotion(request->model(),
-                                                                 authorizer_->Identity(*context)));
-                 return ToResponse(promotion);
-               });
+  return Unary(
+      context, *manager_, authorizer_, response,
+      [&]() -> absl::StatusOr<pb::PromoteCheckpointResponse> {
+        // Undoing another identity's promotion needs kAllJobsRole too.
+        if (!ReachesAllJobs(*context, *authorizer_)) {
+          auto history = manager_->PromotionHistory(request->model());
+          if (history.ok() && !history->empty()) {
+            TS_RETURN_IF_ERROR(CheckRollbackAccess(request->model(), history->back().actor,
+                                                   authorizer_->Identity(*context), false));
+          }
+        }
+        TS_ASSIGN_OR_RETURN(auto promotion, manager_->RollbackPromotion(
+                                                request->model(), authorizer_->Identity(*context)));
+        return ToResponse(promotion);
+      });
 }
 
 grpc::ServerUnaryReactor* JobsService::ListPromotions(grpc::CallbackServerContext* context,

@@ -1,5 +1,10 @@
 // The taylorshift.v1.Jobs gRPC service (callback API): a thin layer over JobManager. Every RPC
-// needs the `admin` role when authentication is on; errors map through ToGrpcStatus.
+// needs the `admin` role when authentication is on; errors map through ToGrpcStatus. With
+// authentication on, a job another identity submitted (Get, Watch, History, Cancel, Delete,
+// Promote and Download of it; a new job that reads its checkpoint: init_from "job:<id>", an
+// evaluation's job_id) and rolling back another identity's promotion also need the
+// `all_jobs` role (job_ownership.h: PERMISSION_DENIED otherwise); ListJobs lists the caller's
+// own jobs without it. Submissions record the caller's Authorizer::Identity.
 #pragma once
 
 #include "server/jobs/job_manager.h"

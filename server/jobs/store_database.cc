@@ -87,10 +87,17 @@ ALTER TABLE promotions ADD COLUMN kind TEXT NOT NULL DEFAULT 'promote';
 ALTER TABLE promotions ADD COLUMN forced INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Version 3 (issue 45): who submitted each job (Authorizer::Identity; '' for jobs stored before:
+// they have no owner), so that a caller's own jobs are listed by index.
+constexpr char kSchemaV3[] = R"sql(
+ALTER TABLE jobs ADD COLUMN submitted_by TEXT NOT NULL DEFAULT '';
+CREATE INDEX jobs_by_submitter ON jobs(submitted_by);
+)sql";
+
 // kMigrations[v] takes a database from schema version v to v + 1; kMigrations[0] creates the
 // schema in an empty file. A schema change appends a step (and bumps kSchemaVersion); a step
 // that has shipped is never edited (store_database_test.cc keeps a copy of each to check).
-constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2};
+constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3};
 static_assert(std::size(kMigrations) == StoreDatabase::kSchemaVersion,
               "one migration step per schema version");
 

@@ -44,7 +44,7 @@ class SqliteStatement;
 class StoreDatabase {
  public:
   // The schema version this binary writes (PRAGMA user_version).
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating the file and its parent directories if missing) the database at `path` and
   // brings its schema to kSchemaVersion. FAILED_PRECONDITION when the file is not a SQLite

@@ -118,7 +118,7 @@ TEST(JobFormatTest, TrainingJobJson) {
       R"({"id":"j-7","kind":"TRAINING","name":"filetype","state":"SUCCEEDED","reason":"",)"
       R"("step":300,"total_steps":300,"epoch":4.8,"create_time":"2024-05-01T12:00:00Z",)"
       R"("start_time":"2024-05-01T12:00:01.5Z","end_time":"2024-05-01T12:01:40Z",)"
-      R"("labels":["neg","pos"],)"
+      R"("labels":["neg","pos"],"submitted_by":null,)"
       R"("progress":{"loss":0.41,"learning_rate":0.0001,"examples_per_second":812.5,)"
       R"("train_examples":1000,"validation_examples":100,"skipped_examples":0,"resumes":0,)"
       R"("retries":0,"memory_estimate_bytes":0},)"
@@ -323,7 +323,12 @@ TEST(JobFormatTest, StateAndSnapshotLines) {
 
 TEST(JobFormatTest, DetailsShowPerClassMetricsAndConfusion) {
   const std::string details = JobDetails(TrainingJob());
-  EXPECT_THAT(details, StartsWith("id: j-7\nname: filetype\nkind: training\nstate: SUCCEEDED\n"));
+  EXPECT_THAT(details, StartsWith("id: j-7\nname: filetype\nkind: training\nstate: SUCCEEDED\n"
+                                  "submitted_by: -\n"));
+  Job owned = TrainingJob();
+  owned.set_submitted_by("cert:CN=alice");
+  EXPECT_THAT(JobDetails(owned), HasSubstr("\nsubmitted_by: cert:CN=alice\n"));
+  EXPECT_THAT(JobJson(owned), HasSubstr(R"("submitted_by":"cert:CN=alice",)"));
   EXPECT_THAT(details, HasSubstr("step: 300/300 (epoch 4.8)\n"));
   EXPECT_THAT(details, HasSubstr("best_validation: acc 0.81 f1 0.8 loss 0.52 (step 200, 100 "
                                  "examples)\n"));
@@ -341,10 +346,13 @@ TEST(JobFormatTest, Table) {
   queued.set_kind(taylorshift::v1::JOB_KIND_EVALUATION);
   queued.set_name("e");
   queued.set_state(taylorshift::v1::JOB_STATE_QUEUED);
+  queued.set_submitted_by("token:0123456789ab");
   EXPECT_EQ(JobTable({TrainingJob(), queued}),
-            "ID    KIND        NAME      STATE      STEP     ACCURACY  CREATED\n"
-            "j-7   training    filetype  SUCCEEDED  300/300  0.8100    2024-05-01T12:00:00Z\n"
-            "j-10  evaluation  e         QUEUED     -        -         -\n");
+            "ID    KIND        NAME      STATE      STEP     ACCURACY  CREATED               "
+            "SUBMITTED BY\n"
+            "j-7   training    filetype  SUCCEEDED  300/300  0.8100    2024-05-01T12:00:00Z  -\n"
+            "j-10  evaluation  e         QUEUED     -        -         -                     "
+            "token:0123456789ab\n");
 }
 
 // Issue 45: `tsctl jobs delete --json` printed "cancelled" where every other --json prints states

@@ -441,8 +441,8 @@ TEST(ConfigTest, RejectsBadTokensWithoutEchoingThem) {
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(config.status().message()),
-              HasSubstr("auth.tokens[#2]: unknown role \"root\" (expected classify, admin or "
-                        "metrics)"));
+              HasSubstr("auth.tokens[#2]: unknown role \"root\" (expected classify, admin, "
+                        "metrics or all_jobs)"));
   EXPECT_THAT(std::string(config.status().message()), ::testing::Not(HasSubstr("t0ken")));
   ExpectRejected("auth: {tokens: {a: []}}\n", {"auth.tokens[#1]: needs at least one role"});
   ExpectRejected("auth: {tokens: [a]}\n", {"auth.tokens: expected a mapping"});
@@ -583,6 +583,35 @@ jobs:
   EXPECT_EQ(jobs.limits.max_threads, 8);
   EXPECT_EQ(jobs.limits.max_generate_count, 1000);
   EXPECT_EQ(jobs.limits.max_epochs, 20);
+}
+
+// Issue 45: limits per submitting identity, on by default so that one token cannot fill the
+// shared queue; 0 = no limit; a negative value is refused naming the key and the value.
+TEST(ConfigTest, JobsPerIdentityLimitsHaveDefaultsAreReadAndRangeChecked) {
+  absl::StatusOr<ServerConfig> defaults = ParseServerConfig("", "");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->jobs.per_identity.max_queued, 16);
+  EXPECT_EQ(defaults->jobs.per_identity.max_running, 0);
+  EXPECT_EQ(defaults->jobs.per_identity.max_total_steps, 4000000);
+  EXPECT_LT(defaults->jobs.per_identity.max_queued, defaults->jobs.max_queued);
+
+  absl::StatusOr<ServerConfig> config = ParseServerConfig(
+      "jobs: {per_identity: {max_queued: 3, max_running: 1, max_total_steps: 0}}\n", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->jobs.per_identity.max_queued, 3);
+  EXPECT_EQ(config->jobs.per_identity.max_running, 1);
+  EXPECT_EQ(config->jobs.per_identity.max_total_steps, 0);
+
+  ExpectRejected("jobs: {per_identity: {max_queued: -1}}\n",
+                 {"jobs.per_identity.max_queued: must be >= 0, got -1"});
+  ExpectRejected("jobs: {per_identity: {max_running: -2}}\n",
+                 {"jobs.per_identity.max_running: must be >= 0, got -2"});
+  ExpectRejected("jobs: {per_identity: {max_total_steps: -5}}\n",
+                 {"jobs.per_identity.max_total_steps: must be >= 0, got -5"});
+  ExpectRejected("jobs: {per_identity: {max_jobs: 2}}\n",
+                 {"jobs.per_identity.max_jobs: unknown key", "max_queued"});
+  // The role that reaches other identities' jobs is a known one.
+  EXPECT_TRUE(ParseServerConfig("auth: {tokens: {t: [admin, all_jobs]}}\n", "").ok());
 }
 
 TEST(ConfigTest, JobsRejectsUnknownKeysAndWrongTypes) {

@@ -102,6 +102,96 @@ TEST_F(JobQueueTest, TheHeadStartsOnlyWhenItFitsBesideTheRunningJobsOrNothingRun
   EXPECT_TRUE(queue.Get("job-1").ok());
 }
 
+pb::Job OwnedJob(const std::string& name, const std::string& submitter, std::uint64_t steps) {
+  pb::Job job = TrainingJob(name);
+  job.set_submitted_by(submitter);
+  job.mutable_training()->set_steps(steps);
+  return job;
+}
+
+// Issue 45: jobs.per_identity.max_queued and max_total_steps refuse a submission naming the key,
+// its value and the identity's use; other identities, and "anonymous" (no authentication), are
+// not held by one identity's use.
+TEST_F(JobQueueTest, PerIdentityQueuedAndStepLimitsRefuseNamingTheKeyTheLimitAndTheUse) {
+  JobQueueOptions options{64, 0};
+  options.per_identity_max_queued = 2;
+  options.per_identity_max_total_steps = 1000;
+  JobQueue queue(options, &env_.jobs(), env_.context());
+  constexpr char kAlice[] = "token:aaaaaaaaaaaa";
+  constexpr char kBob[] = "token:bbbbbbbbbbbb";
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("a1", kAlice, 300)).ok());
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("a2", kAlice, 300)).ok());
+  const absl::Status queued = queue.Enqueue(OwnedJob("a3", kAlice, 10)).status();
+  EXPECT_EQ(queued.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(queued.message()),
+              HasSubstr("token:aaaaaaaaaaaa has 2 jobs queued, the limit "
+                        "(jobs.per_identity.max_queued) is 2"));
+  // Another identity, and anonymous jobs, are not counted against alice's.
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("b1", kBob, 1000)).ok());
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("n1", "anonymous", 5000)).ok());
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("n2", "anonymous", 5000)).ok());
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("n3", "anonymous", 5000)).ok());
+
+  // Running jobs count toward the steps but not toward the queued jobs.
+  auto a1 = queue.Next();
+  ASSERT_NE(a1, nullptr);
+  EXPECT_EQ(a1->id, "job-1");
+  queue.SetState(*a1, pb::JOB_STATE_RUNNING, "");
+  const absl::Status steps = queue.Enqueue(OwnedJob("a3", kAlice, 401)).status();
+  EXPECT_EQ(steps.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(steps.message()),
+              HasSubstr("token:aaaaaaaaaaaa has 600 steps in unfinished jobs; with this job's 401 "
+                        "that is 1001, over the limit (jobs.per_identity.max_total_steps) of "
+                        "1000"));
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("a3", kAlice, 400)).ok());
+  EXPECT_EQ(queue.Enqueue(OwnedJob("b2", kBob, 1)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+
+  // A finished job no longer counts.
+  queue.SetState(*a1, pb::JOB_STATE_SUCCEEDED, "");
+  queue.Release(*a1);
+  EXPECT_TRUE(queue.Enqueue(OwnedJob("a4", kAlice, 300)).status().code() ==
+              absl::StatusCode::kResourceExhausted);  // still 2 queued (a2, a3)
+  ASSERT_TRUE(queue.Cancel("job-2").ok());
+  EXPECT_TRUE(queue.Enqueue(OwnedJob("a4", kAlice, 300)).ok());
+}
+
+// Issue 45: jobs.per_identity.max_running holds an identity's next job while it runs that many,
+// and the jobs of other identities queued behind it start meanwhile.
+TEST_F(JobQueueTest, PerIdentityMaxRunningHoldsAnIdentitysJobsAndLetsOthersPass) {
+  JobQueueOptions options{64, 0};
+  options.per_identity_max_running = 1;
+  JobQueue queue(options, &env_.jobs(), env_.context());
+  constexpr char kAlice[] = "token:aaaaaaaaaaaa";
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("a1", kAlice, 10)).ok());         // job-1
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("a2", kAlice, 10)).ok());         // job-2
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("b1", "cert:CN=bob", 10)).ok());  // job-3
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("n1", "anonymous", 10)).ok());    // job-4
+  ASSERT_TRUE(queue.Enqueue(OwnedJob("n2", "anonymous", 10)).ok());    // job-5
+  auto a1 = queue.Next();
+  ASSERT_NE(a1, nullptr);
+  EXPECT_EQ(a1->id, "job-1");
+  auto b1 = queue.Next();  // a2 waits for a1: bob's job passes it
+  ASSERT_NE(b1, nullptr);
+  EXPECT_EQ(b1->id, "job-3");
+  auto n1 = queue.Next();  // anonymous jobs have no per-identity limit
+  ASSERT_NE(n1, nullptr);
+  EXPECT_EQ(n1->id, "job-4");
+  auto n2 = queue.Next();
+  ASSERT_NE(n2, nullptr);
+  EXPECT_EQ(n2->id, "job-5");
+
+  // Only a2 is left, and alice runs one: the runner waits until a1 is released.
+  std::shared_ptr<ActiveJob> a2;
+  std::thread runner([&] { a2 = queue.Next(); });
+  EXPECT_TRUE(env_.clock().BlockUntilWaiting(absl::InfiniteFuture()));
+  EXPECT_EQ(a2, nullptr);
+  queue.Release(*a1);
+  runner.join();
+  ASSERT_NE(a2, nullptr);
+  EXPECT_EQ(a2->id, "job-2");
+}
+
 TEST_F(JobQueueTest, RestoreQueuesAgainAndCountsTheResumeOfARunningJob) {
   auto stored = env_.jobs().CreateJob(TrainingJob("interrupted"));
   ASSERT_TRUE(stored.ok());

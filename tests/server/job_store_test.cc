@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -547,13 +548,13 @@ TEST_F(JobStoreTest, UnfinishedJobsAndDataSurviveReopen) {
   EXPECT_EQ(Create(*store, MakeTrainingJob("g")).id(), "job-7");
 }
 
-TEST_F(JobStoreTest, UsesWriteAheadLogAndSchemaVersion2) {
+TEST_F(JobStoreTest, UsesWriteAheadLogAndSchemaVersion3) {
   std::unique_ptr<JobStores> store = OpenStore();
   ASSERT_NE(store, nullptr);
   RawDb raw(path_);
   EXPECT_EQ(raw.QueryText("PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(raw.QueryText("PRAGMA user_version"), "2");
-  EXPECT_EQ(StoreDatabase::kSchemaVersion, 2);
+  EXPECT_EQ(raw.QueryText("PRAGMA user_version"), "3");
+  EXPECT_EQ(StoreDatabase::kSchemaVersion, 3);
   EXPECT_EQ(raw.QueryText("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
                           "('jobs', 'job_metrics', 'job_evaluations', 'checkpoints', "
                           "'promotions')"),
@@ -567,7 +568,7 @@ TEST_F(JobStoreTest, NewerSchemaVersionIsFailedPrecondition) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr(path_));
   EXPECT_THAT(status.message(), HasSubstr("schema version 99"));
-  EXPECT_THAT(status.message(), HasSubstr("up to 2"));
+  EXPECT_THAT(status.message(), HasSubstr("up to 3"));
 }
 
 TEST_F(JobStoreTest, NonDatabaseFileIsAClearError) {
@@ -656,6 +657,12 @@ ALTER TABLE promotions ADD COLUMN kind TEXT NOT NULL DEFAULT 'promote';
 ALTER TABLE promotions ADD COLUMN forced INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Version 3's step as it shipped (issue 45: who submitted each job).
+constexpr char kShippedMigrationV3[] = R"sql(
+ALTER TABLE jobs ADD COLUMN submitted_by TEXT NOT NULL DEFAULT '';
+CREATE INDEX jobs_by_submitter ON jobs(submitted_by);
+)sql";
+
 // Every table and index of a database file, with its SQL, one per line.
 std::string SchemaOf(const std::string& path) {
   return RawDb(path).QueryText(
@@ -663,11 +670,12 @@ std::string SchemaOf(const std::string& path) {
       "FROM (SELECT * FROM sqlite_master ORDER BY name)");
 }
 
-TEST_F(JobStoreTest, ANewDatabaseHasTheSchemaVersions1And2Shipped) {
+TEST_F(JobStoreTest, ANewDatabaseHasTheSchemaVersions1To3Shipped) {
   ASSERT_NE(OpenStore(), nullptr);
   const std::string shipped = dir_ + "/shipped.db";
   RawDb(shipped).Exec(kShippedSchemaV1);
   RawDb(shipped).Exec(kShippedMigrationV2);
+  RawDb(shipped).Exec(kShippedMigrationV3);
   EXPECT_THAT(SchemaOf(path_), HasSubstr("table promotions"));
   EXPECT_EQ(SchemaOf(path_), SchemaOf(shipped));
 }
@@ -735,7 +743,7 @@ TEST_F(JobStoreTest, ADatabaseWrittenWithSchemaVersion1OpensWithItsRecordsAndTak
   ASSERT_TRUE(store->history.AppendMetric("job-8", JobMetricRow{1, 2.0, 0.1, 10, 1}).ok());
   ASSERT_TRUE(store->jobs.DeleteJob("job-7").ok());
   EXPECT_EQ(RawDb(path_).QueryText("SELECT count(*) FROM job_metrics WHERE job_id = 'job-7'"), "0");
-  EXPECT_EQ(RawDb(path_).QueryText("PRAGMA user_version"), "2");
+  EXPECT_EQ(RawDb(path_).QueryText("PRAGMA user_version"), "3");
   EXPECT_EQ(store->promotions.PromotionHistory("news")->size(), 1u);
   PromotionRecord rollback;
   rollback.model = "news";
@@ -751,6 +759,81 @@ TEST_F(JobStoreTest, ADatabaseWrittenWithSchemaVersion1OpensWithItsRecordsAndTak
   EXPECT_EQ((*current)[0].kind, "rollback");
   EXPECT_EQ((*current)[0].actor, "token:0123456789ab");
   EXPECT_EQ((*current)[0].checkpoint, "");
+}
+
+// Issue 45: a jobs.db of schema version 2 (the previous binaries') migrates in place to version
+// 3: its jobs have no submitter (no owner: every owner's listing shows them), new jobs record
+// theirs, and a listing for one owner leaves out another's jobs, also among pending snapshots.
+TEST_F(JobStoreTest, ADatabaseWrittenWithSchemaVersion2MigratesAndListsJobsByOwner) {
+  std::filesystem::create_directories(dir_ + "/state");
+  Job old = MakeTrainingJob("old", kSucceeded);
+  old.set_id("job-3");
+  {
+    RawDb raw(path_);
+    raw.Exec("PRAGMA journal_mode=WAL");
+    raw.Exec(kShippedSchemaV1);
+    raw.Exec(kShippedMigrationV2);
+    raw.Exec(absl::StrCat("INSERT INTO jobs(seq, id, kind, state, name, create_ms, update_ms, job) "
+                          "VALUES(3, 'job-3', ",
+                          kTraining, ", ", kSucceeded, ", 'old', 1700000000123, 1700000500000, x'",
+                          absl::BytesToHexString(old.SerializeAsString()), "')")
+                 .c_str());
+    raw.Exec("PRAGMA user_version = 2");
+  }
+  std::unique_ptr<JobStores> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(RawDb(path_).QueryText("PRAGMA user_version"), "3");
+  EXPECT_EQ(RawDb(path_).QueryText("SELECT submitted_by FROM jobs WHERE id = 'job-3'"), "");
+  absl::StatusOr<Job> stored = store->jobs.GetJob("job-3");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_THAT(*stored, EqualsProto(old));
+  EXPECT_FALSE(HasOwner(stored->submitted_by()));
+
+  Job a = MakeTrainingJob("a");
+  a.set_submitted_by("token:aaaaaaaaaaaa");
+  Job b = MakeTrainingJob("b");
+  b.set_submitted_by("token:bbbbbbbbbbbb");
+  Job anonymous = MakeTrainingJob("anon");
+  anonymous.set_submitted_by("anonymous");
+  EXPECT_EQ(Create(*store, a).id(), "job-4");
+  EXPECT_EQ(Create(*store, b).id(), "job-5");
+  EXPECT_EQ(Create(*store, anonymous).id(), "job-6");
+  EXPECT_EQ(RawDb(path_).QueryText("SELECT submitted_by FROM jobs WHERE id = 'job-5'"),
+            "token:bbbbbbbbbbbb");
+  EXPECT_EQ(store->jobs.GetJob("job-4")->submitted_by(), "token:aaaaaaaaaaaa");
+
+  const auto ids = [&](const std::string& owner, const std::map<std::string, Job>& pending = {}) {
+    std::vector<std::string> listed;
+    ListJobsRequest request;
+    request.set_page_size(2);  // pages too
+    while (true) {
+      absl::StatusOr<ListJobsResponse> page = store->jobs.ListJobs(request, pending, owner);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) break;
+      for (const Job& job : page->jobs()) listed.push_back(job.id());
+      if (page->next_page_token().empty()) break;
+      request.set_page_token(page->next_page_token());
+    }
+    return listed;
+  };
+  EXPECT_THAT(ids(""), ElementsAre("job-6", "job-5", "job-4", "job-3"));
+  EXPECT_THAT(ids("token:aaaaaaaaaaaa"), ElementsAre("job-6", "job-4", "job-3"));
+  EXPECT_THAT(ids("token:bbbbbbbbbbbb"), ElementsAre("job-6", "job-5", "job-3"));
+  // A pending snapshot is filtered by its owner as well.
+  Job running_b = *store->jobs.GetJob("job-5");
+  running_b.set_state(kRunning);
+  EXPECT_THAT(ids("token:aaaaaaaaaaaa", {{"job-5", running_b}}),
+              ElementsAre("job-6", "job-4", "job-3"));
+  EXPECT_THAT(ids("token:bbbbbbbbbbbb", {{"job-5", running_b}}),
+              ElementsAre("job-6", "job-5", "job-3"));
+
+  // An update keeps the column in step with the record.
+  Job moved = *store->jobs.GetJob("job-4");
+  moved.set_submitted_by("cert:CN=alice");
+  ASSERT_TRUE(store->jobs.UpdateJob(moved).ok());
+  EXPECT_EQ(RawDb(path_).QueryText("SELECT submitted_by FROM jobs WHERE id = 'job-4'"),
+            "cert:CN=alice");
+  EXPECT_THAT(ids("token:aaaaaaaaaaaa"), ElementsAre("job-6", "job-3"));
 }
 
 // A full disk at start (every write fails, RLIMIT_FSIZE 0, after a clean stop removed the WAL

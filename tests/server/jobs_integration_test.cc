@@ -688,6 +688,269 @@ TEST_F(JobsIntegrationTest, JobsNeedTheAdminRole) {
   EXPECT_EQ(rollback("operator"), grpc::StatusCode::OK);
 }
 
+// Issue 45, ownership and quotas: with two admin tokens, bob cannot read, watch, cancel, delete,
+// promote or download alice's job (PERMISSION_DENIED naming the job and the all_jobs role), his
+// list leaves it out, and a token with all_jobs reaches both; each job shows its submitter; the
+// per-identity limits refuse alice's submissions naming the key while bob's still go in.
+TEST_F(JobsIntegrationTest, AnotherTokensJobsNeedTheAllJobsRoleAndQuotasArePerIdentity) {
+  {
+    std::ifstream in(dir_ + "/config.yaml");
+    std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string jobs_line = "jobs: {max_concurrent: 1, threads_per_job: 1}\n";
+    const std::size_t at = config.find(jobs_line);
+    ASSERT_NE(at, std::string::npos);
+    config.replace(at, jobs_line.size(),
+                   "jobs: {max_concurrent: 1, threads_per_job: 1,\n"
+                   "       per_identity: {max_queued: 2, max_total_steps: 150000}}\n"
+                   "auth: {tokens: {alice: [admin], bob: [admin], auditor: [admin, all_jobs]}}\n");
+    std::ofstream(dir_ + "/config.yaml") << config;
+  }
+  StartServer();
+  const auto as = [&](grpc::ClientContext& context, const std::string& token) {
+    SetDeadline(context);
+    context.AddMetadata("authorization", "Bearer " + token);
+  };
+  const auto submit = [&](const std::string& token, std::uint64_t steps, pb::Job* job) {
+    grpc::ClientContext context;
+    as(context, token);
+    pb::SubmitTrainingRequest request;
+    *request.mutable_spec() = TinySpec("owned", steps);
+    return jobs_->SubmitTraining(&context, request, job);
+  };
+  const auto get = [&](const std::string& token, const std::string& id, pb::Job* job) {
+    grpc::ClientContext context;
+    as(context, token);
+    pb::GetJobRequest request;
+    request.set_id(id);
+    return jobs_->GetJob(&context, request, job);
+  };
+  const auto listed = [&](const std::string& token) {
+    grpc::ClientContext context;
+    as(context, token);
+    pb::ListJobsResponse response;
+    EXPECT_TRUE(jobs_->ListJobs(&context, pb::ListJobsRequest(), &response).ok());
+    std::vector<std::string> ids;
+    for (const pb::Job& job : response.jobs()) ids.push_back(job.id());
+    return ids;
+  };
+  const auto denied_for_job = [](const grpc::Status& status, const std::string& id) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+    EXPECT_NE(status.error_message().find("job " + id +
+                                          " was submitted by another identity (a "
+                                          "token)"),
+              std::string::npos)
+        << status.error_message();
+    EXPECT_NE(status.error_message().find("all_jobs role"), std::string::npos);
+    EXPECT_EQ(status.error_message().find("alice"), std::string::npos);
+  };
+
+  // A long job of alice's (running through the test; cancelled at the end), then one of bob's.
+  pb::Job a;
+  ASSERT_TRUE(submit("alice", 100000, &a).ok());
+  EXPECT_EQ(a.submitted_by().rfind("token:", 0), 0u) << a.submitted_by();
+  EXPECT_EQ(a.submitted_by().size(), 6u + 12u);
+  pb::Job b;
+  ASSERT_TRUE(submit("bob", 20, &b).ok());
+  EXPECT_NE(b.submitted_by(), a.submitted_by());
+
+  pb::Job read;
+  denied_for_job(get("bob", a.id(), &read), a.id());
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::CancelJobRequest request;
+    request.set_id(a.id());
+    denied_for_job(jobs_->CancelJob(&context, request, &read), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::DeleteJobRequest request;
+    request.set_id(a.id());
+    pb::DeleteJobResponse response;
+    denied_for_job(jobs_->DeleteJob(&context, request, &response), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::GetJobHistoryRequest request;
+    request.set_id(a.id());
+    pb::GetJobHistoryResponse response;
+    denied_for_job(jobs_->GetJobHistory(&context, request, &response), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::PromoteCheckpointRequest request;
+    request.set_model("docs");
+    request.set_job_id(a.id());
+    pb::PromoteCheckpointResponse response;
+    denied_for_job(jobs_->PromoteCheckpoint(&context, request, &response), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::WatchJobRequest request;
+    request.set_id(a.id());
+    auto reader = jobs_->WatchJob(&context, request);
+    pb::JobEvent event;
+    EXPECT_FALSE(reader->Read(&event));
+    denied_for_job(reader->Finish(), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::DownloadCheckpointRequest request;
+    request.set_job_id(a.id());
+    auto reader = jobs_->DownloadCheckpoint(&context, request);
+    pb::CheckpointChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    denied_for_job(reader->Finish(), a.id());
+  }
+  {
+    // A new job of bob's that would read alice's checkpoint.
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::SubmitEvaluationRequest request;
+    request.mutable_spec()->set_name("peek");
+    request.mutable_spec()->set_job_id(a.id());
+    denied_for_job(jobs_->SubmitEvaluation(&context, request, &read), a.id());
+  }
+  {
+    grpc::ClientContext context;
+    as(context, "bob");
+    pb::SubmitTrainingRequest request;
+    *request.mutable_spec() = TinySpec("fork", 20);
+    request.mutable_spec()->clear_model();
+    request.mutable_spec()->set_init_from("job:" + a.id());
+    denied_for_job(jobs_->SubmitTraining(&context, request, &read), a.id());
+  }
+  // Undoing alice's promotion needs all_jobs too.
+  WriteServedModel(dir_ + "/data/same-task.tsckpt");
+  const auto promote_or_rollback = [&](const std::string& token, bool rollback) {
+    grpc::ClientContext context;
+    as(context, token);
+    pb::PromoteCheckpointResponse response;
+    if (rollback) {
+      pb::RollbackPromotionRequest request;
+      request.set_model("docs");
+      return jobs_->RollbackPromotion(&context, request, &response);
+    }
+    pb::PromoteCheckpointRequest request;
+    request.set_model("docs");
+    request.set_checkpoint("same-task.tsckpt");
+    return jobs_->PromoteCheckpoint(&context, request, &response);
+  };
+  ASSERT_TRUE(promote_or_rollback("alice", false).ok());
+  const grpc::Status undo = promote_or_rollback("bob", true);
+  EXPECT_EQ(undo.error_code(), grpc::StatusCode::PERMISSION_DENIED) << undo.error_message();
+  EXPECT_NE(undo.error_message().find("model docs was promoted by another identity (a token); "
+                                      "undoing another identity's promotion needs the all_jobs "
+                                      "role"),
+            std::string::npos)
+      << undo.error_message();
+  EXPECT_TRUE(promote_or_rollback("auditor", true).ok());
+
+  // Alice reaches her own job; the auditor reaches both; bob's and alice's lists keep to theirs.
+  ASSERT_TRUE(get("alice", a.id(), &read).ok());
+  EXPECT_EQ(read.submitted_by(), a.submitted_by());
+  ASSERT_TRUE(get("auditor", a.id(), &read).ok());
+  ASSERT_TRUE(get("auditor", b.id(), &read).ok());
+  EXPECT_EQ(read.submitted_by(), b.submitted_by());
+  EXPECT_EQ(listed("bob"), std::vector<std::string>{b.id()});
+  EXPECT_EQ(listed("alice"), std::vector<std::string>{a.id()});
+  EXPECT_EQ(listed("auditor"), (std::vector<std::string>{b.id(), a.id()}));
+
+  // Quotas: alice's 100000 steps and 50001 more are over 150000; then at most 2 of hers queued.
+  pb::Job refused;
+  const grpc::Status steps = submit("alice", 50001, &refused);
+  EXPECT_EQ(steps.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(steps.error_message().find("(jobs.per_identity.max_total_steps) of 150000"),
+            std::string::npos)
+      << steps.error_message();
+  EXPECT_NE(steps.error_message().find(" has 100000 steps in unfinished jobs"), std::string::npos)
+      << steps.error_message();
+  grpc::Status queued;
+  std::vector<std::string> alice_jobs = {a.id()};
+  for (int i = 0; i < 3 && queued.ok(); ++i) {
+    pb::Job small;
+    queued = submit("alice", 20, &small);
+    if (queued.ok()) alice_jobs.push_back(small.id());
+  }
+  EXPECT_EQ(queued.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(queued.error_message().find("jobs queued, the limit (jobs.per_identity.max_queued) "
+                                        "is 2"),
+            std::string::npos)
+      << queued.error_message();
+  pb::Job b2;
+  EXPECT_TRUE(submit("bob", 20, &b2).ok());  // another identity is not held by alice's use
+
+  // The auditor (all_jobs) cancels alice's jobs, and bob's, so that the server stops at once.
+  alice_jobs.push_back(b.id());
+  alice_jobs.push_back(b2.id());
+  for (const std::string& id : alice_jobs) {
+    grpc::ClientContext context;
+    as(context, "auditor");
+    pb::CancelJobRequest request;
+    request.set_id(id);
+    const grpc::Status cancelled = jobs_->CancelJob(&context, request, &read);
+    EXPECT_TRUE(cancelled.ok() || cancelled.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+        << cancelled.error_message();
+  }
+}
+
+// Issue 45: with mutual TLS and no tokens, a job's submitter is its client certificate's subject,
+// and the per-identity limits hold for that identity.
+TEST_F(JobsIntegrationTest, AClientCertificateIsTheSubmitterAndHasItsOwnQuota) {
+  ASSERT_EQ(std::system(
+                (ts::testing::SourcePath("tests/testing/make_test_certs.sh") + " " + dir_).c_str()),
+            0);
+  {
+    std::ifstream in(dir_ + "/config.yaml");
+    std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string jobs_line = "jobs: {max_concurrent: 1, threads_per_job: 1}\n";
+    const std::size_t at = config.find(jobs_line);
+    ASSERT_NE(at, std::string::npos);
+    config.replace(at, jobs_line.size(),
+                   "jobs: {max_concurrent: 1, threads_per_job: 1,\n"
+                   "       per_identity: {max_total_steps: 100000}}\n"
+                   "tls: {cert_file: server.crt, key_file: server.key, client_ca_file: ca.crt}\n");
+    std::ofstream(dir_ + "/config.yaml") << config;
+  }
+  ASSERT_TRUE(server_.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/config.yaml"}, dir_));
+  const auto read = [&](const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const grpc::SslCredentialsOptions tls{read("ca.crt"), read("client.key"), read("client.crt")};
+  auto jobs =
+      pb::Jobs::NewStub(grpc::CreateChannel(server_.grpc_address(), grpc::SslCredentials(tls)));
+  const auto submit = [&](std::uint64_t steps, pb::Job* job) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::SubmitTrainingRequest request;
+    *request.mutable_spec() = TinySpec("by-cert", steps);
+    return jobs->SubmitTraining(&context, request, job);
+  };
+  pb::Job first;
+  const grpc::Status submitted = submit(100000, &first);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  EXPECT_EQ(first.submitted_by().rfind("cert:", 0), 0u) << first.submitted_by();
+  EXPECT_NE(first.submitted_by().find("ts-test-client"), std::string::npos) << first.submitted_by();
+  pb::Job second;
+  const grpc::Status refused = submit(20, &second);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find(first.submitted_by() + " has 100000 steps"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("jobs.per_identity.max_total_steps"), std::string::npos);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  pb::CancelJobRequest cancel;
+  cancel.set_id(first.id());
+  EXPECT_TRUE(jobs->CancelJob(&context, cancel, &second).ok());
+}
+
 // Counts the non-overlapping occurrences of `needle` in `text`.
 std::size_t Count(const std::string& text, const std::string& needle) {
   std::size_t count = 0;
