@@ -1188,10 +1188,30 @@ TEST_F(WorkerSupervisionTest, AnEvaluationJobIsCancelledMidPass) {
     *request.mutable_spec() = spec;
     ASSERT_TRUE(jobs_->SubmitEvaluation(&context, request, &job).ok());
   }
-  Watch(job.id(), 60, [](const pb::JobEvent& e) {
-    return e.job().state() == pb::JOB_STATE_RUNNING && e.job().progress().validation_examples() > 0;
+  // Issue 45: the pass reports its position: examples evaluated of the total, and an ETA from
+  // their rate once a second report has come (about 1 s after the first batch).
+  const auto counted = Watch(job.id(), 60, [](const pb::JobEvent& e) {
+    return e.job().state() == pb::JOB_STATE_RUNNING && e.job().progress().has_eta_seconds();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_FALSE(counted.empty());
+  const pb::TrainingProgress& position = counted.back().job().progress();
+  ASSERT_TRUE(position.has_eta_seconds()) << server_.Log();
+  EXPECT_EQ(counted.back().type(), pb::JobEvent::PROGRESS);
+  EXPECT_EQ(position.validation_examples(), 200000u);
+  EXPECT_GT(position.evaluated_examples(), 0u);
+  EXPECT_LT(position.evaluated_examples(), 200000u);
+  EXPECT_GT(position.eta_seconds(), 0);
+  {
+    const std::string tsctl = std::string(TS_TSCTL_BINARY) + " ";
+    const std::string server = " --server " + server_.grpc_address();
+    const auto get = RunCommand(tsctl + "jobs get " + job.id() + server);
+    ASSERT_EQ(get.exit_code, 0) << get.text;
+    EXPECT_NE(get.text.find("/200000 examples evaluated\neta: "), std::string::npos) << get.text;
+    const auto json = RunCommand(tsctl + "jobs get " + job.id() + " --json" + server);
+    ASSERT_EQ(json.exit_code, 0) << json.text;
+    EXPECT_NE(json.text.find("\"evaluated_examples\":"), std::string::npos) << json.text;
+    EXPECT_NE(json.text.find("\"eta_seconds\":"), std::string::npos) << json.text;
+  }
   const auto start = Clock::now();
   {
     grpc::ClientContext context;
