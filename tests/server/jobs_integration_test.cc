@@ -187,6 +187,27 @@ class JobsIntegrationTest : public ::testing::Test {
     return events;
   }
 
+  // The steps of the job's loss curve, in the order GetJobHistory gives them (one page).
+  std::vector<std::uint64_t> LossCurveSteps(const std::string& id) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::GetJobHistoryRequest request;
+    request.set_id(id);
+    pb::GetJobHistoryResponse response;
+    const grpc::Status status = jobs_->GetJobHistory(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_TRUE(response.next_page_token().empty());
+    std::vector<std::uint64_t> steps;
+    for (const auto& point : response.loss_curve()) steps.push_back(point.step());
+    return steps;
+  }
+  // 10, 20, ..., `last`: a job's logged steps at log_interval 10.
+  static std::vector<std::uint64_t> StepsUpTo(std::uint64_t last) {
+    std::vector<std::uint64_t> steps;
+    for (std::uint64_t step = 10; step <= last; step += 10) steps.push_back(step);
+    return steps;
+  }
+
   grpc::Status Classify(const std::string& text, pb::ClassifyResponse* response) {
     grpc::ClientContext context;
     SetDeadline(context);
@@ -1027,6 +1048,32 @@ TEST_F(WorkerSupervisionTest, WithMaxRetriesAKilledWorkerResumesFromItsStateAndS
   EXPECT_EQ(done.progress().step(), 120u);
   EXPECT_NE(server_.Log().find("retrying from its last saved state"), std::string::npos);
   EXPECT_NE(server_.Log().find("resumes at step 40"), std::string::npos) << server_.Log();
+  // Steps 50 (and 60, if logged before the kill) were trained twice: logged once.
+  EXPECT_EQ(LossCurveSteps(job.id()), StepsUpTo(120)) << server_.Log();
+}
+
+// Soak finding: a worker SIGKILLed before its first saved state (checkpoints every 100 steps,
+// killed after step 30) and retried starts again at step 0; the history held steps 10..30 twice.
+// Each step is in it once, as the run the model continues from logged it.
+TEST_F(WorkerSupervisionTest, AJobRetriedWithNoSavedStateLogsEachStepOnce) {
+  StartServer();
+  auto spec = TinySpec("retried-early", 120);
+  spec.set_checkpoint_interval(100);
+  spec.set_eval_interval(120);
+  spec.set_max_retries(1);
+  pb::Job job;
+  ASSERT_TRUE(Submit(spec, &job).ok());
+  const auto pids = WaitForStep(job.id(), 30);
+  ASSERT_EQ(pids.size(), 1u) << server_.Log();
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  const auto events = Watch(job.id(), 120);
+  ASSERT_FALSE(events.empty());
+  const pb::Job& done = events.back().job();
+  ASSERT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason() << "\n" << server_.Log();
+  EXPECT_EQ(done.progress().retries(), 1u);
+  EXPECT_NE(server_.Log().find("starts again at step 0 (no saved state"), std::string::npos)
+      << server_.Log();
+  EXPECT_EQ(LossCurveSteps(job.id()), StepsUpTo(120)) << server_.Log();
 }
 
 // A spec far beyond the budget: 64 sequences of 4,096 tokens on the softmax path, whose backward
