@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -88,13 +90,41 @@ std::string StepText(const Job& job) {
   return absl::StrCat(job.progress().step(), "/", job.progress().total_steps());
 }
 
-// An evaluation's position: "512/512 examples" once its report is in, "512 examples" (the data
-// set's size) before; the server reports no partial count while it runs.
+// An evaluation's examples evaluated so far: its report's count once it has one, else the
+// worker's last progress report.
+std::uint64_t EvaluatedExamples(const Job& job) {
+  return job.has_report() ? job.report().examples() : job.progress().evaluated_examples();
+}
+
+// An evaluation's position: "128/512 examples" once it has evaluated some (the report's count
+// once it is in), "512 examples" (the data set's size) before.
 std::string ExamplesText(const Job& job) {
   const std::uint64_t total = job.progress().validation_examples();
-  if (!job.has_report()) return absl::StrCat(total, " examples");
-  return absl::StrCat(job.report().examples(), total > 0 ? absl::StrCat("/", total) : "",
+  if (!job.has_report() && job.progress().evaluated_examples() == 0) {
+    return absl::StrCat(total, " examples");
+  }
+  return absl::StrCat(EvaluatedExamples(job), total > 0 ? absl::StrCat("/", total) : "",
                       " examples");
+}
+
+// A running job's ETA in seconds (the server's, from its recent rate); nullopt when it has none.
+std::optional<double> RunningEta(const Job& job) {
+  if (job.state() != taylorshift::v1::JOB_STATE_RUNNING || !job.progress().has_eta_seconds()) {
+    return std::nullopt;
+  }
+  return job.progress().eta_seconds();
+}
+
+// ", eta 0:07" while a running job has an ETA, else "".
+std::string EtaText(const Job& job) {
+  const std::optional<double> eta = RunningEta(job);
+  return eta.has_value() ? absl::StrCat(", eta ", FormatDuration(*eta)) : "";
+}
+
+// The ETA for JSON: seconds while a running job has one, else null.
+Json EtaJson(const Job& job) {
+  const std::optional<double> eta = RunningEta(job);
+  return eta.has_value() ? JsonNumber(*eta) : Json(nullptr);
 }
 
 // The report a job is judged by: a training job's best validation (else its latest), an
@@ -168,6 +198,9 @@ std::string JobJson(const Job& job, const taylorshift::v1::GetJobHistoryResponse
       {"progress", MessageJson(progress, true)}};
   // The position fields are the job's own, above.
   for (const char* key : {"step", "total_steps", "epoch"}) object["progress"].erase(key);
+  if (IsTraining(job)) object["progress"].erase("evaluated_examples");  // an evaluation's count
+  // Seconds while a running job has an ETA; null (not 0) while unknown or once it ended.
+  object["progress"]["eta_seconds"] = EtaJson(job);
   const EvaluationReport* metrics = JobMetrics(job);
   object["metrics"] = metrics != nullptr ? ReportJson(*metrics) : Json(nullptr);
   if (IsTraining(job)) {
@@ -209,10 +242,11 @@ std::string JobEventJson(const JobEvent& event) {
     case JobEvent::PROGRESS:
       if (IsEvaluation(job)) {
         // An evaluation has no steps, loss or learning rate: its examples instead.
-        object["examples"] = job.has_report() ? Json(job.report().examples()) : Json(nullptr);
+        object["examples"] = EvaluatedExamples(job);
         object["total_examples"] = progress.validation_examples();
         object["examples_per_second"] =
             job.has_report() ? JsonNumber(job.report().examples_per_second()) : Json(nullptr);
+        object["eta_seconds"] = EtaJson(job);
         break;
       }
       object["step"] = progress.step();
@@ -221,6 +255,7 @@ std::string JobEventJson(const JobEvent& event) {
       object["loss"] = JsonNumber(progress.loss());
       object["learning_rate"] = JsonNumber(progress.learning_rate());
       object["examples_per_second"] = JsonNumber(progress.examples_per_second());
+      object["eta_seconds"] = EtaJson(job);
       break;
     case JobEvent::VALIDATION:
       object["step"] = job.validation().step();
@@ -258,7 +293,7 @@ std::string JobEventText(const JobEvent& event) {
   switch (event.type()) {
     case JobEvent::PROGRESS: {
       if (IsEvaluation(job)) {
-        if (!job.has_report()) return absl::StrCat("evaluating ", ExamplesText(job));
+        if (!job.has_report()) return absl::StrCat("evaluating ", ExamplesText(job), EtaText(job));
         return absl::StrCat("evaluated ", ExamplesText(job), " ",
                             absl::StrFormat("%.1f", job.report().examples_per_second()), " ex/s");
       }
@@ -319,8 +354,15 @@ Progress WatchProgress(const Job& job) {
   if (job.state() != taylorshift::v1::JOB_STATE_RUNNING)
     details.push_back(JobStateName(job.state()));
   if (IsEvaluation(job)) {
-    details.push_back(
-        absl::StrCat(job.has_report() ? "evaluated " : "evaluating ", ExamplesText(job)));
+    // Examples evaluated of the total, and the ETA from their rate, as steps for training.
+    if (progress.validation_examples() > 0) {
+      out.unit = "examples";
+      out.done = static_cast<double>(EvaluatedExamples(job));
+      out.total = static_cast<double>(progress.validation_examples());
+    } else {
+      details.push_back(
+          absl::StrCat(job.has_report() ? "evaluated " : "evaluating ", ExamplesText(job)));
+    }
   } else if (progress.total_steps() > 0) {
     out.unit = "steps";
     out.done = static_cast<double>(progress.step());
@@ -362,11 +404,16 @@ std::string JobDetails(const Job& job) {
     }
   }
   if (IsEvaluation(job)) {
-    line("examples",
-         job.has_report() ? ExamplesText(job) : absl::StrCat(ExamplesText(job), " to evaluate"));
+    line("examples", job.has_report() ? ExamplesText(job)
+                     : progress.evaluated_examples() > 0
+                         ? absl::StrCat(ExamplesText(job), " evaluated")
+                         : absl::StrCat(ExamplesText(job), " to evaluate"));
     if (job.has_report()) {
       line("examples_per_second", absl::StrFormat("%.1f", job.report().examples_per_second()));
     }
+  }
+  if (const std::optional<double> eta = RunningEta(job); eta.has_value()) {
+    line("eta", FormatDuration(*eta));
   }
   if (progress.retries() > 0) line("retries", progress.retries());
   if (progress.skipped_examples() > 0) line("skipped_examples", progress.skipped_examples());

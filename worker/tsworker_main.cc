@@ -208,6 +208,9 @@ std::string Describe(const pb::WorkerMessage& message) {
     case pb::WorkerMessage::kReport:
       return absl::StrFormat("evaluation: accuracy %.4f on %d examples",
                              message.report().accuracy(), message.report().examples());
+    case pb::WorkerMessage::kEvaluationProgress:
+      return absl::StrCat("evaluated ", message.evaluation_progress().examples(), "/",
+                          message.evaluation_progress().total_examples(), " examples");
     case pb::WorkerMessage::kLog:
       return message.log();
     default:

@@ -188,6 +188,60 @@ absl::Status ReadLineRecords(
 
 }  // namespace
 
+absl::StatusOr<JsonLinesLabelScan> ScanJsonLinesLabels(const std::string& path,
+                                                       const std::vector<std::string>& known,
+                                                       std::int64_t max_bytes) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return OpenError(path, ENOENT);
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return OpenError(path, errno != 0 ? errno : EACCES);
+  // One bounded read; a last line cut by the bound is left out.
+  std::string text(static_cast<std::size_t>(std::max<std::int64_t>(max_bytes, 0)) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  JsonLinesLabelScan scan;
+  scan.complete = static_cast<std::int64_t>(text.size()) <= max_bytes;
+  if (!scan.complete) text.resize(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n'));
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  std::int64_t line_number = 0;
+  for (absl::string_view view : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    std::string line(view);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (IsBlank(line)) continue;
+    absl::StatusOr<nlohmann::json> object = ParseJsonLine(line);
+    if (!object.ok()) continue;
+    const auto label = object->find("label");
+    if (label == object->end()) continue;
+    std::string name;
+    bool is_known = false;
+    if (label->is_string()) {
+      name = label->get<std::string>();
+      is_known = std::find(known.begin(), known.end(), name) != known.end();
+    } else if (label->is_number_unsigned()) {
+      const auto index = label->get<std::uint64_t>();
+      name = std::to_string(index);
+      is_known = index < known.size();
+    } else {
+      continue;
+    }
+    if (!is_known && scan.unknown_line == 0) {
+      scan.unknown_line = line_number;
+      scan.unknown_label = name;
+    }
+    if (std::find(scan.labels.begin(), scan.labels.end(), name) == scan.labels.end()) {
+      if (scan.labels.size() < kMaxScannedLabels) {
+        scan.labels.push_back(std::move(name));
+      } else {
+        scan.more_labels = true;
+      }
+    }
+  }
+  return scan;
+}
+
 absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
                                              const DatasetReadOptions& options) {
   TS_ASSIGN_OR_RETURN(LineReader reader, LineReader::Open(path));

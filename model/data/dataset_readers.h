@@ -46,6 +46,27 @@ struct DatasetReadOptions {
 absl::StatusOr<Dataset> ReadJsonLinesDataset(const std::string& path,
                                              const DatasetReadOptions& options = {});
 
+// The labels of a JSON Lines file's first records, for a check before anything reads the whole
+// file (a job's submission): at most `max_bytes` of the file are read, and only whole lines of
+// them. Each record's "label" is taken as ReadJsonLinesDataset takes it; a record that is not a
+// JSON object with a string or non-negative integer "label" is passed over (the reader judges
+// it). NOT_FOUND / PERMISSION_DENIED as the readers when the file cannot be opened.
+struct JsonLinesLabelScan {
+  // The distinct labels read, in the order first seen (integers in decimal), at most
+  // kMaxScannedLabels of them.
+  std::vector<std::string> labels;
+  bool more_labels = false;  // more distinct labels than that were seen
+  // The first record whose label is not one of `known` (a string not among them, an integer
+  // not below their count): its line number (from 1) and label; 0 and "" when there is none.
+  std::int64_t unknown_line = 0;
+  std::string unknown_label;
+  bool complete = false;  // the whole file was read (it is at most max_bytes)
+};
+inline constexpr std::size_t kMaxScannedLabels = 1000;
+absl::StatusOr<JsonLinesLabelScan> ScanJsonLinesLabels(const std::string& path,
+                                                       const std::vector<std::string>& known,
+                                                       std::int64_t max_bytes);
+
 // Folder per class (the aclImdb layout): `root/<class>/*.txt`, each file's bytes one example.
 // Classes are the sub-folders (hidden ones excluded) sorted by name; files are read in name
 // order. Entries that are not `*.txt` are ignored; a `*.txt` that is not a readable regular file

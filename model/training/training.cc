@@ -396,10 +396,10 @@ absl::StatusOr<TrainingStepResult> Trainer::Step() {
   return result;
 }
 
-absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
-                                                    const TaylorShiftEncoderOptions& encoder,
-                                                    const std::vector<LabeledSequence>& examples,
-                                                    std::int64_t batch_size, AttentionPath path) {
+absl::StatusOr<EvaluationResult> EvaluateClassifier(
+    TaylorShiftEncoder& model, const TaylorShiftEncoderOptions& encoder,
+    const std::vector<LabeledSequence>& examples, std::int64_t batch_size, AttentionPath path,
+    const std::function<void(std::int64_t evaluated)>& on_batch) {
   if (batch_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch_size must be > 0, got ", batch_size));
   }
@@ -431,6 +431,7 @@ absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
       const torch::Tensor predicted = logits.argmax(1).to(torch::kCPU).contiguous();
       predictions.insert(predictions.end(), predicted.data_ptr<std::int64_t>(),
                          predicted.data_ptr<std::int64_t>() + predicted.numel());
+      if (on_batch) on_batch(static_cast<std::int64_t>(predictions.size()));
     }
     EvaluationResult r;
     r.examples = static_cast<std::int64_t>(examples.size());

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -121,10 +122,12 @@ struct EvaluationResult {
 // Loss and metrics of `model` (described by `encoder`) on `examples`: eval mode, no gradients,
 // batches of `batch_size`, sequences cut to the model's max_length. The model is left in eval
 // mode. INVALID_ARGUMENT for a label outside [0, num_classes); LibTorch errors as Status.
-absl::StatusOr<EvaluationResult> EvaluateClassifier(TaylorShiftEncoder& model,
-                                                    const TaylorShiftEncoderOptions& encoder,
-                                                    const std::vector<LabeledSequence>& examples,
-                                                    std::int64_t batch_size, AttentionPath path);
+// `on_batch`, when given, is called after each batch with the examples evaluated so far (on the
+// calling thread; the last call has examples.size()).
+absl::StatusOr<EvaluationResult> EvaluateClassifier(
+    TaylorShiftEncoder& model, const TaylorShiftEncoderOptions& encoder,
+    const std::vector<LabeledSequence>& examples, std::int64_t batch_size, AttentionPath path,
+    const std::function<void(std::int64_t evaluated)>& on_batch = nullptr);
 
 // Trains one encoder on one training set. Owns the model, the optimizer and both data sets.
 // Data order: epoch e visits the training set in a permutation drawn from (seed, e); a batch

@@ -10,9 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/file_io.h"
 #include "common/quoted.h"
 #include "common/status_macros.h"
 #include "job_contract/job_spec.h"
+#include "model/checkpoints/checkpoint.h"
 #include "model/data/dataset_readers.h"
 #include "model/data/listops_generator.h"
 #include "model/kernels/bf16_matmul_probe.h"
@@ -44,7 +46,7 @@ std::string LabelList(const std::vector<std::string>& labels) {
 // The label names a data source has that are known without reading its records: the generator's
 // and LRA ListOps' "0".."9", CIFAR-10's class names, a folder's class folders (sorted, hidden ones
 // left out, as ReadFolderDataset has them). nullopt for JSON Lines (its labels are in its records:
-// the worker checks them).
+// CheckJsonLinesLabels).
 std::optional<std::vector<std::string>> CheapDataLabels(const pb::DataSource& source,
                                                         const DataRoot& root) {
   const std::string& format = source.format();
@@ -63,6 +65,29 @@ std::optional<std::vector<std::string>> CheapDataLabels(const pb::DataSource& so
   return classes;
 }
 
+// How much of a JSON Lines file a submission reads for its labels (the rest is checked when the
+// job runs), and the largest checkpoint file a submission loads to learn its labels and modality
+// (a larger one is checked when the job runs).
+constexpr std::int64_t kJsonLinesLabelScanBytes = std::int64_t{8} << 20;
+constexpr std::int64_t kCheckedCheckpointBytes = std::int64_t{64} << 20;
+
+// FAILED_PRECONDITION when a JSON Lines file's first kJsonLinesLabelScanBytes hold a label that is
+// not one of `classifier`'s; OK when they do not, or the file cannot be read here (the worker
+// reports that).
+absl::Status CheckJsonLinesLabels(const EvaluatedClassifier& classifier,
+                                  const pb::DataSource& source, const DataRoot& root) {
+  auto path = root.Resolve(source.path());
+  if (!path.ok()) return absl::OkStatus();
+  auto scan = ScanJsonLinesLabels(*path, classifier.labels, kJsonLinesLabelScanBytes);
+  if (!scan.ok() || scan->unknown_line == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "data: ", source.path(), ":", scan->unknown_line, ": label ", Quoted(scan->unknown_label),
+      " is not one of the labels of ", classifier.name, ": the file has the labels ",
+      LabelList(scan->labels), scan->more_labels ? " and more" : "",
+      scan->complete ? "" : absl::StrCat(" in its first ", kJsonLinesLabelScanBytes, " bytes"),
+      ", ", classifier.name, " has the labels ", LabelList(classifier.labels)));
+}
+
 // FAILED_PRECONDITION when the data cannot be what `classifier` classifies: its modality (pixels
 // for cifar10, bytes otherwise) differs, or its labels, when known cheaply, do not match — the
 // generated and fixed-label formats must have the classifier's labels in its order (the report
@@ -77,6 +102,7 @@ absl::Status CheckEvaluationData(const EvaluatedClassifier& classifier,
                      " takes ", classifier.modality, " (the data and the model must agree)"));
   }
   if (classifier.labels.empty()) return absl::OkStatus();
+  if (format == "jsonl") return CheckJsonLinesLabels(classifier, source, root);
   const std::optional<std::vector<std::string>> labels = CheapDataLabels(source, root);
   if (!labels.has_value()) return absl::OkStatus();
   bool compatible = false;
@@ -94,6 +120,24 @@ absl::Status CheckEvaluationData(const EvaluatedClassifier& classifier,
                          : absl::StrCat("format ", format, " has the labels "),
       LabelList(*labels), ", but ", classifier.name, " has the labels ",
       LabelList(classifier.labels), format == "folder" ? " (none of them is a class folder)" : ""));
+}
+
+// What the checkpoint file `path` (`reference` in the spec) classifies, read by loading it when
+// it is at most kCheckedCheckpointBytes; nullopt for a larger file, or one that cannot be read
+// here (the worker loads it and reports what is wrong). A file that is not a valid checkpoint is
+// its load's error (DATA_LOSS, INVALID_ARGUMENT), naming `reference`, not the server's path.
+absl::StatusOr<std::optional<EvaluatedClassifier>> CheckpointClassifier(
+    const std::string& reference, const std::string& path) {
+  std::error_code error;
+  const std::uintmax_t size = fs::file_size(path, error);
+  if (error || size > static_cast<std::uintmax_t>(kCheckedCheckpointBytes)) return std::nullopt;
+  auto bytes = ReadFile(path);
+  if (!bytes.ok()) return std::nullopt;
+  auto loaded = ParseCheckpoint(*bytes, Quoted(reference));
+  if (!loaded.ok()) return Prefixed(loaded.status(), "checkpoint: ");
+  return EvaluatedClassifier{absl::StrCat("checkpoint ", Quoted(reference)),
+                             std::move(loaded->metadata.labels),
+                             std::move(loaded->metadata.modality)};
 }
 
 // A CUDA worker's host memory besides the data and LibTorch: CUDA's context and libraries.
@@ -239,8 +283,8 @@ absl::StatusOr<pb::Job> JobAdmission::Evaluation(pb::EvaluationSpec spec) const 
   TS_RETURN_IF_ERROR(CheckSpecSize(spec));
   TS_RETURN_IF_ERROR(job::NormalizeEvaluationSpec(&spec, jobs_, num_cores_));
   TS_RETURN_IF_ERROR(CheckSourcePaths(spec.data(), "data"));
-  // A checkpoint file's labels are read by the worker (unpickling it here would cost what
-  // loading it does); a served model's and a job's are known.
+  // A served model's and a job's labels are known; a checkpoint file's are in its payload with
+  // its weights (model/checkpoints/checkpoint.h): it is loaded here up to kCheckedCheckpointBytes.
   std::optional<EvaluatedClassifier> classifier;
   switch (spec.target_case()) {
     case pb::EvaluationSpec::kModel: {
@@ -265,9 +309,12 @@ absl::StatusOr<pb::Job> JobAdmission::Evaluation(pb::EvaluationSpec spec) const 
                                        job->training().modality()};
       break;
     }
-    case pb::EvaluationSpec::kCheckpoint:
-      TS_RETURN_IF_ERROR(checkpoints_->Resolve(spec.checkpoint(), "checkpoint").status());
+    case pb::EvaluationSpec::kCheckpoint: {
+      TS_ASSIGN_OR_RETURN(const std::string path,
+                          checkpoints_->Resolve(spec.checkpoint(), "checkpoint"));
+      TS_ASSIGN_OR_RETURN(classifier, CheckpointClassifier(spec.checkpoint(), path));
       break;
+    }
     default:
       return absl::InvalidArgumentError("target: give one of model, job_id or checkpoint");
   }

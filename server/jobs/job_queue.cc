@@ -463,7 +463,10 @@ void JobQueue::SetState(ActiveJob& active, pb::JobState state, const std::string
     if (state == pb::JOB_STATE_RUNNING && !active.job.has_start_time()) {
       SetTimestamp(context_->clock->Now(), active.job.mutable_start_time());
     }
-    if (IsFinalJobState(state)) SetTimestamp(context_->clock->Now(), active.job.mutable_end_time());
+    if (IsFinalJobState(state)) {
+      SetTimestamp(context_->clock->Now(), active.job.mutable_end_time());
+      active.job.mutable_progress()->clear_eta_seconds();  // nothing is left
+    }
     id = active.job.id();
     kind = JobKindName(active.job.kind());
   }

@@ -66,6 +66,10 @@ struct ActiveJob {
   taylorshift::v1::Job job;
   std::atomic<bool> cancel{false};
   StepRate step_rate;  // of the progress reports since its workers started
+  // Why the result its workers reported could not be kept (an evaluation report the job store
+  // refused, e.g. on a full disk); OK otherwise. Set by the JobRecorder and read by the JobRunner,
+  // both on the runner's thread; reset at each attempt.
+  absl::Status unrecorded_result;
 
   // The workers now running the job, or null; StopProcess asks them to stop (SIGTERM, then
   // SIGKILL after jobs.stop_grace).

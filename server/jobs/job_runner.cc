@@ -151,6 +151,7 @@ absl::StatusOr<pb::WorkerTask> JobRunner::MakeTask(const ActiveJob& active) cons
 
 absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
   const std::string& id = active.id;
+  active.unrecorded_result = absl::OkStatus();
   TS_ASSIGN_OR_RETURN(auto task, MakeTask(active));
   TS_RETURN_IF_ERROR(CreateDirectories(task.job_dir()));
   const std::string task_file = (fs::path(task.job_dir()) / "task.pb").string();
@@ -207,6 +208,9 @@ absl::Status JobRunner::RunAttempt(ActiveJob& active, bool* stopped) {
     context_->Log(absl::StrCat("job ", id, ": ", outcome.exit_problem, "; last log lines:", tail));
   }
   *stopped = outcome.stopped;
+  // Workers that finished, but whose result the store refused: a failed attempt with the store's
+  // error (retried as any other while retries are left: a full disk may have room again).
+  if (outcome.status.ok() && !active.unrecorded_result.ok()) return active.unrecorded_result;
   return outcome.status;
 }
 

@@ -1,5 +1,7 @@
 // StepRate: a training job's recent step rate, from the (step, time) of its last progress
-// reports, and the time its remaining steps take at that rate (taylorshift_job_eta_seconds).
+// reports, and the time its remaining steps take at that rate (taylorshift_job_eta_seconds,
+// TrainingProgress.eta_seconds). An evaluation job's examples are counted the same way (its
+// "steps" are the examples evaluated).
 // The rate is taken over a window of the last kWindow reports rather than the last one alone, so
 // that a validation run or a checkpoint between two reports raises the ETA only by its share.
 // Reset when the job's workers start (again): a resumed job's rate starts from its resume.

@@ -101,7 +101,9 @@ std::string PromotionFollower::ModelDir(const std::string& name) const {
 absl::StatusOr<std::shared_ptr<ServedModel>> PromotionFollower::LoadCached(
     const ServedModel& served, const std::string& path) const {
   TS_ASSIGN_OR_RETURN(const LoadedCheckpoint checkpoint, LoadCheckpoint(path));
-  if (const auto differences = TaskDifferences(served.metadata(), checkpoint.metadata);
+  if (const auto differences =
+          TaskDifferences(served.metadata(), checkpoint.metadata, served.options().max_length(),
+                          checkpoint.options.max_length());
       !differences.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "it answers another task than the configured model: ", absl::StrJoin(differences, "; ")));
@@ -242,7 +244,9 @@ absl::Status PromotionFollower::Adopt(const std::string& name, const std::string
   // The model layer checks the file end to end (magic, payload CRC, tensors).
   auto checkpoint = LoadCheckpoint(incoming);
   if (!checkpoint.ok()) return refuse("invalid", checkpoint.status());
-  if (const auto differences = TaskDifferences(served->metadata(), checkpoint->metadata);
+  if (const auto differences =
+          TaskDifferences(served->metadata(), checkpoint->metadata, served->options().max_length(),
+                          checkpoint->options.max_length());
       !differences.empty()) {
     return refuse("incompatible", absl::FailedPreconditionError(absl::StrCat(
                                       "it answers another task than the version served (",

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,7 +122,7 @@ TEST(JobFormatTest, TrainingJobJson) {
       R"("labels":["neg","pos"],"submitted_by":null,)"
       R"("progress":{"loss":0.41,"learning_rate":0.0001,"examples_per_second":812.5,)"
       R"("train_examples":1000,"validation_examples":100,"skipped_examples":0,"resumes":0,)"
-      R"("retries":0,"memory_estimate_bytes":0},)"
+      R"("retries":0,"memory_estimate_bytes":0,"eta_seconds":null},)"
       R"("metrics":{"step":200,"examples":100,"loss":0.52,"accuracy":0.81,"macro_f1":0.8,)"
       R"("examples_per_second":2100,)"
       R"("classes":[{"label":"neg","precision":0.8,"recall":0.84,"f1":0.82,"support":50},)"
@@ -199,7 +200,8 @@ TEST(JobFormatTest, ProgressLine) {
   }
   EXPECT_EQ(JobEventJson(event),
             R"({"event":"progress","id":"","state":"RUNNING","step":40,"total_steps":300,)"
-            R"("epoch":0.64,"loss":1.23412,"learning_rate":0.00099,"examples_per_second":12.34})");
+            R"("epoch":0.64,"loss":1.23412,"learning_rate":0.00099,"examples_per_second":12.34,)"
+            R"("eta_seconds":null})");
 }
 
 TEST(JobFormatTest, AnEvaluationShowsItsExamplesNotSteps) {
@@ -216,8 +218,8 @@ TEST(JobFormatTest, AnEvaluationShowsItsExamplesNotSteps) {
   )pb");
   EXPECT_EQ(JobEventText(event), "evaluating 512 examples");
   EXPECT_EQ(JobEventJson(event),
-            R"({"event":"progress","id":"j-2","state":"RUNNING","examples":null,)"
-            R"("total_examples":512,"examples_per_second":null})");
+            R"({"event":"progress","id":"j-2","state":"RUNNING","examples":0,)"
+            R"("total_examples":512,"examples_per_second":null,"eta_seconds":null})");
   event.set_type(JobEvent::SNAPSHOT);
   EXPECT_EQ(JobEventText(event), "job j-2 e (evaluation): RUNNING, 512 examples");
   const std::string running = JobDetails(event.job());
@@ -235,7 +237,7 @@ TEST(JobFormatTest, AnEvaluationShowsItsExamplesNotSteps) {
   event.set_type(JobEvent::PROGRESS);
   EXPECT_EQ(JobEventText(event), "evaluated 512/512 examples 2100.0 ex/s");
   EXPECT_THAT(JobEventJson(event), HasSubstr(R"("examples":512,"total_examples":512,)"
-                                             R"("examples_per_second":2100})"));
+                                             R"("examples_per_second":2100,"eta_seconds":null})"));
   for (const std::string& text : {JobEventText(event), JobDetails(*job)}) {
     EXPECT_THAT(text, Not(HasSubstr("loss 0 lr 0"))) << text;
     EXPECT_THAT(text, Not(HasSubstr("0/0"))) << text;
@@ -266,8 +268,68 @@ TEST(JobFormatTest, WatchProgressCountsStepsOrNamesTheExamples) {
     progress { validation_examples: 512 }
   )pb");
   progress = WatchProgress(job);
-  EXPECT_EQ(progress.unit, "");  // no count while it runs: no made-up 0/512
-  EXPECT_EQ(progress.detail, "evaluating 512 examples");
+  // Issue 45: an evaluation counts its examples as training counts steps (the line's rate and
+  // ETA follow from the count).
+  EXPECT_EQ(progress.unit, "examples");
+  EXPECT_EQ(progress.done, 0);
+  EXPECT_EQ(progress.total, 512);
+  EXPECT_EQ(progress.detail, "");
+  job.mutable_progress()->set_evaluated_examples(128);
+  EXPECT_EQ(WatchProgress(job).done, 128);
+  std::ostringstream shown;
+  ProgressLine line(ProgressLineOptions(), &shown);
+  line.Update(0, WatchProgress(job));
+  job.mutable_progress()->set_evaluated_examples(256);
+  EXPECT_EQ(line.Text(2, WatchProgress(job)),
+            "256/512 examples (50%), 64.0 examples/s, elapsed 0:02, eta 0:04");
+  // Before the worker has counted its data set: no total, the size unknown.
+  job.mutable_progress()->Clear();
+  progress = WatchProgress(job);
+  EXPECT_EQ(progress.unit, "");
+  EXPECT_EQ(progress.detail, "evaluating 0 examples");
+}
+
+// Issue 45: a running evaluation shows the examples evaluated of its total and the server's ETA
+// in every view (event line, --json, jobs get); a training job's ETA too; none once it ended.
+TEST(JobFormatTest, ARunningEvaluationShowsItsCountAndEta) {
+  JobEvent event = FromText<JobEvent>(R"pb(
+    type: PROGRESS
+    job {
+      id: "j-2"
+      kind: JOB_KIND_EVALUATION
+      name: "e"
+      state: JOB_STATE_RUNNING
+      progress { validation_examples: 512 evaluated_examples: 128 eta_seconds: 7.4 }
+    }
+  )pb");
+  EXPECT_EQ(JobEventText(event), "evaluating 128/512 examples, eta 0:07");
+  EXPECT_EQ(JobEventJson(event),
+            R"({"event":"progress","id":"j-2","state":"RUNNING","examples":128,)"
+            R"("total_examples":512,"examples_per_second":null,"eta_seconds":7.4})");
+  const std::string details = JobDetails(event.job());
+  EXPECT_THAT(details, HasSubstr("examples: 128/512 examples evaluated\neta: 0:07\n"));
+  EXPECT_THAT(JobJson(event.job()), HasSubstr(R"("evaluated_examples":128)"));
+  EXPECT_THAT(JobJson(event.job()), HasSubstr(R"("eta_seconds":7.4)"));
+  event.set_type(JobEvent::SNAPSHOT);
+  EXPECT_EQ(JobEventText(event), "job j-2 e (evaluation): RUNNING, 128/512 examples");
+
+  // Not running: no ETA, whatever the progress says.
+  event.set_type(JobEvent::PROGRESS);
+  event.mutable_job()->set_state(taylorshift::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(JobEventText(event), "evaluating 128/512 examples");
+  EXPECT_THAT(JobEventJson(event), HasSubstr(R"("eta_seconds":null)"));
+  EXPECT_THAT(JobDetails(event.job()), Not(HasSubstr("eta:")));
+
+  JobEvent training = FromText<JobEvent>(R"pb(
+    type: PROGRESS
+    job {
+      kind: JOB_KIND_TRAINING
+      state: JOB_STATE_RUNNING
+      progress { step: 40 total_steps: 300 eta_seconds: 80 }
+    }
+  )pb");
+  EXPECT_THAT(JobEventJson(training), HasSubstr(R"("eta_seconds":80})"));
+  EXPECT_THAT(JobDetails(training.job()), HasSubstr("eta: 1:20\n"));
 }
 
 TEST(JobFormatTest, ValidationLine) {

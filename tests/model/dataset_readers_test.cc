@@ -49,6 +49,38 @@ TEST_F(DatasetTest, JsonLinesStringLabelsInferredSorted) {
   EXPECT_EQ(data->skipped, 0);
 }
 
+// The submission's look at a file's labels: distinct labels in first-seen order, the first
+// unknown one with its line, malformed records passed over, and only whole lines of the first
+// max_bytes read.
+TEST_F(DatasetTest, JsonLinesLabelScanReadsWholeLinesUpToItsBound) {
+  const std::string body =
+      "\xEF\xBB\xBF{\"text\": \"a\", \"label\": \"pos\"}\r\n"
+      "\n"
+      "not json\n"
+      "{\"text\": \"b\", \"label\": 1}\n"
+      "{\"text\": \"c\", \"label\": \"odd\"}\n"
+      "{\"text\": \"d\", \"label\": 7}\n";
+  const std::string path = Write("a.jsonl", body);
+  absl::StatusOr<JsonLinesLabelScan> scan =
+      ScanJsonLinesLabels(path, {"neg", "pos"}, static_cast<std::int64_t>(body.size()));
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_TRUE(scan->complete);
+  EXPECT_EQ(scan->labels, (std::vector<std::string>{"pos", "1", "odd", "7"}));
+  EXPECT_EQ(scan->unknown_line, 5);
+  EXPECT_EQ(scan->unknown_label, "odd");
+
+  // Cut inside line 5: lines 1-4 only, and nothing unknown in them.
+  const auto cut = static_cast<std::int64_t>(body.find("odd"));
+  scan = ScanJsonLinesLabels(path, {"neg", "pos"}, cut);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_FALSE(scan->complete);
+  EXPECT_EQ(scan->labels, (std::vector<std::string>{"pos", "1"}));
+  EXPECT_EQ(scan->unknown_line, 0);
+
+  EXPECT_EQ(ScanJsonLinesLabels((dir_ / "missing.jsonl").string(), {"a"}, 100).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(DatasetTest, JsonLinesIntegerLabelsAndGivenLabels) {
   const std::string path = Write("a.jsonl",
                                  "{\"text\": \"a\", \"label\": 2}\n"

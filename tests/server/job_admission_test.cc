@@ -9,7 +9,9 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "model/checkpoints/checkpoint.h"
 #include "model/kernels/bf16_matmul_probe.h"
+#include "model/networks/encoder.h"
 #include "server/jobs/job_queue.h"
 #include "server/serving/model_registry.h"
 #include "tests/testing/job_testing.h"
@@ -289,10 +291,83 @@ TEST_F(JobAdmissionTest, AnEvaluationWhoseDataCannotMatchTheModelIsRefusedAtSubm
   EXPECT_EQ(pixels.status().message(), "data: format cifar10 is pixels, but job " + id +
                                            " takes bytes (the data and the model must agree)");
 
-  // JSON Lines labels are in the records: the worker checks them.
+  // Issue 45: JSON Lines labels are read at submission too (the file's first 8 MiB): "x" is
+  // not one of the job's. The message names both label sets and the file as the spec does.
   spec.mutable_data()->set_format("jsonl");
   spec.mutable_data()->set_path("task/train.jsonl");
+  auto jsonl = Admission().Evaluation(spec);
+  EXPECT_EQ(jsonl.status().code(), absl::StatusCode::kFailedPrecondition) << jsonl.status();
+  EXPECT_EQ(jsonl.status().message(),
+            "data: task/train.jsonl:1: label \"x\" is not one of the labels of job " + id +
+                ": the file has the labels [x], job " + id + " has the labels [neg, pos]");
+
+  // The job's labels, an integer one that indexes them; blank and malformed lines are the
+  // reader's to judge (skip_malformed): admitted.
+  std::ofstream(env_.dir() + "/data/task/good.jsonl")
+      << "{\"text\": \"a\", \"label\": \"pos\"}\n\nnot json\n{\"text\": \"b\", \"label\": 1}\n";
+  spec.mutable_data()->set_path("task/good.jsonl");
   EXPECT_TRUE(Admission().Evaluation(spec).ok());
+  std::ofstream(env_.dir() + "/data/task/two.jsonl")
+      << "{\"text\": \"a\", \"label\": \"pos\"}\n{\"text\": \"b\", \"label\": 2}\n";
+  spec.mutable_data()->set_path("task/two.jsonl");
+  EXPECT_THAT(std::string(Admission().Evaluation(spec).status().message()),
+              HasSubstr("task/two.jsonl:2: label \"2\" is not one of the labels of job"));
+
+  // Past the bound, the rest is checked when the job runs: a bad label after 8 MiB is admitted.
+  {
+    std::ofstream big(env_.dir() + "/data/task/big.jsonl");
+    const std::string line = "{\"text\": \"" + std::string(1000, 'a') + "\", \"label\": \"neg\"}\n";
+    for (std::int64_t written = 0; written <= (std::int64_t{8} << 20); written += line.size()) {
+      big << line;
+    }
+    big << "{\"text\": \"a\", \"label\": \"x\"}\n";
+  }
+  spec.mutable_data()->set_path("task/big.jsonl");
+  EXPECT_TRUE(Admission().Evaluation(spec).ok());
+}
+
+// Issue 45: a `checkpoint:` target's labels and modality were known only when the job ran. The
+// file (up to 64 MiB) is loaded at submission: its labels and modality are checked as a served
+// model's, and a file that is no checkpoint is refused naming it as the spec does.
+TEST_F(JobAdmissionTest, ACheckpointTargetsLabelsAreCheckedAtSubmission) {
+  TaylorShiftEncoderOptions options(16, 1, 2, 64, 3);
+  options.mlp_hidden(32);
+  TaylorShiftEncoder model(options);
+  CheckpointMetadata metadata;
+  metadata.modality = "bytes";
+  metadata.labels = {"a", "b", "c"};
+  ASSERT_TRUE(SaveCheckpoint(env_.dir() + "/data/m.tsckpt", options, metadata, model).ok());
+
+  pb::EvaluationSpec spec;
+  spec.set_name("eval");
+  spec.set_checkpoint("m.tsckpt");
+  spec.mutable_data()->set_format("listops");
+  spec.mutable_data()->mutable_generate()->set_count(10);
+  auto listops = Admission().Evaluation(spec);
+  EXPECT_EQ(listops.status().code(), absl::StatusCode::kFailedPrecondition) << listops.status();
+  EXPECT_EQ(listops.status().message(),
+            "data: format listops has the labels [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], but checkpoint "
+            "\"m.tsckpt\" has the labels [a, b, c]");
+
+  spec.mutable_data()->Clear();
+  spec.mutable_data()->set_format("jsonl");
+  spec.mutable_data()->set_path("task/train.jsonl");
+  auto jsonl = Admission().Evaluation(spec);
+  EXPECT_EQ(jsonl.status().code(), absl::StatusCode::kFailedPrecondition) << jsonl.status();
+  EXPECT_EQ(jsonl.status().message(),
+            "data: task/train.jsonl:1: label \"x\" is not one of the labels of checkpoint "
+            "\"m.tsckpt\": the file has the labels [x], checkpoint \"m.tsckpt\" has the labels "
+            "[a, b, c]");
+  std::ofstream(env_.dir() + "/data/task/abc.jsonl") << "{\"text\": \"t\", \"label\": \"b\"}\n";
+  spec.mutable_data()->set_path("task/abc.jsonl");
+  EXPECT_TRUE(Admission().Evaluation(spec).ok());
+
+  std::ofstream(env_.dir() + "/data/bad.tsckpt") << "not a checkpoint";
+  spec.set_checkpoint("bad.tsckpt");
+  auto bad = Admission().Evaluation(spec);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+  EXPECT_EQ(bad.status().message(),
+            "checkpoint: \"bad.tsckpt\" is not a TaylorShift checkpoint (bad magic)");
 }
 
 TEST_F(JobAdmissionTest, NothingIsAdmittedWhenJobsAreDisabled) {

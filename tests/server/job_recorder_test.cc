@@ -126,11 +126,13 @@ TEST_F(JobRecorderTest, StartAndProgressSetTotalRatioAndEta) {
   recorder_.Apply(*active_, at(40, 4000));
   // 30 steps in 4 s: the 60 left take 8 s.
   EXPECT_EQ(env_.Sample("taylorshift_job_eta_seconds{job_id=\"job-1\"}"), 8);
+  EXPECT_EQ(queue_.Snapshot(*active_).progress().eta_seconds(), 8);  // GetJob's too
   EXPECT_EQ(env_.Sample("taylorshift_job_progress_ratio{job_id=\"job-1\"}"), 0.4);
   // Restarted workers resume at step 20: ratio from there, and no ETA until two new reports.
   started.mutable_started()->set_resumed_step(20);
   recorder_.Apply(*active_, started);
   EXPECT_EQ(env_.Sample("taylorshift_job_progress_ratio{job_id=\"job-1\"}"), 0.2);
+  EXPECT_FALSE(queue_.Snapshot(*active_).progress().has_eta_seconds());
   recorder_.Apply(*active_, at(30, 60000));
   EXPECT_THAT(env_.metrics().Serialize(), Not(HasSubstr("taylorshift_job_eta_seconds{")));
   recorder_.Apply(*active_, at(50, 70000));
@@ -139,6 +141,48 @@ TEST_F(JobRecorderTest, StartAndProgressSetTotalRatioAndEta) {
   EXPECT_THAT(env_.metrics().Serialize(),
               HasSubstr("taylorshift_job_eta_seconds{job_id=\"job-1\"} 0\n"));
   EXPECT_EQ(env_.Sample("taylorshift_job_progress_ratio{job_id=\"job-1\"}"), 1);
+}
+
+// Issue 45: an evaluation's position in examples — the count of its total, and an ETA from the
+// rate of the worker's reports — in the job (GetJob, the store) and a PROGRESS event each; no
+// loss-curve rows. The report completes the count; the end clears the ETA.
+TEST_F(JobRecorderTest, EvaluationProgressSetsTheCountOfTheTotalAndAnEta) {
+  pb::WorkerMessage started;
+  started.mutable_started()->set_validation_examples(512);
+  recorder_.Apply(*active_, started);
+  const auto at = [](std::uint64_t examples, std::int64_t ms) {
+    pb::WorkerMessage message;
+    message.mutable_evaluation_progress()->set_examples(examples);
+    message.mutable_evaluation_progress()->set_total_examples(512);
+    message.mutable_evaluation_progress()->set_time_ms(1'700'000'000'000 + ms);
+    return message;
+  };
+  recorder_.Apply(*active_, at(64, 0));
+  pb::Job job = queue_.Snapshot(*active_);
+  EXPECT_EQ(job.progress().evaluated_examples(), 64u);
+  EXPECT_EQ(job.progress().validation_examples(), 512u);
+  EXPECT_FALSE(job.progress().has_eta_seconds());  // one report: no rate yet
+  recorder_.Apply(*active_, at(192, 1000));
+  // 128 examples in 1 s: the 320 left take 2.5 s.
+  job = queue_.Snapshot(*active_);
+  EXPECT_EQ(job.progress().evaluated_examples(), 192u);
+  EXPECT_EQ(job.progress().eta_seconds(), 2.5);
+  EXPECT_EQ(env_.jobs().GetJob("job-1")->progress().evaluated_examples(), 192u);
+  EXPECT_THAT(EventTypes(),
+              ElementsAre(pb::JobEvent::PROGRESS, pb::JobEvent::PROGRESS, pb::JobEvent::PROGRESS));
+  EXPECT_EQ(events_[2].job().progress().evaluated_examples(), 192u);
+  EXPECT_EQ(events_[2].job().progress().eta_seconds(), 2.5);
+  EXPECT_TRUE(env_.history().Metrics("job-1")->empty());
+
+  pb::WorkerMessage report;
+  report.mutable_report()->set_examples(512);
+  report.mutable_report()->set_accuracy(0.5);
+  recorder_.Apply(*active_, report);
+  job = queue_.Snapshot(*active_);
+  EXPECT_EQ(job.progress().evaluated_examples(), 512u);
+  EXPECT_EQ(job.progress().eta_seconds(), 0);
+  queue_.SetState(*active_, pb::JOB_STATE_SUCCEEDED, "");
+  EXPECT_FALSE(queue_.Snapshot(*active_).progress().has_eta_seconds());
 }
 
 TEST_F(JobRecorderTest, ValidationKeepsTheLatestAndTheBestRun) {

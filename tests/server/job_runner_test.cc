@@ -9,10 +9,13 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "tests/testing/fake_worker_launcher.h"
+#include "tests/testing/file_writes_fail.h"
 #include "tests/testing/job_testing.h"
 
 namespace ts::server {
@@ -88,6 +91,36 @@ class JobRunnerTest : public ::testing::Test {
     active_ = queue_.Next();
     ASSERT_NE(active_, nullptr);
     StartRun();
+  }
+  // Queues an evaluation job of a checkpoint in the data root and runs it (as StartTraining).
+  void StartEvaluation(std::uint32_t max_retries) {
+    std::ofstream(env_.dir() + "/data/m.tsckpt") << "checkpoint";
+    pb::Job job;
+    job.set_kind(pb::JOB_KIND_EVALUATION);
+    job.set_name("puppet-eval");
+    job.mutable_evaluation()->set_checkpoint("m.tsckpt");
+    job.mutable_evaluation()->set_max_retries(max_retries);
+    ASSERT_TRUE(queue_.Enqueue(job).ok());
+    active_ = queue_.Next();
+    ASSERT_NE(active_, nullptr);
+    StartRun();
+  }
+  // `worker` reports an evaluation report while every file write fails (a full disk), and returns
+  // once the recorder has seen the store refuse it; then finishes with OK.
+  void ReportOnAFullDisk(ts::testing::FakeWorker* worker) {
+    {
+      const ts::testing::FileWritesFail full;
+      pb::WorkerMessage report;
+      report.mutable_report()->set_accuracy(0.75);
+      report.mutable_report()->set_examples(4);
+      worker->Send(report);
+      for (int i = 0; i < 10000 && !env_.Logged("cannot write its evaluation report"); ++i) {
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+    }
+    ASSERT_TRUE(env_.Logged("cannot write its evaluation report to the job store"));
+    worker->Result(absl::OkStatus());
+    worker->Exit(0);
   }
   void StartRun() {
     run_ = std::thread([this] {
@@ -364,6 +397,98 @@ TEST_F(JobRunnerTest, AShutdownLeavesTheJobRunningInTheStoreToResume) {
   EXPECT_TRUE(
       env_.Logged("interrupted by shutdown (stopped; its state is saved); it resumes on "
                   "the next start"));
+}
+
+// Soak finding: a job killed (SIGKILL) and retried logged step 10 twice in its loss curve. Its
+// retry trains again the steps after its saved state — all of them when the worker died before its
+// first checkpoint — and the history keeps each step once, as the run that went on logged it.
+TEST_F(JobRunnerTest, ARetriedJobLogsEachStepOnceInItsHistory) {
+  StartTraining(/*max_retries=*/2);
+  const auto started = [](std::uint64_t resumed_step) {
+    pb::WorkerMessage message;
+    message.mutable_started()->set_total_steps(40);
+    message.mutable_started()->set_resumed_step(resumed_step);
+    return message;
+  };
+  // Killed after steps 10 and 20, before any saved state.
+  FakeWorker* first = launcher_.AwaitWorker(0);
+  ASSERT_NE(first, nullptr);
+  first->Send(started(0));
+  first->Progress(10, 2.0);
+  first->Progress(20, 1.9);
+  first->Die(SIGKILL);
+  // Starts again at 0; saves its state at step 25, logs 30, and is killed.
+  FakeWorker* second = launcher_.AwaitWorker(1);
+  ASSERT_NE(second, nullptr);
+  second->Send(started(0));
+  second->Progress(10, 1.5);
+  second->Progress(20, 1.4);
+  second->Progress(30, 1.3);
+  second->Die(SIGKILL);
+  // Resumes at 25: step 30 again, then 40.
+  FakeWorker* third = launcher_.AwaitWorker(2);
+  ASSERT_NE(third, nullptr);
+  third->Send(started(25));
+  third->Progress(30, 1.2);
+  third->Progress(40, 1.1);
+  third->Result(absl::OkStatus());
+  third->Exit(0);
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.progress().retries(), 2u);
+  auto rows = env_.history().Metrics(active_->id);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  std::vector<std::int64_t> steps;
+  std::vector<double> losses;
+  for (const auto& row : *rows) {
+    steps.push_back(row.step);
+    losses.push_back(row.loss);
+  }
+  EXPECT_THAT(steps, ::testing::ElementsAre(10, 20, 30, 40));
+  EXPECT_THAT(losses, ::testing::ElementsAre(1.5, 1.4, 1.2, 1.1));
+  EXPECT_TRUE(
+      env_.Logged("job job-1 starts again at step 0 (no saved state; it had reached step 20)"));
+  EXPECT_TRUE(env_.Logged("job job-1 resumes at step 25"));
+}
+
+// Soak finding: an evaluation whose report the job store refused (a full disk) succeeded with an
+// empty history. Now the attempt fails with the store's error, which is retried while retries are
+// left (the second attempt's report is kept) and otherwise is the job's reason.
+TEST_F(JobRunnerTest, AnEvaluationReportTheStoreRefusesFailsTheAttempt) {
+  StartEvaluation(/*max_retries=*/1);
+  ts::testing::FakeWorker* first = launcher_.AwaitWorker(0);
+  ASSERT_NE(first, nullptr);
+  ReportOnAFullDisk(first);
+  ts::testing::FakeWorker* second = launcher_.AwaitWorker(1);
+  ASSERT_NE(second, nullptr);
+  EXPECT_TRUE(env_.Logged(
+      "attempt 1 failed (its evaluation report could not be written to the job store: "));
+  pb::WorkerMessage report;
+  report.mutable_report()->set_accuracy(0.5);
+  report.mutable_report()->set_examples(4);
+  second->Send(report);
+  second->Result(absl::OkStatus());
+  second->Exit(0);
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.progress().retries(), 1u);
+  auto kept = env_.history().Evaluations(active_->id);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_DOUBLE_EQ((*kept)[0].accuracy(), 0.5);
+}
+
+TEST_F(JobRunnerTest, AnEvaluationReportTheStoreRefusesWithNoRetryLeftFailsTheJob) {
+  StartEvaluation(/*max_retries=*/0);
+  ts::testing::FakeWorker* worker = launcher_.AwaitWorker(0);
+  ASSERT_NE(worker, nullptr);
+  ReportOnAFullDisk(worker);
+  const pb::Job done = Finish();
+  EXPECT_EQ(done.state(), pb::JOB_STATE_FAILED);
+  EXPECT_THAT(done.reason(),
+              HasSubstr("its evaluation report could not be written to the job store: "));
+  EXPECT_EQ(launcher_.launches(), 1);
+  EXPECT_EQ(env_.StoreErrors("append_evaluation"), 1);
 }
 
 }  // namespace

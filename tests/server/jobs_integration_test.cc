@@ -187,6 +187,27 @@ class JobsIntegrationTest : public ::testing::Test {
     return events;
   }
 
+  // The steps of the job's loss curve, in the order GetJobHistory gives them (one page).
+  std::vector<std::uint64_t> LossCurveSteps(const std::string& id) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pb::GetJobHistoryRequest request;
+    request.set_id(id);
+    pb::GetJobHistoryResponse response;
+    const grpc::Status status = jobs_->GetJobHistory(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_TRUE(response.next_page_token().empty());
+    std::vector<std::uint64_t> steps;
+    for (const auto& point : response.loss_curve()) steps.push_back(point.step());
+    return steps;
+  }
+  // 10, 20, ..., `last`: a job's logged steps at log_interval 10.
+  static std::vector<std::uint64_t> StepsUpTo(std::uint64_t last) {
+    std::vector<std::uint64_t> steps;
+    for (std::uint64_t step = 10; step <= last; step += 10) steps.push_back(step);
+    return steps;
+  }
+
   grpc::Status Classify(const std::string& text, pb::ClassifyResponse* response) {
     grpc::ClientContext context;
     SetDeadline(context);
@@ -1290,6 +1311,32 @@ TEST_F(WorkerSupervisionTest, WithMaxRetriesAKilledWorkerResumesFromItsStateAndS
   EXPECT_EQ(done.progress().step(), 120u);
   EXPECT_NE(server_.Log().find("retrying from its last saved state"), std::string::npos);
   EXPECT_NE(server_.Log().find("resumes at step 40"), std::string::npos) << server_.Log();
+  // Steps 50 (and 60, if logged before the kill) were trained twice: logged once.
+  EXPECT_EQ(LossCurveSteps(job.id()), StepsUpTo(120)) << server_.Log();
+}
+
+// Soak finding: a worker SIGKILLed before its first saved state (checkpoints every 100 steps,
+// killed after step 30) and retried starts again at step 0; the history held steps 10..30 twice.
+// Each step is in it once, as the run the model continues from logged it.
+TEST_F(WorkerSupervisionTest, AJobRetriedWithNoSavedStateLogsEachStepOnce) {
+  StartServer();
+  auto spec = TinySpec("retried-early", 120);
+  spec.set_checkpoint_interval(100);
+  spec.set_eval_interval(120);
+  spec.set_max_retries(1);
+  pb::Job job;
+  ASSERT_TRUE(Submit(spec, &job).ok());
+  const auto pids = WaitForStep(job.id(), 30);
+  ASSERT_EQ(pids.size(), 1u) << server_.Log();
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  const auto events = Watch(job.id(), 120);
+  ASSERT_FALSE(events.empty());
+  const pb::Job& done = events.back().job();
+  ASSERT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED) << done.reason() << "\n" << server_.Log();
+  EXPECT_EQ(done.progress().retries(), 1u);
+  EXPECT_NE(server_.Log().find("starts again at step 0 (no saved state"), std::string::npos)
+      << server_.Log();
+  EXPECT_EQ(LossCurveSteps(job.id()), StepsUpTo(120)) << server_.Log();
 }
 
 // A spec far beyond the budget: 64 sequences of 4,096 tokens on the softmax path, whose backward
@@ -1451,10 +1498,30 @@ TEST_F(WorkerSupervisionTest, AnEvaluationJobIsCancelledMidPass) {
     *request.mutable_spec() = spec;
     ASSERT_TRUE(jobs_->SubmitEvaluation(&context, request, &job).ok());
   }
-  Watch(job.id(), 60, [](const pb::JobEvent& e) {
-    return e.job().state() == pb::JOB_STATE_RUNNING && e.job().progress().validation_examples() > 0;
+  // Issue 45: the pass reports its position: examples evaluated of the total, and an ETA from
+  // their rate once a second report has come (about 1 s after the first batch).
+  const auto counted = Watch(job.id(), 60, [](const pb::JobEvent& e) {
+    return e.job().state() == pb::JOB_STATE_RUNNING && e.job().progress().has_eta_seconds();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_FALSE(counted.empty());
+  const pb::TrainingProgress& position = counted.back().job().progress();
+  ASSERT_TRUE(position.has_eta_seconds()) << server_.Log();
+  EXPECT_EQ(counted.back().type(), pb::JobEvent::PROGRESS);
+  EXPECT_EQ(position.validation_examples(), 200000u);
+  EXPECT_GT(position.evaluated_examples(), 0u);
+  EXPECT_LT(position.evaluated_examples(), 200000u);
+  EXPECT_GT(position.eta_seconds(), 0);
+  {
+    const std::string tsctl = std::string(TS_TSCTL_BINARY) + " ";
+    const std::string server = " --server " + server_.grpc_address();
+    const auto get = RunCommand(tsctl + "jobs get " + job.id() + server);
+    ASSERT_EQ(get.exit_code, 0) << get.text;
+    EXPECT_NE(get.text.find("/200000 examples evaluated\neta: "), std::string::npos) << get.text;
+    const auto json = RunCommand(tsctl + "jobs get " + job.id() + " --json" + server);
+    ASSERT_EQ(json.exit_code, 0) << json.text;
+    EXPECT_NE(json.text.find("\"evaluated_examples\":"), std::string::npos) << json.text;
+    EXPECT_NE(json.text.find("\"eta_seconds\":"), std::string::npos) << json.text;
+  }
   const auto start = Clock::now();
   {
     grpc::ClientContext context;

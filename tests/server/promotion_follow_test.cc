@@ -19,6 +19,7 @@
 
 #include "common/file_io.h"
 #include "model/checkpoints/checkpoint.h"
+#include "model/networks/encoder.h"
 #include "taylorshift/v1/classifier.grpc.pb.h"
 #include "taylorshift/v1/jobs.grpc.pb.h"
 #include "tests/testing/encoder_testing.h"
@@ -89,6 +90,7 @@ class PromotionFollowTest : public ::testing::Test {
     fs::create_directories(dir_ + "/jobs-run");
     fs::create_directories(dir_ + "/replica-run");
     listops_ = SourceDir() + "/models/listops-demo.tsckpt";
+    jobs_listops_ = replica_listops_ = listops_;
     source_lang_ = SourceDir() + "/models/source-lang-demo.tsckpt";
     // A new version of the listops model: the same weights and task, other bytes.
     auto loaded = LoadCheckpoint(listops_);
@@ -110,7 +112,7 @@ class PromotionFollowTest : public ::testing::Test {
         << "listen: 127.0.0.1:0\nmetrics_listen: \"\"\nstate_dir: state\ndata_root: data\n"
            "nvml_library: \"\"\nmodels:\n"
            "  - {name: listops, checkpoint: "
-        << listops_ << ", device: cpu}\n  - {name: lang, checkpoint: " << listops_
+        << jobs_listops_ << ", device: cpu}\n  - {name: lang, checkpoint: " << listops_
         << ", device: cpu}\n";
     ASSERT_TRUE(jobs_.Start(TS_TSSERVER_BINARY, {"--config", dir_ + "/jobs.yaml", "--threads", "1"},
                             dir_ + "/jobs-run"));
@@ -124,8 +126,9 @@ class PromotionFollowTest : public ::testing::Test {
            "jobs: {enabled: false}\n"
            "promotions:\n  follow:\n    server: "
         << jobs_address_ << "\n    interval_ms: 200\n    timeout_ms: 10000\n"
-        << "    cache_dir: follow-cache\nmodels:\n  - {name: listops, checkpoint: " << listops_
-        << ", device: cpu}\n  - {name: lang, checkpoint: " << source_lang_ << ", device: cpu}\n";
+        << "    cache_dir: follow-cache\nmodels:\n  - {name: listops, checkpoint: "
+        << replica_listops_ << ", device: cpu}\n  - {name: lang, checkpoint: " << source_lang_
+        << ", device: cpu}\n";
     ASSERT_TRUE(replica_.Start(TS_TSSERVER_BINARY,
                                {"--config", dir_ + "/replica.yaml", "--threads", "1"},
                                dir_ + "/replica-run"));
@@ -142,6 +145,8 @@ class PromotionFollowTest : public ::testing::Test {
         .value_or(0);
   }
 
+  // What each server serves under `listops` (listops_ unless a test says otherwise).
+  std::string jobs_listops_, replica_listops_;
   std::string dir_, listops_, source_lang_, v2_bytes_, v2_version_, jobs_address_;
   ServerProcess jobs_, replica_;
 };
@@ -260,6 +265,46 @@ TEST_F(PromotionFollowTest, ReplicaServesPromotionsRefusesOtherTasksAndOutlivesT
   EXPECT_EQ(ServedVersion(replica_.grpc_address(), "listops"), v2_version_) << replica_.Log();
   EXPECT_EQ(ServedVersion(replica_.grpc_address(), "lang"), lang_configured);
   EXPECT_EQ(replica_.Stop(SIGTERM), 0) << replica_.Log();
+}
+
+// Issue 45: a followed version whose labels and input kind match but whose encoder takes another
+// max length is another task too (as promote's guard says): the replica refuses it, names both
+// lengths, and keeps its configured version.
+TEST_F(PromotionFollowTest, ReplicaRefusesAVersionOfAnotherMaxLength) {
+  auto listops = LoadCheckpoint(listops_);
+  ASSERT_TRUE(listops.ok()) << listops.status();
+  const auto write = [&](const std::string& path, std::int64_t max_length) {
+    TaylorShiftEncoderOptions options(16, 1, 2, max_length,
+                                      static_cast<std::int64_t>(listops->metadata.labels.size()));
+    options.mlp_hidden(32);
+    TaylorShiftEncoder model(options);
+    ts::testing::RandomizeParameters(model, 7);
+    CheckpointMetadata metadata;
+    metadata.modality = listops->metadata.modality;
+    metadata.labels = listops->metadata.labels;
+    ASSERT_TRUE(SaveCheckpoint(path, options, metadata, model).ok());
+  };
+  replica_listops_ = dir_ + "/short.tsckpt";
+  jobs_listops_ = dir_ + "/long.tsckpt";
+  write(replica_listops_, 32);
+  write(jobs_listops_, 64);
+
+  StartJobsServer();
+  jobs_address_ = jobs_.grpc_address();
+  StartReplica();
+  const std::string configured = ServedVersion(replica_.grpc_address(), "listops");
+  ASSERT_FALSE(configured.empty()) << replica_.Log();
+  ASSERT_NE(ServedVersion(jobs_address_, "listops"), configured);
+  ASSERT_TRUE(WaitUntil([&] {
+    return ReplicaMetric(
+               "taylorshift_promotion_follow_errors_total{model=\"listops\",reason="
+               "\"incompatible\"") >= 1;
+  })) << replica_.Log();
+  EXPECT_NE(replica_.Log().find("max length differs: served 32, candidate 64"), std::string::npos)
+      << replica_.Log();
+  EXPECT_EQ(ServedVersion(replica_.grpc_address(), "listops"), configured);
+  EXPECT_EQ(replica_.Stop(SIGTERM), 0) << replica_.Log();
+  EXPECT_EQ(jobs_.Stop(SIGTERM), 0) << jobs_.Log();
 }
 
 }  // namespace
