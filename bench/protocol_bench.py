@@ -69,12 +69,13 @@ def children_cpu_s():
     return t.children_user + t.children_system
 
 
-def wait_ready(ready, server, timeout_s=120):
+def wait_ready(ready, server, timeout_s=120, needed=("grpc",)):
+    """tsserver's --ready-file fields once they name every address in `needed`."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if os.path.exists(ready):
-            lines = dict(line.split("=", 1) for line in open(ready).read().split())
-            if "grpc" in lines:
+            lines = dict(line.split("=", 1) for line in open(ready).read().split() if "=" in line)
+            if all(key in lines for key in needed):
                 return lines
         if server.poll() is not None:
             break

@@ -34,11 +34,11 @@ import datetime
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+from protocol_bench import stop, wait_ready  # bench/, beside this script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = "source-lang"
@@ -56,31 +56,6 @@ def cpu_name():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown CPU"
-
-
-def wait_ready(ready, server, timeout_s=120):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if os.path.exists(ready):
-            lines = dict(line.split("=", 1) for line in open(ready).read().split() if "=" in line)
-            if "grpc" in lines and "http" in lines:
-                return lines
-        if server.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise SystemExit(f"tsserver did not become ready (exit {server.poll()})")
-
-
-def stop(server):
-    """SIGTERM by PID, then SIGKILL if it does not drain in time."""
-    if server.poll() is not None:
-        return server.returncode
-    os.kill(server.pid, signal.SIGTERM)
-    try:
-        return server.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.kill(server.pid, signal.SIGKILL)
-        return server.wait()
 
 
 def make_documents(work, count):
@@ -223,7 +198,7 @@ def main():
             "runs": {str(c): {name: [] for name, _ in PERF + TSCTL} for c in concurrencies},
         }
         try:
-            addresses = wait_ready(ready, server)
+            addresses = wait_ready(ready, server, needed=("grpc", "http"))
             grpc, http = addresses["grpc"], addresses["http"]
 
             def measure(client, concurrency, seconds):

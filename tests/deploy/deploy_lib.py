@@ -5,11 +5,10 @@ import glob
 import json
 import os
 import re
-import signal
-import subprocess
-import time
 
 import yaml
+
+from tsserver_process import ready_fields, stop, wait_for  # noqa: F401 (re-exported)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -139,43 +138,6 @@ def substitute(expr, values, rate_interval="1m"):
         return merged[name]
 
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)", repl, expr)
-
-
-def wait_for(predicate, timeout_s, what, interval_s=0.1):
-    """predicate()'s first truthy result, polled until timeout_s; AssertionError naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-def ready_fields(process, ready_file, needed, log_tail, timeout_s=90):
-    """The key=value fields of tsserver's --ready-file once it holds every key in `needed`;
-    AssertionError with log_tail() if the process exits first or the time runs out."""
-    def ready():
-        if process.poll() is not None:
-            raise AssertionError(f"tsserver exited with {process.returncode}: " + log_tail())
-        if not os.path.exists(ready_file):
-            return None
-        with open(ready_file) as f:
-            fields = dict(l.split("=", 1) for l in f.read().split() if "=" in l)
-        return fields if all(key in fields for key in needed) else None
-
-    return wait_for(ready, timeout_s, "tsserver's ready file with " + ", ".join(needed))
-
-
-def stop(process, timeout_s=20):
-    """SIGTERM, then SIGKILL after timeout_s; only the process this test started."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def listops_expression(rng, budget):

@@ -23,9 +23,7 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
 import urllib.request
 
@@ -37,10 +35,11 @@ from kserve import (InferenceGRPCClient, InferenceRESTClient, InferInput, InferR
 from kserve.protocol.infer_type import RequestedOutput
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import deploy_lib  # noqa: E402
+from tsserver_process import TsServer  # noqa: E402
 
 ARGS = None
-CHECKPOINT = os.path.join(deploy_lib.ROOT, "models", "source-lang-demo.tsckpt")
+CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models",
+                          "source-lang-demo.tsckpt")
 MODEL = "source-lang"
 TOKEN = "kserve-sdk-test-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -52,40 +51,18 @@ DOCUMENTS = [b"#include <stdio.h>\nint main(void) { return 0; }\n",
 BATCHED_TOLERANCE = 1e-6  # a batch is not bitwise the batch of one (protocols_test.py)
 
 
-class Server:
-    """One tsserver from a config in a temp dir; close() stops it by its PID."""
+class Server(TsServer):
+    """tsserver with gRPC and the HTTP front end on free loopback ports, tokens on, jobs off."""
 
     def __init__(self):
-        self.tmp = tempfile.TemporaryDirectory(prefix="ts-kserve-client-")
-        d = self.tmp.name
-        config = {"listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0",
-                  "state_dir": os.path.join(d, "state"), "data_root": os.path.join(d, "data"),
-                  "jobs": {"enabled": False}, "shutdown_grace_ms": 2000,
-                  "intra_op_threads": 1, "max_infer_batch": 16,
-                  "auth": {"tokens": {TOKEN: ["classify"]}},
-                  "models": [{"name": MODEL, "checkpoint": CHECKPOINT}],
-                  "http": {"listen": "127.0.0.1:0", "threads": 4}}
-        path = os.path.join(d, "tsserver.yaml")
-        with open(path, "w") as f:
-            json.dump(config, f)  # JSON is YAML
-        ready_file = os.path.join(d, "ready")
-        self.log = open(os.path.join(d, "tsserver.log"), "w")
-        self.process = subprocess.Popen(
-            [ARGS.tsserver, "--config", path, "--ready-file", ready_file],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        fields = deploy_lib.ready_fields(self.process, ready_file, ["grpc", "http"],
-                                         self.log_tail)
-        self.grpc, self.http = fields["grpc"], fields["http"]
-
-    def log_tail(self):
-        self.log.flush()
-        with open(self.log.name, errors="replace") as f:
-            return "\n--- tsserver log (tail) ---\n" + f.read()[-3000:]
-
-    def close(self):
-        deploy_lib.stop(self.process)
-        self.log.close()
-        self.tmp.cleanup()
+        super().__init__(ARGS.tsserver, {
+            "listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0", "jobs": {"enabled": False},
+            "shutdown_grace_ms": 2000, "intra_op_threads": 1, "max_infer_batch": 16,
+            "auth": {"tokens": {TOKEN: ["classify"]}},
+            "models": [{"name": MODEL, "checkpoint": CHECKPOINT}],
+            "http": {"listen": "127.0.0.1:0", "threads": 4}},
+            needed=("grpc", "http"), prefix="ts-kserve-client-")
+        self.grpc, self.http = self.addresses["grpc"], self.addresses["http"]
 
 
 def json_infer(server, documents):

@@ -14,17 +14,17 @@ Usage: reflection_v1_test.py --tsserver BIN --protoc BIN (with the venv's python
 
 import argparse
 import importlib.util
-import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tsserver_process import TsServer  # noqa: E402
 
 ARGS = None
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -50,41 +50,21 @@ class ReflectionV1Test(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="ts-reflection-v1-")
         d = cls.tmp.name
         cls.pb = compile_reflection(d)
-        config = {"listen": "127.0.0.1:0", "metrics_listen": "",
-                  "state_dir": os.path.join(d, "state"), "data_root": os.path.join(d, "data"),
-                  "intra_op_threads": 1, "auth": {"tokens": {TOKEN: ["classify"]}},
-                  "models": [{"name": "source-lang", "checkpoint": CHECKPOINT}]}
-        path = os.path.join(d, "tsserver.yaml")
-        with open(path, "w") as f:
-            json.dump(config, f)  # JSON is YAML
-        ready_file = os.path.join(d, "ready")
-        cls.log = open(os.path.join(d, "tsserver.log"), "w")
-        cls.process = subprocess.Popen([ARGS.tsserver, "--config", path, "--ready-file",
-                                        ready_file], stdout=cls.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 90
-        fields = {}
-        while "grpc" not in fields:
-            if cls.process.poll() is not None or time.monotonic() > deadline:
-                cls.tearDownClass()
-                raise AssertionError("tsserver did not become ready")
-            if os.path.exists(ready_file):
-                with open(ready_file) as f:
-                    fields = dict(l.split("=", 1) for l in f.read().split() if "=" in l)
-            time.sleep(0.1)
-        cls.channel = grpc.insecure_channel(fields["grpc"])
+        try:
+            cls.server = TsServer(ARGS.tsserver, {
+                "listen": "127.0.0.1:0", "metrics_listen": "", "intra_op_threads": 1,
+                "auth": {"tokens": {TOKEN: ["classify"]}},
+                "models": [{"name": "source-lang", "checkpoint": CHECKPOINT}]},
+                prefix="ts-reflection-v1-server-")
+        except BaseException:
+            cls.tmp.cleanup()
+            raise
+        cls.channel = grpc.insecure_channel(cls.server.addresses["grpc"])
 
     @classmethod
     def tearDownClass(cls):
-        if getattr(cls, "channel", None) is not None:
-            cls.channel.close()
-        if cls.process.poll() is None:
-            cls.process.send_signal(signal.SIGTERM)
-            try:
-                cls.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                cls.process.kill()
-                cls.process.wait()
-        cls.log.close()
+        cls.channel.close()
+        cls.server.close()
         cls.tmp.cleanup()
 
     def exchange(self, requests, token=TOKEN):

@@ -24,11 +24,9 @@ import http.client
 import json
 import os
 import queue
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import numpy as np
@@ -36,6 +34,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 from tritonclient.utils import InferenceServerException
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tsserver_process import TsServer  # noqa: E402
 
 ARGS = None
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -53,65 +54,17 @@ BATCHED_TOLERANCE = 1e-6
 PERF_SECONDS_MS = 1500  # perf_analyzer's measurement window
 
 
-def wait_for(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-class Server:
-    """One tsserver from a config in a temp dir; close() stops it by its PID."""
+class Server(TsServer):
+    """tsserver with gRPC and the HTTP front end on free loopback ports, jobs off."""
 
     def __init__(self):
-        self.tmp = tempfile.TemporaryDirectory(prefix="ts-triton-clients-")
-        d = self.tmp.name
-        config = {"listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0",
-                  "state_dir": os.path.join(d, "state"), "data_root": os.path.join(d, "data"),
-                  "jobs": {"enabled": False}, "shutdown_grace_ms": 2000,
-                  "intra_op_threads": 1, "max_infer_batch": 16,
-                  "models": [{"name": MODEL, "checkpoint": CHECKPOINT}],
-                  "http": {"listen": "127.0.0.1:0", "threads": 8}}
-        path = os.path.join(d, "tsserver.yaml")
-        with open(path, "w") as f:
-            json.dump(config, f)  # JSON is YAML
-        self.ready_file = os.path.join(d, "ready")
-        self.log = open(os.path.join(d, "tsserver.log"), "w")
-        self.process = subprocess.Popen(
-            [ARGS.tsserver, "--config", path, "--ready-file", self.ready_file],
-            stdout=self.log, stderr=subprocess.STDOUT)
-
-        def ready():
-            if self.process.poll() is not None:
-                raise AssertionError(f"tsserver exited with {self.process.returncode}: "
-                                     + self.log_tail())
-            if not os.path.exists(self.ready_file):
-                return None
-            with open(self.ready_file) as f:
-                fields = dict(l.split("=", 1) for l in f.read().split() if "=" in l)
-            return fields if "grpc" in fields and "http" in fields else None
-
-        fields = wait_for(ready, 90, "tsserver's ready file")
-        self.grpc, self.http = fields["grpc"], fields["http"]
-
-    def log_tail(self):
-        self.log.flush()
-        with open(self.log.name, errors="replace") as f:
-            return "\n--- tsserver log (tail) ---\n" + f.read()[-3000:]
-
-    def close(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
-        self.tmp.cleanup()
+        super().__init__(ARGS.tsserver, {
+            "listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0", "jobs": {"enabled": False},
+            "shutdown_grace_ms": 2000, "intra_op_threads": 1, "max_infer_batch": 16,
+            "models": [{"name": MODEL, "checkpoint": CHECKPOINT}],
+            "http": {"listen": "127.0.0.1:0", "threads": 8}},
+            needed=("grpc", "http"), prefix="ts-triton-clients-")
+        self.grpc, self.http = self.addresses["grpc"], self.addresses["http"]
 
 
 def documents_input(module, documents):
