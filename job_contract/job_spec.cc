@@ -243,9 +243,8 @@ absl::Status NormalizeModel(TrainingSpec* spec, const SpecRules& jobs) {
                      "checkpoint)");
     }
     spec->clear_model();
-    if (absl::StartsWith(init_from, kJobPrefix)) {
-      const std::string id = init_from.substr(sizeof(kJobPrefix) - 1);
-      if (id.empty() || id.find_first_of(" \t\r\n/") != std::string::npos) {
+    if (const auto id = ReferencedJobId(init_from)) {
+      if (id->empty() || id->find_first_of(" \t\r\n/") != std::string::npos) {
         return Invalid("init_from", absl::StrCat("must be \"job:<id>\" or a checkpoint path "
                                                  "relative to the data root, got \"",
                                                  init_from, "\""));
@@ -613,6 +612,11 @@ bool IsValidName(std::string_view name) {
          std::all_of(name.begin(), name.end(), [](char c) {
            return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
          });
+}
+
+std::optional<std::string> ReferencedJobId(const std::string& reference) {
+  if (!absl::StartsWith(reference, kJobPrefix)) return std::nullopt;
+  return reference.substr(sizeof(kJobPrefix) - 1);
 }
 
 std::string JobDevice(const Job& job) {

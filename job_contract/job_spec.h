@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,10 @@ namespace ts::job {
 // "", ".", "..", a path, or a gRPC service's name (those all hold a '.': taylorshift.v1.Jobs).
 inline constexpr char kNameRule[] = "[A-Za-z0-9][A-Za-z0-9_-]{0,63}";
 bool IsValidName(std::string_view name);
+
+// The job id in a checkpoint reference "job:<id>" (init_from, an evaluation's checkpoint; the
+// id may be empty, which the spec checks refuse), or nullopt for any other reference (a file).
+std::optional<std::string> ReferencedJobId(const std::string& reference);
 
 // Caps on what one job spec may ask for (checked by NormalizeTrainingSpec and friends); each exists
 // so that one remote caller cannot tie up the server.

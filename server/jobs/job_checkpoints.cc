@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/quoted.h"
 #include "common/status_macros.h"
+#include "job_contract/job_spec.h"
 #include "server/jobs/job_queue.h"
 
 namespace ts::server {
@@ -84,9 +84,8 @@ absl::StatusOr<pb::Job> CheckpointResolver::GetJob(const std::string& job_id) co
 
 absl::StatusOr<std::string> CheckpointResolver::Resolve(const std::string& reference,
                                                         const std::string& field) const {
-  if (absl::StartsWith(reference, "job:")) {
-    return Prefixed(JobCheckpoint(reference.substr(4), pb::CHECKPOINT_CHOICE_BEST),
-                    absl::StrCat(field, ": "));
+  if (const auto id = job::ReferencedJobId(reference)) {
+    return Prefixed(JobCheckpoint(*id, pb::CHECKPOINT_CHOICE_BEST), absl::StrCat(field, ": "));
   }
   auto resolved = data_root_->Resolve(reference);
   if (!resolved.ok()) return Prefixed(resolved.status(), absl::StrCat(field, ": "));

@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <deque>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "api/checkpoint_transfer.h"
 #include "common/status_macros.h"
+#include "job_contract/job_spec.h"
 #include "server/jobs/job_ownership.h"
 #include "server/serving/grpc_call.h"
 #include "server/serving/grpc_status.h"
@@ -46,10 +46,9 @@ bool ReachesAllJobs(const grpc::CallbackServerContext& context, const Authorizer
   return !authorizer.enabled() || authorizer.Check(context, kAllJobsRole).ok();
 }
 
-// The job id in a "job:<id>" checkpoint reference, else "".
+// The job id in a "job:<id>" checkpoint reference, else "" (CheckJobOwner's "no job").
 std::string JobReference(const std::string& checkpoint) {
-  constexpr std::string_view kPrefix = "job:";
-  return checkpoint.rfind(kPrefix, 0) == 0 ? checkpoint.substr(kPrefix.size()) : "";
+  return job::ReferencedJobId(checkpoint).value_or("");
 }
 
 // OK when the caller may reach job `id` (CheckJobAccess). An unknown id is left to the call
